@@ -1,0 +1,137 @@
+# gridpool -- the only entry point.  See README.md.
+#
+#   make deps        install the Debian packages (root, idempotent)
+#   make             build everything into build/
+#   make SANITIZE=address,undefined      same, with sanitizers, into build/san/
+#   make test        deps + build + every suite; ends "N passed, N failed"
+#   make up / down   private stack + services in the background
+#   make demo        up, health of every service, what to try next
+#   make bench       benchmarks, each next to its reference measured in the same run
+
+PYTHON    := /usr/bin/python3
+CC        ?= gcc
+SANITIZE  ?=
+ifeq ($(SANITIZE),)
+BUILD     ?= build
+OPT       ?= -O2
+else
+BUILD     ?= build/san
+OPT       ?= -O1 -fno-omit-frame-pointer -fsanitize=$(SANITIZE) -fno-sanitize-recover=undefined
+LDFLAGS   += -fsanitize=$(SANITIZE)
+endif
+
+PKGS      := libnats msgpack libpq
+CFLAGS    ?= -g
+CFLAGS    += $(OPT) -std=c11 -D_DEFAULT_SOURCE -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
+             -Wstrict-prototypes -Wwrite-strings -Wno-missing-field-initializers -pthread
+# hiredis' --cflags would put /usr/include/hiredis on the path (its sds.h,
+# read.h... shadow ours), so it is included as <hiredis/...> instead.
+CPPFLAGS  += -Ishared/include -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -D_FILE_OFFSET_BITS=64
+LDLIBS    += $(shell pkg-config --libs $(PKGS) hiredis 2>/dev/null) -lev -ldl -lm -pthread
+
+SCHEMAS   := $(shell find schemas -name '*.json' 2>/dev/null | sort)
+GEN_C     := $(BUILD)/gen/msg_gen.c
+GEN_H     := $(BUILD)/gen/msg_gen.h
+LIB       := $(BUILD)/lib/libgp.a
+LIB_SRC   := $(wildcard shared/src/*.c)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
+
+# Every folder in services/ is one program; its name maps to the binary.
+# services/agent/ is also a library: the simulator runs the agent's own code.
+binname    = $(if $(filter gpctl,$(1)),gpctl,gridpool-$(1))
+SERVICES  := $(notdir $(wildcard services/*))
+BINS      := $(foreach s,$(SERVICES),$(BUILD)/bin/$(call binname,$(s)))
+AGENT_LIB_SRC := $(filter-out services/agent/main.c,$(wildcard services/agent/*.c))
+AGENT_LIB_OBJ := $(AGENT_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+
+UNIT_SRC  := $(wildcard tests/unit/*_test.c)
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
+INT_SRC   := $(wildcard tests/integration/*_test.c)
+INT_BIN   := $(INT_SRC:tests/integration/%.c=$(BUILD)/test/integration/%)
+TEST_HELPERS := $(wildcard tests/helpers/*.c)
+TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
+BENCH_SRC := $(wildcard tests/bench/*.c)
+BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
+
+.PHONY: all deps test test-unit test-integration up down demo bench clean lint format
+.SECONDARY:
+
+all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
+
+deps:
+	@deploy/deps.sh
+
+$(GEN_H) $(GEN_C): $(SCHEMAS) schemas/gen.py
+	@mkdir -p $(BUILD)/gen
+	$(PYTHON) schemas/gen.py --schemas schemas --out $(BUILD)/gen
+
+$(BUILD)/obj/gen/msg_gen.o: $(GEN_C) $(GEN_H)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(GEN_H)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# One link rule per service folder.
+define service_rule
+$(BUILD)/bin/$(call binname,$(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/$(1)/*.c)) \
+    $(if $(filter sim,$(1)),$(AGENT_LIB_OBJ)) $(LIB)
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach s,$(SERVICES),$(eval $(call service_rule,$(s))))
+
+$(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test/integration/%: $(BUILD)/obj/tests/integration/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test/bin/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test/bench/%: $(BUILD)/obj/tests/bench/%.o $(AGENT_LIB_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run.sh $(BUILD) all
+
+test-unit: all
+	@tests/run.sh $(BUILD) unit
+
+test-integration: all
+	@tests/run.sh $(BUILD) integration
+
+up: deps all
+	@deploy/up.sh $(BUILD)
+
+down:
+	@deploy/down.sh
+
+demo: up
+	@deploy/demo.sh $(BUILD)
+
+bench: deps all
+	@tests/bench/run.sh $(BUILD)
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 \
+	    -Ishared/include -I$(BUILD)/gen shared/src services
+
+format:
+	clang-format -i $(shell find shared services tests -name '*.[ch]')
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

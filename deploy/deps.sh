@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# deploy/deps.sh -- installs the Debian packages gridpool needs to build,
+# test and run the demo, only those missing, non-interactively.
+set -eu
+pkgs=(
+    build-essential pkg-config
+    nats-server libnats-dev          # NATS server and cnats
+    libmsgpack-dev                   # msgpack-c
+    libhiredis-dev redis-server redis-tools
+    libev-dev
+    libpq-dev postgresql             # libpq and a server for the private stack
+    python3 python3-jsonschema python3-msgpack   # schema generator, independent validator
+    valgrind
+    postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
+)
+missing=()
+for p in "${pkgs[@]}"; do
+    [ "${p#\#}" = "$p" ] || continue
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+    echo "make deps: missing packages: ${missing[*]}" >&2
+    echo "make deps: run 'sudo make deps' (or as root), then run make again." >&2
+    exit 1
+fi
+echo "make deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Keep the packaged servers from starting system-wide instances: gridpool
+# runs its own private ones.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "make deps: done"

@@ -1,0 +1,150 @@
+/* gp/bus.h -- NATS for one libev loop.
+ *
+ * cnats keeps its own socket threads (read loop, flusher); everything it
+ * hands us (messages, replies, JetStream acks and fetched messages,
+ * connection events) is queued and delivered on the loop thread through
+ * one ev_async.  So: every gp_bus function must be called on the loop
+ * thread, and every callback runs on the loop thread.  Nothing here blocks
+ * the loop: publishes are buffered by cnats; requests use one wildcard
+ * inbox and a deadline timer; JetStream calls that block in cnats
+ * (stream management, Fetch) run on a worker thread.
+ *
+ * The inbox between cnats threads and the loop is bounded (GP_MAX_INBOX);
+ * past it, messages are dropped and counted (gp_bus_stats.dropped). */
+#ifndef GP_BUS_H
+#define GP_BUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gp/err.h"
+
+struct ev_loop;
+
+typedef struct gp_bus     gp_bus;
+typedef struct gp_bus_sub gp_bus_sub;
+typedef struct gp_bus_pull gp_bus_pull;
+typedef struct gp_jsmsg   gp_jsmsg;
+
+typedef struct gp_bus_opts {
+    const char *url;               /* "nats://127.0.0.1:4222[,nats://...]" */
+    const char *name;              /* connection name, shown by the server */
+    const char *user;              /* optional */
+    const char *password;          /* optional */
+    const char *token;             /* optional */
+    bool        jetstream;         /* open a JetStream context */
+} gp_bus_opts;
+
+/* A message as seen by a subscriber: valid only during the callback. */
+typedef struct gp_bus_msg {
+    const char *subject;
+    const char *reply;             /* NULL when none */
+    const char *data;
+    size_t      len;
+} gp_bus_msg;
+
+typedef void gp_bus_msg_cb(void *arg, const gp_bus_msg *m);
+
+/* Called once per request: err OK with the reply bytes (valid during the
+ * call), TIMEOUT at the deadline, NOROUTE when nobody listens (NATS "no
+ * responders"), UNAVAIL when the connection is closed. */
+typedef void gp_bus_reply_cb(void *arg, gp_err err, const char *data, size_t len);
+
+/* Connection events: connected (true) / disconnected (false). */
+typedef void gp_bus_conn_cb(void *arg, bool connected);
+
+typedef struct gp_bus_stats {
+    uint64_t received;             /* messages delivered to subscribers */
+    uint64_t dropped;              /* messages dropped at the full inbox */
+    uint64_t published;
+    uint64_t publish_errors;
+    uint64_t requests;
+    uint64_t request_timeouts;
+    uint64_t reconnects;
+    uint64_t js_published;
+    uint64_t js_publish_errors;
+    uint64_t js_delivered;
+} gp_bus_stats;
+
+/* Creates the connection.  If the server is not reachable yet, returns OK
+ * and keeps trying in the background (reconnects forever with backoff and
+ * jitter); conn_cb reports the state changes.  conn_cb may be NULL. */
+gp_err gp_bus_new(struct ev_loop *loop, const gp_bus_opts *opts,
+                  gp_bus_conn_cb *conn_cb, void *conn_arg, gp_bus **out);
+/* Closes the connection and fails pending requests with UNAVAIL.  NULL ok. */
+void   gp_bus_free(gp_bus *bus);
+bool   gp_bus_is_connected(const gp_bus *bus);
+void   gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out);
+
+/* Subscribes; queue may be NULL (every subscriber gets every message) or a
+ * queue group name (one member of the group gets each message). */
+gp_err gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
+                      gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out);
+/* Unsubscribes.  Messages already queued for it are discarded.  NULL ok. */
+void   gp_bus_sub_free(gp_bus_sub *sub);
+
+/* Publishes (buffered, non-blocking).  reply may be NULL. */
+gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
+                  const void *data, size_t len);
+
+/* Request/reply with a deadline; cb is called exactly once (also from
+ * gp_bus_free, with UNAVAIL). */
+gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
+                      unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);
+
+/* Blocks until all buffered publishes reached the server (or timeout).
+ * For command-line tools and tests only, never on a service loop. */
+gp_err gp_bus_flush_blocking(gp_bus *bus, unsigned timeout_ms);
+
+/* ---- JetStream ------------------------------------------------------- */
+
+typedef struct gp_stream_cfg {
+    const char  *name;             /* "USAGE" */
+    const char **subjects;         /* NULL-terminated */
+    int64_t      max_age_s;        /* 0 = unlimited */
+    int64_t      max_bytes;        /* 0 = unlimited */
+    int64_t      duplicate_window_s; /* dedupe window for message ids; 0 = server default (2 min) */
+    bool         memory;           /* memory storage (tests); default file */
+} gp_stream_cfg;
+
+typedef void gp_bus_done_cb(void *arg, gp_err err);
+
+/* Creates the stream or updates it to cfg (on the worker thread); cb once. */
+gp_err gp_bus_js_stream(gp_bus *bus, const gp_stream_cfg *cfg, gp_bus_done_cb *cb, void *arg);
+
+/* Publishes to a stream with a message id (Nats-Msg-Id) so a retried
+ * publish is stored once.  cb once: OK when stored (or recognised as a
+ * duplicate), otherwise the error.  cb may be NULL. */
+gp_err gp_bus_js_pub(gp_bus *bus, const char *subject, const char *msg_id,
+                     const void *data, size_t len, gp_bus_done_cb *cb, void *arg);
+
+/* A message fetched from a durable pull consumer.  The callback owns it
+ * and must end it with exactly one of gp_jsmsg_ack / gp_jsmsg_nak /
+ * gp_jsmsg_term (which free it), now or later; the consumer keeps at most
+ * max_inflight un-ended messages. */
+typedef void gp_bus_js_cb(void *arg, gp_jsmsg *m);
+
+typedef struct gp_pull_cfg {
+    const char *stream;
+    const char *durable;           /* durable consumer name */
+    const char *filter_subject;    /* NULL = all of the stream */
+    int         batch;             /* messages per fetch (default 64) */
+    int         max_inflight;      /* un-ended messages (default 1024) */
+    int64_t     ack_wait_ms;       /* redelivery after this (default 30 s) */
+} gp_pull_cfg;
+
+gp_err gp_bus_js_pull_new(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_js_cb *cb, void *arg,
+                          gp_bus_pull **out);
+/* Stops fetching; un-ended messages are redelivered later by the server. */
+void   gp_bus_js_pull_free(gp_bus_pull *p);
+
+const char *gp_jsmsg_subject(const gp_jsmsg *m);
+const void *gp_jsmsg_data(const gp_jsmsg *m);
+size_t      gp_jsmsg_len(const gp_jsmsg *m);
+uint64_t    gp_jsmsg_delivered(const gp_jsmsg *m);   /* delivery count, 1 = first */
+void        gp_jsmsg_ack(gp_jsmsg *m);
+void        gp_jsmsg_nak(gp_jsmsg *m, unsigned delay_ms);
+void        gp_jsmsg_term(gp_jsmsg *m);
+
+#endif

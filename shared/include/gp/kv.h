@@ -1,0 +1,66 @@
+/* gp/kv.h -- asynchronous Redis on one libev loop (hiredis 0.14 async).
+ *
+ * Adds what hiredis 0.14 lacks: a per-command deadline, reconnect with
+ * capped exponential backoff and jitter, and a cap on commands in flight.
+ * Commands issued in the same loop iteration are written together
+ * (pipelined) by hiredis.  While disconnected, commands fail at once with
+ * UNAVAIL rather than queueing without bound.
+ *
+ * All functions and callbacks: loop thread only. */
+#ifndef GP_KV_H
+#define GP_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gp/err.h"
+
+struct ev_loop;
+struct redisReply;                         /* <hiredis/hiredis.h> */
+
+typedef struct gp_kv gp_kv;
+
+typedef struct gp_kv_opts {
+    const char *host;                      /* "127.0.0.1" */
+    int         port;
+    unsigned    connect_timeout_ms;        /* 0 = 2000 */
+    unsigned    command_timeout_ms;        /* 0 = 2000 */
+} gp_kv_opts;
+
+/* Called exactly once per command, on the loop thread.  On OK reply is the
+ * server's reply (which may itself be a Redis error reply, type
+ * REDIS_REPLY_ERROR); otherwise reply is NULL and err is TIMEOUT or
+ * UNAVAIL.  reply is valid only during the call.  cb may be NULL. */
+typedef void gp_kv_cb(void *arg, const struct redisReply *reply, gp_err err);
+
+/* Connection events: connected (true) / lost (false). */
+typedef void gp_kv_conn_cb(void *arg, bool connected);
+
+typedef struct gp_kv_stats {
+    uint64_t commands;
+    uint64_t errors;                       /* UNAVAIL + Redis error replies */
+    uint64_t timeouts;
+    uint64_t reconnects;
+    uint32_t inflight;
+} gp_kv_stats;
+
+/* Starts connecting (returns at once; OK even if Redis is down). */
+gp_err gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts,
+                 gp_kv_conn_cb *conn_cb, void *conn_arg, gp_kv **out);
+/* Disconnects; pending callbacks get UNAVAIL.  NULL is a no-op.  May be
+ * called from inside a gp_kv callback (deferred). */
+void   gp_kv_free(gp_kv *kv);
+bool   gp_kv_is_connected(const gp_kv *kv);
+void   gp_kv_get_stats(const gp_kv *kv, gp_kv_stats *out);
+
+/* Sends one command given as argv (binary safe; argvlen may be NULL for
+ * NUL-terminated strings).  UNAVAIL when disconnected, TOOBIG when
+ * GP_KV_MAX_INFLIGHT commands are outstanding; cb is not called then. */
+gp_err gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg,
+                 int argc, const char **argv, const size_t *argvlen);
+
+/* Same, hiredis format string ("HSET %s %s %b"). */
+gp_err gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...);
+
+#endif

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# tests/harness/stack.sh -- a private nats-server (JetStream), redis-server
+# and PostgreSQL cluster on free loopback ports, in one folder.
+#
+#   stack.sh start DIR        start all three; writes DIR/gp.env
+#   stack.sh stop DIR         stop everything started in DIR (also services
+#                             whose pid files are in DIR/pids/)
+#   stack.sh stop-nats|start-nats|stop-redis|start-redis|stop-pg|start-pg DIR
+#                             stop or restart one server on the same port
+#
+# PostgreSQL refuses to run as root, so its commands go through
+# `runuser -u postgres` when we are root.  A template cluster made by initdb
+# once is copied for each stack (BUILD_DIR/pg-template), since initdb is the
+# slow part.
+set -eu
+cmd=$1
+dir=$2
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
+NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}
+TEMPLATE=${GP_PG_TEMPLATE:-}
+
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {   # port, seconds
+    local i
+    for ((i = 0; i < $2 * 20; i++)); do
+        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "stack: port $1 did not open" >&2
+    return 1
+}
+
+start_nats() {
+    mkdir -p "$dir/nats"
+    "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$dir/nats" \
+        -P "$dir/nats.pid" -l "$dir/nats.log" </dev/null >/dev/null 2>&1 &
+    wait_port "$NATS_PORT" 10
+}
+
+start_redis() {
+    mkdir -p "$dir/redis"
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --daemonize yes --pidfile "$dir/redis.pid" --dir "$dir/redis" \
+        --logfile "$dir/redis.log" >/dev/null
+    wait_port "$REDIS_PORT" 10
+}
+
+start_pg() {
+    as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/pg.log" -w -t 30 \
+        -o "-k $dir/pg -p $PG_PORT -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        start >/dev/null
+}
+
+init_pg() {
+    mkdir -p "$dir/pg"
+    if [ -n "$TEMPLATE" ] && [ ! -d "$TEMPLATE/data" ]; then
+        mkdir -p "$TEMPLATE"
+        chown postgres: "$TEMPLATE" 2>/dev/null || true
+        as_pg "$PGBIN/initdb" -D "$TEMPLATE/data" -U postgres --auth=trust -E UTF8 \
+            --locale=C.UTF-8 --no-sync >/dev/null
+    fi
+    if [ -n "$TEMPLATE" ]; then
+        cp -a "$TEMPLATE/data" "$dir/pg/data"
+    else
+        chown postgres: "$dir/pg" 2>/dev/null || true
+        as_pg "$PGBIN/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 \
+            --locale=C.UTF-8 --no-sync >/dev/null
+    fi
+    chown -R postgres: "$dir/pg" 2>/dev/null || true
+}
+
+stop_pidfile() {    # file
+    local f=$1 pid i
+    [ -f "$f" ] || return 0
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+stop_pg() {
+    [ -f "$dir/pg/data/postmaster.pid" ] || return 0
+    as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 20 stop >/dev/null 2>&1 || true
+}
+
+load_env() {
+    # shellcheck disable=SC1091
+    . "$dir/ports"
+}
+
+case "$cmd" in
+start)
+    mkdir -p "$dir/pids"
+    chmod 755 "$dir"
+    NATS_PORT=$(free_port); REDIS_PORT=$(free_port); PG_PORT=$(free_port)
+    printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" "$PG_PORT" >"$dir/ports"
+    init_pg
+    start_nats
+    start_redis
+    start_pg
+    as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+        -c "CREATE DATABASE gridpool" >/dev/null
+    cat >"$dir/gp.env" <<ENV
+GP_NATS_URL=nats://127.0.0.1:$NATS_PORT
+GP_REDIS_HOST=127.0.0.1
+GP_REDIS_PORT=$REDIS_PORT
+GP_PG_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
+GP_STACK_DIR=$dir
+ENV
+    ;;
+stop)
+    for f in "$dir"/pids/*.pid; do
+        [ -e "$f" ] && stop_pidfile "$f"
+    done
+    [ -f "$dir/ports" ] && { load_env; stop_pg; }
+    stop_pidfile "$dir/redis.pid"
+    stop_pidfile "$dir/nats.pid"
+    ;;
+stop-nats)  stop_pidfile "$dir/nats.pid" ;;
+start-nats) load_env; start_nats ;;
+stop-redis) stop_pidfile "$dir/redis.pid" ;;
+start-redis) load_env; start_redis ;;
+stop-pg)    load_env; stop_pg ;;
+start-pg)   load_env; start_pg ;;
+*) echo "usage: stack.sh start|stop|stop-X|start-X DIR" >&2; exit 2 ;;
+esac

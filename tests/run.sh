@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/run.sh -- runs every test program and prints "N passed, N failed".
+#
+#   tests/run.sh BUILD_DIR [unit|integration|all]
+#
+# Unit tests run as they are.  Each integration test gets a fresh private
+# stack (nats-server, redis-server, PostgreSQL on free loopback ports, in a
+# temp folder) from tests/harness/stack.sh, which is torn down afterwards
+# whatever the test did.  A test passes an assertion per "ok" line; a test
+# program that exits non-zero without a "not ok" line counts one failure.
+set -u
+build=${1:-build}
+which=${2:-all}
+here=$(cd "$(dirname "$0")" && pwd)
+logdir=$build/test-logs
+mkdir -p "$logdir"
+passed=0
+failed=0
+failures=()
+
+run_one() {       # name, command...
+    local name=$1; shift
+    local log=$logdir/$name.log
+    local start=$SECONDS
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local ok nok
+    ok=$(grep -c '^ok ' "$log")
+    nok=$(grep -c '^not ok ' "$log")
+    if [ "$rc" -ne 0 ] && [ "$nok" -eq 0 ]; then
+        nok=1
+        echo "not ok - $name exited with status $rc" >>"$log"
+    fi
+    passed=$((passed + ok))
+    failed=$((failed + nok))
+    printf '%-40s %4d ok %4d failed  %3ds\n' "$name" "$ok" "$nok" $((SECONDS - start))
+    if [ "$nok" -ne 0 ]; then
+        failures+=("$name")
+        grep '^not ok' "$log" | head -20 | sed 's/^/    /'
+        tail -n 15 "$log" | sed 's/^/    | /'
+    fi
+}
+
+if [ "$which" = unit ] || [ "$which" = all ]; then
+    for t in "$build"/test/unit/*_test; do
+        [ -x "$t" ] || continue
+        run_one "unit/$(basename "$t")" "$t"
+    done
+    for t in "$here"/unit/*_test.sh; do
+        [ -f "$t" ] || continue
+        run_one "unit/$(basename "$t" .sh)" env BUILD="$build" bash "$t"
+    done
+fi
+if [ "$which" = integration ] || [ "$which" = all ]; then
+    for t in "$build"/test/integration/*_test; do
+        [ -x "$t" ] || continue
+        run_one "integration/$(basename "$t")" "$here/harness/with-stack.sh" "$build" "$t"
+    done
+    for t in "$here"/integration/*_test.sh; do
+        [ -f "$t" ] || continue
+        run_one "integration/$(basename "$t" .sh)" \
+            "$here/harness/with-stack.sh" "$build" bash "$t"
+    done
+fi
+[ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

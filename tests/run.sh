@@ -21,6 +21,7 @@ failures=()
 run_one() {       # name, command...
     local name=$1; shift
     local log=$logdir/$name.log
+    mkdir -p "$(dirname "$log")"
     local start=$SECONDS
     "$@" >"$log" 2>&1
     local rc=$?

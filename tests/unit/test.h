@@ -27,8 +27,11 @@ static int t_fail;
         fflush(stdout);                                                        \
     } while (0)
 
-#define T_EQ_INT(a, b) T_OKM((long long)(a) == (long long)(b), "%s == %s (%lld vs %lld)", \
-                             #a, #b, (long long)(a), (long long)(b))
+/* Evaluates a and b once each. */
+#define T_EQ_INT(a, b) do {                                                    \
+        long long t_a_ = (long long)(a), t_b_ = (long long)(b);                \
+        T_OKM(t_a_ == t_b_, "%s == %s (%lld vs %lld)", #a, #b, t_a_, t_b_);    \
+    } while (0)
 
 #define T_DONE() (printf("1..%d\n", t_run), t_fail ? 1 : 0)
 

@@ -72,7 +72,11 @@ typedef struct gp_bus_stats {
  * jitter); conn_cb reports the state changes.  conn_cb may be NULL. */
 gp_err gp_bus_new(struct ev_loop *loop, const gp_bus_opts *opts,
                   gp_bus_conn_cb *conn_cb, void *conn_arg, gp_bus **out);
-/* Closes the connection and fails pending requests with UNAVAIL.  NULL ok. */
+/* Closes the connection and fails pending requests with UNAVAIL.  NULL ok.
+ * Also frees the bus's subscriptions and pull consumers (their handles are
+ * invalid afterwards); gp_jsmsg still held may still be ended.  Allowed
+ * inside any bus callback (deferred until it returns).  Waits briefly for
+ * cnats threads to leave their callbacks. */
 void   gp_bus_free(gp_bus *bus);
 bool   gp_bus_is_connected(const gp_bus *bus);
 void   gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out);
@@ -89,7 +93,8 @@ gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
                   const void *data, size_t len);
 
 /* Request/reply with a deadline; cb is called exactly once (also from
- * gp_bus_free, with UNAVAIL). */
+ * gp_bus_free, with UNAVAIL).  When it returns an error cb is not called.
+ * TOOBIG past GP_MAX_PENDING_REQ outstanding requests. */
 gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                       unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);
 
@@ -110,7 +115,10 @@ typedef struct gp_stream_cfg {
 
 typedef void gp_bus_done_cb(void *arg, gp_err err);
 
-/* Creates the stream or updates it to cfg (on the worker thread); cb once. */
+/* Creates the stream or updates it to cfg (on the worker thread); cb once.
+ * JetStream calls return INVAL on a bus opened without opts.jetstream, and
+ * TOOBIG past GP_MAX_PENDING_REQ jobs queued for the worker; on an error
+ * return cb is not called. */
 gp_err gp_bus_js_stream(gp_bus *bus, const gp_stream_cfg *cfg, gp_bus_done_cb *cb, void *arg);
 
 /* Publishes to a stream with a message id (Nats-Msg-Id) so a retried
@@ -136,7 +144,11 @@ typedef struct gp_pull_cfg {
 
 gp_err gp_bus_js_pull_new(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_js_cb *cb, void *arg,
                           gp_bus_pull **out);
-/* Stops fetching; un-ended messages are redelivered later by the server. */
+/* Stops fetching; un-ended messages are redelivered later by the server.
+ * Messages already handed out may still be ended.  Does not block; the
+ * worker is joined on the loop once its current fetch (<= 1 s) returns.
+ * The durable consumer is kept on the server.  If the stream does not
+ * exist yet, the consumer retries every second until it does. */
 void   gp_bus_js_pull_free(gp_bus_pull *p);
 
 const char *gp_jsmsg_subject(const gp_jsmsg *m);

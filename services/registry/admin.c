@@ -1,0 +1,721 @@
+/* admin.c -- create, update, get, delete and list for tenants, sites,
+ * pools and products over gp.admin.<entity>.<verb>.
+ *
+ * One generic implementation walks a column map per entity: which
+ * message field is which column, how a parameter is written into it and
+ * how it is read back.  Rows come back as text and are set into the
+ * reply with gp_msg_set_text, so the codec's checks apply to what the
+ * database returns as well. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/limits.h"
+#include "gp/log.h"
+#include "registry.h"
+
+#define COL_KEY      0x1u    /* the id */
+#define COL_RO       0x2u    /* computed: read, never written */
+#define COL_NULL     0x4u    /* empty string is SQL NULL */
+#define COL_PRICES   0x8u    /* Site.power_prices: two int arrays */
+
+typedef struct col {
+    const char *field;       /* message field */
+    const char *read;        /* SELECT expression */
+    const char *write;       /* column name, or NULL when read-only */
+    const char *cast;        /* parameter expression, %d is the parameter number */
+    unsigned    flags;
+} col;
+
+typedef struct entity {
+    const char        *name;
+    const char        *table;
+    const gp_msg_desc *desc;
+    const gp_msg_desc *list_desc;
+    const col         *cols;
+    const char        *filters[4];   /* ListRequest fields that are columns of the table */
+} entity;
+
+static const col tenant_cols[] = {
+    {"id", "id", "id", "$%d", COL_KEY},
+    {"parent", "coalesce(parent,'')", "parent", "NULLIF($%d,'')", COL_NULL},
+    {"kind", "kind", "kind", "$%d", 0},
+    {"name", "name", "name", "$%d", 0},
+    {"revenue_share_bp", "revenue_share_bp", "revenue_share_bp", "$%d::int", 0},
+    {NULL, NULL, NULL, NULL, 0},
+};
+
+static const col site_cols[] = {
+    {"id", "id", "id", "$%d", COL_KEY},
+    {"tenant", "tenant", "tenant", "$%d", 0},
+    {"region", "region", "region", "$%d", 0},
+    {"lat", "lat", "lat", "$%d::float8", 0},
+    {"lon", "lon", "lon", "$%d::float8", 0},
+    {"latency_tier", "latency_tier", "latency_tier", "$%d::int", 0},
+    {"pue_milli", "pue_milli", "pue_milli", "$%d::int", 0},
+    {"currency", "currency", "currency", "$%d", 0},
+    {"power_prices", "array_to_string(power_start_min,',') || ';' || array_to_string(power_price_micros,',')",
+     NULL, NULL, COL_PRICES},
+    {"address", "address", "address", "$%d", 0},
+    {"notes", "notes", "notes", "$%d", 0},
+    {"timezone_min", "timezone_min", "timezone_min", "$%d::int", 0},
+    {"nodes", "(SELECT count(*) FROM nodes n WHERE n.site = t.id)", NULL, NULL, COL_RO},
+    {"gpus", "(SELECT count(*) FROM nodes n JOIN gpus g ON g.node = n.id WHERE n.site = t.id)",
+     NULL, NULL, COL_RO},
+    {NULL, NULL, NULL, NULL, 0},
+};
+
+static const col pool_cols[] = {
+    {"id", "id", "id", "$%d", COL_KEY},
+    {"tenant", "tenant", "tenant", "$%d", 0},
+    {"scope", "scope", "scope", "$%d", 0},
+    {"region", "coalesce(region,'')", "region", "NULLIF($%d,'')", COL_NULL},
+    {"site", "coalesce(site,'')", "site", "NULLIF($%d,'')", COL_NULL},
+    {"models", "array_to_string(models, ',')", "models", "string_to_array(NULLIF($%d,''), ',')", 0},
+    {"description", "description", "description", "$%d", 0},
+    {"sites", "(SELECT count(DISTINCT site) FROM pool_gpus pg WHERE pg.pool = t.id)", NULL, NULL, COL_RO},
+    {"nodes", "(SELECT count(DISTINCT node) FROM pool_gpus pg WHERE pg.pool = t.id)", NULL, NULL, COL_RO},
+    {"gpus_total", "(SELECT count(*) FROM pool_gpus pg WHERE pg.pool = t.id)", NULL, NULL, COL_RO},
+    {"gpus_healthy", "(SELECT count(*) FROM pool_gpus pg WHERE pg.pool = t.id AND pg.state = 'healthy')",
+     NULL, NULL, COL_RO},
+    {NULL, NULL, NULL, NULL, 0},
+};
+
+static const col product_cols[] = {
+    {"id", "id", "id", "$%d", COL_KEY},
+    {"pool", "pool", "pool", "$%d", 0},
+    {"gpu_model", "gpu_model", "gpu_model", "$%d", 0},
+    {"min_vram_mb", "min_vram_mb", "min_vram_mb", "$%d::int", 0},
+    {"price_micros_per_gpu_hour", "price_micros_per_gpu_hour", "price_micros_per_gpu_hour", "$%d::bigint", 0},
+    {"currency", "currency", "currency", "$%d", 0},
+    {"site", "coalesce(site,'')", "site", "NULLIF($%d,'')", COL_NULL},
+    {"description", "description", "description", "$%d", 0},
+    {NULL, NULL, NULL, NULL, 0},
+};
+
+static const entity entities[] = {
+    {"tenant", "tenants", &msg_tenant_desc, &msg_tenant_list_desc, tenant_cols, {"tenant:parent"}},
+    {"site", "sites", &msg_site_desc, &msg_site_list_desc, site_cols, {"region", "tenant"}},
+    {"pool", "pools", &msg_pool_desc, &msg_pool_list_desc, pool_cols, {"tenant", "region", "site"}},
+    {"product", "products", &msg_product_desc, &msg_product_list_desc, product_cols, {"site"}},
+};
+
+/* ---- text <-> field ------------------------------------------------------------ */
+
+static gp_err
+scalar_text(const gp_field *f, const void *msg, gp_buf *out)
+{
+    const char *p = (const char *)msg + f->offset;
+
+    switch (f->type) {
+    case GP_T_STR:  return gp_buf_puts(out, p);
+    case GP_T_BOOL: return gp_buf_puts(out, *(const bool *)p ? "true" : "false");
+    case GP_T_I32:  return gp_buf_printf(out, "%d", *(const int32_t *)p);
+    case GP_T_I64:  return gp_buf_printf(out, "%lld", (long long)*(const int64_t *)p);
+    case GP_T_U32:  return gp_buf_printf(out, "%u", *(const uint32_t *)p);
+    case GP_T_U64:  return gp_buf_printf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+    case GP_T_F64:  return gp_buf_printf(out, "%.17g", *(const double *)p);
+    case GP_T_ENUM: {
+        int32_t i = *(const int32_t *)p;
+        return gp_buf_puts(out, i >= 0 && (uint32_t)i < f->nenums ? f->enums[i] : "");
+    }
+    default:
+        return GP_EINVAL;
+    }
+}
+
+/* Array of strings as "a,b,c"; power prices as "0,420;180000,250000". */
+static gp_err
+field_text(const gp_field *f, const col *c, const void *msg, gp_buf *out)
+{
+    const gp_arr *a = (const gp_arr *)((const char *)msg + f->offset);
+    gp_err        rc = GP_EOK;
+
+    if (f->type != GP_T_ARR)
+        return scalar_text(f, msg, out);
+    if (c->flags & COL_PRICES) {
+        const msg_power_price *pp = a->v;
+
+        for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
+            rc = gp_buf_printf(out, "%s%d", i ? "," : "", pp[i].start_min);
+        rc = rc == GP_EOK ? gp_buf_puts(out, ";") : rc;
+        for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
+            rc = gp_buf_printf(out, "%s%lld", i ? "," : "", (long long)pp[i].price_micros_per_kwh);
+        return rc;
+    }
+    for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++) {
+        const char *s = (const char *)a->v + (size_t)i * (f->elem_limit + 1);
+
+        if (strchr(s, ',') != NULL)
+            return GP_EINVAL;
+        rc = gp_buf_printf(out, "%s%s", i ? "," : "", s);
+    }
+    return rc;
+}
+
+static size_t
+count_csv(const char *s)
+{
+    size_t n = *s != '\0';
+
+    for (; *s != '\0'; s++)
+        n += *s == ',';
+    return n;
+}
+
+static gp_err
+set_prices(const gp_field *f, void *msg, const char *text)
+{
+    gp_arr          *a = (gp_arr *)((char *)msg + f->offset);
+    const char      *semi = strchr(text, ';');
+    size_t           n = count_csv(semi ? semi + 1 : "");
+    msg_power_price *pp;
+    const char      *s, *p;
+
+    if (semi == NULL || n == 0 || n > f->limit)
+        return semi == NULL ? GP_EINVAL : GP_EOK;
+    pp = calloc(n, sizeof(*pp));
+    if (pp == NULL)
+        return GP_ENOMEM;
+    s = text;
+    p = semi + 1;
+    for (size_t i = 0; i < n; i++) {
+        pp[i].start_min = (int32_t)strtol(s, (char **)&s, 10);
+        pp[i].price_micros_per_kwh = strtoll(p, (char **)&p, 10);
+        s += *s == ',';
+        p += *p == ',';
+    }
+    a->v = pp;
+    a->n = (uint32_t)n;
+    return GP_EOK;
+}
+
+static gp_err
+set_strings(const gp_field *f, void *msg, const char *text)
+{
+    gp_arr *a = (gp_arr *)((char *)msg + f->offset);
+    size_t  n = count_csv(text), w = f->elem_limit + 1;
+    char   *v;
+
+    if (n == 0)
+        return GP_EOK;
+    if (n > f->limit)
+        return GP_ETOOBIG;
+    v = calloc(n, w);
+    if (v == NULL)
+        return GP_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strcspn(text, ",");
+
+        snprintf(v + i * w, w, "%.*s", (int)len, text);
+        text += len + (text[len] == ',');
+    }
+    a->v = v;
+    a->n = (uint32_t)n;
+    return GP_EOK;
+}
+
+/* Fills msg from one result row whose columns follow the entity map. */
+static gp_err
+row_to_msg(const entity *e, const PGresult *res, int row, void *msg)
+{
+    const gp_msg_desc *d = e->desc;
+    char               err[GP_ERRBUF_LEN];
+    int                c = 0;
+    gp_err             rc = GP_EOK;
+
+    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++, c++) {
+        const char     *v = PQgetvalue(res, row, c);
+        int             fi = gp_msg_field_index(d, k->field);
+        const gp_field *f = &d->fields[fi];
+
+        if (k->flags & COL_PRICES)
+            rc = set_prices(f, msg, v);
+        else if (f->type == GP_T_ARR)
+            rc = set_strings(f, msg, v);
+        else
+            rc = gp_msg_set_text(d, msg, k->field, v, err, sizeof(err));
+        if (rc != GP_EOK)
+            GP_ERROR("row_decode_failed", "entity=%s field=%s value=\"%s\" code=%s", e->name,
+                     k->field, v, gp_err_name(rc));
+    }
+    return rc;
+}
+
+/* ---- SQL building -------------------------------------------------------------- */
+
+/* Parameters for one statement: text values kept in one buffer. */
+typedef struct params {
+    gp_buf      text;
+    size_t      off[GP_DB_MAX_PARAMS];
+    const char *v[GP_DB_MAX_PARAMS];
+    int         n;
+} params;
+
+static gp_err
+param_add(params *p, const char *s)
+{
+    if (p->n >= GP_DB_MAX_PARAMS)
+        return GP_ETOOBIG;
+    p->off[p->n++] = p->text.n;
+    return gp_buf_append(&p->text, s, strlen(s) + 1);
+}
+
+static gp_err
+param_field(params *p, const gp_field *f, const col *c, const void *msg)
+{
+    gp_buf tmp;
+    gp_err rc;
+
+    gp_buf_init(&tmp, 0);
+    rc = field_text(f, c, msg, &tmp);
+    if (rc == GP_EOK)
+        rc = param_add(p, tmp.p ? tmp.p : "");
+    gp_buf_fini(&tmp);
+    return rc;
+}
+
+static const char *const *
+param_values(params *p)
+{
+    for (int i = 0; i < p->n; i++)
+        p->v[i] = p->text.p + p->off[i];
+    return p->v;
+}
+
+static gp_err
+select_list(const entity *e, gp_buf *sql)
+{
+    gp_err rc = GP_EOK;
+    int    i = 0;
+
+    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++, i++)
+        rc = gp_buf_printf(sql, "%s%s", i ? ", " : "", k->read);
+    return rc;
+}
+
+static bool
+wanted(const gp_msg_desc *d, const void *msg, int fi, bool update)
+{
+    uint64_t has = *(const uint64_t *)msg;
+
+    if ((has >> fi) & 1u)
+        return true;
+    return !update && (d->fields[fi].flags & GP_FF_REQUIRED);
+}
+
+/* The power price schedule travels as "0,420;180000,250000" in one
+ * parameter and lands in two array columns. */
+static gp_err
+prices_sql(bool update, int n, gp_buf *cols, gp_buf *vals)
+{
+    static const char starts[] =
+        "coalesce(string_to_array(NULLIF(split_part($%d, ';', 1), ''), ',')::int[], '{}')";
+    static const char prices[] =
+        "coalesce(string_to_array(NULLIF(split_part($%d, ';', 2), ''), ',')::bigint[], '{}')";
+    gp_err rc;
+
+    if (update) {
+        rc = gp_buf_printf(vals, "%spower_start_min = ", vals->n ? ", " : "");
+        rc = rc ? rc : gp_buf_printf(vals, starts, n);
+        rc = rc ? rc : gp_buf_puts(vals, ", power_price_micros = ");
+        return rc ? rc : gp_buf_printf(vals, prices, n);
+    }
+    rc = gp_buf_puts(cols, ", power_start_min, power_price_micros");
+    rc = rc ? rc : gp_buf_puts(vals, ", ");
+    rc = rc ? rc : gp_buf_printf(vals, starts, n);
+    rc = rc ? rc : gp_buf_puts(vals, ", ");
+    return rc ? rc : gp_buf_printf(vals, prices, n);
+}
+
+/* INSERT ... RETURNING, or UPDATE ... WHERE id = $1 RETURNING. */
+static gp_err
+build_write(const entity *e, const void *msg, bool update, gp_buf *sql, params *p)
+{
+    gp_buf cols, vals;
+    gp_err rc = param_add(p, (const char *)msg + e->desc->fields[0].offset);   /* id is field 0 */
+
+    gp_buf_init(&cols, 0);
+    gp_buf_init(&vals, 0);
+    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++) {
+        int fi = gp_msg_field_index(e->desc, k->field);
+
+        if ((k->flags & (COL_RO | COL_KEY)) || !wanted(e->desc, msg, fi, update))
+            continue;
+        if (k->flags & COL_PRICES) {
+            rc = param_field(p, &e->desc->fields[fi], k, msg);
+            rc = rc ? rc : prices_sql(update, p->n, &cols, &vals);
+            continue;
+        }
+        rc = param_field(p, &e->desc->fields[fi], k, msg);
+        if (rc != GP_EOK)
+            break;
+        if (update) {
+            rc = gp_buf_printf(&vals, "%s%s = ", vals.n ? ", " : "", k->write);
+            rc = rc ? rc : gp_buf_printf(&vals, k->cast, p->n);
+        } else {
+            rc = gp_buf_printf(&cols, ", %s", k->write);
+            rc = rc ? rc : gp_buf_puts(&vals, ", ");
+            rc = rc ? rc : gp_buf_printf(&vals, k->cast, p->n);
+        }
+    }
+    if (rc == GP_EOK && update && vals.n == 0)
+        rc = GP_EINVAL;
+    if (rc == GP_EOK && update)
+        rc = gp_buf_printf(sql, "UPDATE %s t SET %s WHERE id = $1 RETURNING ", e->table, vals.p);
+    else if (rc == GP_EOK)
+        rc = gp_buf_printf(sql, "INSERT INTO %s AS t (id%s) VALUES ($1%s) RETURNING ", e->table,
+                           cols.p ? cols.p : "", vals.p ? vals.p : "");
+    if (rc == GP_EOK)
+        rc = select_list(e, sql);
+    gp_buf_fini(&cols);
+    gp_buf_fini(&vals);
+    return rc;
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+typedef struct op {
+    const entity *e;
+    gp_req       *req;
+    int           limit;
+    char          verb[16];
+    char          id[GP_MAX_ID + 1];
+} op;
+
+static const entity *
+entity_of(gp_req *req)
+{
+    const char *name = gp_req_token(req, 2);       /* gp.admin.<entity>.<verb> */
+
+    for (size_t i = 0; i < GP_NELEM(entities); i++)
+        if (strcmp(entities[i].name, name) == 0)
+            return &entities[i];
+    return NULL;
+}
+
+/* "insert ... violates foreign key constraint "pools_site_fkey"" -> "site" */
+static void
+fk_column(const entity *e, const char *detail, char *out, size_t n)
+{
+    const char *p = strstr(detail, "constraint \"");
+    size_t      tl = strlen(e->table);
+
+    snprintf(out, n, "reference");
+    if (p == NULL)
+        return;
+    p += 12;
+    if (strncmp(p, e->table, tl) == 0 && p[tl] == '_')
+        p += tl + 1;
+    snprintf(out, n, "%.*s", (int)strcspn(p, "\""), p);
+    if (strlen(out) > 5 && strcmp(out + strlen(out) - 5, "_fkey") == 0)
+        out[strlen(out) - 5] = '\0';
+}
+
+static gp_err
+db_error(op *o, gp_err err, const char *detail)
+{
+    char column[64];
+
+    if (err == GP_EEXISTS)
+        return gp_req_fail(o->req, err, "%s '%s' already exists", o->e->name, o->id);
+    if (err == GP_ENOTFOUND && strcmp(o->verb, "delete") == 0)
+        return gp_req_fail(o->req, GP_ECONFLICT, "%s '%s' is still in use: %s", o->e->name, o->id,
+                           detail);
+    if (err == GP_ENOTFOUND) {
+        fk_column(o->e, detail, column, sizeof(column));
+        return gp_req_fail(o->req, err, "%s '%s' refers to an unknown %s", o->e->name, o->id,
+                           column);
+    }
+    return gp_req_fail(o->req, err, "%s", detail);
+}
+
+static void
+op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    op     *o = arg;
+    gp_req *req = o->req;
+    void   *out = gp_req_out(req);
+
+    (void)nres;
+    if (err != GP_EOK) {
+        err = db_error(o, err, detail);
+    } else if (PQntuples(res[0]) == 0) {
+        err = gp_req_fail(req, GP_ENOTFOUND, "no %s '%s'", o->e->name, o->id);
+    } else if (strcmp(o->verb, "delete") == 0) {
+        snprintf(((msg_deleted *)out)->id, sizeof(((msg_deleted *)out)->id), "%s", o->id);
+    } else {
+        err = row_to_msg(o->e, res[0], 0, out);
+    }
+    free(o);
+    gp_req_done(req, err);
+}
+
+static gp_err
+run(op *o, const char *sql, params *p)
+{
+    gp_err rc = gp_db_query(gp_app_db(gp_req_app(o->req)), sql, p->n, param_values(p), 0,
+                            op_done, o);
+
+    if (rc != GP_EOK) {
+        free(o);
+        return rc;
+    }
+    return GP_EPENDING;
+}
+
+static op *
+op_new(gp_req *req, const char *id)
+{
+    op *o = calloc(1, sizeof(*o));
+
+    if (o == NULL)
+        return NULL;
+    o->req = req;
+    o->e = entity_of(req);
+    snprintf(o->verb, sizeof(o->verb), "%s", gp_req_token(req, 3));
+    snprintf(o->id, sizeof(o->id), "%s", id);
+    return o;
+}
+
+/* Ids and references must be subject tokens. */
+static gp_err
+check_ids(gp_req *req, const entity *e, const void *msg)
+{
+    static const char *const refs[] = {"id", "tenant", "parent", "region", "site", "pool"};
+
+    for (size_t i = 0; i < GP_NELEM(refs); i++) {
+        int         fi = gp_msg_field_index(e->desc, refs[i]);
+        const char *v;
+
+        if (fi < 0 || e->desc->fields[fi].type != GP_T_STR)
+            continue;
+        v = (const char *)msg + e->desc->fields[fi].offset;
+        if ((*v != '\0' || i == 0) && !registry_id_ok(v))
+            return gp_req_fail(req, GP_EINVAL, "%s '%s' must be 1-63 letters, digits, - or _",
+                               refs[i], v);
+    }
+    return GP_EOK;
+}
+
+static gp_err
+check_pool(gp_req *req, const msg_pool *p, bool update)
+{
+    if (update)
+        return GP_EOK;
+    if (p->scope == MSG_POOL_SCOPE_SITE && p->site[0] == '\0')
+        return gp_req_fail(req, GP_EINVAL, "a pool with scope site needs a site");
+    if (p->scope == MSG_POOL_SCOPE_REGION && p->region[0] == '\0')
+        return gp_req_fail(req, GP_EINVAL, "a pool with scope region needs a region");
+    if (p->scope != MSG_POOL_SCOPE_SITE && p->site[0] != '\0')
+        return gp_req_fail(req, GP_EINVAL, "only a pool with scope site names a site");
+    if (p->scope != MSG_POOL_SCOPE_REGION && p->region[0] != '\0')
+        return gp_req_fail(req, GP_EINVAL, "only a pool with scope region names a region");
+    return GP_EOK;
+}
+
+static gp_err
+check_site(gp_req *req, const msg_site *s)
+{
+    const msg_power_price *pp = s->power_prices.v;
+
+    for (uint32_t i = 0; i < s->power_prices.n; i++) {
+        if (i == 0 && pp[i].start_min != 0)
+            return gp_req_fail(req, GP_EINVAL, "power_prices must start at minute 0");
+        if (i > 0 && pp[i].start_min <= pp[i - 1].start_min)
+            return gp_req_fail(req, GP_EINVAL, "power_prices must be ordered by start_min");
+    }
+    return GP_EOK;
+}
+
+static gp_err
+on_write(gp_req *req, const void *in, void *out)
+{
+    const entity *e = entity_of(req);
+    bool          update = strcmp(gp_req_token(req, 3), "update") == 0;
+    gp_buf        sql;
+    params        p;
+    op           *o;
+    gp_err        rc;
+
+    (void)out;
+    rc = check_ids(req, e, in);
+    if (rc == GP_EOK && e->desc == &msg_pool_desc)
+        rc = check_pool(req, in, update);
+    if (rc == GP_EOK && e->desc == &msg_site_desc)
+        rc = check_site(req, in);
+    if (rc != GP_EOK)
+        return rc;
+    gp_buf_init(&sql, 0);
+    gp_buf_init(&p.text, 0);
+    p.n = 0;
+    rc = build_write(e, in, update, &sql, &p);
+    if (rc == GP_EINVAL && update)
+        rc = gp_req_fail(req, GP_EINVAL, "nothing to update: set at least one field");
+    o = rc == GP_EOK ? op_new(req, (const char *)in + e->desc->fields[0].offset) : NULL;
+    if (rc == GP_EOK)
+        rc = o ? run(o, sql.p, &p) : GP_ENOMEM;
+    gp_buf_fini(&sql);
+    gp_buf_fini(&p.text);
+    return rc;
+}
+
+static gp_err
+on_get_or_delete(gp_req *req, const void *in, void *out)
+{
+    const msg_id_request *q = in;
+    const entity         *e = entity_of(req);
+    bool                  del = strcmp(gp_req_token(req, 3), "delete") == 0;
+    gp_buf                sql;
+    params                p = {.n = 0};
+    op                   *o;
+    gp_err                rc;
+
+    (void)out;
+    if (!registry_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid id", q->id);
+    gp_buf_init(&sql, 0);
+    gp_buf_init(&p.text, 0);
+    if (del) {
+        rc = gp_buf_printf(&sql, "DELETE FROM %s WHERE id = $1 RETURNING id", e->table);
+    } else {
+        rc = gp_buf_puts(&sql, "SELECT ");
+        rc = rc ? rc : select_list(e, &sql);
+        rc = rc ? rc : gp_buf_printf(&sql, " FROM %s t WHERE id = $1", e->table);
+    }
+    rc = rc ? rc : param_add(&p, q->id);
+    o = rc == GP_EOK ? op_new(req, q->id) : NULL;
+    if (rc == GP_EOK)
+        rc = o ? run(o, sql.p, &p) : GP_ENOMEM;
+    gp_buf_fini(&sql);
+    gp_buf_fini(&p.text);
+    return rc;
+}
+
+/* ---- list ------------------------------------------------------------------------ */
+
+/* Sets next (the last id when the page is full) and total (the window
+ * count in the column after the entity's). */
+static void
+list_finish(gp_req *req, const entity *e, const op *o, const PGresult *res, int rows, int ncols)
+{
+    const gp_msg_desc *ld = e->list_desc;
+    char              *out = gp_req_out(req);
+    int                fn = gp_msg_field_index(ld, "next"), ft = gp_msg_field_index(ld, "total");
+
+    if (rows > 0 && rows == o->limit)
+        snprintf(out + ld->fields[fn].offset, ld->fields[fn].limit + 1, "%s",
+                 PQgetvalue(res, rows - 1, 0));
+    *(uint32_t *)(out + ld->fields[ft].offset) =
+        rows > 0 ? (uint32_t)strtoul(PQgetvalue(res, 0, ncols), NULL, 10) : 0;
+}
+
+static void
+list_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    op       *o = arg;
+    gp_req   *req = o->req;
+    gp_arr   *items = gp_req_out(req);      /* items is field 0 of every list */
+    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    int       ncols = 0;
+    size_t    sz = o->e->desc->size;
+
+    (void)nres;
+    for (const col *k = o->e->cols; k->field != NULL; k++)
+        ncols++;
+    if (err != GP_EOK) {
+        err = gp_req_fail(req, err, "%s", detail);
+    } else if (rows > 0 && (items->v = calloc((size_t)rows, sz)) == NULL) {
+        err = GP_ENOMEM;
+    }
+    for (int i = 0; i < rows && err == GP_EOK; i++) {
+        err = row_to_msg(o->e, res[0], i, (char *)items->v + (size_t)i * sz);
+        items->n++;
+    }
+    if (err == GP_EOK)
+        list_finish(req, o->e, o, res[0], rows, ncols);
+    free(o);
+    gp_req_done(req, err);
+}
+
+static const char *
+filter_value(const msg_list_request *q, const char *field)
+{
+    if (strcmp(field, "tenant") == 0) return q->tenant;
+    if (strcmp(field, "region") == 0) return q->region;
+    if (strcmp(field, "site") == 0) return q->site;
+    return "";
+}
+
+static gp_err
+list_sql(const entity *e, const msg_list_request *q, int limit, gp_buf *sql, params *p)
+{
+    gp_err rc = gp_buf_puts(sql, "SELECT * FROM (SELECT ");
+
+    rc = rc ? rc : select_list(e, sql);
+    rc = rc ? rc : gp_buf_printf(sql, ", count(*) OVER () FROM %s t WHERE true", e->table);
+    for (int i = 0; i < 4 && e->filters[i] != NULL && rc == GP_EOK; i++) {
+        char        field[32];
+        const char *colon = strchr(e->filters[i], ':');
+        const char *column = colon ? colon + 1 : e->filters[i];
+
+        snprintf(field, sizeof(field), "%.*s", (int)(colon ? colon - e->filters[i] : 31),
+                 e->filters[i]);
+        if (*filter_value(q, field) == '\0')
+            continue;
+        rc = param_add(p, filter_value(q, field));
+        rc = rc ? rc : gp_buf_printf(sql, " AND %s = $%d", column, p->n);
+    }
+    rc = rc ? rc : param_add(p, q->after);
+    rc = rc ? rc : gp_buf_printf(sql, ") x WHERE id > $%d ORDER BY id LIMIT %d", p->n, limit);
+    return rc;
+}
+
+static gp_err
+on_list(gp_req *req, const void *in, void *out)
+{
+    const msg_list_request *q = in;
+    const entity           *e = entity_of(req);
+    int                     max = (int)e->list_desc->fields[0].limit;
+    int                     limit = q->limit == 0 || (int)q->limit > max ? max : (int)q->limit;
+    gp_buf                  sql;
+    params                  p = {.n = 0};
+    op                     *o;
+    gp_err                  rc;
+
+    (void)out;
+    gp_buf_init(&sql, 0);
+    gp_buf_init(&p.text, 0);
+    rc = list_sql(e, q, limit, &sql, &p);
+    o = rc == GP_EOK ? op_new(req, "") : NULL;
+    if (o != NULL) {
+        o->limit = limit;
+        rc = gp_db_query(gp_app_db(gp_req_app(req)), sql.p, p.n, param_values(&p), 0, list_done, o);
+        if (rc != GP_EOK)
+            free(o);
+        else
+            rc = GP_EPENDING;
+    } else if (rc == GP_EOK) {
+        rc = GP_ENOMEM;
+    }
+    gp_buf_fini(&sql);
+    gp_buf_fini(&p.text);
+    return rc;
+}
+
+#define ENTITY_ROUTES(name, D, LD)                                                               \
+    {"gp.admin." name ".create", &D, &D, on_write, GP_R_QUEUE, 0},                               \
+    {"gp.admin." name ".update", &D, &D, on_write, GP_R_QUEUE, 0},                               \
+    {"gp.admin." name ".get", &msg_id_request_desc, &D, on_get_or_delete, GP_R_QUEUE, 0},        \
+    {"gp.admin." name ".delete", &msg_id_request_desc, &msg_deleted_desc, on_get_or_delete,      \
+     GP_R_QUEUE, 0},                                                                             \
+    {"gp.admin." name ".list", &msg_list_request_desc, &LD, on_list, GP_R_QUEUE, 0}
+
+const gp_route registry_admin_routes[] = {
+    ENTITY_ROUTES("tenant", msg_tenant_desc, msg_tenant_list_desc),
+    ENTITY_ROUTES("site", msg_site_desc, msg_site_list_desc),
+    ENTITY_ROUTES("pool", msg_pool_desc, msg_pool_list_desc),
+    ENTITY_ROUTES("product", msg_product_desc, msg_product_list_desc),
+    {NULL, NULL, NULL, NULL, 0, 0},
+};

@@ -1,0 +1,399 @@
+/* live.c -- live node state in Redis.
+ *
+ * Keys: gp:node:<id> (hash: state, seen, site, rtt, hb = the latest
+ * heartbeat as received, msgpack), gp:seen (sorted set: node id by last
+ * heartbeat, ms; only nodes not yet found stale), gp:epoch (marks a Redis
+ * that has been seeded; when it is missing Redis is new or was flushed).
+ *
+ * A heartbeat is one EVALSHA: it updates the hash and the index and
+ * returns the previous state, so registry instances share no memory and
+ * any of them can take any heartbeat (NATS queue group).  The sweep is
+ * one script too: it moves every node whose last beat is older than the
+ * stale window out of gp:seen and returns those that were healthy, so
+ * each transition is reported by exactly one instance. */
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "gp/limits.h"
+#include "gp/log.h"
+#include "registry.h"
+
+#define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
+#define RESEED_CHUNK  500       /* nodes per reseed pipeline burst */
+
+static const char hb_lua[] =
+    "local prev = redis.call('HGET', KEYS[1], 'state')\n"
+    "if prev == 'draining' or prev == 'quarantined' then\n"
+    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy')\n"
+    "end\n"
+    "if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5]) end\n"
+    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])\n"
+    "return prev\n";
+
+static const char sweep_lua[] =
+    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))\n"
+    "local out = {}\n"
+    "for _, id in ipairs(ids) do\n"
+    "  redis.call('ZREM', KEYS[1], id)\n"
+    "  local k = 'gp:node:' .. id\n"
+    "  if redis.call('HGET', k, 'state') == 'healthy' then\n"
+    "    redis.call('HSET', k, 'state', 'stale')\n"
+    "    out[#out + 1] = id\n"
+    "    out[#out + 1] = redis.call('HGET', k, 'site') or ''\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
+
+uint64_t
+registry_now_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+bool
+registry_id_ok(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n == 0 || n > GP_MAX_ID)
+        return false;
+    return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+}
+
+int32_t
+registry_state_from_name(const char *s)
+{
+    for (size_t i = 0; i < GP_NELEM(state_names); i++)
+        if (s != NULL && strcmp(s, state_names[i]) == 0)
+            return (int32_t)i;
+    return MSG_NODE_STATE_STATE_UNKNOWN;
+}
+
+/* ---- state changes: published at once, written to PostgreSQL in batches ---- */
+
+static void flush_changes(registry *r);
+
+static void
+changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    registry *r = arg;
+
+    (void)res;
+    (void)nres;
+    r->flushing = false;
+    if (err != GP_EOK)
+        GP_WARN("node_state_write_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    if (r->nchanges > 0)
+        flush_changes(r);
+}
+
+static void
+flush_changes(registry *r)
+{
+    gp_buf      ids, states;
+    const char *params[2];
+    gp_err      rc = GP_EOK;
+
+    if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL)
+        return;
+    gp_buf_init(&ids, 0);
+    gp_buf_init(&states, 0);
+    gp_buf_puts(&ids, "{");
+    gp_buf_puts(&states, "{");
+    for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
+        rc = gp_buf_printf(&ids, "%s%s", i ? "," : "", r->changes[i].node);
+        rc = rc ? rc : gp_buf_printf(&states, "%s%s", i ? "," : "", state_names[r->changes[i].state]);
+    }
+    gp_buf_puts(&ids, "}");
+    gp_buf_puts(&states, "}");
+    params[0] = ids.p;
+    params[1] = states.p;
+    r->nchanges = 0;
+    /* ids are checked tokens, so the array literal needs no quoting */
+    if (rc == GP_EOK &&
+        gp_db_query(gp_app_db(r->app),
+                    "UPDATE nodes SET state = v.s, state_since = now() "
+                    "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
+                    "WHERE nodes.id = v.id AND nodes.state <> v.s",
+                    2, params, 0, changes_written, r) == GP_EOK)
+        r->flushing = true;
+    gp_buf_fini(&ids);
+    gp_buf_fini(&states);
+}
+
+static void
+queue_change(registry *r, const char *node, int32_t state)
+{
+    if (r->nchanges == r->capchanges) {
+        unsigned      cap = r->capchanges ? r->capchanges * 2 : 256;
+        state_change *c = realloc(r->changes, cap * sizeof(*c));
+
+        if (c == NULL)
+            return;                      /* the next transition of this node fixes it */
+        r->changes = c;
+        r->capchanges = cap;
+    }
+    snprintf(r->changes[r->nchanges].node, sizeof(r->changes[0].node), "%s", node);
+    r->changes[r->nchanges++].state = state;
+    flush_changes(r);
+}
+
+void
+registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
+                         int32_t state, const char *reason)
+{
+    msg_node_state ev = {0};
+    char           subject[GP_MAX_SUBJECT + 1];
+
+    snprintf(ev.site, sizeof(ev.site), "%s", site);
+    snprintf(ev.node, sizeof(ev.node), "%s", node);
+    snprintf(ev.reason, sizeof(ev.reason), "%s", reason);
+    ev.state = state;
+    ev.prev = prev;
+    GP_SET_HAS(&ev, MSG_NODE_STATE__PREV);
+    ev.at_ms = registry_now_ms();
+    snprintf(subject, sizeof(subject), "gp.int.node.state.%s.%s", site, node);
+    gp_app_publish(r->app, subject, &msg_node_state_desc, &ev);
+    (*r->m_transitions)++;
+    GP_INFO("node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
+            state_names[prev], state_names[state], reason);
+    queue_change(r, node, state);
+}
+
+/* ---- heartbeats ------------------------------------------------------------------- */
+
+typedef struct beat {
+    registry *r;
+    char      site[GP_MAX_ID + 1];
+    char      node[GP_MAX_ID + 1];
+    bool      registered;
+} beat;
+
+static void
+beat_done(void *arg, const redisReply *rep, gp_err err)
+{
+    beat   *b = arg;
+    int32_t prev;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
+        if (err == GP_EOK && strncmp(rep->str, "NOSCRIPT", 8) == 0)
+            b->r->scripts_loaded = false;    /* Redis restarted: reload, this beat is lost */
+        (*b->r->m_hb_bad)++;
+        free(b);
+        return;
+    }
+    prev = rep->type == REDIS_REPLY_STRING ? registry_state_from_name(rep->str)
+                                           : MSG_NODE_STATE_STATE_UNKNOWN;
+    if (b->registered)
+        registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
+                                 "registered");
+    else if (prev != MSG_NODE_STATE_STATE_HEALTHY && prev != MSG_NODE_STATE_STATE_DRAINING &&
+             prev != MSG_NODE_STATE_STATE_QUARANTINED)
+        registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
+                                 "heartbeat");
+    free(b);
+}
+
+static void
+live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
+           double rtt_ms, bool registered)
+{
+    char        key[GP_MAX_ID + 16], now[24], rtt[32];
+    const char *argv[10];
+    size_t      argl[10];
+    beat       *b = malloc(sizeof(*b));
+    int         i = 0;
+
+    if (b == NULL)
+        return;
+    b->r = r;
+    b->registered = registered;
+    snprintf(b->site, sizeof(b->site), "%s", site);
+    snprintf(b->node, sizeof(b->node), "%s", node);
+    snprintf(key, sizeof(key), "gp:node:%s", node);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
+    snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
+    argv[i++] = r->scripts_loaded ? "EVALSHA" : "EVAL";
+    argv[i++] = r->scripts_loaded ? r->hb_sha : hb_lua;
+    argv[i++] = "2";
+    argv[i++] = key;
+    argv[i++] = "gp:seen";
+    argv[i++] = now;
+    argv[i++] = raw;
+    argv[i++] = site;
+    argv[i++] = node;
+    argv[i++] = rtt;
+    for (int k = 0; k < i; k++)
+        argl[k] = k == 6 ? len : strlen(argv[k]);
+    if (gp_kv_cmd(gp_app_kv(r->app), beat_done, b, i, argv, argl) != GP_EOK) {
+        (*r->m_hb_bad)++;
+        free(b);
+    }
+}
+
+void
+registry_live_beat(registry *r, const char *site, const char *node, const void *raw, size_t len,
+                   double rtt_ms)
+{
+    (*r->m_hb)++;
+    live_write(r, site, node, raw, len, rtt_ms, false);
+}
+
+void
+registry_live_register(registry *r, const char *site, const char *node)
+{
+    live_write(r, site, node, "", 0, 0, true);
+}
+
+/* ---- cron: scripts, sweep, reseed -------------------------------------------------------- */
+
+static void
+script_loaded(void *arg, const redisReply *rep, gp_err err)
+{
+    char *sha = arg;
+
+    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING && rep->len == 40)
+        memcpy(sha, rep->str, 41);
+}
+
+static void
+scripts_ready(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    (void)rep;
+    r->scripts_loaded = err == GP_EOK && r->hb_sha[0] != '\0' && r->sweep_sha[0] != '\0';
+}
+
+static void
+load_scripts(registry *r)
+{
+    gp_kv *kv = gp_app_kv(r->app);
+
+    r->hb_sha[0] = r->sweep_sha[0] = '\0';
+    gp_kv_cmdf(kv, script_loaded, r->hb_sha, "SCRIPT LOAD %s", hb_lua);
+    gp_kv_cmdf(kv, script_loaded, r->sweep_sha, "SCRIPT LOAD %s", sweep_lua);
+    gp_kv_cmdf(kv, scripts_ready, r, "PING");       /* answered after both, in order */
+}
+
+static void
+swept(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    r->sweeping = false;
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY) {
+        if (err == GP_EOK && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0)
+            r->scripts_loaded = false;
+        return;
+    }
+    for (size_t i = 0; i + 1 < rep->elements; i += 2)
+        registry_live_transition(r, rep->element[i + 1]->str, rep->element[i]->str,
+                                 MSG_NODE_STATE_STATE_HEALTHY, MSG_NODE_STATE_STATE_STALE,
+                                 "missed heartbeats");
+}
+
+static void
+sweep(registry *r)
+{
+    uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
+    uint64_t now = registry_now_ms();
+    char     cutoff[24], batch[16];
+
+    if (r->sweeping || now < window)
+        return;
+    snprintf(cutoff, sizeof(cutoff), "%llu", (unsigned long long)(now - window));
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    if (gp_kv_cmdf(gp_app_kv(r->app), swept, r, "EVALSHA %s 1 gp:seen %s %s", r->sweep_sha,
+                   cutoff, batch) == GP_EOK)
+        r->sweeping = true;
+}
+
+/* Redis came back empty (flushed, or restarted without persistence):
+ * every node PostgreSQL calls healthy goes back into the index as seen
+ * now, so it is either refreshed by its next heartbeat or found stale by
+ * the sweep one window later.  Nothing is lost and no one acts. */
+static void
+reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    registry *r = arg;
+    gp_kv    *kv = gp_app_kv(r->app);
+    char      now[24];
+    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+
+    (void)nres;
+    r->reseeding = false;
+    if (err != GP_EOK) {
+        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");     /* try again next tick */
+        return;
+    }
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
+    for (int i = 0; i < rows; i++) {
+        const char *id = PQgetvalue(res[0], i, 0), *site = PQgetvalue(res[0], i, 1);
+
+        gp_kv_cmdf(kv, NULL, NULL, "HSETNX gp:node:%s state healthy", id);
+        gp_kv_cmdf(kv, NULL, NULL, "HSETNX gp:node:%s site %s", id, site);
+        gp_kv_cmdf(kv, NULL, NULL, "ZADD gp:seen NX %s %s", now, id);
+    }
+    (*r->m_reseeds)++;
+    GP_INFO("redis_reseeded", "nodes=%d", rows);
+}
+
+static void
+epoch_checked(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
+        return;                              /* nil: the epoch was there already */
+    r->reseeding = true;
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site FROM nodes WHERE state = 'healthy'", 0,
+                    NULL, 0, reseeded, r) != GP_EOK) {
+        r->reseeding = false;
+        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL gp:epoch");
+    }
+}
+
+void
+registry_live_cron(gp_app *app, void *arg)
+{
+    registry *r = arg;
+    gp_kv    *kv = gp_app_kv(app);
+
+    if (!gp_kv_is_connected(kv))
+        return;
+    if (!r->scripts_loaded) {
+        load_scripts(r);
+        return;
+    }
+    if (gp_db_is_connected(gp_app_db(app)))
+        gp_kv_cmdf(kv, epoch_checked, r, "SET gp:epoch %s NX", gp_app_instance(app));
+    sweep(r);
+    flush_changes(r);
+}
+
+void
+registry_live_start(registry *r)
+{
+    gp_metrics *m = gp_app_metrics(r->app);
+
+    r->m_hb = gp_metrics_counter(m, "gp_registry_heartbeats_total", NULL, "Heartbeats recorded");
+    r->m_hb_bad = gp_metrics_counter(m, "gp_registry_heartbeat_write_failures_total", NULL,
+                                     "Heartbeats not recorded in Redis (Redis down or restarted)");
+    r->m_transitions = gp_metrics_counter(m, "gp_registry_node_transitions_total", NULL,
+                                          "Node state changes published");
+    r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,
+                                      "Times Redis was found empty and reseeded from PostgreSQL");
+}

@@ -1,0 +1,452 @@
+/* nodes.c -- node registration, heartbeats and leases on
+ * gp.node.<site>.<node>.*, and node get/list/delete on gp.admin.node.*.
+ *
+ * Registration writes the inventory (node and GPUs) to PostgreSQL in one
+ * transaction; heartbeats only touch Redis (live.c).  The subject names
+ * the node, and the body must agree: with NATS permissions limiting an
+ * agent to its own subjects, that is what stops one node speaking for
+ * another. */
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/limits.h"
+#include "gp/log.h"
+#include "registry.h"
+
+void
+registry_nodes_free(registry *r)
+{
+    free(r->changes);
+    r->changes = NULL;
+}
+
+/* The body must name the node of the subject gp.node.<site>.<node>.<verb>. */
+static gp_err
+check_subject(gp_req *req, const char *site, const char *node)
+{
+    if (strcmp(gp_req_token(req, 2), site) != 0 || strcmp(gp_req_token(req, 3), node) != 0)
+        return gp_req_fail(req, GP_EDENIED, "subject is for %s/%s but the body says %s/%s",
+                           gp_req_token(req, 2), gp_req_token(req, 3), site, node);
+    if (!registry_id_ok(site) || !registry_id_ok(node))
+        return gp_req_fail(req, GP_EINVAL, "site and node ids must be 1-63 letters, digits, - or _");
+    return GP_EOK;
+}
+
+/* Text array literal {"a","b"} with quotes and backslashes escaped. */
+static gp_err
+pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, bool quote, int kind)
+{
+    gp_err rc = gp_buf_puts(b, "{");
+
+    for (uint32_t i = 0; i < n && rc == GP_EOK; i++) {
+        const char *p = (const char *)base + (size_t)i * stride + off;
+
+        rc = i ? gp_buf_puts(b, ",") : GP_EOK;
+        if (kind == 1)
+            rc = rc ? rc : gp_buf_printf(b, "%d", *(const int32_t *)p);
+        else if (kind == 2)
+            rc = rc ? rc : gp_buf_printf(b, "%u", *(const uint32_t *)p);
+        else if (!quote)
+            rc = rc ? rc : gp_buf_puts(b, p);
+        else {
+            rc = rc ? rc : gp_buf_puts(b, "\"");
+            for (; *p != '\0' && rc == GP_EOK; p++)
+                rc = (*p == '"' || *p == '\\') ? gp_buf_printf(b, "\\%c", *p)
+                                               : gp_buf_append(b, p, 1);
+            rc = rc ? rc : gp_buf_puts(b, "\"");
+        }
+    }
+    return rc ? rc : gp_buf_puts(b, "}");
+}
+
+/* ---- register ------------------------------------------------------------------- */
+
+static const char upsert_node[] =
+    "INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
+    " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy', now(), now())"
+    " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
+    " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
+    " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
+    " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since ELSE now() END,"
+    " registered_at = now()";
+
+static const char replace_gpus[] =
+    "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
+    " SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[])";
+
+static void
+fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
+{
+    registry *r = gp_req_state(req);
+
+    out->heartbeat_ms = r->cfg->heartbeat_ms;
+    out->lease_ms = r->cfg->lease_ms;
+    /* Until the scheduler owns grants, every attempt an agent reports is
+     * granted to it; the kill list stays empty. */
+    if (attempts->n > 0 && (out->keep.v = calloc(attempts->n, sizeof(msg_attempt_ref))) != NULL) {
+        memcpy(out->keep.v, attempts->v, attempts->n * sizeof(msg_attempt_ref));
+        out->keep.n = attempts->n;
+    }
+}
+
+static void
+registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
+
+    (void)res;
+    (void)nres;
+    if (err == GP_ENOTFOUND) {
+        err = gp_req_fail(req, GP_ENOTFOUND, "site '%s' is not registered", q->site);
+    } else if (err != GP_EOK) {
+        err = gp_req_fail(req, err, "%s", detail);
+    } else {
+        registry_live_register(gp_req_state(req), q->site, q->node);
+        fill_lease(req, &q->attempts, gp_req_out(req));
+    }
+    gp_req_done(req, err);
+}
+
+static gp_err
+gpu_params(const msg_node_register *q, gp_buf arr[6])
+{
+    const msg_gpu *g = q->gpus.v;
+    size_t         sz = sizeof(msg_gpu);
+    gp_err         rc;
+
+    rc = pg_array(&arr[0], g, q->gpus.n, sz, offsetof(msg_gpu, index), false, 1);
+    rc = rc ? rc : pg_array(&arr[1], g, q->gpus.n, sz, offsetof(msg_gpu, uuid), true, 0);
+    rc = rc ? rc : pg_array(&arr[2], g, q->gpus.n, sz, offsetof(msg_gpu, model), true, 0);
+    rc = rc ? rc : pg_array(&arr[3], g, q->gpus.n, sz, offsetof(msg_gpu, vram_mb), false, 2);
+    rc = rc ? rc : pg_array(&arr[4], g, q->gpus.n, sz, offsetof(msg_gpu, serial), true, 0);
+    rc = rc ? rc : gp_buf_puts(&arr[5], "{");
+    for (uint32_t i = 0; i < q->gpus.n && rc == GP_EOK; i++) {
+        int32_t k = g[i].interconnect;
+        rc = gp_buf_printf(&arr[5], "%s%s", i ? "," : "",
+                           k >= 0 && k < 3 ? msg_gpu_desc.fields[MSG_GPU__INTERCONNECT].enums[k] : "pcie");
+    }
+    return rc ? rc : gp_buf_puts(&arr[5], "}");
+}
+
+static gp_err
+on_register(gp_req *req, const void *in, void *out)
+{
+    const msg_node_register *q = in;
+    char                     cpu[16], mem[16];
+    const char              *p1[7], *p2[7];
+    gp_buf                   arr[6];
+    gp_db_tx                *tx;
+    gp_err                   rc = check_subject(req, q->site, q->node);
+
+    (void)out;
+    if (rc != GP_EOK)
+        return rc;
+    for (int i = 0; i < 6; i++)
+        gp_buf_init(&arr[i], 0);
+    snprintf(cpu, sizeof(cpu), "%u", q->cpu_cores);
+    snprintf(mem, sizeof(mem), "%u", q->mem_mb);
+    p1[0] = q->node; p1[1] = q->site; p1[2] = q->hostname; p1[3] = q->agent_version;
+    p1[4] = q->boot_id; p1[5] = cpu; p1[6] = mem;
+    rc = gpu_params(q, arr);
+    p2[0] = q->node;
+    for (int i = 0; i < 6; i++)
+        p2[i + 1] = arr[i].p ? arr[i].p : "{}";
+    tx = rc == GP_EOK ? gp_db_tx_new(gp_app_db(gp_req_app(req))) : NULL;
+    if (tx != NULL) {
+        gp_db_tx_add(tx, upsert_node, 7, p1);
+        gp_db_tx_add(tx, "DELETE FROM gpus WHERE node = $1", 1, p2);
+        gp_db_tx_add(tx, replace_gpus, 7, p2);
+        rc = gp_db_tx_run(tx, 0, registered, req);
+    } else if (rc == GP_EOK) {
+        rc = GP_ENOMEM;
+    }
+    for (int i = 0; i < 6; i++)
+        gp_buf_fini(&arr[i]);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+}
+
+/* ---- heartbeat and lease ----------------------------------------------------------- */
+
+static gp_err
+on_heartbeat(gp_req *req, const void *in, void *out)
+{
+    const msg_heartbeat *hb = in;
+    const void          *raw;
+    size_t               len;
+    gp_err               rc = check_subject(req, hb->site, hb->node);
+
+    (void)out;
+    if (rc != GP_EOK)
+        return rc;
+    raw = gp_req_body(req, &len);
+    registry_live_beat(gp_req_state(req), hb->site, hb->node, raw, len, hb->uplink_rtt_ms);
+    return GP_EOK;
+}
+
+static gp_err
+on_lease(gp_req *req, const void *in, void *out)
+{
+    const msg_lease_renew *q = in;
+
+    if (!registry_id_ok(gp_req_token(req, 2)) || !registry_id_ok(gp_req_token(req, 3)))
+        return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
+    fill_lease(req, &q->attempts, out);
+    return GP_EOK;
+}
+
+/* ---- node get / list / delete ----------------------------------------------------- */
+
+#define NODE_FILTERS                                                                          \
+    "FROM nodes n JOIN sites s ON s.id = n.site"                                              \
+    " WHERE ($1 = '' OR n.site = $1) AND ($2 = '' OR s.region = $2) AND ($3 = '' OR s.tenant = $3)" \
+    " AND ($4 = '' OR n.state = $4) AND ($5 = '' OR n.id = $5)"                                \
+    " AND ($6 = '' OR EXISTS (SELECT 1 FROM gpus g WHERE g.node = n.id AND g.model = $6))"
+
+#define NODE_PAGE                                                                             \
+    "SELECT * FROM (SELECT n.id, n.site, s.region, n.hostname, n.agent_version, n.cpu_cores,"  \
+    " n.mem_mb, n.state, (extract(epoch FROM n.registered_at) * 1000)::bigint AS registered_ms," \
+    " count(*) OVER () AS total " NODE_FILTERS ") x WHERE id > $7 ORDER BY id LIMIT $8::int"
+
+static const char node_page_sql[] = NODE_PAGE;
+static const char node_gpus_sql[] =
+    "WITH page AS (" NODE_PAGE ") SELECT g.node, g.idx, g.uuid, g.model, g.vram_mb, g.serial,"
+    " g.interconnect FROM gpus g JOIN page p ON p.id = g.node ORDER BY g.node, g.idx";
+
+typedef struct nodeq {
+    gp_req   *req;
+    bool      get;            /* one node with its telemetry */
+    msg_node *items;
+    uint32_t  n;
+    unsigned  pending;        /* Redis replies still to come */
+    uint32_t  next;           /* item the next Redis reply is for: replies come in order */
+    int       pending_limit;  /* page size asked of PostgreSQL */
+    gp_err    err;
+} nodeq;
+
+static gp_err
+set_row(msg_node *n, const PGresult *res, int row)
+{
+    static const char *const cols[] = {"id", "site", "region", "hostname", "agent_version",
+                                       "cpu_cores", "mem_mb", "state", "registered_ms"};
+    gp_err rc = GP_EOK;
+
+    for (size_t c = 0; c < GP_NELEM(cols) && rc == GP_EOK; c++)
+        rc = gp_msg_set_text(&msg_node_desc, n, cols[c], PQgetvalue(res, row, (int)c), NULL, 0);
+    return rc;
+}
+
+/* GPU rows are ordered by node like the page, so one merge pass fills them. */
+static gp_err
+set_gpus(nodeq *q, const PGresult *res)
+{
+    int rows = PQntuples(res), r = 0;
+
+    for (uint32_t i = 0; i < q->n; i++) {
+        msg_node *n = &q->items[i];
+        int       first = r;
+
+        while (r < rows && strcmp(PQgetvalue(res, r, 0), n->id) == 0)
+            r++;
+        if (r == first)
+            continue;
+        n->gpus.v = calloc((size_t)(r - first), sizeof(msg_gpu));
+        if (n->gpus.v == NULL)
+            return GP_ENOMEM;
+        for (int k = first; k < r && n->gpus.n < 16; k++) {
+            static const char *const f[] = {"index", "uuid", "model", "vram_mb", "serial", "interconnect"};
+            msg_gpu *g = (msg_gpu *)n->gpus.v + n->gpus.n++;
+
+            for (size_t c = 0; c < GP_NELEM(f); c++)
+                gp_msg_set_text(&msg_gpu_desc, g, f[c], PQgetvalue(res, k, (int)c + 1), NULL, 0);
+        }
+    }
+    return GP_EOK;
+}
+
+static void
+nodeq_finish(nodeq *q)
+{
+    gp_req *req = q->req;
+
+    if (q->get) {
+        if (q->err == GP_EOK)
+            *(msg_node *)gp_req_out(req) = q->items[0];      /* moves the owned arrays */
+        else if (q->items != NULL)
+            gp_msg_clear(&msg_node_desc, &q->items[0]);
+        free(q->items);
+    } else {
+        msg_node_list *out = gp_req_out(req);
+
+        out->items.v = q->items;           /* freed with the reply */
+        out->items.n = q->n;
+    }
+    gp_req_done(req, q->err);
+    free(q);
+}
+
+/* HMGET gp:node:<id> seen hb: last_seen for every node, telemetry for get. */
+static void
+live_read(void *arg, const redisReply *rep, gp_err err)
+{
+    nodeq    *q = arg;
+    msg_node *n = &q->items[q->next++];
+
+    if (err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        const redisReply *seen = rep->element[0], *hb = rep->element[1];
+
+        if (seen->type == REDIS_REPLY_STRING)
+            n->last_seen_ms = strtoull(seen->str, NULL, 10);
+        if (q->get && hb->type == REDIS_REPLY_STRING &&
+            gp_msg_decode(&msg_heartbeat_desc, hb->str, hb->len, &n->telemetry, NULL, 0) == GP_EOK)
+            GP_SET_HAS(n, MSG_NODE__TELEMETRY);
+    }
+    /* Without Redis the inventory still answers; last_seen stays 0. */
+    if (--q->pending == 0)
+        nodeq_finish(q);
+}
+
+static void
+pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    nodeq *q = arg;
+    gp_kv *kv = gp_app_kv(gp_req_app(q->req));
+    int    rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+
+    (void)nres;
+    if (err != GP_EOK)
+        q->err = gp_req_fail(q->req, err, "%s", detail);
+    else if (rows == 0 && q->get)
+        q->err = gp_req_fail(q->req, GP_ENOTFOUND, "no node '%s'",
+                             ((const msg_id_request *)gp_req_in(q->req))->id);
+    else if (rows > 0 && (q->items = calloc((size_t)rows, sizeof(msg_node))) == NULL)
+        q->err = GP_ENOMEM;
+    for (int i = 0; i < rows && q->err == GP_EOK; i++) {
+        q->err = set_row(&q->items[q->n++], res[0], i);
+    }
+    if (q->err == GP_EOK && rows > 0) {
+        msg_node_list *out = gp_req_out(q->req);
+
+        if (!q->get) {
+            out->total = (uint32_t)strtoul(PQgetvalue(res[0], 0, 9), NULL, 10);
+            if ((int)q->n == q->pending_limit)
+                snprintf(out->next, sizeof(out->next), "%s", q->items[q->n - 1].id);
+        }
+        q->err = set_gpus(q, res[1]);
+    }
+    q->pending = 1;                        /* held while the reads are issued */
+    for (uint32_t i = 0; i < q->n && q->err == GP_EOK; i++) {
+        if (gp_kv_cmdf(kv, live_read, q, "HMGET gp:node:%s seen %s", q->items[i].id,
+                       q->get ? "hb" : "seen") == GP_EOK)
+            q->pending++;
+        else
+            q->next++;                     /* no reply will come for this one */
+    }
+    if (--q->pending == 0)
+        nodeq_finish(q);
+}
+
+static gp_err
+node_query(gp_req *req, const msg_list_request *f, const char *id, bool get)
+{
+    char        limit[16];
+    const char *p[8] = {f->site, f->region, f->tenant, f->state, id, f->model, f->after, limit};
+    nodeq      *q = calloc(1, sizeof(*q));
+    gp_db_tx   *tx;
+    int         max = (int)msg_node_list_desc.fields[MSG_NODE_LIST__ITEMS].limit;
+    gp_err      rc;
+
+    if (q == NULL)
+        return GP_ENOMEM;
+    q->req = req;
+    q->get = get;
+    q->pending_limit = get ? 1 : f->limit == 0 || (int)f->limit > max ? max : (int)f->limit;
+    snprintf(limit, sizeof(limit), "%d", q->pending_limit);
+    tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
+    if (tx == NULL) {
+        free(q);
+        return GP_ENOMEM;
+    }
+    gp_db_tx_add(tx, node_page_sql, 8, p);
+    gp_db_tx_add(tx, node_gpus_sql, 8, p);
+    rc = gp_db_tx_run(tx, 0, pg_read, q);
+    if (rc != GP_EOK) {
+        free(q);
+        return gp_req_fail(req, rc, "inventory database unavailable");
+    }
+    return GP_EPENDING;
+}
+
+static gp_err
+on_node_list(gp_req *req, const void *in, void *out)
+{
+    const msg_list_request *f = in;
+
+    (void)out;
+    if (f->state[0] != '\0' && registry_state_from_name(f->state) == MSG_NODE_STATE_STATE_UNKNOWN &&
+        strcmp(f->state, "unknown") != 0)
+        return gp_req_fail(req, GP_EINVAL, "state '%s' is not one of unknown, healthy, stale, "
+                           "draining, quarantined", f->state);
+    return node_query(req, f, "", false);
+}
+
+static gp_err
+on_node_get(gp_req *req, const void *in, void *out)
+{
+    static const msg_list_request none;
+    const msg_id_request         *q = in;
+
+    (void)out;
+    if (!registry_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
+    return node_query(req, &none, q->id, true);
+}
+
+static void
+node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req               *req = arg;
+    const msg_id_request *q = gp_req_in(req);
+    gp_kv                *kv = gp_app_kv(gp_req_app(req));
+
+    (void)nres;
+    if (err != GP_EOK) {
+        err = gp_req_fail(req, err, "%s", detail);
+    } else if (PQntuples(res[0]) == 0) {
+        err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
+    } else {
+        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:node:%s", q->id);
+        gp_kv_cmdf(kv, NULL, NULL, "ZREM gp:seen %s", q->id);
+        snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
+    }
+    gp_req_done(req, err);
+}
+
+static gp_err
+on_node_delete(gp_req *req, const void *in, void *out)
+{
+    const msg_id_request *q = in;
+    const char           *p[1] = {q->id};
+    gp_err                rc;
+
+    (void)out;
+    if (!registry_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
+    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id",
+                     1, p, 0, node_deleted, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+}
+
+const gp_route registry_node_routes[] = {
+    {"gp.node.*.*.register", &msg_node_register_desc, &msg_node_registered_desc, on_register,
+     GP_R_QUEUE, 0},
+    {"gp.node.*.*.hb", &msg_heartbeat_desc, NULL, on_heartbeat, GP_R_QUEUE | GP_R_NOREPLY, 0},
+    {"gp.node.*.*.lease", &msg_lease_renew_desc, &msg_node_registered_desc, on_lease, GP_R_QUEUE, 0},
+    {"gp.admin.node.get", &msg_id_request_desc, &msg_node_desc, on_node_get, GP_R_QUEUE, 0},
+    {"gp.admin.node.list", &msg_list_request_desc, &msg_node_list_desc, on_node_list, GP_R_QUEUE, 0},
+    {"gp.admin.node.delete", &msg_id_request_desc, &msg_deleted_desc, on_node_delete, GP_R_QUEUE, 0},
+    {NULL, NULL, NULL, NULL, 0, 0},
+};

@@ -1,0 +1,72 @@
+/* registry.h -- the registry service: inventory in PostgreSQL (tenants,
+ * sites, nodes, GPUs, pools, products) and live node state in Redis.
+ * Loop thread only. */
+#ifndef REGISTRY_H
+#define REGISTRY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gp/app.h"
+#include "gp/buf.h"
+#include "gp/limits.h"
+#include "msg_gen.h"
+
+typedef struct registry_cfg {
+    gp_common_cfg common;
+    unsigned      heartbeat_ms;      /* interval handed to agents */
+    unsigned      stale_beats;       /* missed beats before a node is stale */
+    unsigned      lease_ms;          /* attempt lease handed to agents */
+    unsigned      sweep_ms;          /* how often stale nodes are looked for */
+} registry_cfg;
+
+extern const gp_cfg_opt registry_cfg_opts[];
+extern const char       registry_migrate_sql[];
+
+/* A node state change waiting to be written to PostgreSQL. */
+typedef struct state_change {
+    char    node[GP_MAX_ID + 1];
+    int32_t state;
+} state_change;
+
+typedef struct registry {
+    gp_app             *app;
+    const registry_cfg *cfg;
+    char                hb_sha[41];        /* SHA1 of the scripts once loaded */
+    char                sweep_sha[41];
+    bool                scripts_loaded;
+    bool                sweeping;
+    bool                reseeding;
+    state_change       *changes;           /* batched nodes.state updates */
+    unsigned            nchanges, capchanges;
+    bool                flushing;
+    uint64_t           *m_hb, *m_hb_bad, *m_transitions, *m_reseeds;
+} registry;
+
+/* now, wall clock, ms since the epoch */
+uint64_t registry_now_ms(void);
+
+/* true for a non-empty [A-Za-z0-9_-]* id: ids are NATS subject tokens */
+bool registry_id_ok(const char *id);
+
+/* admin.c: tenants, sites, pools, products */
+extern const gp_route registry_admin_routes[];
+/* nodes.c: register, heartbeat, lease, node admin */
+extern const gp_route registry_node_routes[];
+/* live.c: Redis scripts, the stale sweep and state publication */
+void registry_live_start(registry *r);
+void registry_live_cron(gp_app *app, void *arg);
+void registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
+                              int32_t state, const char *reason);
+/* Records a heartbeat (raw msgpack) in Redis; publishes a transition if
+ * the node was not healthy. */
+void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
+                        size_t len, double rtt_ms);
+int32_t registry_state_from_name(const char *s);
+/* Marks a node healthy in Redis after registration and publishes it. */
+void registry_live_register(registry *r, const char *site, const char *node);
+
+/* nodes.c */
+void registry_nodes_free(registry *r);
+
+#endif

@@ -1,0 +1,1080 @@
+/* db.c -- non-blocking PostgreSQL pool on one libev loop (see gp/db.h).
+ *
+ * Each pooled connection is a small state machine:
+ *
+ *   WAIT --timer--> CONNECTING --poll OK--> [MIGRATING] --> READY <--> BUSY
+ *     ^                 |                      |              |        |
+ *     +---- break (PQfinish, backoff) ---------+--------------+--------+
+ *
+ * CONNECTING is PQconnectStart + PQconnectPoll driven by an ev_io on
+ * PQsocket (fd and direction re-armed at every step) under a deadline.
+ * MIGRATING runs the migration script (simple protocol, several statements,
+ * one implicit transaction holding an advisory lock so that concurrent
+ * migrations from other connections and processes queue up).  READY
+ * connections are in pipeline mode: a job (one statement, or BEGIN, the
+ * statements and COMMIT) is sent as one pipeline closed by a Sync, so a
+ * transaction costs one round trip.  After the Sync, a connection left
+ * inside a transaction (a failed statement in BEGIN..COMMIT) gets a ROLLBACK
+ * (CLEANUP) before it takes the next job.
+ *
+ * One ev_timer per job counts from submission (queue wait included); on
+ * expiry a queued job leaves the queue, a running one drops its connection
+ * (PQcancel blocks), which reconnects at once.
+ *
+ * User callbacks run only from libev callbacks or gp_db_free, never from
+ * gp_db_query/gp_db_tx_run; gp_db_free inside a callback is deferred to
+ * the end of the libev callback that is running (db->depth). */
+#include "gp/db.h"
+
+#include <ev.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp/limits.h"
+#include "gp/log.h"
+
+#define DB_MAX_POOL            64
+#define DB_DEFAULT_POOL        2
+#define DB_DEFAULT_TIMEOUT_MS  5000
+/* Connect plus migration; libpq's connect_timeout only applies to the
+ * blocking calls we never make. */
+#define DB_CONNECT_TIMEOUT_MS  10000
+/* A ROLLBACK after a failed transaction. */
+#define DB_CLEANUP_TIMEOUT_MS  5000
+/* Advisory lock key serializing migrations across connections/processes. */
+#define DB_MIGRATE_LOCK_KEY    7453010373645655553LL   /* "gpdbmig\1" */
+
+typedef enum conn_state {
+    CS_WAIT,            /* no connection; timer = backoff */
+    CS_CONNECTING,      /* PQconnectPoll; timer = deadline */
+    CS_MIGRATING,       /* migration script in flight; timer = deadline */
+    CS_READY,           /* idle, pipeline mode */
+    CS_BUSY,            /* job in flight */
+    CS_CLEANUP          /* ROLLBACK in flight; timer = deadline */
+} conn_state;
+
+typedef struct db_stmt {
+    char  *blob;        /* one allocation: params array, sql, params */
+    char  *sql;
+    char **params;
+    int    nparams;
+} db_stmt;
+
+typedef struct db_job {
+    struct db_job  *prev, *next;   /* queue links */
+    gp_db          *db;
+    struct db_conn *conn;          /* while running */
+    gp_db_cb       *cb;
+    void           *arg;
+    ev_timer        timer;
+    bool            tx;
+    int             nstmts, capstmts;
+    db_stmt        *stmts;
+    gp_err          build_err;     /* tx: first gp_db_tx_add failure (sticky) */
+    int             rx;            /* command results received */
+    PGresult      **res;           /* nstmts slots */
+    gp_err          err;
+    char            detail[GP_ERRBUF_LEN];
+} db_job;
+
+struct gp_db_tx {
+    db_job job;
+};
+
+typedef struct db_conn {
+    gp_db     *db;
+    unsigned   idx;
+    PGconn    *pg;
+    conn_state state;
+    ev_io      io;
+    int        io_fd, io_ev;
+    ev_timer   timer;
+    unsigned   backoff_ms;     /* next reconnect delay before jitter */
+    unsigned   fails;          /* failed attempts since last up */
+    bool       started;        /* an attempt was made before */
+    bool       up;             /* counted in db->nready */
+    bool       want_write;     /* PQflush said 1 */
+    bool       fail_pending;   /* break at next timer callback */
+    bool       mig_failed;
+    db_job    *job;
+    char       detail[GP_ERRBUF_LEN];
+} db_conn;
+
+struct gp_db {
+    struct ev_loop *loop;
+    char           *conninfo;
+    char           *migrate;       /* lock + script, or NULL */
+    unsigned        pool_size;
+    unsigned        timeout_ms;
+    gp_db_conn_cb  *conn_cb;
+    void           *conn_arg;
+    db_conn        *conns;
+    db_job         *qhead, *qtail;
+    unsigned        qlen;
+    unsigned        nready;
+    uint64_t        rng;
+    gp_db_stats     st;
+    int             depth;         /* libev callbacks / destroy on the stack */
+    bool            closing;       /* gp_db_free started */
+    bool            free_pending;  /* gp_db_free called inside a callback */
+    bool            destroying;
+};
+
+static void conn_start(db_conn *c);
+static void conn_break(db_conn *c, const char *why, bool fast);
+static void db_dispatch(gp_db *db);
+static void db_destroy(gp_db *db);
+
+/* ---- small helpers ---------------------------------------------------- */
+
+/* Copies s into out on one line: newlines/tabs become spaces, runs of
+ * spaces collapse, trailing space goes; quote_safe also turns '"' into '\''
+ * (for log values in quotes). */
+static void
+clean_text(char *out, size_t cap, const char *s, bool quote_safe)
+{
+    size_t n = 0;
+    bool   sp = false;
+
+    if (s == NULL)
+        s = "";
+    for (; *s != '\0' && n + 1 < cap; s++) {
+        char ch = *s;
+        if (ch == '\n' || ch == '\r' || ch == '\t' || ch == ' ') {
+            sp = n > 0;
+            continue;
+        }
+        if (sp) {
+            if (n + 2 >= cap)
+                break;
+            out[n++] = ' ';
+            sp = false;
+        }
+        out[n++] = quote_safe && ch == '"' ? '\'' : ch;
+    }
+    out[n] = '\0';
+}
+
+static uint64_t
+db_rand(gp_db *db)
+{
+    uint64_t x = db->rng;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    db->rng = x;
+    return x * 2685821657736338717ULL;
+}
+
+/* Next reconnect delay in seconds: backoff +-25%, then double it (capped). */
+static double
+conn_backoff(db_conn *c)
+{
+    double base = c->backoff_ms;
+    double j = (double)(db_rand(c->db) >> 11) / (double)(1ULL << 53);   /* [0,1) */
+
+    c->backoff_ms = c->backoff_ms * 2 > GP_BACKOFF_MAX_MS ? GP_BACKOFF_MAX_MS : c->backoff_ms * 2;
+    return base * (0.75 + 0.5 * j) / 1000.0;
+}
+
+static gp_err
+map_sqlstate(const char *s)
+{
+    if (s == NULL || s[0] == '\0')
+        return GP_EUNAVAIL;                 /* libpq's own: connection trouble */
+    if (strcmp(s, "23505") == 0)
+        return GP_EEXISTS;
+    if (strcmp(s, "23503") == 0)
+        return GP_ENOTFOUND;
+    if (strcmp(s, "23502") == 0 || strcmp(s, "23514") == 0 || strncmp(s, "22", 2) == 0)
+        return GP_EINVAL;
+    if (strcmp(s, "40001") == 0 || strcmp(s, "40P01") == 0)
+        return GP_ECONFLICT;
+    if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
+        strcmp(s, "57P03") == 0)
+        return GP_EUNAVAIL;
+    if (strcmp(s, "57014") == 0)
+        return GP_ETIMEOUT;                 /* statement_timeout / canceled */
+    return GP_EINTERNAL;
+}
+
+/* "primary message (constraint name)" */
+static void
+result_detail(char *out, size_t cap, const PGresult *r)
+{
+    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    const char *cn = PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME);
+    char        tmp[GP_ERRBUF_LEN];
+
+    if (m == NULL)
+        m = PQresultErrorMessage(r);
+    if (m == NULL || m[0] == '\0')
+        m = PQresStatus(PQresultStatus(r));
+    if (cn != NULL)
+        snprintf(tmp, sizeof(tmp), "%s (constraint %s)", m, cn);
+    else
+        snprintf(tmp, sizeof(tmp), "%s", m);
+    clean_text(out, cap, tmp, false);
+}
+
+static void
+notice_cb(void *arg, const char *msg)
+{
+    db_conn *c = arg;
+    char     t[GP_ERRBUF_LEN];
+
+    if (!gp_log_enabled(GP_LOG_DEBUG))
+        return;
+    clean_text(t, sizeof(t), msg, true);
+    GP_DEBUG("pg_notice", "conn=%u detail=\"%s\"", c->idx, t);
+}
+
+static void
+db_enter(gp_db *db)
+{
+    db->depth++;
+}
+
+static void
+db_leave(gp_db *db)
+{
+    if (--db->depth == 0 && db->free_pending && !db->destroying)
+        db_destroy(db);
+}
+
+/* ---- statements and jobs ---------------------------------------------- */
+
+static gp_err
+stmt_check(const char *sql, int nparams, const char *const *params)
+{
+    if (sql == NULL || nparams < 0 || (nparams > 0 && params == NULL))
+        return GP_EINVAL;
+    if (nparams > GP_DB_MAX_PARAMS)
+        return GP_ETOOBIG;
+    return GP_EOK;
+}
+
+static gp_err
+stmt_init(db_stmt *s, const char *sql, int nparams, const char *const *params)
+{
+    size_t hdr = (size_t)nparams * sizeof(char *);
+    size_t len = strlen(sql) + 1;
+    char  *p;
+
+    for (int i = 0; i < nparams; i++)
+        if (params[i] != NULL)
+            len += strlen(params[i]) + 1;
+    s->blob = malloc(hdr + len);
+    if (s->blob == NULL)
+        return GP_ENOMEM;
+    s->params = nparams > 0 ? (char **)(void *)s->blob : NULL;
+    p = s->blob + hdr;
+    s->sql = p;
+    memcpy(p, sql, strlen(sql) + 1);
+    p += strlen(sql) + 1;
+    for (int i = 0; i < nparams; i++) {
+        if (params[i] == NULL) {
+            s->params[i] = NULL;
+            continue;
+        }
+        size_t n = strlen(params[i]) + 1;
+        memcpy(p, params[i], n);
+        s->params[i] = p;
+        p += n;
+    }
+    s->nparams = nparams;
+    return GP_EOK;
+}
+
+static gp_err
+job_add(db_job *job, const char *sql, int nparams, const char *const *params)
+{
+    gp_err e = stmt_check(sql, nparams, params);
+
+    if (e != GP_EOK)
+        return e;
+    if (job->nstmts >= GP_DB_MAX_TX_STMTS)
+        return GP_ETOOBIG;
+    if (job->nstmts == job->capstmts) {
+        int      cap = job->capstmts ? job->capstmts * 2 : 4;
+        db_stmt *n = realloc(job->stmts, (size_t)cap * sizeof(*n));
+        if (n == NULL)
+            return GP_ENOMEM;
+        job->stmts = n;
+        job->capstmts = cap;
+    }
+    e = stmt_init(&job->stmts[job->nstmts], sql, nparams, params);
+    if (e == GP_EOK)
+        job->nstmts++;
+    return e;
+}
+
+static void
+job_free(db_job *job)
+{
+    for (int i = 0; i < job->nstmts; i++) {
+        free(job->stmts[i].blob);
+        if (job->res != NULL && job->res[i] != NULL)
+            PQclear(job->res[i]);
+    }
+    free(job->stmts);
+    free(job->res);
+    free(job);
+}
+
+static void
+queue_push(gp_db *db, db_job *job)
+{
+    job->next = NULL;
+    job->prev = db->qtail;
+    if (db->qtail != NULL)
+        db->qtail->next = job;
+    else
+        db->qhead = job;
+    db->qtail = job;
+    db->qlen++;
+}
+
+static void
+queue_remove(gp_db *db, db_job *job)
+{
+    if (job->prev != NULL)
+        job->prev->next = job->next;
+    else
+        db->qhead = job->next;
+    if (job->next != NULL)
+        job->next->prev = job->prev;
+    else
+        db->qtail = job->prev;
+    job->prev = job->next = NULL;
+    db->qlen--;
+}
+
+/* Calls the callback once and frees the job.  The job is in no queue and
+ * on no connection. */
+static void
+job_finish(db_job *job, gp_err err, const char *detail)
+{
+    gp_db *db = job->db;
+
+    ev_timer_stop(db->loop, &job->timer);
+    if (err != GP_EOK)
+        db->st.errors++;
+    if (err == GP_EOK)
+        job->cb(job->arg, GP_EOK, (struct pg_result *const *)job->res, job->nstmts, "");
+    else
+        job->cb(job->arg, err, NULL, 0, detail != NULL ? detail : gp_err_str(err));
+    job_free(job);
+}
+
+static void
+job_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    db_job *job = GP_CONTAINER_OF(w, db_job, timer);
+    gp_db  *db = job->db;
+
+    (void)loop;
+    (void)revents;
+    db_enter(db);
+    db->st.timeouts++;
+    if (job->conn != NULL) {
+        db_conn *c = job->conn;
+        c->job = NULL;
+        job->conn = NULL;
+        GP_WARN("pg_query_timeout", "conn=%u err=TIMEOUT", c->idx);
+        conn_break(c, "query timeout", true);
+    } else {
+        queue_remove(db, job);
+    }
+    job_finish(job, GP_ETIMEOUT, "timeout");
+    db_leave(db);
+}
+
+/* Files one command's result: statement results are kept for the
+ * callback, the first error is remembered, the rest is cleared. */
+static void
+job_result(db_job *job, PGresult *r)
+{
+    int            k = job->rx++;
+    int            si = job->tx ? k - 1 : k;
+    ExecStatusType st = PQresultStatus(r);
+
+    switch (st) {
+    case PGRES_COMMAND_OK:
+    case PGRES_TUPLES_OK:
+    case PGRES_EMPTY_QUERY:
+    case PGRES_SINGLE_TUPLE:
+        if (si >= 0 && si < job->nstmts && job->res[si] == NULL) {
+            job->res[si] = r;
+            return;
+        }
+        break;
+    case PGRES_PIPELINE_ABORTED:
+        break;
+    case PGRES_FATAL_ERROR:
+        if (job->err == GP_EOK) {
+            job->err = map_sqlstate(PQresultErrorField(r, PG_DIAG_SQLSTATE));
+            result_detail(job->detail, sizeof(job->detail), r);
+        }
+        break;
+    default:                                /* COPY, bad response, ... */
+        if (job->err == GP_EOK) {
+            job->err = GP_EINTERNAL;
+            snprintf(job->detail, sizeof(job->detail), "unexpected result %s",
+                     PQresStatus(st));
+        }
+        break;
+    }
+    PQclear(r);
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+/* Watches the connection's current socket for events. */
+static bool
+conn_watch(db_conn *c, int events)
+{
+    struct ev_loop *loop = c->db->loop;
+    int             fd = PQsocket(c->pg);
+
+    if (fd < 0)
+        return false;
+    if (fd != c->io_fd || events != c->io_ev || !ev_is_active(&c->io)) {
+        ev_io_stop(loop, &c->io);
+        ev_io_set(&c->io, fd, events);
+        ev_io_start(loop, &c->io);
+        c->io_fd = fd;
+        c->io_ev = events;
+    }
+    return true;
+}
+
+static bool
+conn_arm(db_conn *c)
+{
+    return conn_watch(c, EV_READ | (c->want_write ? EV_WRITE : 0));
+}
+
+static void
+conn_deadline(db_conn *c, unsigned ms)
+{
+    ev_timer_stop(c->db->loop, &c->timer);
+    ev_timer_set(&c->timer, ms / 1000.0, 0.);
+    ev_timer_start(c->db->loop, &c->timer);
+}
+
+/* PQflush, arming EV_WRITE while libpq has more to send. */
+static bool
+conn_flush(db_conn *c)
+{
+    int f = PQflush(c->pg);
+
+    if (f < 0)
+        return false;
+    c->want_write = f == 1;
+    return conn_arm(c);
+}
+
+/* Breaks the connection at the next loop iteration (from paths where the
+ * caller must not see callbacks). */
+static void
+conn_fail_later(db_conn *c)
+{
+    clean_text(c->detail, sizeof(c->detail), PQerrorMessage(c->pg), false);
+    c->fail_pending = true;
+    ev_io_stop(c->db->loop, &c->io);
+    conn_deadline(c, 0);
+}
+
+/* Drops the connection: running job fails UNAVAIL, a reconnect is
+ * scheduled (at once when fast, else after the backoff). */
+static void
+conn_break(db_conn *c, const char *why, bool fast)
+{
+    gp_db  *db = c->db;
+    db_job *job = c->job;
+    bool    was_up = c->up;
+    char    detail[GP_ERRBUF_LEN], logd[GP_ERRBUF_LEN];
+
+    clean_text(detail, sizeof(detail), why, false);
+    clean_text(logd, sizeof(logd), why, true);
+    c->job = NULL;
+    c->fail_pending = false;
+    c->want_write = false;
+    c->mig_failed = false;
+    ev_io_stop(db->loop, &c->io);
+    c->io_fd = -1;
+    ev_timer_stop(db->loop, &c->timer);
+    if (c->pg != NULL) {
+        PQfinish(c->pg);
+        c->pg = NULL;
+    }
+    c->state = CS_WAIT;
+    if (was_up) {
+        c->up = false;
+        db->nready--;
+        c->fails = 0;
+        GP_WARN("pg_down", "conn=%u ready=%u err=UNAVAIL detail=\"%s\"", c->idx, db->nready, logd);
+    } else if (++c->fails == 1) {
+        GP_WARN("pg_connect_failed", "conn=%u err=UNAVAIL detail=\"%s\"", c->idx, logd);
+    } else {
+        GP_DEBUG("pg_connect_failed", "conn=%u fails=%u err=UNAVAIL detail=\"%s\"", c->idx,
+                 c->fails, logd);
+    }
+    if (!db->closing) {
+        ev_timer_set(&c->timer, fast ? 0. : conn_backoff(c), 0.);
+        ev_timer_start(db->loop, &c->timer);
+    }
+    if (was_up && db->nready == 0 && db->conn_cb != NULL && !db->closing)
+        db->conn_cb(db->conn_arg, false);
+    if (job != NULL) {
+        job->conn = NULL;
+        job_finish(job, GP_EUNAVAIL, detail);
+    }
+}
+
+static void
+conn_ready(db_conn *c)
+{
+    gp_db *db = c->db;
+
+    ev_timer_stop(db->loop, &c->timer);
+    if (PQenterPipelineMode(c->pg) != 1) {
+        conn_break(c, PQerrorMessage(c->pg), false);
+        return;
+    }
+    c->want_write = false;
+    if (!conn_arm(c)) {
+        conn_break(c, "no socket", false);
+        return;
+    }
+    c->state = CS_READY;
+    c->up = true;
+    c->fails = 0;
+    c->backoff_ms = GP_BACKOFF_MIN_MS;
+    db->nready++;
+    GP_INFO("pg_up", "conn=%u ready=%u", c->idx, db->nready);
+    if (db->nready == 1 && db->conn_cb != NULL && !db->closing)
+        db->conn_cb(db->conn_arg, true);
+    db_dispatch(db);
+}
+
+static void
+conn_connected(db_conn *c)
+{
+    gp_db *db = c->db;
+
+    if (PQsetnonblocking(c->pg, 1) != 0) {
+        conn_break(c, PQerrorMessage(c->pg), false);
+        return;
+    }
+    if (db->migrate == NULL) {
+        conn_ready(c);
+        return;
+    }
+    c->state = CS_MIGRATING;
+    c->mig_failed = false;
+    if (!PQsendQuery(c->pg, db->migrate) || !conn_flush(c))
+        conn_break(c, PQerrorMessage(c->pg), false);
+}
+
+static void
+conn_poll(db_conn *c)
+{
+    bool ok = true;
+
+    switch (PQconnectPoll(c->pg)) {
+    case PGRES_POLLING_READING:
+        ok = conn_watch(c, EV_READ);
+        break;
+    case PGRES_POLLING_WRITING:
+        ok = conn_watch(c, EV_WRITE);
+        break;
+    case PGRES_POLLING_OK:
+        conn_connected(c);
+        return;
+    default:
+        ok = false;
+        break;
+    }
+    if (!ok)
+        conn_break(c, PQerrorMessage(c->pg), false);
+}
+
+static void
+conn_start(db_conn *c)
+{
+    gp_db *db = c->db;
+
+    if (c->started)
+        db->st.reconnects++;
+    c->started = true;
+    c->pg = PQconnectStart(db->conninfo);
+    if (c->pg == NULL) {
+        conn_break(c, "out of memory", false);
+        return;
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+        conn_break(c, PQerrorMessage(c->pg), false);
+        return;
+    }
+    PQsetNoticeProcessor(c->pg, notice_cb, c);
+    c->state = CS_CONNECTING;
+    c->want_write = false;
+    conn_deadline(c, DB_CONNECT_TIMEOUT_MS);
+    /* PQconnectStart acts as if PQconnectPoll had said WRITING. */
+    if (!conn_watch(c, EV_WRITE))
+        conn_break(c, PQerrorMessage(c->pg), false);
+}
+
+/* Sends job as one pipeline.  Never calls user callbacks: a failure breaks
+ * the connection at the next loop iteration, failing the job then. */
+static void
+conn_send(db_conn *c, db_job *job)
+{
+    PGconn *pg = c->pg;
+    bool    ok = true;
+
+    c->job = job;
+    job->conn = c;
+    job->rx = 0;
+    c->state = CS_BUSY;
+    if (job->tx)
+        ok = PQsendQueryParams(pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    for (int i = 0; ok && i < job->nstmts; i++) {
+        const db_stmt *s = &job->stmts[i];
+        ok = PQsendQueryParams(pg, s->sql, s->nparams, NULL, (const char *const *)s->params,
+                               NULL, NULL, 0) == 1;
+    }
+    if (ok && job->tx)
+        ok = PQsendQueryParams(pg, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    ok = ok && PQpipelineSync(pg) == 1;
+    ok = ok && conn_flush(c);
+    if (!ok)
+        conn_fail_later(c);
+}
+
+static void
+db_dispatch(gp_db *db)
+{
+    if (db->closing)
+        return;
+    for (unsigned i = 0; i < db->pool_size && db->qhead != NULL; i++) {
+        db_conn *c = &db->conns[i];
+        if (c->state != CS_READY || c->fail_pending)
+            continue;
+        db_job *job = db->qhead;
+        queue_remove(db, job);
+        conn_send(c, job);
+    }
+}
+
+/* The job's Sync arrived: the connection is free (after a ROLLBACK when a
+ * transaction was left open), the job is answered. */
+static void
+conn_done(db_conn *c)
+{
+    gp_db                  *db = c->db;
+    db_job                 *job = c->job;
+    PGTransactionStatusType ts = PQtransactionStatus(c->pg);
+
+    c->job = NULL;
+    if (job != NULL)
+        job->conn = NULL;
+    ev_timer_stop(db->loop, &c->timer);
+    c->state = CS_READY;
+    if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR) {
+        c->state = CS_CLEANUP;
+        conn_deadline(c, DB_CLEANUP_TIMEOUT_MS);
+        if (PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) != 1 ||
+            PQpipelineSync(c->pg) != 1 || !conn_flush(c))
+            conn_break(c, PQerrorMessage(c->pg), false);
+    }
+    if (job != NULL) {
+        if (job->err == GP_EOK) {
+            int want = job->tx ? job->nstmts + 2 : job->nstmts;
+            for (int i = 0; i < job->nstmts; i++)
+                if (job->res[i] == NULL)
+                    want = -1;
+            if (job->rx != want) {
+                job->err = GP_EINTERNAL;
+                snprintf(job->detail, sizeof(job->detail), "got %d results, expected %d",
+                         job->rx, want);
+            }
+        }
+        job_finish(job, job->err, job->detail);
+    }
+    db_dispatch(db);
+}
+
+static void
+conn_migrated(db_conn *c)
+{
+    if (c->mig_failed) {
+        char logd[GP_ERRBUF_LEN];
+        clean_text(logd, sizeof(logd), c->detail, true);
+        GP_ERROR("pg_migrate_failed", "conn=%u err=INTERNAL detail=\"%s\"", c->idx, logd);
+        conn_break(c, c->detail, false);
+        return;
+    }
+    conn_ready(c);
+}
+
+/* Reads every complete result. */
+static void
+conn_drain(db_conn *c)
+{
+    int nulls = 0;
+
+    while (!PQisBusy(c->pg)) {
+        PGresult *r = PQgetResult(c->pg);
+        if (r == NULL) {
+            if (c->state == CS_MIGRATING) {
+                conn_migrated(c);
+                return;
+            }
+            if (++nulls >= 2)               /* idle */
+                break;
+            continue;
+        }
+        nulls = 0;
+        switch (c->state) {
+        case CS_MIGRATING:
+            if (PQresultStatus(r) == PGRES_FATAL_ERROR && !c->mig_failed) {
+                c->mig_failed = true;
+                result_detail(c->detail, sizeof(c->detail), r);
+            }
+            PQclear(r);
+            break;
+        case CS_BUSY:
+        case CS_CLEANUP:
+            if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+                PQclear(r);
+                conn_done(c);
+                return;
+            }
+            if (c->job != NULL)
+                job_result(c->job, r);
+            else
+                PQclear(r);
+            break;
+        default:
+            PQclear(r);                     /* nothing asked: e.g. a FATAL at shutdown */
+            break;
+        }
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD)
+        conn_break(c, PQerrorMessage(c->pg), false);
+}
+
+static void
+conn_io(db_conn *c, int revents)
+{
+    if (c->want_write && !conn_flush(c)) {
+        conn_break(c, PQerrorMessage(c->pg), false);
+        return;
+    }
+    if (revents & EV_READ) {
+        if (!PQconsumeInput(c->pg)) {
+            conn_break(c, PQerrorMessage(c->pg), false);
+            return;
+        }
+        if (c->want_write && !conn_flush(c)) {
+            conn_break(c, PQerrorMessage(c->pg), false);
+            return;
+        }
+        conn_drain(c);
+    }
+}
+
+static void
+conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    db_conn *c = GP_CONTAINER_OF(w, db_conn, io);
+    gp_db   *db = c->db;
+
+    (void)loop;
+    db_enter(db);
+    if (c->pg != NULL && !c->fail_pending) {     /* else the timer handles it */
+        if (c->state == CS_CONNECTING)
+            conn_poll(c);
+        else
+            conn_io(c, revents);
+    }
+    db_leave(db);
+}
+
+static void
+conn_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    db_conn *c = GP_CONTAINER_OF(w, db_conn, timer);
+    gp_db   *db = c->db;
+
+    (void)loop;
+    (void)revents;
+    db_enter(db);
+    if (c->fail_pending)
+        conn_break(c, c->detail[0] ? c->detail : "send failed", false);
+    else if (c->state == CS_WAIT)
+        conn_start(c);
+    else if (c->state == CS_CONNECTING || c->state == CS_MIGRATING)
+        conn_break(c, "connect timeout", false);
+    else if (c->state == CS_CLEANUP)
+        conn_break(c, "rollback timeout", false);
+    db_leave(db);
+}
+
+/* ---- API -------------------------------------------------------------- */
+
+gp_err
+gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, void *conn_arg,
+          gp_db **out)
+{
+    PQconninfoOption *ci;
+    char             *errmsg = NULL;
+    gp_db            *db;
+    unsigned          pool;
+
+    if (out != NULL)
+        *out = NULL;
+    if (loop == NULL || opts == NULL || opts->conninfo == NULL || out == NULL)
+        return GP_EINVAL;
+    pool = opts->pool_size ? opts->pool_size : DB_DEFAULT_POOL;
+    if (pool > DB_MAX_POOL)
+        return GP_ERANGE;
+    ci = PQconninfoParse(opts->conninfo, &errmsg);
+    if (ci == NULL) {
+        char logd[GP_ERRBUF_LEN];
+        if (errmsg == NULL)
+            return GP_ENOMEM;
+        clean_text(logd, sizeof(logd), errmsg, true);
+        GP_ERROR("pg_conninfo", "err=INVAL detail=\"%s\"", logd);
+        PQfreemem(errmsg);
+        return GP_EINVAL;
+    }
+    PQconninfoFree(ci);
+
+    db = calloc(1, sizeof(*db));
+    if (db == NULL)
+        return GP_ENOMEM;
+    db->loop = loop;
+    db->pool_size = pool;
+    db->timeout_ms = opts->query_timeout_ms ? opts->query_timeout_ms : DB_DEFAULT_TIMEOUT_MS;
+    db->conn_cb = conn_cb;
+    db->conn_arg = conn_arg;
+    db->conninfo = strdup(opts->conninfo);
+    db->conns = calloc(pool, sizeof(*db->conns));
+    if (opts->migrate_sql != NULL) {
+        size_t n = strlen(opts->migrate_sql) + 64;
+        db->migrate = malloc(n);
+        if (db->migrate != NULL)
+            snprintf(db->migrate, n, "SELECT pg_advisory_xact_lock(%lld);\n%s",
+                     (long long)DB_MIGRATE_LOCK_KEY, opts->migrate_sql);
+    }
+    if (db->conninfo == NULL || db->conns == NULL ||
+        (opts->migrate_sql != NULL && db->migrate == NULL)) {
+        free(db->conninfo);
+        free(db->conns);
+        free(db->migrate);
+        free(db);
+        return GP_ENOMEM;
+    }
+    db->rng = ((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)db;
+    if (db->rng == 0)
+        db->rng = 88172645463325252ULL;
+    for (unsigned i = 0; i < pool; i++) {
+        db_conn *c = &db->conns[i];
+        c->db = db;
+        c->idx = i;
+        c->io_fd = -1;
+        c->backoff_ms = GP_BACKOFF_MIN_MS;
+        ev_io_init(&c->io, conn_io_cb, 0, EV_READ);
+        ev_timer_init(&c->timer, conn_timer_cb, 0., 0.);
+    }
+    /* No user callback can run here: nothing is up and nothing queued. */
+    for (unsigned i = 0; i < pool; i++)
+        conn_start(&db->conns[i]);
+    *out = db;
+    return GP_EOK;
+}
+
+static void
+db_destroy(gp_db *db)
+{
+    db_job *fail = NULL, **tail = &fail;
+
+    db->destroying = true;
+    db->closing = true;
+    db->depth++;
+    for (unsigned i = 0; i < db->pool_size; i++) {
+        db_conn *c = &db->conns[i];
+        ev_io_stop(db->loop, &c->io);
+        ev_timer_stop(db->loop, &c->timer);
+        if (c->job != NULL) {
+            c->job->conn = NULL;
+            c->job->next = NULL;
+            *tail = c->job;
+            tail = &c->job->next;
+            c->job = NULL;
+        }
+        if (c->pg != NULL) {
+            PQfinish(c->pg);
+            c->pg = NULL;
+        }
+        if (c->up) {
+            c->up = false;
+            db->nready--;
+        }
+    }
+    while (db->qhead != NULL) {
+        db_job *job = db->qhead;
+        queue_remove(db, job);
+        *tail = job;
+        tail = &job->next;
+    }
+    while (fail != NULL) {
+        db_job *job = fail;
+        fail = job->next;
+        job_finish(job, GP_EUNAVAIL, "database client closed");
+    }
+    free(db->conninfo);
+    free(db->migrate);
+    free(db->conns);
+    free(db);
+}
+
+void
+gp_db_free(gp_db *db)
+{
+    if (db == NULL || db->destroying)
+        return;
+    db->closing = true;
+    if (db->depth > 0) {
+        db->free_pending = true;             /* at the end of the running callback */
+        return;
+    }
+    db_destroy(db);
+}
+
+bool
+gp_db_is_connected(const gp_db *db)
+{
+    return db != NULL && !db->closing && db->nready > 0;
+}
+
+void
+gp_db_get_stats(const gp_db *db, gp_db_stats *out)
+{
+    if (out == NULL)
+        return;
+    memset(out, 0, sizeof(*out));
+    if (db == NULL)
+        return;
+    *out = db->st;
+    out->queued = db->qlen;
+    out->connected = db->nready;
+}
+
+static gp_err
+db_submit(gp_db *db, db_job *job, unsigned timeout_ms, gp_db_cb *cb, void *arg)
+{
+    if (cb == NULL || job->nstmts == 0)
+        return GP_EINVAL;
+    if (db->closing)
+        return GP_EUNAVAIL;
+    if (db->qlen >= GP_DB_MAX_QUEUE)
+        return GP_ETOOBIG;
+    job->res = calloc((size_t)job->nstmts, sizeof(*job->res));
+    if (job->res == NULL)
+        return GP_ENOMEM;
+    job->db = db;
+    job->cb = cb;
+    job->arg = arg;
+    job->err = GP_EOK;
+    job->detail[0] = '\0';
+    if (timeout_ms == 0)
+        timeout_ms = db->timeout_ms;
+    ev_timer_init(&job->timer, job_timer_cb, timeout_ms / 1000.0, 0.);
+    ev_timer_start(db->loop, &job->timer);
+    queue_push(db, job);
+    db->st.queries++;
+    db_dispatch(db);
+    return GP_EOK;
+}
+
+gp_err
+gp_db_query(gp_db *db, const char *sql, int nparams, const char *const *params,
+            unsigned timeout_ms, gp_db_cb *cb, void *arg)
+{
+    db_job *job;
+    gp_err  e;
+
+    if (db == NULL)
+        return GP_EINVAL;
+    if (db->closing)
+        return GP_EUNAVAIL;
+    if ((e = stmt_check(sql, nparams, params)) != GP_EOK)
+        return e;
+    if (db->qlen >= GP_DB_MAX_QUEUE)
+        return GP_ETOOBIG;
+    job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return GP_ENOMEM;
+    job->db = db;
+    e = job_add(job, sql, nparams, params);
+    if (e == GP_EOK)
+        e = db_submit(db, job, timeout_ms, cb, arg);
+    if (e != GP_EOK)
+        job_free(job);
+    return e;
+}
+
+gp_db_tx *
+gp_db_tx_new(gp_db *db)
+{
+    gp_db_tx *tx;
+
+    if (db == NULL)
+        return NULL;
+    tx = calloc(1, sizeof(*tx));
+    if (tx == NULL)
+        return NULL;
+    tx->job.db = db;
+    tx->job.tx = true;
+    return tx;
+}
+
+gp_err
+gp_db_tx_add(gp_db_tx *tx, const char *sql, int nparams, const char *const *params)
+{
+    gp_err e;
+
+    if (tx == NULL)
+        return GP_ENOMEM;                    /* gp_db_tx_new failed */
+    if (tx->job.build_err != GP_EOK)
+        return tx->job.build_err;
+    e = job_add(&tx->job, sql, nparams, params);
+    if (e != GP_EOK)
+        tx->job.build_err = e;
+    return e;
+}
+
+gp_err
+gp_db_tx_run(gp_db_tx *tx, unsigned timeout_ms, gp_db_cb *cb, void *arg)
+{
+    gp_err e;
+
+    if (tx == NULL)
+        return GP_ENOMEM;
+    e = tx->job.build_err;
+    if (e == GP_EOK)
+        e = db_submit(tx->job.db, &tx->job, timeout_ms, cb, arg);
+    if (e != GP_EOK)
+        job_free(&tx->job);
+    return e;
+}

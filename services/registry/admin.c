@@ -295,14 +295,21 @@ select_list(const entity *e, gp_buf *sql)
     return rc;
 }
 
+/* Create writes what was given plus the required fields; update writes
+ * what was given, except required fields left empty: they are on the wire
+ * only because required fields always are. */
 static bool
 wanted(const gp_msg_desc *d, const void *msg, int fi, bool update)
 {
-    uint64_t has = *(const uint64_t *)msg;
+    const gp_field *f = &d->fields[fi];
+    uint64_t        has = *(const uint64_t *)msg;
+    bool            required = (f->flags & GP_FF_REQUIRED) != 0;
 
-    if ((has >> fi) & 1u)
-        return true;
-    return !update && (d->fields[fi].flags & GP_FF_REQUIRED);
+    if (!update)
+        return required || ((has >> fi) & 1u);
+    if (required && f->type == GP_T_STR && *((const char *)msg + f->offset) == '\0')
+        return false;
+    return (has >> fi) & 1u;
 }
 
 /* The power price schedule travels as "0,420;180000,250000" in one
@@ -616,7 +623,7 @@ list_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
 {
     op       *o = arg;
     gp_req   *req = o->req;
-    gp_arr   *items = gp_req_out(req);      /* items is field 0 of every list */
+    gp_arr   *items = (gp_arr *)((char *)gp_req_out(req) + o->e->list_desc->fields[0].offset);
     int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
     int       ncols = 0;
     size_t    sz = o->e->desc->size;

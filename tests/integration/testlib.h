@@ -21,7 +21,7 @@
 #include "gp/bus.h"
 #include "gp/limits.h"
 
-static double
+static inline double
 tl_now(void)
 {
     struct timespec ts;
@@ -42,7 +42,7 @@ tl_env(const char *name)
     return v;
 }
 
-static int
+static inline int
 tl_free_port(void)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -58,7 +58,7 @@ tl_free_port(void)
 }
 
 /* Runs the loop until *flag is set or the timeout passes. */
-static int
+static inline int
 tl_run_until(struct ev_loop *loop, volatile int *flag, double timeout_s)
 {
     double end = tl_now() + timeout_s;
@@ -76,7 +76,7 @@ typedef struct tl_reply {
     double at;
 } tl_reply;
 
-static void
+static inline void
 tl_reply_cb(void *arg, gp_err err, const char *data, size_t len)
 {
     tl_reply *r = arg;
@@ -90,7 +90,7 @@ tl_reply_cb(void *arg, gp_err err, const char *data, size_t len)
 }
 
 /* Raw request: waits for the reply; returns the transport error. */
-static gp_err
+static inline gp_err
 tl_request(struct ev_loop *loop, gp_bus *bus, const char *subj, const void *p, size_t n,
            unsigned timeout_ms, tl_reply *r)
 {
@@ -102,13 +102,13 @@ tl_request(struct ev_loop *loop, gp_bus *bus, const char *subj, const void *p, s
 }
 
 /* Typed request: encodes in, decodes the reply (or remote error) into out. */
-static gp_err
+static inline gp_err
 tl_call(struct ev_loop *loop, gp_bus *bus, const char *subj, const gp_msg_desc *ind,
         const void *in, const gp_msg_desc *outd, void *out, unsigned timeout_ms, char *detail,
         size_t dlen)
 {
     gp_buf   b;
-    tl_reply r;
+    tl_reply r = {0};
     gp_err   rc;
 
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
@@ -116,15 +116,17 @@ tl_call(struct ev_loop *loop, gp_bus *bus, const char *subj, const gp_msg_desc *
     if (rc == GP_EOK)
         rc = tl_request(loop, bus, subj, b.p, b.n, timeout_ms, &r);
     gp_buf_fini(&b);
-    if (rc != GP_EOK)
+    if (rc != GP_EOK) {
+        free(r.data);
         return rc;
+    }
     rc = gp_msg_decode_reply(outd, r.data, r.len, out, detail, dlen);
     free(r.data);
     return rc;
 }
 
 /* Error code of a raw reply ({"error":{...}}), or OK if it is not one. */
-static gp_err
+static inline gp_err
 tl_reply_code(const tl_reply *r, const gp_msg_desc *d, char *detail, size_t dlen)
 {
     void  *tmp = calloc(1, d->size);
@@ -135,7 +137,7 @@ tl_reply_code(const tl_reply *r, const gp_msg_desc *d, char *detail, size_t dlen
     return rc;
 }
 
-static pid_t
+static inline pid_t
 tl_spawn(char *const argv[])
 {
     pid_t pid = fork();
@@ -148,7 +150,7 @@ tl_spawn(char *const argv[])
 }
 
 /* Waits up to timeout_s for the child; returns its exit status, or -1. */
-static int
+static inline int
 tl_wait_exit(pid_t pid, double timeout_s)
 {
     double end = tl_now() + timeout_s;
@@ -165,7 +167,7 @@ tl_wait_exit(pid_t pid, double timeout_s)
 }
 
 /* GET http://127.0.0.1:port/path into out (malloc'd); returns bytes or -1. */
-static int
+static inline int
 tl_http_get(int port, const char *path, char **out)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -195,7 +197,7 @@ tl_http_get(int port, const char *path, char **out)
 }
 
 /* Value of one metric line "name{labels} value" in a /metrics body, or -1. */
-static double
+static inline double
 tl_metric(const char *body, const char *series)
 {
     const char *p = body;
@@ -209,7 +211,7 @@ tl_metric(const char *body, const char *series)
     return -1;
 }
 
-static void
+static inline void
 tl_stack(const char *what)
 {
     char cmd[1024];

@@ -1,0 +1,371 @@
+/* registry_test.c -- gridpool-registry against real NATS, Redis and
+ * PostgreSQL: admin requests with typed errors, node registration and
+ * refusals, heartbeats into the live view, bad heartbeats counted and
+ * dropped, stale after missed beats and healthy again, Redis FLUSHALL
+ * healed by the next beats, pool capacity. */
+#include <hiredis/hiredis.h>
+#include <msgpack.h>
+
+#include "msg_gen.h"
+#include "testlib.h"
+
+#define HB_MS 400
+
+static struct ev_loop *loop;
+static gp_bus         *bus;
+static int             http_port;
+static int             beating;
+static int             stale_events, healthy_events;
+static uint64_t        hb_seq;
+
+static gp_err
+call(const char *subj, const gp_msg_desc *ind, const void *in, const gp_msg_desc *outd, void *out,
+     char *detail)
+{
+    return tl_call(loop, bus, subj, ind, in, outd, out, 5000, detail, GP_ERRBUF_LEN);
+}
+
+static void
+expect(const char *what, gp_err got, gp_err want, const char *detail)
+{
+    T_OKM(got == want, "%s -> %s (got %s: %s)", what, gp_err_name(want), gp_err_name(got), detail);
+}
+
+static pid_t
+start_registry(void)
+{
+    char        port[16], hb[16], bin[512];
+    const char *argv[] = {bin, "--http-port", port, "--heartbeat-ms", hb, "--stale-beats", "3",
+                          "--sweep-ms", "100", NULL};
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
+    snprintf(port, sizeof(port), "%d", http_port);
+    snprintf(hb, sizeof(hb), "%d", HB_MS);
+    return tl_spawn((char *const *)argv);
+}
+
+static void
+on_state(void *arg, const gp_bus_msg *m)
+{
+    msg_node_state ev = {0};
+
+    (void)arg;
+    if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &ev, NULL, 0) != GP_EOK)
+        return;
+    stale_events += ev.state == MSG_NODE_STATE_STATE_STALE;
+    healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
+}
+
+static void
+beat(struct ev_loop *l, ev_timer *w, int revents)
+{
+    msg_heartbeat     hb = {0};
+    msg_gpu_telemetry g[2] = {{0}};
+    gp_buf            b;
+
+    (void)l;
+    (void)w;
+    (void)revents;
+    if (!beating)
+        return;
+    snprintf(hb.site, sizeof(hb.site), "s1");
+    snprintf(hb.node, sizeof(hb.node), "n1");
+    hb.seq = ++hb_seq;
+    hb.sent_ms = (uint64_t)time(NULL) * 1000;
+    hb.uplink_rtt_ms = 12.5;
+    for (int i = 0; i < 2; i++) {
+        g[i].index = i;
+        g[i].temp_c = 60 + i;
+        g[i].power_w = 250;
+        g[i].util_pct = 90;
+    }
+    hb.gpus.v = g;
+    hb.gpus.n = 2;
+    gp_buf_init(&b, 0);
+    gp_msg_encode(&msg_heartbeat_desc, &hb, &b);
+    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, b.p, b.n);
+    gp_buf_fini(&b);
+}
+
+static void
+wait_s(double s)
+{
+    int never = 0;
+
+    tl_run_until(loop, &never, s);
+}
+
+static void
+test_admin(void)
+{
+    char        d[GP_ERRBUF_LEN] = "";
+    msg_tenant  t = {0}, tout = {0};
+    msg_site    s = {0}, sout = {0};
+    msg_pool    p = {0}, pout = {0};
+    msg_product pr = {0}, prout = {0};
+    msg_power_price pp[2] = {{.start_min = 0, .price_micros_per_kwh = 180000},
+                             {.start_min = 420, .price_micros_per_kwh = 250000}};
+    msg_id_request  id = {0};
+    gp_err      rc;
+
+    snprintf(t.id, sizeof(t.id), "op");
+    t.kind = MSG_TENANT_KIND_OPERATOR;
+    expect("create tenant", call("gp.admin.tenant.create", &msg_tenant_desc, &t, &msg_tenant_desc, &tout, d), GP_EOK, d);
+    gp_msg_clear(&msg_tenant_desc, &tout);
+    expect("create the same tenant", call("gp.admin.tenant.create", &msg_tenant_desc, &t, &msg_tenant_desc, &tout, d), GP_EEXISTS, d);
+    T_OKM(strstr(d, "already exists") != NULL, "duplicate detail names it: %s", d);
+
+    snprintf(s.id, sizeof(s.id), "s1");
+    snprintf(s.tenant, sizeof(s.tenant), "op");
+    snprintf(s.region, sizeof(s.region), "eu-west");
+    s.lat = 48.1;
+    s.lon = 11.5;
+    s.pue_milli = 1200;
+    GP_SET_HAS(&s, MSG_SITE__PUE_MILLI);
+    s.power_prices.v = pp;
+    s.power_prices.n = 2;
+    rc = call("gp.admin.site.create", &msg_site_desc, &s, &msg_site_desc, &sout, d);
+    expect("create site", rc, GP_EOK, d);
+    T_OK(sout.power_prices.n == 2 && ((msg_power_price *)sout.power_prices.v)[1].price_micros_per_kwh == 250000);
+    T_OK(sout.pue_milli == 1200 && sout.lat > 48 && strcmp(sout.currency, "EUR") == 0);
+    gp_msg_clear(&msg_site_desc, &sout);
+
+    snprintf(s.id, sizeof(s.id), "s2");
+    snprintf(s.tenant, sizeof(s.tenant), "nobody");
+    expect("site of an unknown tenant", call("gp.admin.site.create", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_ENOTFOUND, d);
+    T_OKM(strstr(d, "tenant") != NULL, "detail names the tenant: %s", d);
+    snprintf(s.id, sizeof(s.id), "bad.id");
+    snprintf(s.tenant, sizeof(s.tenant), "op");
+    expect("site id with a dot", call("gp.admin.site.create", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_EINVAL, d);
+    snprintf(s.id, sizeof(s.id), "s3");
+    pp[0].start_min = 60;
+    expect("power prices not starting at 0", call("gp.admin.site.create", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_EINVAL, d);
+    s.power_prices.n = 0;
+
+    snprintf(p.id, sizeof(p.id), "edge");
+    snprintf(p.tenant, sizeof(p.tenant), "op");
+    p.scope = MSG_POOL_SCOPE_SITE;
+    snprintf(p.site, sizeof(p.site), "nosuchsite");
+    expect("pool on an unknown site", call("gp.admin.pool.create", &msg_pool_desc, &p, &msg_pool_desc, &pout, d), GP_ENOTFOUND, d);
+    p.site[0] = '\0';
+    expect("site pool without a site", call("gp.admin.pool.create", &msg_pool_desc, &p, &msg_pool_desc, &pout, d), GP_EINVAL, d);
+    p.scope = MSG_POOL_SCOPE_GLOBAL;
+    expect("global pool", call("gp.admin.pool.create", &msg_pool_desc, &p, &msg_pool_desc, &pout, d), GP_EOK, d);
+    gp_msg_clear(&msg_pool_desc, &pout);
+
+    snprintf(pr.id, sizeof(pr.id), "l4-std");
+    snprintf(pr.pool, sizeof(pr.pool), "edge");
+    snprintf(pr.currency, sizeof(pr.currency), "EUR");
+    pr.price_micros_per_gpu_hour = 450000;
+    expect("product", call("gp.admin.product.create", &msg_product_desc, &pr, &msg_product_desc, &prout, d), GP_EOK, d);
+    gp_msg_clear(&msg_product_desc, &prout);
+    pr.price_micros_per_gpu_hour = -1;
+    snprintf(pr.id, sizeof(pr.id), "neg");
+    expect("negative price", call("gp.admin.product.create", &msg_product_desc, &pr, &msg_product_desc, &prout, d), GP_ERANGE, d);
+
+    snprintf(id.id, sizeof(id.id), "s9");
+    expect("get unknown site", call("gp.admin.site.get", &msg_id_request_desc, &id, &msg_site_desc, &sout, d), GP_ENOTFOUND, d);
+    memset(&s, 0, sizeof(s));
+    snprintf(s.id, sizeof(s.id), "s1");
+    snprintf(s.notes, sizeof(s.notes), "key at the kiosk");
+    GP_SET_HAS(&s, MSG_SITE__NOTES);
+    expect("update site notes", call("gp.admin.site.update", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_EOK, d);
+    T_OK(strcmp(sout.notes, "key at the kiosk") == 0 && strcmp(sout.region, "eu-west") == 0);
+    gp_msg_clear(&msg_site_desc, &sout);
+}
+
+static void
+test_register(void)
+{
+    char                d[GP_ERRBUF_LEN] = "";
+    msg_node_register   q = {0};
+    msg_node_registered r = {0};
+    msg_gpu             g[2] = {{0}};
+    msg_attempt_ref     a = {.attempt = 3};
+
+    snprintf(q.site, sizeof(q.site), "s1");
+    snprintf(q.node, sizeof(q.node), "n1");
+    snprintf(q.agent_version, sizeof(q.agent_version), "test");
+    for (int i = 0; i < 2; i++) {
+        g[i].index = i;
+        snprintf(g[i].uuid, sizeof(g[i].uuid), "GPU-%d-\"quoted\"", i);
+        snprintf(g[i].model, sizeof(g[i].model), "L4");
+        g[i].vram_mb = 24576;
+    }
+    q.gpus.v = g;
+    q.gpus.n = 2;
+    snprintf(a.job_id, sizeof(a.job_id), "job1");
+    q.attempts.v = &a;
+    q.attempts.n = 1;
+    expect("register n1", call("gp.node.s1.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EOK, d);
+    T_EQ_INT(r.heartbeat_ms, HB_MS);
+    T_OK(r.keep.n == 1 && ((msg_attempt_ref *)r.keep.v)[0].attempt == 3);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+    expect("register again (idempotent)", call("gp.node.s1.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EOK, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+    expect("body for another node", call("gp.node.s1.n2.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EDENIED, d);
+    snprintf(q.site, sizeof(q.site), "nowhere");
+    expect("register on an unknown site", call("gp.node.nowhere.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_ENOTFOUND, d);
+}
+
+static msg_node
+get_node(gp_err *rc)
+{
+    char           d[GP_ERRBUF_LEN];
+    msg_id_request id = {0};
+    msg_node       n = {0};
+
+    snprintf(id.id, sizeof(id.id), "n1");
+    *rc = call("gp.admin.node.get", &msg_id_request_desc, &id, &msg_node_desc, &n, d);
+    return n;
+}
+
+static void
+bad_heartbeats(void)
+{
+    static const char junk[] = "\xc1 not msgpack";
+    msgpack_sbuffer   sb;
+    msgpack_packer    pk;
+    char             *body = NULL;
+
+    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, junk, sizeof(junk) - 1);
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    msgpack_pack_str_with_body(&pk, "site", 4);
+    msgpack_pack_str_with_body(&pk, "s1", 2);
+    msgpack_pack_str_with_body(&pk, "node", 4);
+    msgpack_pack_str_with_body(&pk, "n1", 2);
+    msgpack_pack_str_with_body(&pk, "seq", 3);
+    msgpack_pack_str_with_body(&pk, "many", 4);      /* wrong type */
+    msgpack_pack_str_with_body(&pk, "gpus", 4);
+    msgpack_pack_array(&pk, 0);
+    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    wait_s(0.5);
+    T_OK(tl_http_get(http_port, "/metrics", &body) > 0);
+    T_EQ_INT(tl_metric(body, "gp_request_errors_total{route=\"gp.node.*.*.hb\",code=\"DECODE\"}"), 1);
+    T_EQ_INT(tl_metric(body, "gp_request_errors_total{route=\"gp.node.*.*.hb\",code=\"TYPE\"}"), 1);
+    free(body);
+}
+
+static void
+test_live(void)
+{
+    gp_err   rc;
+    msg_node n;
+    uint64_t seen;
+    redisContext *rc2;
+    redisReply   *rep;
+
+    beating = 1;
+    wait_s(HB_MS * 2.5 / 1000);
+    n = get_node(&rc);
+    T_OKM(rc == GP_EOK && n.state == MSG_NODE_STATE_STATE_HEALTHY, "node healthy while beating");
+    T_OKM(GP_HAS(&n, MSG_NODE__TELEMETRY) && n.telemetry.gpus.n == 2, "describe has the latest telemetry");
+    T_OK(n.gpus.n == 2 && strcmp(((msg_gpu *)n.gpus.v)[0].uuid, "GPU-0-\"quoted\"") == 0);
+    T_OKM(n.last_seen_ms + 2000 > (uint64_t)time(NULL) * 1000, "last_seen is recent");
+    gp_msg_clear(&msg_node_desc, &n);
+
+    bad_heartbeats();
+    n = get_node(&rc);
+    T_OKM(rc == GP_EOK, "registry still serving after bad heartbeats");
+    gp_msg_clear(&msg_node_desc, &n);
+
+    beating = 0;
+    wait_s(HB_MS * 3 / 1000.0 + 1.0);
+    n = get_node(&rc);
+    T_OKM(n.state == MSG_NODE_STATE_STATE_STALE, "stale after 3 missed beats (state %d)", n.state);
+    T_OKM(stale_events == 1, "one stale event published (%d)", stale_events);
+    gp_msg_clear(&msg_node_desc, &n);
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    n = get_node(&rc);
+    T_OKM(n.state == MSG_NODE_STATE_STATE_HEALTHY, "healthy again when beats resume");
+    T_OKM(healthy_events >= 2, "healthy events published (%d)", healthy_events);
+    gp_msg_clear(&msg_node_desc, &n);
+
+    rc2 = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    rep = redisCommand(rc2, "FLUSHALL");
+    freeReplyObject(rep);
+    redisFree(rc2);
+    seen = (uint64_t)time(NULL) * 1000;
+    wait_s(HB_MS * 2 / 1000.0);
+    n = get_node(&rc);
+    T_OKM(rc == GP_EOK && n.last_seen_ms >= seen - 1000 && GP_HAS(&n, MSG_NODE__TELEMETRY),
+          "after FLUSHALL the node is back in the live view within two beats");
+    gp_msg_clear(&msg_node_desc, &n);
+}
+
+static void
+test_capacity_and_delete(void)
+{
+    char             d[GP_ERRBUF_LEN] = "";
+    msg_list_request l = {0};
+    msg_pool_list    pl = {0};
+    msg_node_list    nl = {0};
+    msg_id_request   id = {0};
+    msg_deleted      del = {0};
+
+    expect("list pools", call("gp.admin.pool.list", &msg_list_request_desc, &l, &msg_pool_list_desc, &pl, d), GP_EOK, d);
+    T_OK(pl.items.n == 1 && ((msg_pool *)pl.items.v)[0].gpus_total == 2 &&
+         ((msg_pool *)pl.items.v)[0].gpus_healthy == 2);
+    gp_msg_clear(&msg_pool_list_desc, &pl);
+    snprintf(l.model, sizeof(l.model), "L4");
+    expect("list nodes by model", call("gp.admin.node.list", &msg_list_request_desc, &l, &msg_node_list_desc, &nl, d), GP_EOK, d);
+    T_OK(nl.items.n == 1 && nl.total == 1 && ((msg_node *)nl.items.v)[0].last_seen_ms > 0);
+    gp_msg_clear(&msg_node_list_desc, &nl);
+    snprintf(l.model, sizeof(l.model), "H100");
+    expect("list nodes by another model", call("gp.admin.node.list", &msg_list_request_desc, &l, &msg_node_list_desc, &nl, d), GP_EOK, d);
+    T_EQ_INT(nl.items.n, 0);
+    gp_msg_clear(&msg_node_list_desc, &nl);
+
+    snprintf(id.id, sizeof(id.id), "s1");
+    expect("delete a site with nodes", call("gp.admin.site.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ECONFLICT, d);
+    beating = 0;
+    snprintf(id.id, sizeof(id.id), "n1");
+    expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
+    expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
+}
+
+int
+main(void)
+{
+    gp_bus_opts bo = {.url = tl_env("GP_NATS_URL"), .name = "registry-test"};
+    gp_bus_sub *sub = NULL;
+    ev_timer    hb;
+    pid_t       pid;
+    double      t0 = tl_now();
+    msg_health_request hq = {0};
+    msg_health  h = {0};
+    char        d[GP_ERRBUF_LEN];
+    int         up = 0;
+
+    loop = ev_default_loop(0);
+    T_OK(gp_bus_new(loop, &bo, NULL, NULL, &bus) == GP_EOK);
+    T_OK(gp_bus_sub_new(bus, "gp.int.node.state.>", NULL, on_state, NULL, &sub) == GP_EOK);
+    http_port = tl_free_port();
+    pid = start_registry();
+    while (!up && tl_now() - t0 < 20) {
+        up = tl_call(loop, bus, "gp.int.health.registry", &msg_health_request_desc, &hq,
+                     &msg_health_desc, &h, 1000, d, sizeof(d)) == GP_EOK && h.pg == MSG_HEALTH_PG_UP &&
+             h.redis == MSG_HEALTH_REDIS_UP;
+        gp_msg_clear(&msg_health_desc, &h);
+        if (!up)
+            usleep(100000);
+    }
+    T_OKM(up, "registry healthy with NATS, Redis and PostgreSQL up");
+    ev_timer_init(&hb, beat, 0, HB_MS / 1000.0);
+    ev_timer_start(loop, &hb);
+    test_admin();
+    test_register();
+    test_live();
+    test_capacity_and_delete();
+    ev_timer_stop(loop, &hb);
+    kill(pid, SIGTERM);
+    T_EQ_INT(tl_wait_exit(pid, 10), 0);
+    gp_bus_sub_free(sub);
+    gp_bus_free(bus);
+    gp_lib_close();
+    return T_DONE();
+}

@@ -1,0 +1,113 @@
+/* gpctl.h -- the gridpool command-line tool: shared declarations.
+ *
+ *   main.c      global options, the stack's address, dispatch, usage
+ *   client.c    the private loop, the bus, synchronous calls, paging
+ *   output.c    tables, JSON arrays, formatting of times, sizes, money
+ *   cmd_get.c   get (sites, nodes, gpus, pools, products, tenants)
+ *   cmd_describe.c  describe site|node
+ *   cmd_edit.c  create, update, delete (driven by the message descriptors)
+ *   cmd_status.c    health, summary
+ *
+ * Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 the control
+ * plane cannot be reached (NATS down, no responders, timeout). */
+#ifndef GPCTL_H
+#define GPCTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gp/bus.h"
+#include "gp/codec.h"
+#include "gp/err.h"
+#include "msg_gen.h"
+#include "output.h"
+
+enum { GPCTL_OK = 0, GPCTL_FAIL = 1, GPCTL_USAGE = 2, GPCTL_UNREACHABLE = 3 };
+
+typedef enum out_fmt { OUT_TABLE, OUT_WIDE, OUT_JSON } out_fmt;
+
+struct ev_loop;
+
+typedef struct gpctl {
+    out_fmt         out;
+    unsigned        timeout_ms;
+    char            url[512];
+    char            url_from[600];     /* where url came from, for messages */
+    int64_t         now_ms;            /* wall clock at start, for ages */
+    struct ev_loop *loop;
+    gp_bus         *bus;
+    volatile int    connected;
+} gpctl;
+
+/* ---- client.c ------------------------------------------------------------ */
+
+/* Connects (waits up to timeout_ms); returns an exit code. */
+int  ctl_connect(gpctl *c);
+void ctl_close(gpctl *c);
+
+/* Request/reply: encodes in, decodes the reply into out (zeroed first; the
+ * caller clears it with gp_msg_clear).  Returns GP_EOK or the error with a
+ * human detail and *transport (no reply came: NOROUTE, TIMEOUT, UNAVAIL)
+ * or not (a remote error or an undecodable reply); does not print. */
+gp_err ctl_call_raw(gpctl *c, const char *subject, const gp_msg_desc *ind, const void *in,
+                    const gp_msg_desc *outd, void *out, char *detail, size_t dlen,
+                    bool *transport);
+/* Same, but prints the error and returns an exit code (0, 1 or 3). */
+int    ctl_call(gpctl *c, const char *subject, const gp_msg_desc *ind, const void *in,
+                const gp_msg_desc *outd, void *out);
+/* The exit code of an error from ctl_call_raw (transport errors are 3). */
+int    ctl_exit_code(gp_err err, bool transport);
+/* Prints "gpctl: CODE: detail" or the transport problem; returns the exit code. */
+int    ctl_report(gpctl *c, const char *subject, gp_err err, bool transport, const char *detail);
+
+/* ---- entities ------------------------------------------------------------ */
+
+typedef struct entity {
+    const char        *name;           /* "site": subject token and kind */
+    const char        *plural;         /* "sites" */
+    const char        *alias;          /* short alias or NULL */
+    const gp_msg_desc *desc;           /* Site */
+    const gp_msg_desc *list_desc;      /* SiteList */
+    unsigned           page;           /* items per list page */
+    bool               editable;       /* create/update/delete */
+} entity;
+
+const entity *entity_find(const char *word);
+
+/* Called for every listed item; returns an exit code (0 to go on). */
+typedef int item_fn(void *arg, const void *item);
+
+/* Lists every page of e matching filter (after/limit are set here). */
+int ctl_list(gpctl *c, const entity *e, const msg_list_request *filter, item_fn *fn, void *arg);
+/* Fetches one object by id into out (of e->desc).  Exit code. */
+int ctl_get(gpctl *c, const entity *e, const char *id, void *out);
+
+/* ---- commands (each returns an exit code) -------------------------------- */
+
+int cmd_get(gpctl *c, int argc, char **argv);
+int cmd_describe(gpctl *c, int argc, char **argv);
+int cmd_create(gpctl *c, int argc, char **argv);
+int cmd_update(gpctl *c, int argc, char **argv);
+int cmd_delete(gpctl *c, int argc, char **argv);
+int cmd_health(gpctl *c, int argc, char **argv);
+int cmd_summary(gpctl *c, int argc, char **argv);
+
+/* "8xH100" for a node's GPUs (cmd_get.c). */
+void node_models(const msg_node *n, char *buf, size_t len);
+/* The node as JSON with last_seen / registered as ISO-8601 strings. */
+gp_err node_to_json(const msg_node *n, gp_buf *b);
+
+/* Lists the settable fields of every editable kind (create/update help). */
+void edit_print_fields(FILE *out);
+
+/* ---- main.c ---------------------------------------------------------------- */
+
+/* Prints "gpctl: <msg>" and the verb's usage on stderr; returns 2. */
+int usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the verb's help on stdout (verb NULL: the overview). */
+void usage_print(const char *verb, FILE *out);
+/* True when argv holds -h or --help. */
+bool wants_help(int argc, char **argv);
+
+#endif

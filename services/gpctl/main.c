@@ -1,0 +1,389 @@
+/* main.c -- gpctl: global options, where the stack is, dispatch, usage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp/app.h"
+#include "gp/limits.h"
+#include "gp/log.h"
+#include "gpctl.h"
+
+#define DEFAULT_ENV_FILE "./build/run/gp.env"
+#define MAX_ARGS         256
+
+typedef int verb_fn(gpctl *c, int argc, char **argv);
+
+typedef struct verb {
+    const char *name;
+    verb_fn    *fn;
+    const char *help;
+} verb;
+
+static const verb verbs[] = {
+    {"get", cmd_get,
+     "Usage: gpctl get KIND [NAME] [--site S] [--region R] [--state X] [--model M] [--tenant T]\n"
+     "                 [-o table|wide|json]\n"
+     "\n"
+     "  KIND: sites, nodes, gpus, pools, products, tenants (singular works too).\n"
+     "  Lists every page from the registry; filters are applied by the registry\n"
+     "  (--state: unknown, healthy, stale, draining, quarantined).  gpus is a\n"
+     "  flattened view of the nodes' GPUs.  NAME shows one object.\n"
+     "  -o wide adds columns; -o json prints a JSON array.\n"},
+    {"describe", cmd_describe,
+     "Usage: gpctl describe site|node NAME\n"
+     "\n"
+     "  node: site, state, last seen, registration, hardware, every GPU and the\n"
+     "        latest telemetry (per GPU temperature, power, util, memory, ECC,\n"
+     "        XIDs, throttling; disk; uplink RTT; running attempts and usage).\n"
+     "  site: its fields, the power price schedule and its nodes.\n"},
+    {"create", cmd_create,
+     "Usage: gpctl create site|pool|product|tenant NAME --FIELD VALUE ...\n"
+     "\n"
+     "  e.g. gpctl create tenant op --kind operator --name \"Net Op\"\n"
+     "       gpctl create site s1 --tenant op --region eu-west --lat 48.1 --lon 11.5 \\\n"
+     "                            --power-prices 0:180000,420:250000\n"
+     "       gpctl create pool p1 --tenant op --scope region --region eu-west --models L4,H100\n"
+     "  Lists take comma-separated items; items of objects take colon-separated\n"
+     "  values in the fields' order.  -o json prints the created object.\n"},
+    {"update", cmd_update,
+     "Usage: gpctl update site|pool|product|tenant NAME --FIELD VALUE ...\n"
+     "\n"
+     "  Changes only the fields given (same flags as create).\n"},
+    {"delete", cmd_delete,
+     "Usage: gpctl delete site|pool|product|tenant|node NAME\n"},
+    {"health", cmd_health,
+     "Usage: gpctl health [SERVICE...] [-o json]\n"
+     "\n"
+     "  Asks gp.int.health.<service> of each service (default: registry).\n"
+     "  Exit 0 when all answer with their dependencies up, 1 when one has a\n"
+     "  dependency down, 3 when one does not answer.\n"},
+    {"summary", cmd_summary,
+     "Usage: gpctl summary [-o json]\n"
+     "\n"
+     "  Sites, nodes by state, GPUs by model and node state, pool capacity.\n"},
+};
+
+static const char overview[] =
+    "gpctl -- operate a gridpool control plane\n"
+    "\n"
+    "Usage: gpctl [global options] COMMAND [args]\n"
+    "\n"
+    "Commands:\n"
+    "  get KIND [NAME]        list sites, nodes, gpus, pools, products, tenants\n"
+    "  describe site|node N   details of one site or node\n"
+    "  create KIND NAME ...   create a site, pool, product or tenant\n"
+    "  update KIND NAME ...   change fields of one\n"
+    "  delete KIND NAME       delete one\n"
+    "  health [SERVICE...]    health of services (default: registry)\n"
+    "  summary                sites, nodes by state, GPUs by model, pool capacity\n"
+    "\n"
+    "Global options (anywhere on the line):\n"
+    "  -o, --output FMT       table (default), wide or json\n"
+    "  --timeout MS           per-request timeout, ms (default 5000)\n"
+    "  --env-file FILE        read GP_NATS_URL from FILE (KEY=VALUE lines)\n"
+    "  --nats-url URL         NATS address\n"
+    "  -v, --verbose          library logs on stderr\n"
+    "  -h, --help             this help; gpctl COMMAND --help for one command\n"
+    "  --                     no global options after this\n"
+    "\n"
+    "The control plane is found through --nats-url, --env-file, $GP_NATS_URL,\n"
+    "$GP_ENV_FILE, then " DEFAULT_ENV_FILE " (written by `make up`).\n"
+    "\n"
+    "Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 control plane unreachable.\n";
+
+/* ---- usage ------------------------------------------------------------------- */
+
+static const verb *
+verb_find(const char *name)
+{
+    for (size_t i = 0; i < GP_NELEM(verbs); i++)
+        if (strcmp(verbs[i].name, name) == 0)
+            return &verbs[i];
+    return NULL;
+}
+
+void
+usage_print(const char *name, FILE *out)
+{
+    const verb *v = name != NULL ? verb_find(name) : NULL;
+
+    fputs(v != NULL ? v->help : overview, out);
+    if (v != NULL && (strcmp(v->name, "create") == 0 || strcmp(v->name, "update") == 0))
+        edit_print_fields(out);
+}
+
+int
+usage_error(const char *name, const char *fmt, ...)
+{
+    const verb *v = name != NULL ? verb_find(name) : NULL;
+    const char *help = v != NULL ? v->help : overview;
+    const char *syn = strstr(help, "Usage:");
+    const char *end = syn != NULL ? strstr(syn, "\n\n") : NULL;
+    va_list     ap;
+
+    fputs("gpctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (syn != NULL)
+        fprintf(stderr, "%.*s\n", end != NULL ? (int)(end - syn) : (int)strcspn(syn, "\0"), syn);
+    fprintf(stderr, "Run 'gpctl %s%s--help' for more.\n", v != NULL ? v->name : "",
+            v != NULL ? " " : "");
+    return GPCTL_USAGE;
+}
+
+bool
+wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return true;
+    return false;
+}
+
+/* ---- global options ------------------------------------------------------------ */
+
+typedef struct globals {
+    const char *output;
+    const char *timeout;
+    const char *env_file;
+    const char *nats_url;
+    bool        verbose;
+} globals;
+
+/* If argv[*i] is global option `name` (also -x / --name=V / -xV), stores
+ * its value in *val and advances *i.  Returns 1 taken, 0 not it, -1 value
+ * missing. */
+static int
+take_opt(int argc, char **argv, int *i, const char *shrt, const char *lng, const char **val)
+{
+    const char *a = argv[*i];
+    size_t      ll = strlen(lng);
+
+    if ((shrt != NULL && strcmp(a, shrt) == 0) || strcmp(a, lng) == 0) {
+        if (*i + 1 >= argc)
+            return -1;
+        *val = argv[++*i];
+        return 1;
+    }
+    if (strncmp(a, lng, ll) == 0 && a[ll] == '=') {
+        *val = a + ll + 1;
+        return 1;
+    }
+    if (shrt != NULL && strncmp(a, shrt, 2) == 0 && a[1] != '-' && a[2] != '\0' &&
+        a[strspn(a + 2, "abcdefghijklmnopqrstuvwxyz") + 2] == '\0') {
+        *val = a + 2;                           /* -ojson, never a value like "-o x" */
+        return 1;
+    }
+    return 0;
+}
+
+static int
+take_global(int argc, char **argv, int *i, globals *g)
+{
+    int r;
+
+    if (strcmp(argv[*i], "-v") == 0 || strcmp(argv[*i], "--verbose") == 0)
+        return g->verbose = true, 1;
+    if ((r = take_opt(argc, argv, i, "-o", "--output", &g->output)) != 0)
+        return r;
+    if ((r = take_opt(argc, argv, i, NULL, "--timeout", &g->timeout)) != 0)
+        return r;
+    if ((r = take_opt(argc, argv, i, NULL, "--env-file", &g->env_file)) != 0)
+        return r;
+    return take_opt(argc, argv, i, NULL, "--nats-url", &g->nats_url);
+}
+
+/* Moves the global options out of argv; the rest goes to rest[].  After
+ * "--" nothing is taken as a global option. */
+static int
+split_args(int argc, char **argv, globals *g, char **rest, int *nrest)
+{
+    bool globals_end = false;
+
+    *nrest = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = 0;
+
+        if (!globals_end && strcmp(argv[i], "--") == 0) {
+            globals_end = true;
+            continue;
+        }
+        if (!globals_end)
+            r = take_global(argc, argv, &i, g);
+
+        if (r < 0)
+            return usage_error(NULL, "option %s needs a value", argv[i]);
+        if (r == 0 && *nrest < MAX_ARGS)
+            rest[(*nrest)++] = argv[i];
+    }
+    return GPCTL_OK;
+}
+
+static int
+apply_globals(gpctl *c, const globals *g)
+{
+    char *end = NULL;
+
+    if (g->output == NULL || strcmp(g->output, "table") == 0)
+        c->out = OUT_TABLE;
+    else if (strcmp(g->output, "wide") == 0)
+        c->out = OUT_WIDE;
+    else if (strcmp(g->output, "json") == 0)
+        c->out = OUT_JSON;
+    else
+        return usage_error(NULL, "-o %s: expected table, wide or json", g->output);
+    c->timeout_ms = 5000;
+    if (g->timeout != NULL) {
+        unsigned long v;
+
+        errno = 0;
+        v = strtoul(g->timeout, &end, 10);
+        if (errno != 0 || end == g->timeout || *end != '\0' || v == 0 || v > 3600000 ||
+            g->timeout[0] == '-')
+            return usage_error(NULL, "--timeout %s: expected milliseconds, 1 to 3600000",
+                               g->timeout);
+        c->timeout_ms = (unsigned)v;
+    }
+    return GPCTL_OK;
+}
+
+/* ---- where the stack is ----------------------------------------------------------- */
+
+/* Reads GP_NATS_URL from a KEY=VALUE file.  -1 when the file cannot be
+ * read, 0 when it has no GP_NATS_URL, 1 found. */
+static int
+env_file_url(const char *path, char *out, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    char  line[1024];
+    int   found = 0;
+
+    if (f == NULL)
+        return -1;
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        char  *v = line + strlen("GP_NATS_URL=");
+        size_t len;
+
+        if (strncmp(line, "GP_NATS_URL=", strlen("GP_NATS_URL=")) != 0)
+            continue;
+        len = strcspn(v, "\r\n");
+        if (len >= 2 && (v[0] == '"' || v[0] == '\'') && v[len - 1] == v[0])
+            v++, len -= 2;
+        snprintf(out, n, "%.*s", (int)len, v);
+        found = out[0] != '\0';
+    }
+    fclose(f);
+    return found;
+}
+
+static int
+from_file(gpctl *c, const char *path, const char *how)
+{
+    int r = env_file_url(path, c->url, sizeof(c->url));
+
+    snprintf(c->url_from, sizeof(c->url_from), "from %s %s", how, path);
+    if (r < 0)
+        return usage_error(NULL, "cannot read env file %s (%s): %s", path, how, strerror(errno));
+    if (r == 0)
+        c->url[0] = '\0';
+    return GPCTL_OK;
+}
+
+static int
+resolve_url(gpctl *c, const globals *g)
+{
+    const char *env = getenv("GP_NATS_URL"), *file = getenv("GP_ENV_FILE");
+
+    if (g->nats_url != NULL) {
+        snprintf(c->url, sizeof(c->url), "%s", g->nats_url);
+        snprintf(c->url_from, sizeof(c->url_from), "from --nats-url");
+        return GPCTL_OK;
+    }
+    if (g->env_file != NULL)
+        return from_file(c, g->env_file, "--env-file");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(c->url, sizeof(c->url), "%s", env);
+        snprintf(c->url_from, sizeof(c->url_from), "from $GP_NATS_URL");
+        return GPCTL_OK;
+    }
+    if (file != NULL && file[0] != '\0')
+        return from_file(c, file, "$GP_ENV_FILE");
+    if (access(DEFAULT_ENV_FILE, R_OK) == 0)
+        return from_file(c, DEFAULT_ENV_FILE, "env file");
+    c->url[0] = '\0';
+    return GPCTL_OK;
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static bool
+is_help(const char *a)
+{
+    return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
+}
+
+static int
+dispatch(gpctl *c, int argc, char **argv)
+{
+    const verb *v;
+    bool        help = argc > 0 && is_help(argv[0]);
+
+    if (help)
+        argc--, argv++;                     /* gpctl -h get: help of get */
+    if (argc == 0) {
+        if (help)
+            usage_print(NULL, stdout);
+        return help ? GPCTL_OK : usage_error(NULL, "missing command");
+    }
+    v = verb_find(argv[0]);
+    if (v == NULL)
+        return usage_error(NULL, "unknown command \"%s\"", argv[0]);
+    if (help || wants_help(argc, argv)) {
+        usage_print(v->name, stdout);
+        return GPCTL_OK;
+    }
+    return v->fn(c, argc - 1, argv + 1);
+}
+
+static int
+run(int argc, char **argv, int *logfd)
+{
+    static gpctl    c;
+    char           *rest[MAX_ARGS];
+    globals         g = {0};
+    struct timespec ts;
+    int             nrest, rc;
+
+    if ((rc = split_args(argc, argv, &g, rest, &nrest)) != GPCTL_OK)
+        return rc;
+    if (!g.verbose)
+        *logfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    gp_log_setup("gpctl", g.verbose ? "debug" : "error", g.verbose ? 2 : *logfd);
+    if ((rc = apply_globals(&c, &g)) != GPCTL_OK || (rc = resolve_url(&c, &g)) != GPCTL_OK)
+        return rc;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    rc = dispatch(&c, nrest, rest);
+    if (c.bus != NULL || c.loop != NULL)
+        ctl_close(&c);
+    return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    int logfd = -1;
+    int rc = run(argc, argv, &logfd);
+
+    fflush(stdout);
+    gp_lib_close();
+    if (logfd >= 0)
+        close(logfd);
+    return rc;
+}

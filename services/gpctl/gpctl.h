@@ -7,6 +7,7 @@
  *   cmd_describe.c  describe site|node
  *   cmd_edit.c  create, update, delete (driven by the message descriptors)
  *   cmd_status.c    health, summary
+ *   cmd_fault.c fault (the fleet simulator's fault control)
  *
  * Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 the control
  * plane cannot be reached (NATS down, no responders, timeout). */
@@ -92,6 +93,7 @@ int cmd_update(gpctl *c, int argc, char **argv);
 int cmd_delete(gpctl *c, int argc, char **argv);
 int cmd_health(gpctl *c, int argc, char **argv);
 int cmd_summary(gpctl *c, int argc, char **argv);
+int cmd_fault(gpctl *c, int argc, char **argv);
 
 /* "8xH100" for a node's GPUs (cmd_get.c). */
 void node_models(const msg_node *n, char *buf, size_t len);

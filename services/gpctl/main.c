@@ -65,6 +65,13 @@ static const verb verbs[] = {
      "Usage: gpctl summary [-o json]\n"
      "\n"
      "  Sites, nodes by state, GPUs by model and node state, pool capacity.\n"},
+    {"fault", cmd_fault,
+     "Usage: gpctl fault KIND [--node N] [--site S] [--gpu I] [--code C] [--count N]\n"
+     "                   [--duration-ms MS] [--delay-ms MS] [--jitter-ms MS] [--period-ms MS]\n"
+     "\n"
+     "  Asks the fleet simulator (gridpool-sim) to inject a fault: site_power_cut,\n"
+     "  uplink_cut, node_crash, node_slow, node_jitter, node_flap, gpu_xid,\n"
+     "  ecc_burst, thermal_throttle, gpu_lost, node_stop, node_resume.\n"},
 };
 
 static const char overview[] =
@@ -80,6 +87,7 @@ static const char overview[] =
     "  delete KIND NAME       delete one\n"
     "  health [SERVICE...]    health of services (default: registry)\n"
     "  summary                sites, nodes by state, GPUs by model, pool capacity\n"
+    "  fault KIND ...         inject a fault into the fleet simulator\n"
     "\n"
     "Global options (anywhere on the line):\n"
     "  -o, --output FMT       table (default), wide or json\n"

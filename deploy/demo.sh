@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# deploy/demo.sh BUILD -- after `make up`: every service's health, then a
+# simulated 1,000-site EV-charging network (about 3,000 nodes) registering
+# and heartbeating, shown through gpctl.
+set -eu
+build=$1
+top=$(cd "$(dirname "$0")/.." && pwd)
+run=$top/build/run
+gpctl=$top/$build/bin/gpctl
+sites=${GP_DEMO_SITES:-1000}
+export GP_ENV_FILE=$run/gp.env
+
+echo "== health"
+for i in $(seq 1 50); do
+    "$gpctl" health >/dev/null 2>&1 && break
+    sleep 0.2
+done
+"$gpctl" health
+
+echo
+echo "== starting the simulated fleet: $sites sites (build/run/logs/sim.log)"
+"$top/$build/bin/gridpool-sim" --config "$run/gp.env" --http-port 0 --sites "$sites" --seed 42 \
+    --inventory-out "$run/inventory.json" >"$run/logs/sim.log" 2>&1 </dev/null &
+echo $! >"$run/pids/sim.pid"
+for i in $(seq 1 600); do
+    grep -q '^sim: registered' "$run/logs/sim.log" && break
+    kill -0 "$(cat "$run/pids/sim.pid")" 2>/dev/null || { echo "the simulator stopped:"; tail "$run/logs/sim.log"; exit 1; }
+    sleep 0.5
+done
+grep '^sim: registered' "$run/logs/sim.log" || echo "(the fleet is still registering)"
+
+echo
+echo "== the fleet as one pool"
+"$gpctl" summary
+cat <<TXT
+
+gridpool is up; the fleet keeps heartbeating.  Try:
+  export GP_ENV_FILE=$run/gp.env
+  $build/bin/gpctl get sites --region eu-central
+  $build/bin/gpctl get nodes --state healthy -o wide | head
+  $build/bin/gpctl describe node \$($build/bin/gpctl get nodes -o json | head -2 | tail -1 | sed 's/.*"id":"\\([^"]*\\)".*/\\1/')
+  $build/bin/gpctl get gpus --model H100
+  $build/bin/gpctl get pools
+  curl -s http://127.0.0.1:\$(grep -o 'http_port=[0-9]*' build/run/logs/registry.log | head -1 | cut -d= -f2)/metrics | grep gp_registry
+'make down' stops everything.
+TXT

@@ -90,6 +90,11 @@ $(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# Unit tests named agent_*_test also link the agent's code (services/agent/).
+$(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/test/integration/%: $(BUILD)/obj/tests/integration/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -1,0 +1,958 @@
+/* agent.c -- the node agent core (see agent.h for the contract). */
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "attempt.h"
+#include "gp/codec.h"
+#include "gp/limits.h"
+#include "gp/log.h"
+
+#define MAX_ATTEMPTS      64       /* = LeaseRenew.attempts maxItems */
+#define MAX_QUEUED_EVENTS 256      /* events kept while cut off */
+#define BACKOFF_MIN_MS    1000
+#define BACKOFF_MAX_MS    30000
+#define LEASE_CHECK_S     0.2
+
+enum { REQ_NONE, REQ_REGISTER, REQ_LEASE };
+
+typedef struct reqctx reqctx;
+typedef struct outmsg outmsg;
+
+/* A gp_bus_request in flight: its callback may come after agent_free, so
+ * the context outlives the agent and just forgets it. */
+struct reqctx {
+    agent   *a;
+    uint64_t token;
+    reqctx  *next;
+};
+
+/* A message held back by a node_slow / node_jitter fault. */
+struct outmsg {
+    ev_timer t;
+    agent   *a;
+    outmsg  *next;
+    reqctx  *ctx;                  /* a request via the bus inbox */
+    unsigned timeout_ms;
+    char     subj[GP_MAX_SUBJECT + 1];
+    char     reply[GP_MAX_SUBJECT + 1];
+    size_t   len;
+    char     data[];
+};
+
+struct agent {
+    struct ev_loop   *loop;
+    gp_bus           *bus;
+    gpu_backend      *gpu;
+    agent_opts        o;
+    char              s_reg[GP_MAX_SUBJECT + 1], s_hb[GP_MAX_SUBJECT + 1];
+    char              s_lease[GP_MAX_SUBJECT + 1], s_att[GP_MAX_SUBJECT + 1];
+    char              s_reply[GP_MAX_SUBJECT - 31];   /* + ".<token>" fits a subject */
+    gp_bus_sub       *reply_sub;
+    ev_timer          req_t, reqto_t, hb_t, lease_t;
+    bool              registered, ever_registered, connected, paused, cut_off;
+    unsigned          hb_ms, lease_ms, backoff_ms;
+    int               req_kind;
+    uint64_t          req_token;
+    double            req_sent;
+    reqctx           *ctxs;
+    double            rtt_ms, t0;
+    uint64_t          seq, rng, last_sample_ms;
+    attempt          *atts;
+    int               natts;
+    msg_attempt_event *evq;            /* held while cut off; grown on demand */
+    int               nevq, capevq;
+    gpu_sample        last[GPU_MAX];
+    double            power[GPU_MAX];
+    unsigned          delay_ms, jitter_ms;
+    outmsg           *outq;
+};
+
+static void schedule_req(agent *a, double after_s);
+static void send_event(agent *a, const msg_attempt_event *ev);
+
+uint64_t
+agent_now_ms(agent *a)
+{
+    return (uint64_t)(ev_now(a->loop) * 1000.0);
+}
+
+const double *agent_gpu_power(agent *a) { return a->power; }
+const char *agent_site(const agent *a) { return a->o.site; }
+const char *agent_node(const agent *a) { return a->o.node; }
+gpu_backend *agent_gpu(agent *a) { return a->gpu; }
+bool agent_is_registered(const agent *a) { return a->registered; }
+
+int
+agent_attempts_running(const agent *a)
+{
+    int n = 0;
+
+    for (const attempt *t = a->atts; t != NULL; t = t->next)
+        n += !t->done;
+    return n;
+}
+
+static uint64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- sending (through the fault hooks) ---------------------------------- */
+
+static void
+outmsg_unlink(agent *a, outmsg *m)
+{
+    for (outmsg **p = &a->outq; *p != NULL; p = &(*p)->next)
+        if (*p == m) {
+            *p = m->next;
+            return;
+        }
+}
+
+static void
+ctx_unlink(agent *a, reqctx *c)
+{
+    for (reqctx **p = &a->ctxs; *p != NULL; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+static void on_reply(agent *a, uint64_t token, gp_err err, const char *data, size_t len);
+
+static void
+ctx_cb(void *arg, gp_err err, const char *data, size_t len)
+{
+    reqctx *c = arg;
+    agent  *a = c->a;
+
+    if (a != NULL) {
+        ctx_unlink(a, c);
+        on_reply(a, c->token, err, data, len);
+    }
+    free(c);
+}
+
+static void
+transmit(agent *a, const char *subj, const char *reply, const void *p, size_t n, reqctx *ctx,
+         unsigned timeout_ms)
+{
+    gp_err rc;
+
+    if (ctx != NULL) {
+        ctx->next = a->ctxs;
+        a->ctxs = ctx;
+        rc = gp_bus_request(a->bus, subj, p, n, timeout_ms, ctx_cb, ctx);
+        if (rc != GP_EOK) {           /* not queued: the callback will not come */
+            ctx_unlink(a, ctx);
+            free(ctx);
+        }
+        return;
+    }
+    rc = gp_bus_pub(a->bus, subj, reply && reply[0] ? reply : NULL, p, n);
+    if (rc != GP_EOK)
+        GP_DEBUG("agent_publish_failed", "subject=%s code=%s", subj, gp_err_name(rc));
+}
+
+static void
+outmsg_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    outmsg *m = GP_CONTAINER_OF(w, outmsg, t);
+    agent  *a = m->a;
+
+    (void)loop;
+    (void)revents;
+    outmsg_unlink(a, m);
+    if (a->connected && !a->paused)
+        transmit(a, m->subj, m->reply, m->data, m->len, m->ctx, m->timeout_ms);
+    else
+        free(m->ctx);
+    free(m);
+}
+
+/* Sends now, or later under a delay fault.  ctx (a bus request) is taken. */
+static void
+agent_send(agent *a, const char *subj, const char *reply, const gp_buf *b, reqctx *ctx,
+           unsigned timeout_ms)
+{
+    double  delay = a->delay_ms;
+    outmsg *m;
+
+    if (!a->connected || a->paused) {
+        free(ctx);
+        return;
+    }
+    if (a->jitter_ms > 0)
+        delay += gp_rng_unit(&a->rng) * a->jitter_ms;
+    if (delay <= 0 || (m = malloc(sizeof(*m) + b->n)) == NULL) {
+        transmit(a, subj, reply, b->p, b->n, ctx, timeout_ms);
+        return;
+    }
+    m->a = a;
+    m->ctx = ctx;
+    m->timeout_ms = timeout_ms;
+    snprintf(m->subj, sizeof(m->subj), "%s", subj);
+    snprintf(m->reply, sizeof(m->reply), "%s", reply ? reply : "");
+    m->len = b->n;
+    memcpy(m->data, b->p, b->n);
+    m->next = a->outq;
+    a->outq = m;
+    ev_timer_init(&m->t, outmsg_cb, delay / 1000.0, 0);
+    ev_timer_start(a->loop, &m->t);
+}
+
+static void
+publish_msg(agent *a, const char *subj, const gp_msg_desc *d, const void *msg)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    if (gp_msg_encode(d, msg, &b) == GP_EOK)
+        agent_send(a, subj, NULL, &b, NULL, 0);
+    gp_buf_fini(&b);
+}
+
+/* ---- requests: register and lease ---------------------------------------- */
+
+/* A renewal must fail fast enough to be retried well within the lease:
+ * timeout and retry after failure are lease/6 each, so an outage shorter
+ * than about 2/3 of the lease never costs an attempt. */
+static unsigned
+req_timeout_ms(const agent *a)
+{
+    unsigned t = a->o.request_timeout_ms, sixth = a->lease_ms / 6;
+
+    if (sixth < 250)
+        sixth = 250;
+    return t < sixth ? t : sixth;
+}
+
+static void
+fill_refs(agent *a, gp_arr *arr, msg_attempt_ref *refs)
+{
+    arr->v = refs;
+    arr->n = 0;
+    for (attempt *t = a->atts; t != NULL; t = t->next) {
+        if (t->done)
+            continue;
+        memset(&refs[arr->n], 0, sizeof(refs[0]));
+        snprintf(refs[arr->n].job_id, sizeof(refs[0].job_id), "%s", t->job_id);
+        refs[arr->n++].attempt = t->num;
+    }
+}
+
+static long
+host_mem_mb(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+    return pages > 0 && psz > 0 ? (long)((long long)pages * psz >> 20) : 0;
+}
+
+static gp_err
+encode_register(agent *a, gp_buf *b)
+{
+    msg_node_register r;
+    msg_gpu           g[GPU_MAX];
+    msg_attempt_ref   refs[MAX_ATTEMPTS];
+    gpu_info          gi;
+    int               n = gpu_count(a->gpu);
+
+    memset(&r, 0, sizeof(r));
+    snprintf(r.site, sizeof(r.site), "%s", a->o.site);
+    snprintf(r.node, sizeof(r.node), "%s", a->o.node);
+    snprintf(r.hostname, sizeof(r.hostname), "%s", a->o.hostname);
+    snprintf(r.agent_version, sizeof(r.agent_version), "%s", a->o.version);
+    snprintf(r.boot_id, sizeof(r.boot_id), "%s", a->o.boot_id);
+    r.cpu_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    r.mem_mb = (uint32_t)host_mem_mb();
+    for (int i = 0; i < n && i < GPU_MAX; i++) {
+        memset(&g[i], 0, sizeof(g[i]));
+        gpu_info_get(a->gpu, i, &gi);
+        g[i].index = i;
+        snprintf(g[i].uuid, sizeof(g[i].uuid), "%s", gi.uuid);
+        snprintf(g[i].model, sizeof(g[i].model), "%s", gi.model);
+        snprintf(g[i].serial, sizeof(g[i].serial), "%s", gi.serial);
+        g[i].vram_mb = gi.vram_mb;
+        g[i].interconnect = gi.interconnect;
+        GP_SET_HAS(&g[i], MSG_GPU__INTERCONNECT);
+    }
+    r.gpus.v = g;
+    r.gpus.n = (uint32_t)(n < GPU_MAX ? n : GPU_MAX);
+    fill_refs(a, &r.attempts, refs);
+    return gp_msg_encode(&msg_node_register_desc, &r, b);
+}
+
+static gp_err
+encode_lease(agent *a, gp_buf *b)
+{
+    msg_lease_renew r;
+    msg_attempt_ref refs[MAX_ATTEMPTS];
+
+    memset(&r, 0, sizeof(r));
+    fill_refs(a, &r.attempts, refs);
+    GP_SET_HAS(&r, MSG_LEASE_RENEW__ATTEMPTS);
+    return gp_msg_encode(&msg_lease_renew_desc, &r, b);
+}
+
+static void
+req_fire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    agent   *a = GP_CONTAINER_OF(w, agent, req_t);
+    unsigned to = req_timeout_ms(a);
+    char     reply[GP_MAX_SUBJECT + 1] = "";
+    gp_buf   b;
+    reqctx  *ctx = NULL;
+
+    (void)revents;
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    a->req_kind = a->registered ? REQ_LEASE : REQ_REGISTER;
+    a->req_token++;
+    if ((a->req_kind == REQ_LEASE ? encode_lease(a, &b) : encode_register(a, &b)) != GP_EOK) {
+        GP_ERROR("agent_encode_failed", "node=%s", a->o.node);
+        gp_buf_fini(&b);
+        return;
+    }
+    a->req_sent = ev_now(loop);
+    if (a->o.own_inbox) {
+        snprintf(reply, sizeof(reply), "%s.%llu", a->s_reply, (unsigned long long)a->req_token);
+    } else if ((ctx = calloc(1, sizeof(*ctx))) != NULL) {
+        ctx->a = a;
+        ctx->token = a->req_token;
+    }
+    agent_send(a, a->req_kind == REQ_LEASE ? a->s_lease : a->s_reg, reply, &b, ctx,
+               to + a->delay_ms + a->jitter_ms);
+    gp_buf_fini(&b);
+    /* Our own deadline covers every path: dropped, delayed, bus timeout. */
+    ev_timer_set(&a->reqto_t, (to + a->delay_ms + a->jitter_ms) / 1000.0 + 0.05, 0);
+    ev_timer_start(loop, &a->reqto_t);
+}
+
+static void
+reqto_fire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    agent *a = GP_CONTAINER_OF(w, agent, reqto_t);
+
+    (void)loop;
+    (void)revents;
+    on_reply(a, a->req_token, GP_ETIMEOUT, NULL, 0);
+}
+
+static void
+schedule_req(agent *a, double after_s)
+{
+    ev_timer_stop(a->loop, &a->req_t);
+    ev_timer_set(&a->req_t, after_s, 0);
+    ev_timer_start(a->loop, &a->req_t);
+}
+
+static attempt *
+find_attempt(agent *a, const char *job, uint32_t num)
+{
+    for (attempt *t = a->atts; t != NULL; t = t->next)
+        if (!t->done && strcmp(t->job_id, job) == 0 && (num == 0 || t->num == num))
+            return t;
+    return NULL;
+}
+
+static void
+apply_lists(agent *a, const msg_node_registered *r)
+{
+    const msg_attempt_ref *keep = r->keep.v, *kill = r->kill.v;
+    attempt               *t;
+
+    for (uint32_t i = 0; i < r->keep.n; i++)
+        if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL)
+            t->granted = ev_now(a->loop);
+    for (uint32_t i = 0; i < r->kill.n; i++)
+        if ((t = find_attempt(a, kill[i].job_id, kill[i].attempt)) != NULL) {
+            GP_INFO("attempt_revoked", "node=%s job=%s attempt=%u", a->o.node, t->job_id, t->num);
+            attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_KILLED, a->o.stop_grace_ms);
+        }
+}
+
+static void hb_fire(struct ev_loop *loop, ev_timer *w, int revents);
+
+static void
+flush_events(agent *a)
+{
+    int n = a->nevq;
+
+    a->nevq = 0;
+    for (int i = 0; i < n; i++)
+        send_event(a, &a->evq[i]);
+}
+
+static void
+granted(agent *a, const msg_node_registered *r, int kind)
+{
+    unsigned hb = a->o.heartbeat_ms ? a->o.heartbeat_ms : r->heartbeat_ms;
+    bool     first = !a->ever_registered;
+
+    a->backoff_ms = 0;
+    a->cut_off = false;
+    a->lease_ms = r->lease_ms;
+    if (kind == REQ_REGISTER) {
+        a->registered = a->ever_registered = true;
+        GP_INFO("agent_registered", "site=%s node=%s heartbeat_ms=%u lease_ms=%u rtt_ms=%.1f",
+                a->o.site, a->o.node, hb, r->lease_ms, a->rtt_ms);
+    }
+    if (hb != a->hb_ms || !ev_is_active(&a->hb_t)) {
+        a->hb_ms = hb;
+        ev_timer_stop(a->loop, &a->hb_t);
+        ev_timer_set(&a->hb_t, kind == REQ_REGISTER ? 0.0 : hb / 1000.0, hb / 1000.0);
+        ev_timer_start(a->loop, &a->hb_t);
+    }
+    apply_lists(a, r);
+    flush_events(a);
+    schedule_req(a, a->lease_ms / 3000.0);
+    if (kind == REQ_REGISTER && a->o.on_registered != NULL)
+        a->o.on_registered(a->o.cb_arg, a, first);
+}
+
+static void
+req_failed(agent *a, int kind, gp_err err, const char *detail)
+{
+    double j = 0.8 + 0.4 * gp_rng_unit(&a->rng);   /* a fleet must not retry in step */
+
+    if (kind == REQ_LEASE && err == GP_ENOTFOUND) {   /* the control plane forgot us */
+        GP_WARN("agent_lease_refused", "node=%s detail=\"%s\" action=register", a->o.node, detail);
+        a->registered = false;
+        schedule_req(a, 0.1 * j);
+        return;
+    }
+    a->cut_off = kind == REQ_LEASE || a->ever_registered;
+    if (kind == REQ_LEASE) {
+        GP_DEBUG("agent_lease_failed", "node=%s code=%s", a->o.node, gp_err_name(err));
+        schedule_req(a, a->lease_ms / 6000.0 * j);
+        return;
+    }
+    a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (a->backoff_ms > BACKOFF_MAX_MS)
+        a->backoff_ms = BACKOFF_MAX_MS;
+    GP_WARN("agent_register_failed", "site=%s node=%s code=%s detail=\"%s\" retry_ms=%u",
+            a->o.site, a->o.node, gp_err_name(err), detail, a->backoff_ms);
+    schedule_req(a, a->backoff_ms / 1000.0 * j);
+}
+
+static void
+on_reply(agent *a, uint64_t token, gp_err err, const char *data, size_t len)
+{
+    msg_node_registered r;
+    char                detail[GP_ERRBUF_LEN] = "";
+    int                 kind = a->req_kind;
+
+    if (token != a->req_token || kind == REQ_NONE || a->paused)
+        return;                        /* stale, or the node is frozen */
+    if (!a->connected && err == GP_EOK)
+        err = GP_ETIMEOUT;             /* the uplink is cut: the reply never arrives */
+    a->req_kind = REQ_NONE;
+    ev_timer_stop(a->loop, &a->reqto_t);
+    memset(&r, 0, sizeof(r));
+    if (err == GP_EOK && len == 0)
+        err = GP_ENOROUTE;             /* a "no responders" status on our own inbox */
+    if (err == GP_EOK) {
+        a->rtt_ms = (ev_time() - a->req_sent) * 1000.0;
+        err = gp_msg_decode_reply(&msg_node_registered_desc, data, len, &r, detail,
+                                  sizeof(detail));
+    }
+    if (err == GP_EOK)
+        granted(a, &r, kind);
+    else
+        req_failed(a, kind, err, detail);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
+/* Replies on gp.node.<site>.<node>._reply.<token> (own_inbox). */
+static void
+reply_msg_cb(void *arg, const gp_bus_msg *m)
+{
+    agent      *a = arg;
+    const char *dot = strrchr(m->subject, '.');
+
+    if (dot != NULL)
+        on_reply(a, strtoull(dot + 1, NULL, 10), GP_EOK, m->data, m->len);
+}
+
+/* ---- heartbeats ------------------------------------------------------- */
+
+static int
+disk_state(void)
+{
+    struct statvfs sv;
+
+    /* A root filesystem remounted read-only is what a failing disk looks like. */
+    if (statvfs("/", &sv) != 0)
+        return MSG_HEARTBEAT_DISK_DEGRADED;
+    return (sv.f_flag & ST_RDONLY) ? MSG_HEARTBEAT_DISK_FAILING : MSG_HEARTBEAT_DISK_OK;
+}
+
+static void
+sample_gpus(agent *a)
+{
+    double   load[GPU_MAX] = {0};
+    uint64_t now = agent_now_ms(a);
+    double   dt = a->last_sample_ms ? (now - a->last_sample_ms) / 1000.0 : 0;
+    int      n = gpu_count(a->gpu);
+
+    for (attempt *t = a->atts; t != NULL; t = t->next)
+        for (int i = 0; i < t->ngpus && !t->done; i++)
+            load[t->gpus[i]] = 0.92;
+    for (int i = 0; i < n && i < GPU_MAX; i++) {
+        if (gpu_sample_get(a->gpu, i, load[i], dt, &a->last[i]) != GP_EOK)
+            a->last[i].lost = true;
+        a->power[i] = a->last[i].power_w;
+    }
+    a->last_sample_ms = now;
+    for (attempt *t = a->atts; t != NULL; t = t->next)
+        attempt_account(t, now, a->power);
+}
+
+static void
+fill_gpu(const gpu_sample *s, int i, msg_gpu_telemetry *g, int32_t *thr)
+{
+    memset(g, 0, sizeof(*g));
+    g->index = i;
+    g->state = s->lost ? MSG_GPU_TELEMETRY_STATE_LOST : MSG_GPU_TELEMETRY_STATE_OK;
+    GP_SET_HAS(g, MSG_GPU_TELEMETRY__STATE);
+    g->temp_c = s->temp_c;
+    g->power_w = s->power_w;
+    g->util_pct = s->util_pct;
+    g->mem_used_mb = s->mem_used_mb;
+    g->ecc_sbe = s->ecc_sbe;
+    g->ecc_dbe = s->ecc_dbe;
+    g->xids.v = (void *)s->xids;
+    g->xids.n = (uint32_t)s->nxids;
+    g->throttle.v = thr;
+    for (int b = 0; b < 6; b++)
+        if (s->throttle & (1u << b))
+            thr[g->throttle.n++] = b;
+}
+
+/* Exited attempts ride along in one heartbeat (state exited) after their
+ * final event, then are forgotten. */
+static int
+fill_usage(agent *a, msg_attempt_usage *u)
+{
+    int n = 0;
+
+    for (attempt **p = &a->atts, *t; (t = *p) != NULL;) {
+        memset(&u[n], 0, sizeof(u[n]));
+        snprintf(u[n].job_id, sizeof(u[n].job_id), "%s", t->job_id);
+        u[n].attempt = t->num;
+        u[n].gpu_ms = t->gpu_ms;
+        u[n].energy_mj = t->energy_mj;
+        u[n].state = t->done ? MSG_ATTEMPT_USAGE_STATE_EXITED
+                     : t->ckpt_pending ? MSG_ATTEMPT_USAGE_STATE_CHECKPOINTING
+                     : MSG_ATTEMPT_USAGE_STATE_RUNNING;
+        GP_SET_HAS(&u[n], MSG_ATTEMPT_USAGE__STATE);
+        n++;
+        if (t->done) {
+            *p = t->next;
+            a->natts--;
+            attempt_free(t);
+        } else {
+            p = &t->next;
+        }
+    }
+    return n;
+}
+
+static void
+hb_fire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    agent            *a = GP_CONTAINER_OF(w, agent, hb_t);
+    msg_heartbeat     hb;
+    msg_gpu_telemetry g[GPU_MAX];
+    int32_t           thr[GPU_MAX][8];
+    msg_attempt_usage u[MAX_ATTEMPTS];
+    int               n = gpu_count(a->gpu);
+
+    (void)revents;
+    sample_gpus(a);
+    memset(&hb, 0, sizeof(hb));
+    snprintf(hb.site, sizeof(hb.site), "%s", a->o.site);
+    snprintf(hb.node, sizeof(hb.node), "%s", a->o.node);
+    hb.seq = ++a->seq;
+    hb.sent_ms = wall_ms();
+    hb.uptime_s = (uint64_t)(ev_now(loop) - a->t0);
+    hb.disk = disk_state();
+    GP_SET_HAS(&hb, MSG_HEARTBEAT__DISK);
+    hb.uplink_rtt_ms = a->rtt_ms;
+    GP_SET_HAS(&hb, MSG_HEARTBEAT__UPLINK_RTT_MS);
+    for (int i = 0; i < n && i < GPU_MAX; i++)
+        fill_gpu(&a->last[i], i, &g[i], thr[i]);
+    hb.gpus.v = g;
+    hb.gpus.n = (uint32_t)(n < GPU_MAX ? n : GPU_MAX);
+    hb.attempts.v = u;
+    hb.attempts.n = (uint32_t)fill_usage(a, u);
+    publish_msg(a, a->s_hb, &msg_heartbeat_desc, &hb);
+    for (int i = 0; i < n && i < GPU_MAX; i++)
+        a->last[i].nxids = 0;          /* reported once */
+}
+
+/* ---- attempts ------------------------------------------------------------- */
+
+static void
+send_event(agent *a, const msg_attempt_event *ev)
+{
+    if (a->cut_off || !a->connected || a->paused) {
+        if (a->nevq == a->capevq && a->capevq < MAX_QUEUED_EVENTS) {
+            int                cap = a->capevq ? a->capevq * 2 : 8;
+            msg_attempt_event *q = realloc(a->evq, sizeof(*q) * (size_t)cap);
+
+            if (q != NULL) {
+                a->evq = q;
+                a->capevq = cap;
+            }
+        }
+        if (a->nevq == a->capevq && a->nevq == 0)
+            return;                    /* no memory: the heartbeat still carries the counters */
+        if (a->nevq == a->capevq) {
+            GP_WARN("agent_event_dropped", "node=%s job=%s reason=queue_full", a->o.node,
+                    a->evq[0].job_id);
+            memmove(a->evq, a->evq + 1, sizeof(a->evq[0]) * (size_t)(a->nevq - 1));
+            a->nevq--;
+        }
+        a->evq[a->nevq++] = *ev;
+        return;
+    }
+    publish_msg(a, a->s_att, &msg_attempt_event_desc, ev);
+}
+
+static void
+emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
+{
+    msg_attempt_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    snprintf(ev.site, sizeof(ev.site), "%s", a->o.site);
+    snprintf(ev.node, sizeof(ev.node), "%s", a->o.node);
+    snprintf(ev.job_id, sizeof(ev.job_id), "%s", job);
+    ev.attempt = num;
+    ev.event = event;
+    ev.at_ms = wall_ms();
+    if (t != NULL && t->done) {
+        ev.exit_code = t->exit_code;
+        GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__EXIT_CODE);
+    }
+    if (t != NULL) {
+        ev.gpu_ms = t->gpu_ms;
+        ev.energy_mj = t->energy_mj;
+        GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__GPU_MS);
+        GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__ENERGY_MJ);
+    }
+    send_event(a, &ev);
+}
+
+void
+agent_attempt_exited(agent *a, attempt *t)
+{
+    int ev = t->end_event >= 0 ? t->end_event : MSG_ATTEMPT_EVENT_EVENT_EXITED;
+
+    GP_INFO("attempt_ended", "node=%s job=%s attempt=%u event=%s exit_code=%d gpu_ms=%llu "
+            "energy_mj=%llu", a->o.node, t->job_id, t->num, msg_attempt_event_event_names[ev],
+            t->exit_code, (unsigned long long)t->gpu_ms, (unsigned long long)t->energy_mj);
+    emit(a, t->job_id, t->num, ev, t);
+    if (agent_attempts_running(a) == 0)
+        ev_timer_stop(a->loop, &a->lease_t);
+}
+
+void
+agent_attempt_checkpointed(agent *a, attempt *t)
+{
+    emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED, t);
+}
+
+static void
+lease_fire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    agent *a = GP_CONTAINER_OF(w, agent, lease_t);
+    double now = ev_now(loop);
+
+    (void)revents;
+    for (attempt *t = a->atts; t != NULL; t = t->next) {
+        if (t->done || t->stopping || now - t->granted < t->lease_ms / 1000.0)
+            continue;
+        GP_WARN("attempt_lease_expired", "node=%s job=%s attempt=%u since_grant_s=%.1f",
+                a->o.node, t->job_id, t->num, now - t->granted);
+        attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED, a->o.stop_grace_ms);
+    }
+}
+
+static void
+ack_of(msg_attempt_ack *out, const attempt *t)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->job_id, sizeof(out->job_id), "%s", t->job_id);
+    out->attempt = t->num;
+    out->pid = (int32_t)t->pid;
+    GP_SET_HAS(out, MSG_ATTEMPT_ACK__PID);
+}
+
+/* Fencing: an older attempt is refused, the same one is a retried command,
+ * a newer one replaces what runs (the old one lost its grant). */
+static gp_err
+fence(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *detail, size_t dlen,
+      bool *dup)
+{
+    attempt *t = find_attempt(a, in->job_id, 0);
+
+    *dup = false;
+    if (t == NULL)
+        return GP_EOK;
+    if (t->num > in->attempt) {
+        snprintf(detail, dlen, "attempt %u is stale: the node runs attempt %u of job %s",
+                 in->attempt, t->num, in->job_id);
+        return GP_ECONFLICT;
+    }
+    if (t->num == in->attempt) {
+        ack_of(out, t);
+        *dup = true;
+        return GP_EOK;
+    }
+    attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_KILLED, a->o.stop_grace_ms);
+    return GP_EOK;
+}
+
+gp_err
+agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *detail,
+              size_t dlen)
+{
+    attempt *t = NULL;
+    bool     dup;
+    gp_err   rc = fence(a, in, out, detail, dlen, &dup);
+
+    if (rc != GP_EOK || dup)
+        return rc;
+    if (a->natts >= MAX_ATTEMPTS) {
+        snprintf(detail, dlen, "the node runs %d attempts already", a->natts);
+        return GP_EUNAVAIL;
+    }
+    rc = attempt_start(a, a->loop, in, gpu_count(a->gpu), in->lease_ms ? in->lease_ms : a->lease_ms,
+                       &t, detail, dlen);
+    if (rc != GP_EOK) {
+        GP_WARN("attempt_failed_to_start", "node=%s job=%s attempt=%u detail=\"%s\"", a->o.node,
+                in->job_id, in->attempt, detail);
+        emit(a, in->job_id, in->attempt, MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START, NULL);
+        return rc;
+    }
+    t->next = a->atts;
+    a->atts = t;
+    a->natts++;
+    GP_INFO("attempt_started", "node=%s job=%s attempt=%u pid=%d gpus=%d", a->o.node, t->job_id,
+            t->num, (int)t->pid, t->ngpus);
+    emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_STARTED, t);
+    if (!ev_is_active(&a->lease_t))
+        ev_timer_start(a->loop, &a->lease_t);
+    ack_of(out, t);
+    return GP_EOK;
+}
+
+gp_err
+agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out, char *detail,
+                 size_t dlen)
+{
+    attempt *t = find_attempt(a, in->job_id, in->attempt);
+    gp_err   rc = GP_EOK;
+
+    if (t == NULL) {
+        snprintf(detail, dlen, "job %s attempt %u does not run here", in->job_id, in->attempt);
+        return GP_ENOTFOUND;
+    }
+    if (in->action == MSG_ATTEMPT_SIGNAL_ACTION_STOP)
+        attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_KILLED, a->o.stop_grace_ms);
+    else if ((rc = attempt_checkpoint(t)) != GP_EOK)
+        snprintf(detail, dlen, "the attempt is stopping");
+    if (rc == GP_EOK)
+        ack_of(out, t);
+    return rc;
+}
+
+/* ---- raw commands (the simulator's wildcard subscription) --------------- */
+
+static void
+reply_raw(agent *a, const char *reply, gp_err rc, const char *detail, const msg_attempt_ack *ack)
+{
+    gp_buf b;
+
+    if (reply == NULL)
+        return;
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    if (rc == GP_EOK)
+        rc = gp_msg_encode(&msg_attempt_ack_desc, ack, &b);
+    if (rc != GP_EOK) {
+        gp_buf_reset(&b);
+        gp_msg_encode_error(rc, detail, &b);
+    }
+    agent_send(a, reply, NULL, &b, NULL, 0);
+    gp_buf_fini(&b);
+}
+
+void
+agent_on_cmd(agent *a, const char *verb, const gp_bus_msg *m)
+{
+    msg_run_attempt    run;
+    msg_attempt_signal sig;
+    msg_attempt_ack    ack;
+    char               detail[GP_ERRBUF_LEN] = "";
+    gp_err             rc;
+
+    if (!a->connected || a->paused)
+        return;                        /* never reached the node */
+    memset(&ack, 0, sizeof(ack));
+    if (strcmp(verb, "run") == 0) {
+        rc = gp_msg_decode(&msg_run_attempt_desc, m->data, m->len, &run, detail, sizeof(detail));
+        if (rc == GP_EOK)
+            rc = agent_cmd_run(a, &run, &ack, detail, sizeof(detail));
+        gp_msg_clear(&msg_run_attempt_desc, &run);
+    } else if (strcmp(verb, "signal") == 0) {
+        rc = gp_msg_decode(&msg_attempt_signal_desc, m->data, m->len, &sig, detail,
+                           sizeof(detail));
+        if (rc == GP_EOK)
+            rc = agent_cmd_signal(a, &sig, &ack, detail, sizeof(detail));
+    } else {
+        rc = GP_ENOROUTE;
+        snprintf(detail, sizeof(detail), "unknown command %s", verb);
+    }
+    reply_raw(a, m->reply, rc, detail, &ack);
+}
+
+/* ---- fault hooks ---------------------------------------------------------- */
+
+void
+agent_set_connected(agent *a, bool connected)
+{
+    if (a->connected == connected)
+        return;
+    a->connected = connected;
+    GP_INFO(connected ? "agent_uplink_up" : "agent_uplink_down", "node=%s", a->o.node);
+}
+
+void
+agent_pause(agent *a, bool paused)
+{
+    if (a->paused == paused)
+        return;
+    a->paused = paused;
+    if (paused) {
+        ev_timer_stop(a->loop, &a->req_t);
+        ev_timer_stop(a->loop, &a->reqto_t);
+        ev_timer_stop(a->loop, &a->hb_t);
+        ev_timer_stop(a->loop, &a->lease_t);
+        a->req_kind = REQ_NONE;         /* what was in flight is lost */
+        return;
+    }
+    if (a->ever_registered) {
+        ev_timer_set(&a->hb_t, a->hb_ms / 1000.0, a->hb_ms / 1000.0);
+        ev_timer_start(a->loop, &a->hb_t);
+    }
+    if (agent_attempts_running(a) > 0)
+        ev_timer_start(a->loop, &a->lease_t);
+    schedule_req(a, 0);
+}
+
+void
+agent_set_delay(agent *a, unsigned delay_ms, unsigned jitter_ms)
+{
+    a->delay_ms = delay_ms;
+    a->jitter_ms = jitter_ms;
+}
+
+/* ---- life ------------------------------------------------------------------ */
+
+static void
+defaults(agent *a, const agent_opts *o)
+{
+    uint64_t s;
+
+    a->o = *o;
+    if (a->o.request_timeout_ms == 0)
+        a->o.request_timeout_ms = 5000;
+    if (a->o.stop_grace_ms == 0)
+        a->o.stop_grace_ms = 5000;
+    if (a->o.hostname[0] == '\0')
+        gethostname(a->o.hostname, sizeof(a->o.hostname) - 1);
+    if (a->o.version[0] == '\0')
+        snprintf(a->o.version, sizeof(a->o.version), "dev");
+    a->rng = o->seed ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(ev_time() * 1e6);
+    if (o->seed != 0)
+        a->rng = o->seed;              /* the simulator wants the same run twice */
+    s = a->rng ^ (uint64_t)(ev_time() * 1e6);
+    if (a->o.boot_id[0] == '\0')
+        snprintf(a->o.boot_id, sizeof(a->o.boot_id), "%016llx%016llx",
+                 (unsigned long long)gp_rng_next(&s), (unsigned long long)gp_rng_next(&s));
+    a->lease_ms = a->o.lease_ms ? a->o.lease_ms : 30000;
+    a->hb_ms = a->o.heartbeat_ms ? a->o.heartbeat_ms : 5000;
+}
+
+agent *
+agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *gpu)
+{
+    agent *a = calloc(1, sizeof(*a));
+    char   sub[GP_MAX_SUBJECT + 1];
+
+    if (a == NULL)
+        return NULL;
+    a->loop = loop;
+    a->bus = bus;
+    a->gpu = gpu;
+    a->connected = true;
+    a->t0 = ev_now(loop);
+    defaults(a, o);
+    snprintf(a->s_reg, sizeof(a->s_reg), "gp.node.%s.%s.register", o->site, o->node);
+    snprintf(a->s_hb, sizeof(a->s_hb), "gp.node.%s.%s.hb", o->site, o->node);
+    snprintf(a->s_lease, sizeof(a->s_lease), "gp.node.%s.%s.lease", o->site, o->node);
+    snprintf(a->s_att, sizeof(a->s_att), "gp.node.%s.%s.attempt", o->site, o->node);
+    snprintf(a->s_reply, sizeof(a->s_reply), "gp.node.%s.%s._reply", o->site, o->node);
+    snprintf(sub, sizeof(sub), "%s.*", a->s_reply);
+    if (o->own_inbox && gp_bus_sub_new(bus, sub, NULL, reply_msg_cb, a, &a->reply_sub) != GP_EOK) {
+        free(a);
+        return NULL;
+    }
+    ev_timer_init(&a->req_t, req_fire, 0, 0);
+    ev_timer_init(&a->reqto_t, reqto_fire, 0, 0);
+    ev_timer_init(&a->hb_t, hb_fire, 0, 0);
+    ev_timer_init(&a->lease_t, lease_fire, LEASE_CHECK_S, LEASE_CHECK_S);
+    sample_gpus(a);
+    schedule_req(a, o->start_delay_s);
+    return a;
+}
+
+void
+agent_free(agent *a)
+{
+    if (a == NULL)
+        return;
+    ev_timer_stop(a->loop, &a->req_t);
+    ev_timer_stop(a->loop, &a->reqto_t);
+    ev_timer_stop(a->loop, &a->hb_t);
+    ev_timer_stop(a->loop, &a->lease_t);
+    for (attempt *t = a->atts, *n; t != NULL; t = n) {
+        n = t->next;
+        attempt_kill_now(t);
+        attempt_free(t);
+    }
+    for (outmsg *m = a->outq, *n; m != NULL; m = n) {
+        n = m->next;
+        ev_timer_stop(a->loop, &m->t);
+        free(m->ctx);
+        free(m);
+    }
+    for (reqctx *c = a->ctxs; c != NULL; c = c->next)
+        c->a = NULL;                   /* its callback frees it */
+    gp_bus_sub_free(a->reply_sub);
+    free(a->evq);
+    free(a);
+}

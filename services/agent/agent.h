@@ -1,0 +1,92 @@
+/* agent.h -- the node agent core: registration, heartbeats, leases and
+ * attempts of one node, on one libev loop and one shared gp_bus.
+ *
+ * It is a library so that gridpool-agent (one node per process) and
+ * gridpool-sim (thousands of nodes in one process, one bus, one
+ * wildcard command subscription) run the same code.  Loop thread only.
+ * The loop must be libev's default loop: attempts are child processes
+ * watched with ev_child.
+ *
+ * Lease rule: an attempt keeps running while it was granted (keep list of
+ * a register/lease reply, or its RunAttempt) less than lease_ms ago; past
+ * that, cut off from the control plane, the agent kills it and reports
+ * lease_expired.  Attempt events that happen while cut off are queued and
+ * published after the next successful reply.
+ *
+ * Checkpoints: after an AttemptSignal checkpoint the process gets SIGUSR1;
+ * the agent reports `checkpointed` when the process writes a file named
+ * CHECKPOINT_DONE (newer than the signal) in its checkpoint dir, or, for
+ * an attempt without a checkpoint dir, as soon as SIGUSR1 is delivered. */
+#ifndef GP_AGENT_H
+#define GP_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gp/bus.h"
+#include "gp/err.h"
+#include "gpu.h"
+#include "msg_gen.h"
+
+struct ev_loop;
+
+typedef struct agent agent;
+
+/* Called once per successful registration (first and re-registrations). */
+typedef void agent_event_cb(void *arg, agent *a, bool first);
+
+typedef struct agent_opts {
+    char     site[64];
+    char     node[64];
+    char     hostname[64];          /* "" = gethostname */
+    char     version[32];
+    char     boot_id[64];           /* "" = random per agent_new */
+    unsigned heartbeat_ms;          /* 0 = what the control plane says (default 5000) */
+    unsigned lease_ms;              /* until the first reply says otherwise; 0 = 30000 */
+    unsigned request_timeout_ms;    /* register/lease; 0 = 5000 */
+    unsigned stop_grace_ms;         /* SIGTERM -> SIGKILL; 0 = 5000 */
+    double   start_delay_s;         /* first registration after this (fleet spread) */
+    uint64_t seed;                  /* jitter, boot id */
+    /* Replies to the agent's own requests come to gp.node.<site>.<node>._reply.*
+     * instead of the bus' _INBOX, so the node's NATS identity needs no
+     * rights outside its subtree. */
+    bool     own_inbox;
+    agent_event_cb *on_registered;
+    void           *cb_arg;
+} agent_opts;
+
+/* Starts the agent (timers; the first registration after start_delay_s).
+ * The backend stays owned by the caller and must outlive the agent.
+ * With own_inbox the agent subscribes its reply subject itself. */
+agent *agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *gpu);
+/* Kills every attempt (SIGKILL to its process group; a crashed node takes
+ * its jobs with it) and frees.  NULL ok. */
+void   agent_free(agent *a);
+
+/* Commands, typed (gridpool-agent routes them through the chassis).
+ * Return OK with the ack filled, or an error with detail. */
+gp_err agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *detail,
+                     size_t dlen);
+gp_err agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out,
+                        char *detail, size_t dlen);
+/* A raw command message (verb "run" or "signal") from a wildcard
+ * subscription: decodes, runs the command, replies on m->reply. */
+void   agent_on_cmd(agent *a, const char *verb, const gp_bus_msg *m);
+
+/* Fault hooks for the simulator. */
+/* false: the node's uplink is cut: it sends nothing, and commands and
+ * replies that reach it are dropped. */
+void   agent_set_connected(agent *a, bool connected);
+/* true: the node hangs (every timer stops; nothing sent or answered);
+ * false: it continues where it stopped. */
+void   agent_pause(agent *a, bool paused);
+/* Every message the node sends leaves delay_ms + rand(0..jitter_ms) later. */
+void   agent_set_delay(agent *a, unsigned delay_ms, unsigned jitter_ms);
+
+const char  *agent_site(const agent *a);
+const char  *agent_node(const agent *a);
+gpu_backend *agent_gpu(agent *a);
+bool         agent_is_registered(const agent *a);
+int          agent_attempts_running(const agent *a);
+
+#endif

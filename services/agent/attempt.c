@@ -1,0 +1,345 @@
+/* attempt.c -- child processes of the agent: start, signal, count, reap. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attempt.h"
+#include "gp/limits.h"
+#include "gp/log.h"
+
+#ifdef __linux__
+# include <linux/close_range.h>     /* CLOSE_RANGE_CLOEXEC (Linux 5.11+; else the loop below) */
+#endif
+
+extern char **environ;
+
+#define CKPT_MARKER "CHECKPOINT_DONE"
+
+typedef struct envb {
+    char **v;
+    int    n, cap;
+} envb;
+
+static bool
+env_has(const envb *e, const char *kv)
+{
+    size_t k = strcspn(kv, "=");
+
+    for (int i = 0; i < e->n; i++)
+        if (strncmp(e->v[i], kv, k) == 0 && e->v[i][k] == '=')
+            return true;
+    return false;
+}
+
+/* Adds a copy of kv unless its name is set already (earlier entries win). */
+static bool
+env_add(envb *e, const char *kv)
+{
+    if (env_has(e, kv))
+        return true;
+    if (e->n + 2 > e->cap) {
+        int    cap = e->cap ? e->cap * 2 : 64;
+        char **v = realloc(e->v, (size_t)cap * sizeof(*v));
+
+        if (v == NULL)
+            return false;
+        e->v = v;
+        e->cap = cap;
+    }
+    if ((e->v[e->n] = strdup(kv)) == NULL)
+        return false;
+    e->v[++e->n] = NULL;
+    return true;
+}
+
+static void
+env_free(envb *e)
+{
+    for (int i = 0; i < e->n; i++)
+        free(e->v[i]);
+    free(e->v);
+}
+
+/* The child's environment: ours first (so the request cannot fake the
+ * fencing token), then the request's, then the agent's own. */
+static gp_err
+env_build(envb *e, const msg_run_attempt *in, char *detail, size_t dlen)
+{
+    char   kv[1200];
+    size_t n = 0;
+    bool   ok = true;
+
+    snprintf(kv, sizeof(kv), "GP_JOB_ID=%s", in->job_id);
+    ok = ok && env_add(e, kv);
+    snprintf(kv, sizeof(kv), "GP_ATTEMPT=%u", in->attempt);
+    ok = ok && env_add(e, kv);
+    snprintf(kv, sizeof(kv), "GP_CHECKPOINT_DIR=%s", in->checkpoint_dir);
+    ok = ok && env_add(e, kv);
+    n = (size_t)snprintf(kv, sizeof(kv), "CUDA_VISIBLE_DEVICES=");
+    for (uint32_t i = 0; i < in->gpus.n && n < sizeof(kv) - 16; i++)
+        n += (size_t)snprintf(kv + n, sizeof(kv) - n, "%s%d", i ? "," : "",
+                              ((const int32_t *)in->gpus.v)[i]);
+    ok = ok && env_add(e, kv);
+    for (uint32_t i = 0; i < in->env.n && ok; i++) {
+        const char *s = (const char *)in->env.v + (size_t)i * 512;
+
+        if (strchr(s, '=') == NULL || s[0] == '=') {
+            snprintf(detail, dlen, "env[%u] is not NAME=value", i);
+            return GP_EINVAL;
+        }
+        ok = env_add(e, s);
+    }
+    for (char **p = environ; p != NULL && *p != NULL && ok; p++)
+        ok = env_add(e, *p);
+    return ok ? GP_EOK : GP_ENOMEM;
+}
+
+static int
+mkdir_p(const char *dir)
+{
+    char path[256];
+
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0775) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0775) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* In the child, between fork and exec: async-signal-safe calls only (the
+ * agent has cnats threads). */
+static void
+child_exec(const char *cmd, char **envp, int errfd)
+{
+    char    *argv[] = {(char *)"sh", (char *)"-c", (char *)cmd, NULL};
+    sigset_t none;
+    int      e;
+
+    setpgid(0, 0);
+    for (int s = 1; s < 32; s++)        /* the agent's dispositions are not the job's */
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+#ifdef CLOSE_RANGE_CLOEXEC
+    if (close_range(3, UINT_MAX, CLOSE_RANGE_CLOEXEC) != 0)
+#endif
+        for (int fd = 3; fd < 4096; fd++)
+            if (fd != errfd)
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+    execve("/bin/sh", argv, envp);
+    e = errno;
+    (void)!write(errfd, &e, sizeof(e));
+    _exit(127);
+}
+
+/* fork + exec; returns the pid, or -1 with errno. */
+static pid_t
+spawn(const char *cmd, char **envp)
+{
+    int   p[2], e = 0;
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0)
+        child_exec(cmd, envp, p[1]);
+    close(p[1]);
+    if (pid > 0) {
+        setpgid(pid, pid);             /* both sides: no race with our first kill(-pid) */
+        /* EOF at exec (CLOEXEC) or the child's errno: a short, bounded wait. */
+        if (read(p[0], &e, sizeof(e)) == (ssize_t)sizeof(e)) {
+            waitpid(pid, NULL, 0);
+            pid = -1;
+            errno = e;
+        }
+    }
+    close(p[0]);
+    return pid;
+}
+
+static void
+child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, child);
+    int      st = w->rstatus;
+
+    (void)revents;
+    ev_child_stop(loop, w);
+    ev_timer_stop(loop, &t->kill_timer);
+    ev_stat_stop(loop, &t->ckpt_stat);
+    kill(-t->pid, SIGKILL);            /* what the shell left behind goes with it */
+    t->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    attempt_account(t, agent_now_ms(t->ag), agent_gpu_power(t->ag));
+    t->done = true;
+    agent_attempt_exited(t->ag, t);
+}
+
+static void
+kill_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, kill_timer);
+
+    (void)loop;
+    (void)revents;
+    GP_WARN("attempt_sigkill", "job=%s attempt=%u pid=%d", t->job_id, t->num, (int)t->pid);
+    kill(-t->pid, SIGKILL);
+}
+
+static bool
+ts_after(const struct timespec *a, const struct timespec *b, long slack_ns)
+{
+    long long d = (long long)(a->tv_sec - b->tv_sec) * 1000000000LL + (a->tv_nsec - b->tv_nsec);
+
+    return d >= -slack_ns;
+}
+
+static void
+stat_cb(struct ev_loop *loop, ev_stat *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, ckpt_stat);
+
+    (void)revents;
+    /* File timestamps are coarse (a tick behind the clock): 50 ms slack. */
+    if (w->attr.st_nlink == 0 || !ts_after(&w->attr.st_mtim, &t->ckpt_sent, 50000000L))
+        return;
+    ev_stat_stop(loop, w);
+    t->ckpt_pending = false;
+    agent_attempt_checkpointed(t->ag, t);
+}
+
+gp_err
+attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ngpus_node,
+              unsigned lease_ms, attempt **out, char *detail, size_t dlen)
+{
+    attempt *t;
+    envb     env = {0};
+    gp_err   rc;
+
+    for (uint32_t i = 0; i < in->gpus.n; i++) {
+        int g = ((const int32_t *)in->gpus.v)[i];
+
+        if (g >= ngpus_node) {
+            snprintf(detail, dlen, "gpu %d: the node has %d GPUs", g, ngpus_node);
+            return GP_EINVAL;
+        }
+    }
+    if (in->checkpoint_dir[0] != '\0' && mkdir_p(in->checkpoint_dir) != 0) {
+        snprintf(detail, dlen, "checkpoint dir %s: %s", in->checkpoint_dir, strerror(errno));
+        return GP_EINTERNAL;
+    }
+    if ((t = calloc(1, sizeof(*t))) == NULL)
+        return GP_ENOMEM;
+    rc = env_build(&env, in, detail, dlen);
+    if (rc == GP_EOK && (t->pid = spawn(in->command, env.v)) < 0) {
+        snprintf(detail, dlen, "cannot start /bin/sh: %s", strerror(errno));
+        rc = GP_EINTERNAL;
+    }
+    env_free(&env);
+    if (rc != GP_EOK) {
+        free(t);
+        return rc;
+    }
+    t->ag = ag;
+    snprintf(t->job_id, sizeof(t->job_id), "%s", in->job_id);
+    t->num = in->attempt;
+    t->ngpus = (int)in->gpus.n;
+    for (int i = 0; i < t->ngpus; i++)
+        t->gpus[i] = ((const int32_t *)in->gpus.v)[i];
+    t->acc_ms = agent_now_ms(ag);
+    t->granted = ev_now(loop);
+    t->lease_ms = lease_ms;
+    t->end_event = -1;
+    snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s", in->checkpoint_dir);
+    snprintf(t->ckpt_file, sizeof(t->ckpt_file), "%s/" CKPT_MARKER, in->checkpoint_dir);
+    ev_child_init(&t->child, child_cb, t->pid, 0);
+    ev_child_start(loop, &t->child);
+    ev_timer_init(&t->kill_timer, kill_cb, 0, 0);
+    ev_stat_init(&t->ckpt_stat, stat_cb, t->ckpt_file, 0.5);
+    *out = t;
+    return GP_EOK;
+}
+
+void
+attempt_stop(attempt *t, int event, unsigned grace_ms)
+{
+    struct ev_loop *loop = ev_default_loop(0);
+
+    if (t->done)
+        return;
+    if (t->end_event < 0)
+        t->end_event = event;
+    if (t->stopping)
+        return;
+    t->stopping = true;
+    kill(-t->pid, SIGTERM);
+    ev_timer_set(&t->kill_timer, grace_ms / 1000.0, 0);
+    ev_timer_start(loop, &t->kill_timer);
+}
+
+void
+attempt_kill_now(attempt *t)
+{
+    struct ev_loop *loop = ev_default_loop(0);
+
+    if (!t->done)
+        kill(-t->pid, SIGKILL);      /* libev's SIGCHLD handler reaps it later */
+    ev_child_stop(loop, &t->child);
+    ev_timer_stop(loop, &t->kill_timer);
+    ev_stat_stop(loop, &t->ckpt_stat);
+}
+
+gp_err
+attempt_checkpoint(attempt *t)
+{
+    struct ev_loop *loop = ev_default_loop(0);
+
+    if (t->done || t->stopping)
+        return GP_ECONFLICT;
+    clock_gettime(CLOCK_REALTIME, &t->ckpt_sent);
+    if (kill(-t->pid, SIGUSR1) != 0)
+        return GP_EINTERNAL;
+    if (t->ckpt_dir[0] == '\0') {        /* nowhere to confirm: delivery is the event */
+        agent_attempt_checkpointed(t->ag, t);
+        return GP_EOK;
+    }
+    t->ckpt_pending = true;
+    ev_stat_stop(loop, &t->ckpt_stat);
+    ev_stat_start(loop, &t->ckpt_stat);
+    return GP_EOK;
+}
+
+void
+attempt_account(attempt *t, uint64_t now_ms, const double *power_w)
+{
+    uint64_t dt;
+    double   w = 0;
+
+    if (t->done || now_ms <= t->acc_ms)
+        return;
+    dt = now_ms - t->acc_ms;
+    t->acc_ms = now_ms;
+    t->gpu_ms += dt * (uint64_t)t->ngpus;
+    for (int i = 0; i < t->ngpus; i++)
+        w += power_w[t->gpus[i]];
+    t->energy_mj += (uint64_t)(w * (double)dt + 0.5);     /* W x ms = mJ */
+}
+
+void
+attempt_free(attempt *t)
+{
+    free(t);
+}

@@ -1,0 +1,69 @@
+/* attempt.h -- one job attempt as a child process (internal to the agent).
+ *
+ * The command runs as /bin/sh -c in its own process group, so signals
+ * reach everything it started.  Counters are cumulative: gpu_ms is wall
+ * time x GPUs held (what is delivered, not how busy the job kept them),
+ * energy_mj integrates the measured power of its GPUs. */
+#ifndef GP_AGENT_ATTEMPT_H
+#define GP_AGENT_ATTEMPT_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "agent.h"
+
+typedef struct attempt attempt;
+
+struct attempt {
+    attempt        *next;
+    agent          *ag;
+    char            job_id[64];
+    uint32_t        num;
+    pid_t           pid;                 /* = its process group */
+    int             gpus[GPU_MAX];
+    int             ngpus;
+    uint64_t        gpu_ms;
+    uint64_t        energy_mj;
+    uint64_t        acc_ms;              /* monotonic ms counted up to */
+    double          granted;             /* monotonic s of the last grant */
+    unsigned        lease_ms;
+    int             end_event;           /* MSG_ATTEMPT_EVENT_EVENT_*, -1: exited on its own */
+    int             exit_code;
+    bool            stopping;
+    bool            done;                /* reaped; reported in one more heartbeat */
+    bool            ckpt_pending;
+    struct timespec ckpt_sent;           /* wall clock of the last SIGUSR1 */
+    char            ckpt_dir[256];
+    char            ckpt_file[300];
+    ev_child        child;
+    ev_timer        kill_timer;
+    ev_stat         ckpt_stat;
+};
+
+/* Starts the command; INVAL (bad env, GPU) or INTERNAL (fork, exec) with
+ * detail.  On OK *out is running and watched. */
+gp_err attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ngpus_node,
+                     unsigned lease_ms, attempt **out, char *detail, size_t dlen);
+/* SIGTERM to the group, SIGKILL after grace_ms; event is what will be
+ * reported when it is gone (the first stop's reason wins). */
+void   attempt_stop(attempt *t, int event, unsigned grace_ms);
+/* SIGKILL to the group now and stop watching (agent teardown). */
+void   attempt_kill_now(attempt *t);
+/* SIGUSR1 to the group; see agent.h for when it counts as checkpointed. */
+gp_err attempt_checkpoint(attempt *t);
+/* Counts up to now_ms; power_w[i] is the last power of node GPU i. */
+void   attempt_account(attempt *t, uint64_t now_ms, const double *power_w);
+void   attempt_free(attempt *t);
+
+/* Implemented by agent.c: the child is gone (t->done set), or it wrote
+ * its checkpoint marker. */
+void   agent_attempt_exited(agent *a, attempt *t);
+void   agent_attempt_checkpointed(agent *a, attempt *t);
+/* Monotonic ms of the loop and the last GPU powers, for accounting. */
+uint64_t      agent_now_ms(agent *a);
+const double *agent_gpu_power(agent *a);
+
+#endif

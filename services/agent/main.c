@@ -1,0 +1,214 @@
+/* main.c -- gridpool-agent: one node's agent on the service chassis.
+ *
+ * The chassis gives it logs, metrics and health over HTTP, signals and
+ * the dispatcher; the agent's command routes hold its own site and node,
+ * so the route table is built at run time.  It needs no Redis or
+ * PostgreSQL.  NATS credentials go into the URL (nats://user:pass@host)
+ * because the chassis' bus options take none from the config. */
+#include <stdio.h>
+#include <string.h>
+
+#include "agent.h"
+#include "gp/app.h"
+#include "gp/limits.h"
+#include "gp/log.h"
+
+#define AGENT_VERSION "0.1.0"
+
+typedef struct agent_cfg {
+    gp_common_cfg common;
+    char          site[64];
+    char          node[64];
+    char          gpu_backend[8];
+    unsigned      sim_gpus;
+    char          sim_model[32];
+    unsigned      sim_seed;
+    unsigned      heartbeat_ms;
+    unsigned      stop_grace_ms;
+    char          nats_user[128];
+    char          nats_password[128];
+    char          nats_token[256];
+} agent_cfg;
+
+static const gp_cfg_opt agent_opts_tab[] = {
+    GP_CFG_TABLE(agent_cfg, common, gp_common_cfg_opts),
+    GP_CFG_STR("site", agent_cfg, site, "", "site id of this node (required)"),
+    GP_CFG_STR("node", agent_cfg, node, "", "node id (required)"),
+    GP_CFG_STR("gpu-backend", agent_cfg, gpu_backend, "auto",
+               "auto (NVML if present, else simulated), nvml, sim"),
+    GP_CFG_UINT("sim-gpus", agent_cfg, sim_gpus, 2, 0, 16, "GPUs of the simulated backend"),
+    GP_CFG_STR("sim-model", agent_cfg, sim_model, "L4",
+               "model of the simulated GPUs: L4, L40S, RTX 4090, A100-80G, H100"),
+    GP_CFG_UINT("sim-seed", agent_cfg, sim_seed, 1, 0, 4294967295LL,
+                "seed of the simulated GPUs"),
+    GP_CFG_UINT("heartbeat-ms", agent_cfg, heartbeat_ms, 0, 0, 600000,
+                "heartbeat interval; 0 = what the control plane says (default 5000)"),
+    GP_CFG_UINT("stop-grace-ms", agent_cfg, stop_grace_ms, 5000, 100, 600000,
+                "SIGTERM to SIGKILL when stopping an attempt"),
+    GP_CFG_STR("nats-user", agent_cfg, nats_user, "", "NATS user of this node (see deploy/nats-agent-permissions.md)"),
+    GP_CFG_STR("nats-password", agent_cfg, nats_password, "", "NATS password of this node"),
+    GP_CFG_STR("nats-token", agent_cfg, nats_token, "", "NATS token (instead of user/password)"),
+    GP_CFG_END
+};
+
+static bool
+id_ok(const char *s)
+{
+    if (s[0] == '\0')
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s == '.' || *s == '*' || *s == '>' || *s == ' ' || *s < 0x21)
+            return false;
+    return true;
+}
+
+/* nats://host:4222,nats://h2 -> nats://cred@host:4222,nats://cred@h2 */
+static bool
+url_with_creds(char *url, size_t len, const char *cred)
+{
+    char        out[512];
+    size_t      n = 0;
+    const char *p = url;
+
+    if (strpbrk(cred, "/@?#,") != NULL)
+        return false;                  /* would break the URL; not escaped by cnats */
+    while (*p != '\0' && n < sizeof(out)) {
+        const char *sep = strstr(p, "://"), *end = strchr(p, ',');
+        size_t      seg = end ? (size_t)(end - p) : strlen(p);
+
+        if (sep != NULL && (end == NULL || sep < end))
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%.*s://%s@%.*s%s",
+                                  (int)(sep - p), p, cred, (int)(seg - (size_t)(sep + 3 - p)),
+                                  sep + 3, end ? "," : "");
+        else
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s@%.*s%s", cred, (int)seg, p,
+                                  end ? "," : "");
+        p += seg + (end ? 1 : 0);
+    }
+    if (n >= sizeof(out) || n >= len)
+        return false;
+    memcpy(url, out, n + 1);
+    return true;
+}
+
+static bool
+apply_creds(agent_cfg *c)
+{
+    char cred[300];
+
+    if (c->nats_token[0] != '\0')
+        snprintf(cred, sizeof(cred), "%s", c->nats_token);
+    else if (c->nats_user[0] != '\0')
+        snprintf(cred, sizeof(cred), "%s:%s", c->nats_user, c->nats_password);
+    else
+        return true;
+    return url_with_creds(c->common.nats_url, sizeof(c->common.nats_url), cred);
+}
+
+static gpu_backend *
+open_backend(const agent_cfg *c)
+{
+    gpu_backend *b = NULL;
+    char         err[256] = "";
+
+    if (strcmp(c->gpu_backend, "sim") != 0) {
+        if (gpu_nvml_open(&b, err, sizeof(err)) == GP_EOK)
+            return b;
+        if (strcmp(c->gpu_backend, "nvml") == 0) {
+            GP_ERROR("nvml_unavailable", "detail=\"%s\"", err);
+            return NULL;
+        }
+        GP_INFO("nvml_unavailable", "detail=\"%s\" action=simulated_gpus", err);
+    }
+    b = gpu_sim_new(c->sim_model, (int)c->sim_gpus, c->sim_seed);
+    if (b == NULL)
+        GP_ERROR("bad_sim_model", "model=\"%s\"", c->sim_model);
+    return b;
+}
+
+static gp_err
+on_run(gp_req *req, const void *in, void *out)
+{
+    char   detail[GP_ERRBUF_LEN] = "";
+    gp_err rc = agent_cmd_run(gp_req_state(req), in, out, detail, sizeof(detail));
+
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+static gp_err
+on_signal(gp_req *req, const void *in, void *out)
+{
+    char   detail[GP_ERRBUF_LEN] = "";
+    gp_err rc = agent_cmd_signal(gp_req_state(req), in, out, detail, sizeof(detail));
+
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+static void
+on_stop(gp_app *app, void *arg)
+{
+    (void)app;
+    agent_free(*(agent **)arg);        /* a stopped agent takes its attempts down */
+    *(agent **)arg = NULL;
+}
+
+static int
+run(agent_cfg *c, gpu_backend *gpu)
+{
+    char       s_run[GP_MAX_SUBJECT + 1], s_sig[GP_MAX_SUBJECT + 1];
+    gp_route   routes[3] = {
+        {s_run, &msg_run_attempt_desc, &msg_attempt_ack_desc, on_run, 0, 0},
+        {s_sig, &msg_attempt_signal_desc, &msg_attempt_ack_desc, on_signal, 0, 0},
+        {NULL, NULL, NULL, NULL, 0, 0},
+    };
+    agent_opts o = {.heartbeat_ms = c->heartbeat_ms, .stop_grace_ms = c->stop_grace_ms,
+                    .own_inbox = true};
+    gp_app    *app = NULL;
+    agent     *a = NULL;
+    gp_err     rc;
+
+    snprintf(s_run, sizeof(s_run), "gp.node.%s.%s.cmd.run", c->site, c->node);
+    snprintf(s_sig, sizeof(s_sig), "gp.node.%s.%s.cmd.signal", c->site, c->node);
+    snprintf(o.site, sizeof(o.site), "%s", c->site);
+    snprintf(o.node, sizeof(o.node), "%s", c->node);
+    snprintf(o.version, sizeof(o.version), "%s", AGENT_VERSION);
+    rc = gp_app_new("agent", AGENT_VERSION, &c->common, 0, NULL, &app);
+    if (rc == GP_EOK && (a = agent_new(gp_app_loop(app), gp_app_bus(app), &o, gpu)) == NULL)
+        rc = GP_ENOMEM;
+    if (rc == GP_EOK) {
+        gp_app_on_stop(app, on_stop, &a);
+        rc = gp_app_serve(app, routes, a);
+    }
+    if (rc == GP_EOK)
+        rc = gp_app_run(app);
+    agent_free(a);
+    gp_app_free(app);
+    return rc == GP_EOK ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+    agent_cfg    cfg;
+    gpu_backend *gpu;
+    int          code;
+
+    gp_cfg_load("gridpool-agent", agent_opts_tab, &cfg, argc, argv, NULL, &code);
+    if (code != GP_CFG_CONTINUE)
+        return code;
+    if (!id_ok(cfg.site) || !id_ok(cfg.node)) {
+        fprintf(stderr, "gridpool-agent: --site and --node are required (no '.', '*', '>', spaces)\n");
+        return 78;
+    }
+    if (!apply_creds(&cfg)) {
+        fprintf(stderr, "gridpool-agent: NATS credentials must not hold / @ ? # , (or the URL is too long)\n");
+        return 78;
+    }
+    gp_log_setup("agent", cfg.common.log_level, -1);
+    if ((gpu = open_backend(&cfg)) == NULL)
+        return 1;
+    code = run(&cfg, gpu);
+    gpu_free(gpu);
+    gp_lib_close();
+    return code;
+}

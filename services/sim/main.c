@@ -1,0 +1,365 @@
+/* main.c -- gridpool-sim: builds a fleet from a seed, creates its tenants,
+ * sites, pools and products through the registry admin API, then runs one
+ * agent per node (simulated GPUs) in this one process, on one loop and one
+ * bus, and injects faults from a script or from gp.int.sim.fault. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/limits.h"
+#include "gp/log.h"
+#include "sim.h"
+
+#define SIM_VERSION "0.1.0"
+
+typedef struct sim_cfg {
+    gp_common_cfg common;
+    unsigned      sites;
+    unsigned      seed;
+    char          faults[512];
+    char          inventory_out[512];
+    unsigned      heartbeat_ms;
+    unsigned      spread_ms;
+    bool          admin;
+    unsigned      admin_window;
+    unsigned      admin_wait_ms;
+    bool          dry_run;
+} sim_cfg;
+
+static const gp_cfg_opt sim_opts[] = {
+    GP_CFG_TABLE(sim_cfg, common, gp_common_cfg_opts),
+    GP_CFG_UINT("sites", sim_cfg, sites, 10, 1, 20000, "sites to simulate (1,000 sites = about 3,000 nodes)"),
+    GP_CFG_UINT("seed", sim_cfg, seed, 1, 0, 4294967295LL, "seed: the same seed gives the same fleet"),
+    GP_CFG_STR("faults", sim_cfg, faults, "", "fault script (see services/sim/faults.c)"),
+    GP_CFG_STR("inventory-out", sim_cfg, inventory_out, "", "write the fleet's inventory as JSON here"),
+    GP_CFG_UINT("heartbeat-ms", sim_cfg, heartbeat_ms, 0, 0, 600000,
+                "heartbeat interval of every node; 0 = what the registry says"),
+    GP_CFG_UINT("spread-ms", sim_cfg, spread_ms, 2000, 0, 600000,
+                "first registrations are spread over this long"),
+    GP_CFG_BOOL("admin", sim_cfg, admin, 1, "create tenants, sites, pools, products via gp.admin.*"),
+    GP_CFG_UINT("admin-window", sim_cfg, admin_window, 64, 1, 1024, "admin requests in flight"),
+    GP_CFG_UINT("admin-wait-ms", sim_cfg, admin_wait_ms, 30000, 0, 600000,
+                "how long to wait for the registry to answer before starting without it"),
+    GP_CFG_BOOL("dry-run", sim_cfg, dry_run, 0, "build the fleet, write --inventory-out, exit"),
+    GP_CFG_END
+};
+
+/* ---- nodes ------------------------------------------------------------------- */
+
+
+static void
+on_registered(void *arg, agent *a, bool first)
+{
+    sim      *s = arg;
+    int       i = fleet_find_node(&s->f, agent_node(a));
+
+    (void)first;
+    if (i < 0 || s->f.nodes[i].ever_registered)
+        return;
+    s->f.nodes[i].ever_registered = true;
+    if (++s->nregistered == s->f.nnodes && !s->summary_done) {
+        s->summary_done = true;
+        printf("sim: registered %d nodes at %d sites in %.2f s\n", s->f.nnodes, s->f.nsites,
+               ev_time() - s->t_agents);
+        fflush(stdout);
+    }
+}
+
+void
+sim_node_up(sim *s, int i, double delay_s)
+{
+    sim_node  *n = &s->f.nodes[i];
+    agent_opts o;
+
+    if (n->ag != NULL)
+        return;
+    memset(&o, 0, sizeof(o));
+    snprintf(o.site, sizeof(o.site), "%s", s->f.sites[n->site].id);
+    snprintf(o.node, sizeof(o.node), "%s", n->id);
+    snprintf(o.hostname, sizeof(o.hostname), "%s", n->id);
+    snprintf(o.version, sizeof(o.version), "sim-%s", SIM_VERSION);
+    o.heartbeat_ms = s->heartbeat_ms;
+    o.start_delay_s = delay_s;
+    o.seed = n->seed;
+    o.on_registered = on_registered;
+    o.cb_arg = s;
+    n->ag = agent_new(s->loop, s->bus, &o, n->gpu);
+    if (n->ag == NULL) {
+        GP_ERROR("sim_node_failed", "node=%s", n->id);
+        return;
+    }
+    agent_set_delay(n->ag, n->delay_ms, n->jitter_ms);
+}
+
+void
+sim_node_down(sim *s, int i)
+{
+    agent_free(s->f.nodes[i].ag);
+    s->f.nodes[i].ag = NULL;
+}
+
+/* gp.node.<site>.<node>.cmd.<verb>: one subscription for the whole fleet. */
+static void
+on_cmd(void *arg, const gp_bus_msg *m)
+{
+    sim        *s = arg;
+    char        subj[GP_MAX_SUBJECT + 1], *tok[8], *save = NULL;
+    int         nt = 0, i;
+
+    snprintf(subj, sizeof(subj), "%s", m->subject);
+    for (char *t = strtok_r(subj, ".", &save); t != NULL && nt < 8; t = strtok_r(NULL, ".", &save))
+        tok[nt++] = t;
+    if (nt != 6 || (i = fleet_find_node(&s->f, tok[3])) < 0 ||
+        strcmp(s->f.sites[s->f.nodes[i].site].id, tok[2]) != 0 || s->f.nodes[i].ag == NULL)
+        return;                        /* no such node, or it is down: nobody answers */
+    agent_on_cmd(s->f.nodes[i].ag, tok[5], m);
+}
+
+static void
+start_agents(sim *s, sim_script *script)
+{
+    uint64_t rng = s->f.seed ^ 0x7370726561640000ull;
+
+    s->t_agents = ev_time();
+    gp_bus_sub_new(s->bus, "gp.node.*.*.cmd.*", NULL, on_cmd, s, &s->cmd_sub);
+    for (int i = 0; i < s->f.nnodes; i++) {
+        sim_node *n = &s->f.nodes[i];
+
+        n->gpu = gpu_sim_new(n->model, n->ngpus, n->seed);
+        sim_node_up(s, i, gp_rng_unit(&rng) * s->spread_s);
+    }
+    if (script != NULL)
+        faults_start(s, script);
+    GP_INFO("sim_agents_started", "nodes=%d spread_s=%.1f faults=%d", s->f.nnodes, s->spread_s,
+            script != NULL);
+}
+
+/* ---- admin phase: the registry learns the fleet ------------------------------ */
+
+enum { PH_TENANTS, PH_SITES, PH_POOLS, PH_PRODUCTS, PH_DONE };
+static const char *const phase_subj[] = {"gp.admin.tenant.create", "gp.admin.site.create",
+                                         "gp.admin.pool.create", "gp.admin.product.create"};
+
+typedef struct admin {
+    sim        *s;
+    sim_script *script;
+    int         phase, next, total, inflight;
+    unsigned    window;
+    double      deadline;
+    bool        absent;
+    int         created, existed, failed;
+} admin;
+
+typedef struct call {
+    ev_timer retry;
+    admin   *ad;
+    int      phase, idx;
+} call;
+
+static void pump(admin *ad);
+static void issue(call *c);
+
+static int
+phase_total(const admin *ad)
+{
+    switch (ad->phase) {
+    case PH_TENANTS: return fleet_ntenants();
+    case PH_SITES: return ad->s->f.nsites;
+    case PH_POOLS: return ad->s->f.npools;
+    case PH_PRODUCTS: return fleet_nproducts(&ad->s->f);
+    }
+    return 0;
+}
+
+static void
+retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    issue(GP_CONTAINER_OF(w, call, retry));
+}
+
+static void
+call_done(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    call  *c = arg;
+    admin *ad = c->ad;
+
+    (void)reply;
+    if ((err == GP_ENOROUTE || err == GP_ETIMEOUT || err == GP_EUNAVAIL) && !ad->absent &&
+        ev_time() < ad->deadline) {
+        ev_timer_init(&c->retry, retry_cb, 0.5, 0);     /* the registry is not up yet */
+        ev_timer_start(ad->s->loop, &c->retry);
+        return;
+    }
+    if (err == GP_ENOROUTE && !ad->absent) {
+        ad->absent = true;
+        GP_WARN("sim_no_registry", "subject=%s action=start_without_inventory",
+                phase_subj[c->phase]);
+    }
+    if (err == GP_EOK)
+        ad->created++;
+    else if (err == GP_EEXISTS)
+        ad->existed++;                 /* a re-run: it is there already */
+    else if (err != GP_ENOROUTE) {
+        ad->failed++;
+        GP_WARN("sim_admin_failed", "subject=%s index=%d code=%s detail=\"%s\"",
+                phase_subj[c->phase], c->idx, gp_err_name(err), detail ? detail : "");
+    }
+    ad->inflight--;
+    free(c);
+    pump(ad);
+}
+
+static void
+issue(call *c)
+{
+    admin          *ad = c->ad;
+    const fleet    *f = &ad->s->f;
+    union { msg_tenant t; msg_site s; msg_pool p; msg_product q; } m;
+    msg_power_price steps[4];
+    const gp_msg_desc *d[] = {&msg_tenant_desc, &msg_site_desc, &msg_pool_desc, &msg_product_desc};
+    gp_err          rc;
+
+    switch (c->phase) {
+    case PH_TENANTS: fleet_tenant(c->idx, &m.t); break;
+    case PH_SITES: fleet_site(f, c->idx, &m.s, steps); break;
+    case PH_POOLS: fleet_pool(f, c->idx, &m.p); break;
+    default: fleet_product(f, c->idx, &m.q); break;
+    }
+    rc = gp_call(ad->s->bus, phase_subj[c->phase], d[c->phase], &m, d[c->phase], 10000, call_done, c);
+    if (rc != GP_EOK)
+        call_done(c, rc, NULL, "not sent");
+}
+
+static void
+pump(admin *ad)
+{
+    while (ad->phase < PH_DONE) {
+        /* Tenants one by one: partners name the operator as their parent. */
+        int window = ad->phase == PH_TENANTS ? 1 : (int)ad->window;
+
+        while (!ad->absent && ad->inflight < window && ad->next < ad->total) {
+            call *c = calloc(1, sizeof(*c));
+
+            if (c == NULL)
+                break;
+            c->ad = ad;
+            c->phase = ad->phase;
+            c->idx = ad->next++;
+            ad->inflight++;
+            issue(c);
+        }
+        if (ad->inflight > 0)
+            return;
+        ad->phase++;
+        ad->next = 0;
+        ad->total = phase_total(ad);
+    }
+    printf("sim: inventory in registry: %d created, %d existed, %d failed%s in %.2f s\n",
+           ad->created, ad->existed, ad->failed, ad->absent ? " (no registry)" : "",
+           ev_time() - ad->s->t_start);
+    fflush(stdout);
+    start_agents(ad->s, ad->script);
+}
+
+/* ---- the control subject ------------------------------------------------------- */
+
+static gp_err
+on_fault(gp_req *req, const void *in, void *out)
+{
+    msg_sim_fault_ack *ack = out;
+    char               detail[GP_ERRBUF_LEN] = "";
+    gp_err             rc = fault_apply(gp_req_state(req), in, &ack->applied, detail,
+                                        sizeof(detail));
+
+    GP_SET_HAS(ack, MSG_SIM_FAULT_ACK__APPLIED);
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+static const gp_route sim_routes[] = {
+    {"gp.int.sim.fault", &msg_sim_fault_desc, &msg_sim_fault_ack_desc, on_fault, 0, 0},
+    {NULL, NULL, NULL, NULL, 0, 0}
+};
+
+static void
+on_stop(gp_app *app, void *arg)
+{
+    sim *s = arg;
+
+    (void)app;
+    faults_free(s);
+    gp_bus_sub_free(s->cmd_sub);
+    s->cmd_sub = NULL;
+    for (int i = 0; i < s->f.nnodes; i++)
+        sim_node_down(s, i);
+}
+
+static int
+run(sim_cfg *c, sim *s, sim_script *script)
+{
+    admin  ad = {.s = s, .script = script, .window = c->admin_window};
+    gp_err rc = gp_app_new("sim", SIM_VERSION, &c->common, 0, NULL, &s->app);
+
+    if (rc == GP_EOK) {
+        s->loop = gp_app_loop(s->app);
+        s->bus = gp_app_bus(s->app);
+        gp_app_on_stop(s->app, on_stop, s);
+        rc = gp_app_serve(s->app, sim_routes, s);
+    }
+    if (rc == GP_EOK) {
+        ad.deadline = ev_time() + c->admin_wait_ms / 1000.0;
+        ad.phase = c->admin ? PH_TENANTS : PH_DONE;
+        ad.total = phase_total(&ad);
+        pump(&ad);
+        rc = gp_app_run(s->app);
+    }
+    on_stop(s->app, s);
+    gp_app_free(s->app);
+    for (int i = 0; i < s->f.nnodes; i++)
+        gpu_free(s->f.nodes[i].gpu);
+    return rc == GP_EOK ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+    sim_cfg     cfg;
+    sim         s;
+    sim_script *script = NULL;
+    char        err[256];
+    int         code;
+
+    gp_cfg_load("gridpool-sim", sim_opts, &cfg, argc, argv, NULL, &code);
+    if (code != GP_CFG_CONTINUE)
+        return code;
+    gp_log_setup("sim", cfg.common.log_level, -1);
+    memset(&s, 0, sizeof(s));
+    s.t_start = ev_time();
+    s.heartbeat_ms = cfg.heartbeat_ms;
+    s.spread_s = cfg.spread_ms / 1000.0;
+    if (cfg.faults[0] != '\0' && (script = faults_load(cfg.faults, err, sizeof(err))) == NULL) {
+        fprintf(stderr, "gridpool-sim: %s: %s\n", cfg.faults, err);
+        return 78;
+    }
+    if (fleet_build(&s.f, (int)cfg.sites, cfg.seed) != 0) {
+        fprintf(stderr, "gridpool-sim: out of memory building the fleet\n");
+        return 1;
+    }
+    printf("sim: fleet seed %u: %d sites, %d nodes, %d GPUs, %d pools, %d products\n", cfg.seed,
+           s.f.nsites, s.f.nnodes, s.f.ngpus, s.f.npools, fleet_nproducts(&s.f));
+    fflush(stdout);
+    if (cfg.inventory_out[0] != '\0' && fleet_write_inventory(&s.f, cfg.inventory_out) != 0) {
+        fprintf(stderr, "gridpool-sim: cannot write %s\n", cfg.inventory_out);
+        code = 1;
+    } else {
+        code = cfg.dry_run ? 0 : run(&cfg, &s, script);
+    }
+    if (cfg.dry_run || code != 0) {
+        s.script = script;
+        faults_free(&s);
+    }
+    fleet_free(&s.f);
+    gp_lib_close();
+    return code;
+}

@@ -1,0 +1,407 @@
+/* agent_test.c -- gridpool-agent against a real NATS, with this test as
+ * its control plane (no registry): registration, heartbeats, attempts and
+ * their counters, fencing, lease expiry while cut off, kill lists,
+ * checkpoints.  Real time is bounded: about 25 s. */
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "msg_gen.h"
+#include "testlib.h"
+
+#define SITE     "t1"
+#define NODE     "n1"
+#define HB_MS    400
+#define LEASE_MS 3000
+
+typedef struct ev_rec {
+    char     job[64];
+    uint32_t attempt;
+    int      event;
+    int      exit_code;
+    uint64_t gpu_ms;
+    double   at;
+} ev_rec;
+
+static struct ev_loop   *loop;
+static gp_bus           *bus;
+static volatile int      registered, answering = 1;
+static msg_node_register reg;
+static msg_heartbeat     last_hb;
+static int               nhb;
+static double            hb_at[256];
+static ev_rec            events[64];
+static int               nevents;
+static double            last_grant_at;
+static msg_attempt_ref   kill_list[4];
+static int               nkill;
+static int               lease_seen_attempts;
+
+static void
+answer(const gp_bus_msg *m, const gp_arr *attempts)
+{
+    msg_node_registered r;
+    gp_buf              b;
+
+    memset(&r, 0, sizeof(r));
+    r.heartbeat_ms = HB_MS;
+    r.lease_ms = LEASE_MS;
+    r.keep = *attempts;                 /* grant all it runs, like the registry today */
+    r.kill.v = kill_list;
+    r.kill.n = (uint32_t)nkill;
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_encode(&msg_node_registered_desc, &r, &b);
+    gp_bus_pub(bus, m->reply, NULL, b.p, b.n);
+    gp_buf_fini(&b);
+    last_grant_at = tl_now();
+    nkill = 0;
+}
+
+static void
+on_register(void *arg, const gp_bus_msg *m)
+{
+    (void)arg;
+    gp_msg_clear(&msg_node_register_desc, &reg);
+    if (gp_msg_decode(&msg_node_register_desc, m->data, m->len, &reg, NULL, 0) != GP_EOK)
+        return;
+    if (answering && m->reply != NULL) {
+        answer(m, &reg.attempts);
+        registered++;
+    }
+}
+
+static void
+on_lease(void *arg, const gp_bus_msg *m)
+{
+    msg_lease_renew l;
+
+    (void)arg;
+    if (gp_msg_decode(&msg_lease_renew_desc, m->data, m->len, &l, NULL, 0) != GP_EOK)
+        return;
+    lease_seen_attempts = (int)l.attempts.n;
+    if (answering && m->reply != NULL)
+        answer(m, &l.attempts);
+    gp_msg_clear(&msg_lease_renew_desc, &l);
+}
+
+static void
+on_hb(void *arg, const gp_bus_msg *m)
+{
+    (void)arg;
+    gp_msg_clear(&msg_heartbeat_desc, &last_hb);
+    if (gp_msg_decode(&msg_heartbeat_desc, m->data, m->len, &last_hb, NULL, 0) == GP_EOK)
+        hb_at[nhb++ % 256] = tl_now();
+}
+
+static void
+on_attempt(void *arg, const gp_bus_msg *m)
+{
+    msg_attempt_event e;
+
+    (void)arg;
+    if (gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0) != GP_EOK ||
+        nevents == 64)
+        return;
+    snprintf(events[nevents].job, sizeof(events[0].job), "%s", e.job_id);
+    events[nevents].attempt = e.attempt;
+    events[nevents].event = e.event;
+    events[nevents].exit_code = e.exit_code;
+    events[nevents].gpu_ms = e.gpu_ms;
+    events[nevents].at = tl_now();
+    nevents++;
+}
+
+static const ev_rec *
+find_event(const char *job, int event)
+{
+    for (int i = 0; i < nevents; i++)
+        if (strcmp(events[i].job, job) == 0 && events[i].event == event)
+            return &events[i];
+    return NULL;
+}
+
+/* Runs the loop until the event shows up or timeout_s passes. */
+static const ev_rec *
+wait_event(const char *job, int event, double timeout_s)
+{
+    double end = tl_now() + timeout_s;
+
+    while (find_event(job, event) == NULL && tl_now() < end)
+        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
+    return find_event(job, event);
+}
+
+static void
+spin(double s)
+{
+    double end = tl_now() + s;
+
+    while (tl_now() < end)
+        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
+}
+
+/* Running (a zombie whose parent is gone may wait a while for init). */
+static bool
+alive(int pid)
+{
+    char  path[64], buf[256] = "";
+    FILE *f;
+    char *p;
+
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return false;
+    (void)!fgets(buf, sizeof(buf), f);
+    fclose(f);
+    p = strrchr(buf, ')');
+    return p == NULL || p[1] == '\0' || p[2] != 'Z';
+}
+
+static const msg_attempt_usage *
+usage_of(const char *job)
+{
+    const msg_attempt_usage *u = last_hb.attempts.v;
+
+    for (uint32_t i = 0; i < last_hb.attempts.n; i++)
+        if (strcmp(u[i].job_id, job) == 0)
+            return &u[i];
+    return NULL;
+}
+
+static gp_err
+run_cmd(const char *job, uint32_t attempt, const char *cmd, const char *ckpt, msg_attempt_ack *ack,
+        char *detail)
+{
+    msg_run_attempt r;
+    int32_t         gpus[2] = {0, 1};
+
+    memset(&r, 0, sizeof(r));
+    snprintf(r.job_id, sizeof(r.job_id), "%s", job);
+    r.attempt = attempt;
+    snprintf(r.command, sizeof(r.command), "%s", cmd);
+    snprintf(r.checkpoint_dir, sizeof(r.checkpoint_dir), "%s", ckpt ? ckpt : "");
+    r.gpus.v = gpus;
+    r.gpus.n = 2;
+    memset(ack, 0, sizeof(*ack));
+    return tl_call(loop, bus, "gp.node." SITE "." NODE ".cmd.run", &msg_run_attempt_desc, &r,
+                   &msg_attempt_ack_desc, ack, 3000, detail, GP_ERRBUF_LEN);
+}
+
+static gp_err
+signal_cmd(const char *job, uint32_t attempt, int action)
+{
+    msg_attempt_signal s;
+    msg_attempt_ack    ack;
+    char               detail[GP_ERRBUF_LEN];
+
+    memset(&s, 0, sizeof(s));
+    snprintf(s.job_id, sizeof(s.job_id), "%s", job);
+    s.attempt = attempt;
+    s.action = action;
+    return tl_call(loop, bus, "gp.node." SITE "." NODE ".cmd.signal", &msg_attempt_signal_desc, &s,
+                   &msg_attempt_ack_desc, &ack, 3000, detail, sizeof(detail));
+}
+
+static pid_t
+start_agent(void)
+{
+    char  bin[512], port[32];
+    char  a[14][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
+                       "2", "--sim-model", "L40S", "--stop-grace-ms", "1000", "--http-port", ""};
+    char *argv[16];
+
+    argv[0] = bin;
+    for (int i = 0; i < 14; i++)
+        argv[i + 1] = a[i];
+    argv[14] = port;
+    argv[15] = NULL;
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
+    snprintf(port, sizeof(port), "%d", tl_free_port());
+    return tl_spawn(argv);
+}
+
+static void
+test_register_and_heartbeats(void)
+{
+    const msg_gpu_telemetry *g;
+    double                   span;
+    int                      n0;
+
+    T_OKM(tl_run_until(loop, &registered, 10), "agent registers");
+    T_OK(strcmp(reg.site, SITE) == 0 && strcmp(reg.node, NODE) == 0 && reg.agent_version[0]);
+    T_OK(reg.gpus.n == 2 && strcmp(((msg_gpu *)reg.gpus.v)[0].model, "L40S") == 0);
+    T_OK(reg.boot_id[0] != '\0' && reg.cpu_cores > 0 && reg.mem_mb > 0);
+    n0 = nhb;
+    spin(HB_MS * 5.5 / 1000.0);
+    T_OKM(nhb - n0 >= 4 && nhb - n0 <= 7, "heartbeats at the granted interval (%d in %.1f s)",
+          nhb - n0, HB_MS * 5.5 / 1000.0);
+    span = hb_at[(nhb - 1) % 256] - hb_at[(nhb - 4) % 256];
+    T_OKM(span > 3 * HB_MS / 1000.0 * 0.7 && span < 3 * HB_MS / 1000.0 * 1.4,
+          "3 intervals took %.2f s", span);
+    g = last_hb.gpus.v;
+    T_OK(strcmp(last_hb.site, SITE) == 0 && last_hb.seq >= 4 && last_hb.sent_ms > 0);
+    T_OK(last_hb.gpus.n == 2 && g[0].temp_c > 10 && g[0].power_w > 0 && g[1].index == 1);
+    T_OKM(last_hb.uplink_rtt_ms > 0 && last_hb.uplink_rtt_ms < 1000, "uplink rtt %.2f ms",
+          last_hb.uplink_rtt_ms);
+    T_OK(last_hb.disk == MSG_HEARTBEAT_DISK_OK && last_hb.attempts.n == 0);
+}
+
+static int
+test_attempt_and_counters(void)
+{
+    msg_attempt_ack          ack, ack2;
+    char                     detail[GP_ERRBUF_LEN] = "";
+    const msg_attempt_usage *u;
+    uint64_t                 g1, e1;
+    int                      pid;
+
+    T_EQ_INT(run_cmd("j1", 2, "sleep 30", NULL, &ack, detail), GP_EOK);
+    pid = ack.pid;
+    T_OKM(pid > 0 && alive(pid) && strcmp(ack.job_id, "j1") == 0, "attempt runs as pid %d", pid);
+    T_OKM(getpgid(pid) == pid, "in its own process group");
+    T_OK(wait_event("j1", MSG_ATTEMPT_EVENT_EVENT_STARTED, 2) != NULL);
+    T_EQ_INT(run_cmd("j1", 1, "sleep 30", NULL, &ack2, detail), GP_ECONFLICT);
+    T_OKM(strstr(detail, "stale") != NULL, "stale attempt refused: %s", detail);
+    T_EQ_INT(run_cmd("j1", 2, "sleep 30", NULL, &ack2, detail), GP_EOK);
+    T_OKM(ack2.pid == pid, "a repeated RunAttempt is the same attempt");
+    spin(HB_MS * 1.5 / 1000.0);
+    u = usage_of("j1");
+    T_OK(u != NULL && u->attempt == 2 && u->state == MSG_ATTEMPT_USAGE_STATE_RUNNING);
+    g1 = u ? u->gpu_ms : 0;
+    e1 = u ? u->energy_mj : 0;
+    spin(HB_MS * 3.0 / 1000.0);
+    u = usage_of("j1");
+    T_OKM(u != NULL && u->gpu_ms > g1 + 2 * HB_MS && u->gpu_ms < g1 + 2 * 4 * HB_MS,
+          "gpu_ms grows by wall time x 2 GPUs (%llu -> %llu)", (unsigned long long)g1,
+          (unsigned long long)(u ? u->gpu_ms : 0));
+    T_OKM(u != NULL && u->energy_mj > e1 + 100000, "energy grows (%llu -> %llu mJ)",
+          (unsigned long long)e1, (unsigned long long)(u ? u->energy_mj : 0));
+    T_OK(((msg_gpu_telemetry *)last_hb.gpus.v)[0].util_pct > 50);
+    T_OKM(lease_seen_attempts == 1, "lease renewals list the attempt");
+    return pid;
+}
+
+static void
+test_lease(int pid)
+{
+    const ev_rec *e;
+    double        t0, died = 0;
+
+    answering = 0;                     /* a short outage: less than the lease */
+    spin(LEASE_MS * 0.5 / 1000.0);
+    answering = 1;
+    spin(LEASE_MS * 0.7 / 1000.0);
+    T_OKM(alive(pid) && find_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED) == NULL,
+          "an outage shorter than the lease keeps the attempt");
+    answering = 0;                     /* a long one */
+    spin(0.05);
+    t0 = last_grant_at;
+    while (tl_now() < t0 + LEASE_MS / 1000.0 + 3 && died == 0) {
+        spin(0.02);
+        if (!alive(pid))
+            died = tl_now();
+    }
+    T_OKM(died > 0 && died - t0 > LEASE_MS / 1000.0 - 0.3 && died - t0 < LEASE_MS / 1000.0 + 1.0,
+          "killed %.2f s after the last grant (lease %.1f s)", died - t0, LEASE_MS / 1000.0);
+    spin(0.5);
+    T_OKM(find_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED) == NULL,
+          "lease_expired is held while cut off");
+    answering = 1;
+    e = wait_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED, LEASE_MS / 1000.0 + 2);
+    T_OKM(e != NULL && e->attempt == 2 && e->gpu_ms > 0,
+          "lease_expired reported once the control plane answers (gpu_ms %llu)",
+          (unsigned long long)(e ? e->gpu_ms : 0));
+}
+
+static void
+test_kill_list(void)
+{
+    msg_attempt_ack ack;
+    char            detail[GP_ERRBUF_LEN] = "";
+    const ev_rec   *e;
+
+    T_EQ_INT(run_cmd("j2", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
+    snprintf(kill_list[0].job_id, sizeof(kill_list[0].job_id), "j2");
+    kill_list[0].attempt = 1;
+    nkill = 1;
+    e = wait_event("j2", MSG_ATTEMPT_EVENT_EVENT_KILLED, LEASE_MS / 1000.0 + 2);
+    T_OKM(e != NULL, "an attempt on a reply's kill list is stopped");
+    T_OKM(e != NULL && e->exit_code == 128 + SIGTERM, "by SIGTERM (exit_code %d)",
+          e ? e->exit_code : -1);
+    T_OK(!alive(ack.pid));
+}
+
+static void
+test_checkpoint_env_exit(void)
+{
+    char            dir[256], path[300], cmd[700], line[256] = "";
+    msg_attempt_ack ack;
+    char            detail[GP_ERRBUF_LEN] = "";
+    const ev_rec   *e;
+    FILE           *f;
+
+    snprintf(dir, sizeof(dir), "%s/ckpt-j3", tl_env("GP_STACK_DIR"));
+    snprintf(cmd, sizeof(cmd),
+             "echo \"$GP_JOB_ID $GP_ATTEMPT $CUDA_VISIBLE_DEVICES $GP_CHECKPOINT_DIR\" >%s.env; "
+             "trap 'touch \"$GP_CHECKPOINT_DIR/CHECKPOINT_DONE\"' USR1; "
+             "while :; do sleep 0.1; done", dir);
+    T_EQ_INT(run_cmd("j3", 1, cmd, dir, &ack, detail), GP_EOK);
+    spin(0.5);
+    snprintf(path, sizeof(path), "%s.env", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+        (void)!fgets(line, sizeof(line), f);
+        fclose(f);
+    }
+    T_OKM(strncmp(line, "j3 1 0,1 ", 9) == 0, "environment: %s", line);
+    T_EQ_INT(signal_cmd("j3", 1, MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT), GP_EOK);
+    T_OKM(wait_event("j3", MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED, 3) != NULL,
+          "checkpointed when the job writes CHECKPOINT_DONE");
+    T_EQ_INT(signal_cmd("j3", 1, MSG_ATTEMPT_SIGNAL_ACTION_STOP), GP_EOK);
+    T_OK(wait_event("j3", MSG_ATTEMPT_EVENT_EVENT_KILLED, 3) != NULL);
+    T_EQ_INT(signal_cmd("j3", 1, MSG_ATTEMPT_SIGNAL_ACTION_STOP), GP_ENOTFOUND);
+    T_EQ_INT(run_cmd("j4", 1, "exit 3", NULL, &ack, detail), GP_EOK);
+    e = wait_event("j4", MSG_ATTEMPT_EVENT_EVENT_EXITED, 3);
+    T_OKM(e != NULL && e->exit_code == 3, "exited with its exit code (%d)", e ? e->exit_code : -1);
+}
+
+int
+main(void)
+{
+    gp_bus_opts bo = {.url = tl_env("GP_NATS_URL"), .name = "agent-test"};
+    gp_bus_sub *subs[4];
+    pid_t       agent_pid;
+    int         pid, last_pid;
+    msg_attempt_ack ack;
+    char        detail[GP_ERRBUF_LEN];
+
+    loop = ev_loop_new(0);             /* not the default loop: it would reap our children */
+    if (gp_bus_new(loop, &bo, NULL, NULL, &bus) != GP_EOK)
+        return printf("not ok - bus\n"), 1;
+    gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".register", NULL, on_register, NULL, &subs[0]);
+    gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".lease", NULL, on_lease, NULL, &subs[1]);
+    gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".hb", NULL, on_hb, NULL, &subs[2]);
+    gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".attempt", NULL, on_attempt, NULL, &subs[3]);
+    spin(0.3);
+    agent_pid = start_agent();
+    test_register_and_heartbeats();
+    pid = test_attempt_and_counters();
+    test_lease(pid);
+    test_kill_list();
+    test_checkpoint_env_exit();
+    T_EQ_INT(run_cmd("j5", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
+    last_pid = ack.pid;
+    kill(agent_pid, SIGTERM);
+    T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
+    spin(0.2);
+    T_OKM(!alive(last_pid), "and takes its attempts with it");
+    for (int i = 0; i < 4; i++)
+        gp_bus_sub_free(subs[i]);
+    gp_msg_clear(&msg_node_register_desc, &reg);
+    gp_msg_clear(&msg_heartbeat_desc, &last_hb);
+    gp_bus_free(bus);
+    ev_loop_destroy(loop);
+    gp_lib_close();
+    return T_DONE();
+}

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # tests/harness/with-stack.sh BUILD_DIR CMD... -- runs CMD with a fresh
 # private stack; the stack's settings are in the environment (GP_* from
-# gp.env, plus GP_STACK_DIR and GP_BUILD).  The stack is torn down on any
-# exit, also when CMD fails or the script is interrupted.
+# gp.env, plus GP_STACK_DIR, GP_BUILD and GP_HARNESS).  The stack is torn
+# down on any exit, also when CMD fails or the script is interrupted.
+#
+# Sanitizer reports of every process started under it (the test and the
+# services it starts) go to files in the stack folder; any such report
+# fails the test, so a leak found when a service exits after the test has
+# returned is not lost.
 set -u
 build=$(cd "$1" && pwd); shift
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,5 +24,16 @@ set -a
 # shellcheck disable=SC1091
 . "$dir/gp.env"
 set +a
+mkdir -p "$dir/san"
+export ASAN_OPTIONS="log_path=$dir/san/asan:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="log_path=$dir/san/ubsan:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 export GP_BUILD=$build GP_HARNESS=$here
 "$@"
+rc=$?
+"$here/stack.sh" stop "$dir" >/dev/null 2>&1     # services exit: their leak checks run now
+if [ -n "$(ls -A "$dir/san")" ]; then
+    echo "not ok - sanitizer reports from processes of this test:"
+    cat "$dir"/san/* | head -80 | sed 's/^/#   /'
+    rc=1
+fi
+exit $rc

@@ -3,8 +3,9 @@
  * The chassis gives it logs, metrics and health over HTTP, signals and
  * the dispatcher; the agent's command routes hold its own site and node,
  * so the route table is built at run time.  It needs no Redis or
- * PostgreSQL.  NATS credentials go into the URL (nats://user:pass@host)
- * because the chassis' bus options take none from the config. */
+ * PostgreSQL.  Its health route lives in its own subject tree
+ * (gp.node.<site>.<node>.health), so a NATS identity limited to
+ * gp.node.<site>.<node>.> is all it needs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,9 +26,6 @@ typedef struct agent_cfg {
     unsigned      sim_seed;
     unsigned      heartbeat_ms;
     unsigned      stop_grace_ms;
-    char          nats_user[128];
-    char          nats_password[128];
-    char          nats_token[256];
 } agent_cfg;
 
 static const gp_cfg_opt agent_opts_tab[] = {
@@ -45,9 +43,6 @@ static const gp_cfg_opt agent_opts_tab[] = {
                 "heartbeat interval; 0 = what the control plane says (default 5000)"),
     GP_CFG_UINT("stop-grace-ms", agent_cfg, stop_grace_ms, 5000, 100, 600000,
                 "SIGTERM to SIGKILL when stopping an attempt"),
-    GP_CFG_STR("nats-user", agent_cfg, nats_user, "", "NATS user of this node (see deploy/nats-agent-permissions.md)"),
-    GP_CFG_STR("nats-password", agent_cfg, nats_password, "", "NATS password of this node"),
-    GP_CFG_STR("nats-token", agent_cfg, nats_token, "", "NATS token (instead of user/password)"),
     GP_CFG_END
 };
 
@@ -60,49 +55,6 @@ id_ok(const char *s)
         if (*s == '.' || *s == '*' || *s == '>' || *s == ' ' || *s < 0x21)
             return false;
     return true;
-}
-
-/* nats://host:4222,nats://h2 -> nats://cred@host:4222,nats://cred@h2 */
-static bool
-url_with_creds(char *url, size_t len, const char *cred)
-{
-    char        out[512];
-    size_t      n = 0;
-    const char *p = url;
-
-    if (strpbrk(cred, "/@?#,") != NULL)
-        return false;                  /* would break the URL; not escaped by cnats */
-    while (*p != '\0' && n < sizeof(out)) {
-        const char *sep = strstr(p, "://"), *end = strchr(p, ',');
-        size_t      seg = end ? (size_t)(end - p) : strlen(p);
-
-        if (sep != NULL && (end == NULL || sep < end))
-            n += (size_t)snprintf(out + n, sizeof(out) - n, "%.*s://%s@%.*s%s",
-                                  (int)(sep - p), p, cred, (int)(seg - (size_t)(sep + 3 - p)),
-                                  sep + 3, end ? "," : "");
-        else
-            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s@%.*s%s", cred, (int)seg, p,
-                                  end ? "," : "");
-        p += seg + (end ? 1 : 0);
-    }
-    if (n >= sizeof(out) || n >= len)
-        return false;
-    memcpy(url, out, n + 1);
-    return true;
-}
-
-static bool
-apply_creds(agent_cfg *c)
-{
-    char cred[300];
-
-    if (c->nats_token[0] != '\0')
-        snprintf(cred, sizeof(cred), "%s", c->nats_token);
-    else if (c->nats_user[0] != '\0')
-        snprintf(cred, sizeof(cred), "%s:%s", c->nats_user, c->nats_password);
-    else
-        return true;
-    return url_with_creds(c->common.nats_url, sizeof(c->common.nats_url), cred);
 }
 
 static gpu_backend *
@@ -200,10 +152,9 @@ main(int argc, char **argv)
         fprintf(stderr, "gridpool-agent: --site and --node are required (no '.', '*', '>', spaces)\n");
         return 78;
     }
-    if (!apply_creds(&cfg)) {
-        fprintf(stderr, "gridpool-agent: NATS credentials must not hold / @ ? # , (or the URL is too long)\n");
-        return 78;
-    }
+    if (cfg.common.health_subject[0] == '\0')
+        snprintf(cfg.common.health_subject, sizeof(cfg.common.health_subject),
+                 "gp.node.%s.%s.health", cfg.site, cfg.node);
     gp_log_setup("agent", cfg.common.log_level, -1);
     if ((gpu = open_backend(&cfg)) == NULL)
         return 1;

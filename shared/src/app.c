@@ -92,6 +92,10 @@ struct gp_app {
 
 const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_STR("nats-url", gp_common_cfg, nats_url, "nats://127.0.0.1:4222", "NATS server URL(s), comma separated"),
+    GP_CFG_STR("nats-user", gp_common_cfg, nats_user, "", "NATS user (with nats-password)"),
+    GP_CFG_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
+    GP_CFG_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
+    GP_CFG_STR("health-subject", gp_common_cfg, health_subject, "", "subject of the health route (default gp.int.health.<service>)"),
     GP_CFG_STR("redis-host", gp_common_cfg, redis_host, "127.0.0.1", "Redis address (numeric)"),
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),
@@ -547,7 +551,11 @@ cron_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static gp_err
 connect_deps(gp_app *app, const char *migrate_sql)
 {
-    gp_bus_opts bo = {.url = app->cfg.nats_url, .name = app->instance,
+    const gp_common_cfg *c = &app->cfg;
+    gp_bus_opts bo = {.url = c->nats_url, .name = app->instance,
+                      .user = c->nats_user[0] ? c->nats_user : NULL,
+                      .password = c->nats_user[0] ? c->nats_password : NULL,
+                      .token = c->nats_token[0] ? c->nats_token : NULL,
                       .jetstream = (app->needs & GP_NEED_JS) != 0};
     gp_err      rc = gp_bus_new(app->loop, &bo, on_bus_conn, app, &app->bus);
 
@@ -669,7 +677,10 @@ gp_app_serve(gp_app *app, const gp_route *routes, void *state)
         return GP_ETOOBIG;
     for (int i = 0; i < n && rc == GP_EOK; i++)
         rc = add_route(app, &routes[i], routes[i].subject);
-    snprintf(app->health_subject, sizeof(app->health_subject), "gp.int.health.%s", app->service);
+    if (app->cfg.health_subject[0] != '\0')
+        snprintf(app->health_subject, sizeof(app->health_subject), "%s", app->cfg.health_subject);
+    else
+        snprintf(app->health_subject, sizeof(app->health_subject), "gp.int.health.%s", app->service);
     app->health = health_route;
     app->health.subject = app->health_subject;
     if (rc == GP_EOK)

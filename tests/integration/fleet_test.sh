@@ -86,7 +86,7 @@ sys.exit(bool(late) or len(nodes) != $nodes)"
 $G fault node_stop --node "$first" >/dev/null
 stopped=$(now)
 for _ in $(seq 1 200); do
-    $G get nodes --state stale -o json 2>/dev/null | grep -q "\"$first\"" && break
+    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"stale"' && break
     sleep 0.1
 done
 took=$(py "print(round($(now) - $stopped, 1))")
@@ -97,7 +97,7 @@ check "only that node is stale ($stale)" test "$stale" = 1
 $G fault node_resume --node "$first" >/dev/null
 resumed=$(now)
 for _ in $(seq 1 100); do
-    $G get nodes --state healthy -o json 2>/dev/null | grep -q "\"$first\"" && break
+    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"healthy"' && break
     sleep 0.1
 done
 took=$(py "print(round($(now) - $resumed, 1))")

@@ -29,6 +29,10 @@ struct ev_loop;
  * service's table with GP_CFG_TABLE(T, member, gp_common_cfg_opts). */
 typedef struct gp_common_cfg {
     char     nats_url[512];
+    char     nats_user[128];         /* "" = none */
+    char     nats_password[128];
+    char     nats_token[256];        /* instead of user/password */
+    char     health_subject[256];    /* "" = gp.int.health.<service> */
     char     redis_host[128];
     int      redis_port;
     char     pg_conninfo[512];

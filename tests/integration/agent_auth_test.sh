@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# agent_auth_test.sh -- an agent's NATS identity covers only its own
+# gp.node.<site>.<node>.> subjects (deploy/nats-agent-permissions.md):
+# with that authorization the agent registers, heartbeats and answers
+# health; the same credentials used for another node are refused by
+# nats-server itself.  Uses its own nats-server with authorization, and
+# the harness' Redis and PostgreSQL.
+set -u
+B=$GP_BUILD
+D=$GP_STACK_DIR
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+nok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; }
+
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$D/auth.conf" <<CONF
+listen: 127.0.0.1:$port
+authorization {
+  users = [
+    { user: control, password: cpw }
+    { user: node-s1-n1, password: npw,
+      permissions: {
+        publish:   { allow: ["gp.node.s1.n1.>"] }
+        subscribe: { allow: ["gp.node.s1.n1.>"] }
+        allow_responses: { max: 1, expires: "1m" }
+      } }
+  ]
+}
+CONF
+nats-server -c "$D/auth.conf" -l "$D/auth-nats.log" -P "$D/pids/auth-nats.pid" </dev/null >/dev/null 2>&1 &
+for _ in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+
+ctl="nats://control:cpw@127.0.0.1:$port"
+G="$B/bin/gpctl --nats-url $ctl --timeout 10000"
+"$B/bin/gridpool-registry" --config "$D/gp.env" --nats-url "$ctl" --heartbeat-ms 500 \
+    --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
+echo $! >"$D/pids/registry.pid"
+for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
+$G create tenant op --kind operator >/dev/null
+$G create site s1 --tenant op --region r1 >/dev/null
+
+agent() {   # node-id log
+    "$B/bin/gridpool-agent" --site s1 --node "$1" --gpu-backend sim --sim-gpus 1 \
+        --nats-url "nats://127.0.0.1:$port" --nats-user node-s1-n1 --nats-password npw \
+        --http-port 0 >"$D/$2" 2>&1 </dev/null &
+    echo $! >"$D/pids/agent-$1.pid"
+}
+agent n1 agent-n1.log
+for _ in $(seq 1 100); do
+    $G get nodes n1 -o json 2>/dev/null | grep -q '"state":"healthy"' && break
+    sleep 0.1
+done
+check "the agent registers and heartbeats with a node-only identity" \
+    sh -c "$G get nodes n1 -o json | grep -q '\"state\":\"healthy\"'"
+check "no permission violation for the agent's own traffic" \
+    sh -c "! grep -i 'violation' '$D/auth-nats.log'"
+check "the agent's /healthz says NATS is up (its health route is in its own subtree)" /usr/bin/python3 -c "
+import re, sys, urllib.request
+port = re.search(r'http_port=(\d+)', open('$D/agent-n1.log').read()).group(1)
+body = urllib.request.urlopen('http://127.0.0.1:%s/healthz' % port, timeout=5).read().decode()
+sys.exit('\"nats\":\"up\"' not in body)"
+
+agent n2 agent-n2.log           # n1's credentials, pretending to be n2
+sleep 2
+check "the same credentials cannot register another node (nats-server refuses)" \
+    grep -q 'Violation.*gp.node.s1.n2' "$D/auth-nats.log"
+check "and that node never appears" sh -c "! $G get nodes n2 >/dev/null 2>&1"
+check "a wrong password is refused" sh -c "
+    $B/bin/gpctl --nats-url nats://control:wrong@127.0.0.1:$port --timeout 1500 get sites >/dev/null 2>&1
+    test \$? = 3"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]

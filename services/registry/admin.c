@@ -6,6 +6,7 @@
  * how it is read back.  Rows come back as text and are set into the
  * reply with gp_msg_set_text, so the codec's checks apply to what the
  * database returns as well. */
+#include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +439,63 @@ db_error(op *o, gp_err err, const char *detail)
     return gp_req_fail(o->req, err, "%s", detail);
 }
 
+/* ---- sites: the measured uplink RTT comes from Redis ------------------------------ */
+
+typedef struct rtt_fill {
+    gp_req   *req;
+    msg_site *sites;
+    uint32_t  n;
+    uint32_t  next;          /* Redis answers in order */
+    unsigned  pending;
+} rtt_fill;
+
+static void
+rtt_read(void *arg, const redisReply *rep, gp_err err)
+{
+    rtt_fill *f = arg;
+    msg_site *s = &f->sites[f->next++];
+    double    sum = 0;
+    int       k = 0;
+
+    for (size_t i = 0; err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        double v = rep->element[i]->type == REDIS_REPLY_STRING ? atof(rep->element[i]->str) : 0;
+
+        if (v > 0) {
+            sum += v;
+            k++;
+        }
+    }
+    s->uplink_rtt_ms = k > 0 ? sum / k : 0;
+    if (--f->pending == 0) {
+        gp_req_done(f->req, GP_EOK);
+        free(f);
+    }
+}
+
+/* Ends the request once every site has its RTT (or at once without Redis:
+ * the inventory still answers, the RTT stays 0). */
+static void
+sites_done(gp_req *req, msg_site *sites, uint32_t n)
+{
+    rtt_fill *f = calloc(1, sizeof(*f));
+    gp_kv    *kv = gp_app_kv(gp_req_app(req));
+
+    if (f == NULL) {
+        gp_req_done(req, GP_EOK);
+        return;
+    }
+    *f = (rtt_fill){.req = req, .sites = sites, .n = n, .pending = 1};
+    for (uint32_t i = 0; i < n; i++) {
+        if (gp_kv_cmdf(kv, rtt_read, f, "HVALS gp:rtt:%s", sites[i].id) != GP_EOK)
+            break;                       /* Redis away: the rest keep RTT 0 */
+        f->pending++;
+    }
+    if (--f->pending == 0) {
+        gp_req_done(req, GP_EOK);
+        free(f);
+    }
+}
+
 static void
 op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -454,6 +512,11 @@ op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         snprintf(((msg_deleted *)out)->id, sizeof(((msg_deleted *)out)->id), "%s", o->id);
     } else {
         err = row_to_msg(o->e, res[0], 0, out);
+    }
+    if (err == GP_EOK && o->e->desc == &msg_site_desc && strcmp(o->verb, "delete") != 0) {
+        free(o);
+        sites_done(req, out, 1);
+        return;
     }
     free(o);
     gp_req_done(req, err);
@@ -642,6 +705,11 @@ list_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     }
     if (err == GP_EOK)
         list_finish(req, o->e, o, res[0], rows, ncols);
+    if (err == GP_EOK && o->e->desc == &msg_site_desc) {
+        free(o);
+        sites_done(req, items->v, items->n);
+        return;
+    }
     free(o);
     gp_req_done(req, err);
 }

@@ -1,7 +1,8 @@
 /* live.c -- live node state in Redis.
  *
  * Keys: gp:node:<id> (hash: state, seen, site, rtt, hb = the latest
- * heartbeat as received, msgpack), gp:seen (sorted set: node id by last
+ * heartbeat as received, msgpack), gp:rtt:<site> (hash: node -> last
+ * uplink RTT, for the site's measured RTT), gp:seen (sorted set: node id by last
  * heartbeat, ms; only nodes not yet found stale), gp:epoch (marks a Redis
  * that has been seeded; when it is missing Redis is new or was flushed).
  *
@@ -32,7 +33,10 @@ static const char hb_lua[] =
     "else\n"
     "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy')\n"
     "end\n"
-    "if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5]) end\n"
+    "if ARGV[2] ~= '' then\n"
+    "  redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5])\n"
+    "  redis.call('HSET', 'gp:rtt:' .. ARGV[3], ARGV[4], ARGV[5])\n"
+    "end\n"
     "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])\n"
     "return prev\n";
 

@@ -420,6 +420,7 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     } else {
         gp_kv_cmdf(kv, NULL, NULL, "DEL gp:node:%s", q->id);
         gp_kv_cmdf(kv, NULL, NULL, "ZREM gp:seen %s", q->id);
+        gp_kv_cmdf(kv, NULL, NULL, "HDEL gp:rtt:%s %s", PQgetvalue(res[0], 0, 1), q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);
@@ -435,7 +436,7 @@ on_node_delete(gp_req *req, const void *in, void *out)
     (void)out;
     if (!registry_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
-    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id",
+    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id, site",
                      1, p, 0, node_deleted, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }

@@ -321,6 +321,14 @@ test_capacity_and_delete(void)
     gp_msg_clear(&msg_node_list_desc, &nl);
 
     snprintf(id.id, sizeof(id.id), "s1");
+    {
+        msg_site site = {0};
+
+        expect("get site", call("gp.admin.site.get", &msg_id_request_desc, &id, &msg_site_desc, &site, d), GP_EOK, d);
+        T_OKM(site.uplink_rtt_ms > 12.4 && site.uplink_rtt_ms < 12.6 && site.nodes == 1 && site.gpus == 2,
+              "site shows its measured uplink RTT (%.2f ms) and its nodes and GPUs", site.uplink_rtt_ms);
+        gp_msg_clear(&msg_site_desc, &site);
+    }
     expect("delete a site with nodes", call("gp.admin.site.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ECONFLICT, d);
     beating = 0;
     snprintf(id.id, sizeof(id.id), "n1");

@@ -5,8 +5,9 @@
 set -eu
 build=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
-run=$top/build/run
-gpctl=$top/$build/bin/gpctl
+case "$build" in /*) ;; *) build=$top/$build ;; esac
+run=${GP_RUN_DIR:-$top/build/run}
+gpctl=$build/bin/gpctl
 sites=${GP_DEMO_SITES:-1000}
 export GP_ENV_FILE=$run/gp.env
 
@@ -18,15 +19,19 @@ done
 "$gpctl" health
 
 echo
-echo "== starting the simulated fleet: $sites sites (build/run/logs/sim.log)"
-"$top/$build/bin/gridpool-sim" --config "$run/gp.env" --http-port 0 --sites "$sites" --seed 42 \
-    --inventory-out "$run/inventory.json" >"$run/logs/sim.log" 2>&1 </dev/null &
-echo $! >"$run/pids/sim.pid"
-for i in $(seq 1 600); do
-    grep -q '^sim: registered' "$run/logs/sim.log" && break
-    kill -0 "$(cat "$run/pids/sim.pid")" 2>/dev/null || { echo "the simulator stopped:"; tail "$run/logs/sim.log"; exit 1; }
-    sleep 0.5
-done
+if [ -f "$run/pids/sim.pid" ] && kill -0 "$(cat "$run/pids/sim.pid")" 2>/dev/null; then
+    echo "== the simulated fleet is already running (build/run/logs/sim.log)"
+else
+    echo "== starting the simulated fleet: $sites sites (build/run/logs/sim.log)"
+    "$build/bin/gridpool-sim" --config "$run/gp.env" --http-port 0 --sites "$sites" --seed 42 \
+        --inventory-out "$run/inventory.json" >"$run/logs/sim.log" 2>&1 </dev/null &
+    echo $! >"$run/pids/sim.pid"
+    for i in $(seq 1 600); do
+        grep -q '^sim: registered' "$run/logs/sim.log" && break
+        kill -0 "$(cat "$run/pids/sim.pid")" 2>/dev/null || { echo "the simulator stopped:"; tail "$run/logs/sim.log"; exit 1; }
+        sleep 0.5
+    done
+fi
 grep '^sim: registered' "$run/logs/sim.log" || echo "(the fleet is still registering)"
 
 echo

@@ -7,7 +7,8 @@
 set -eu
 build=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
-run=$top/build/run
+case "$build" in /*) ;; *) build=$top/$build ;; esac
+run=${GP_RUN_DIR:-$top/build/run}
 stack=$top/tests/harness/stack.sh
 
 if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.pid")" 2>/dev/null; then
@@ -16,10 +17,10 @@ if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.p
 fi
 rm -rf "$run"
 mkdir -p "$run/pids" "$run/logs"
-GP_PG_TEMPLATE=$top/$build/pg-template "$stack" start "$run"
+GP_PG_TEMPLATE=$build/pg-template "$stack" start "$run"
 
 # Services: every gridpool-* binary except the per-node agent and the simulator.
-for bin in "$top/$build"/bin/gridpool-*; do
+for bin in "$build"/bin/gridpool-*; do
     name=${bin##*/gridpool-}
     case "$name" in agent|sim) continue ;; esac
     "$bin" --config "$run/gp.env" --http-port 0 >"$run/logs/$name.log" 2>&1 </dev/null &

@@ -31,7 +31,8 @@ constraint the schema states)
   array + maxItems + items (one of the above but array/bytes)
                                         gp_arr                       GP_T_ARR
   Allowed annotations: description, title, examples, default, deprecated,
-  $comment, readOnly, writeOnly, contentMediaType.  Inline objects, pattern,
+  $comment, readOnly, writeOnly, contentMediaType.  "readOnly": true sets
+  GP_FF_READONLY: the owner computes the field; clients do not set it.  Inline objects, pattern,
   minLength, oneOf... are errors: give the object its own file and $ref it.
   String limits are bytes in C (maxLength counts characters in JSON Schema;
   the codec is the stricter of the two for non-ASCII text).
@@ -138,6 +139,7 @@ class Field:
         self.enums = None
         self.ref = None           # schema path, for OBJ
         self.required = False
+        self.read_only = False    # "readOnly": computed by the owner, never set by clients
         self.examples = None
 
 
@@ -231,6 +233,9 @@ class Gen:
             raise GenError('%s: missing "description"' % where)
         f = self.parse_type(m, name, p, where, False)
         f.required = name in req
+        f.read_only = p.get('readOnly') is True
+        if f.required and f.read_only:
+            raise GenError('%s: a readOnly field cannot be required' % where)
         f.examples = p.get('examples')
         return f
 
@@ -731,6 +736,8 @@ class Gen:
         if f.required:
             parts.append('.flags = GP_FF_REQUIRED')
         flags = ['GP_FF_REQUIRED'] if f.required else []
+        if f.read_only:
+            flags.append('GP_FF_READONLY')
         parts.append('.offset = offsetof(msg_%s, %s)' % (m.snake, f.name))
         if f.kind in ('STR', 'ARR', 'BYTES'):
             parts.append('.limit = %d' % f.limit)

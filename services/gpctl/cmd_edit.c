@@ -10,22 +10,14 @@
 #include "gp/limits.h"
 #include "gpctl.h"
 
-/* Computed by the registry; refused on the command line. */
-static const char *const read_only[] = {
-    "site.uplink_rtt_ms", "site.nodes", "site.gpus",
-    "pool.sites", "pool.nodes", "pool.gpus_total", "pool.gpus_healthy",
-};
-
+/* Fields the schema marks readOnly are computed by the registry and
+ * refused on the command line. */
 static bool
 is_read_only(const entity *e, const char *field)
 {
-    char key[96];
+    int i = gp_msg_field_index(e->desc, field);
 
-    snprintf(key, sizeof(key), "%s.%s", e->name, field);
-    for (size_t i = 0; i < GP_NELEM(read_only); i++)
-        if (strcmp(read_only[i], key) == 0)
-            return true;
-    return false;
+    return i >= 0 && (e->desc->fields[i].flags & GP_FF_READONLY) != 0;
 }
 
 /* ---- help ---------------------------------------------------------------------- */

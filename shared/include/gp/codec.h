@@ -41,6 +41,7 @@ typedef enum gp_ftype {
 #define GP_FF_REQUIRED  0x01u
 #define GP_FF_MIN       0x02u    /* min/fmin applies */
 #define GP_FF_MAX       0x04u    /* max/fmax applies */
+#define GP_FF_READONLY  0x08u    /* schema "readOnly": computed by the owner, not set by clients */
 
 typedef struct gp_arr {
     void     *v;          /* n contiguous elements, owned */

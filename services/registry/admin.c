@@ -116,7 +116,12 @@ scalar_text(const gp_field *f, const void *msg, gp_buf *out)
     case GP_T_I64:  return gp_buf_printf(out, "%lld", (long long)*(const int64_t *)p);
     case GP_T_U32:  return gp_buf_printf(out, "%u", *(const uint32_t *)p);
     case GP_T_U64:  return gp_buf_printf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
-    case GP_T_F64:  return gp_buf_printf(out, "%.17g", *(const double *)p);
+    case GP_T_F64: {
+        double v;
+
+        memcpy(&v, p, sizeof(v));
+        return gp_buf_printf(out, "%.17g", v);
+    }
     case GP_T_ENUM: {
         int32_t i = *(const int32_t *)p;
         return gp_buf_puts(out, i >= 0 && (uint32_t)i < f->nenums ? f->enums[i] : "");

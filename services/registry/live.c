@@ -170,8 +170,12 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     snprintf(subject, sizeof(subject), "gp.int.node.state.%s.%s", site, node);
     gp_app_publish(r->app, subject, &msg_node_state_desc, &ev);
     (*r->m_transitions)++;
-    GP_INFO("node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
-            state_names[prev], state_names[state], reason);
+    /* A node going stale is news; one registering or coming back after a
+     * Redis flush is routine (100,000 of them would drown the log). */
+    gp_log(state == MSG_NODE_STATE_STATE_STALE ? GP_LOG_WARN
+           : prev == MSG_NODE_STATE_STATE_STALE ? GP_LOG_INFO : GP_LOG_DEBUG,
+           "node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
+           state_names[prev], state_names[state], reason);
     queue_change(r, node, state);
 }
 
@@ -246,10 +250,21 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
 }
 
+/* When Redis falls behind, a beat is shed rather than queued: the next
+ * beat of the same node carries everything this one did, while a queue
+ * past the command deadline would make the client drop the connection
+ * and lose every beat in flight. */
 void
 registry_live_beat(registry *r, const char *site, const char *node, const void *raw, size_t len,
                    double rtt_ms)
 {
+    gp_kv_stats ks;
+
+    gp_kv_get_stats(gp_app_kv(r->app), &ks);
+    if (ks.inflight >= r->cfg->hb_backlog) {
+        (*r->m_hb_shed)++;
+        return;
+    }
     (*r->m_hb)++;
     live_write(r, site, node, raw, len, rtt_ms, false);
 }
@@ -396,6 +411,8 @@ registry_live_start(registry *r)
     r->m_hb = gp_metrics_counter(m, "gp_registry_heartbeats_total", NULL, "Heartbeats recorded");
     r->m_hb_bad = gp_metrics_counter(m, "gp_registry_heartbeat_write_failures_total", NULL,
                                      "Heartbeats not recorded in Redis (Redis down or restarted)");
+    r->m_hb_shed = gp_metrics_counter(m, "gp_registry_heartbeats_shed_total", NULL,
+                                      "Heartbeats dropped because Redis was behind (hb-backlog)");
     r->m_transitions = gp_metrics_counter(m, "gp_registry_node_transitions_total", NULL,
                                           "Node state changes published");
     r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,

@@ -12,6 +12,7 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_UINT("stale-beats", registry_cfg, stale_beats, 3, 1, 100, "missed heartbeats before a node is stale"),
     GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 60000, 1000, 3600000, "attempt lease handed to agents"),
     GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
+    GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
     GP_CFG_END
 };
 

@@ -18,6 +18,7 @@ typedef struct registry_cfg {
     unsigned      stale_beats;       /* missed beats before a node is stale */
     unsigned      lease_ms;          /* attempt lease handed to agents */
     unsigned      sweep_ms;          /* how often stale nodes are looked for */
+    unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
 } registry_cfg;
 
 extern const gp_cfg_opt registry_cfg_opts[];
@@ -40,7 +41,7 @@ typedef struct registry {
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;
     bool                flushing;
-    uint64_t           *m_hb, *m_hb_bad, *m_transitions, *m_reseeds;
+    uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
 } registry;
 
 /* now, wall clock, ms since the epoch */

@@ -507,6 +507,49 @@ test_never_connected(void)
     T_OK(r.calls == 1 && r.err == GP_EUNAVAIL);
 }
 
+/* A burst published from another connection while the loop is busy with
+ * earlier batches: every message must be handled without a later message
+ * to wake the loop (a burst once left thousands stranded in the inbox). */
+typedef struct burst {
+    const char *url;
+    int         n;
+} burst;
+
+static void *
+burst_thread(void *arg)
+{
+    burst          *b = arg;
+    natsConnection *nc = NULL;
+
+    if (natsConnection_ConnectTo(&nc, b->url) != NATS_OK)
+        return NULL;
+    for (int i = 0; i < b->n; i++)
+        natsConnection_Publish(nc, "t.burst", "0123456789abcdef", 16);
+    natsConnection_FlushTimeout(nc, 5000);
+    natsConnection_Destroy(nc);
+    return NULL;
+}
+
+static void
+test_burst(gp_bus *bus, const char *url)
+{
+    sub_rec     r = {0};
+    gp_bus_sub *sub;
+    burst       b = {url, 30000};
+    pthread_t   t;
+    double      t0;
+
+    T_OK(gp_bus_sub_new(bus, "t.burst", NULL, rec_cb, &r, &sub) == GP_EOK);
+    run_for(0.1);
+    pthread_create(&t, NULL, burst_thread, &b);
+    t0 = now_s();
+    RUN_UNTIL(r.n >= b.n, 20);
+    pthread_join(t, NULL);
+    T_OKM(r.n == b.n, "a burst of %d messages is handled in full without a later wake-up "
+          "(%d in %.2f s)", b.n, r.n, now_s() - t0);
+    gp_bus_sub_free(sub);
+}
+
 int
 main(void)
 {
@@ -534,6 +577,7 @@ main(void)
     test_sub_free_in_cb(bus);
     test_request(bus, &silent);
     test_overflow(bus);
+    test_burst(bus, url);
     test_jetstream(bus);
     test_outage(bus, &cr, url);
 

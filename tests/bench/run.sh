@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# tests/bench/run.sh BUILD_DIR -- the benchmarks (make bench).
+#
+# Each figure is printed next to its reference, measured in the same run
+# on the same machine, as a ratio, with the aim beside it.  Benchmarks are
+# not tests: nothing passes or fails on a figure; the exit status is 0
+# unless a benchmark could not run at all.
+#
+#   codec    tests/bench/codec_bench    gp_msg_encode/decode of a heartbeat
+#                                       (8 GPUs, 2 attempts) vs msgpack-c
+#   chassis  tests/bench/chassis_bench  round trips through testsvc's
+#                                       gp.test.echo vs a raw cnats responder
+#   hb       tests/bench/hb_bench       gridpool-registry absorbing 100,000
+#                                       nodes' heartbeats vs redis-benchmark
+#                                       running the registry's own EVALSHA
+#
+# One private stack (tests/harness/stack.sh: nats-server, redis-server,
+# PostgreSQL on free loopback ports in a temp folder) serves the run and is
+# torn down on any exit.  Figures also go to BUILD_DIR/bench.txt as
+# key=value lines; each benchmark's notes go to BUILD_DIR/bench-logs/.
+# Every loop in the benchmarks is bounded in count and time; each program
+# also runs under a timeout.  Expect about 1-2 minutes, at most ~4.
+set -u
+[ $# -ge 1 ] || { echo "usage: tests/bench/run.sh BUILD_DIR" >&2; exit 2; }
+build=$(cd "$1" && pwd) || exit 2
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+harness=$root/tests/harness
+out=$build/bench.txt
+logs=$build/bench-logs
+
+for f in test/bench/codec_bench test/bench/chassis_bench test/bench/hb_bench \
+         bin/gridpool-registry test/bin/testsvc; do
+    [ -x "$build/$f" ] || { echo "bench: $build/$f missing (build it first)" >&2; exit 2; }
+done
+command -v redis-benchmark >/dev/null || { echo "bench: redis-benchmark missing (make deps)" >&2; exit 2; }
+
+dir=$(mktemp -d /tmp/gp-bench.XXXXXX)
+cleanup() {
+    "$harness/stack.sh" stop "$dir" >/dev/null 2>&1
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$logs"
+kv=$dir/bench.kv
+{
+    echo "bench_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "bench_commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "bench_cpus=$(nproc)"
+    echo "bench_loadavg_start=$(cut -d' ' -f1 /proc/loadavg)"
+} >"$kv"
+
+status=0
+run_bench() {     # name, seconds
+    local name=$1 limit=$2 start=$SECONDS rc
+    printf 'bench: %-8s ...' "$name" >&2
+    timeout -k 5 "$limit" "$build/test/bench/${name}_bench" >>"$kv" 2>"$logs/$name.log"
+    rc=$?
+    printf ' %3ds%s\n' $((SECONDS - start)) "$([ $rc -eq 0 ] || echo "  (exit $rc; see $logs/$name.log)")" >&2
+    [ $rc -eq 0 ] || status=1
+}
+
+run_bench codec 60
+
+export GP_PG_TEMPLATE=$build/pg-template
+"$harness/stack.sh" start "$dir" >&2 || { echo "bench: the private stack did not start" >&2; exit 1; }
+set -a
+# shellcheck disable=SC1091
+. "$dir/gp.env"
+set +a
+export GP_BUILD=$build GP_HARNESS=$harness
+
+run_bench chassis 120
+run_bench hb 220
+echo "bench_loadavg_end=$(cut -d' ' -f1 /proc/loadavg)" >>"$kv"
+cp "$kv" "$out"
+
+# ---- the table ------------------------------------------------------------------
+get() { sed -n "s/^$1=//p" "$kv" | tail -n 1; }
+num() {           # key [decimals]: the value, or "-" when missing
+    local v
+    v=$(get "$1")
+    if [ -z "$v" ]; then echo "-"; else LC_ALL=C printf "%.${2:-0}f" "$v"; fi
+}
+row() { printf '%-30s %14s   %-28s %14s   %6s   %s\n' "$@"; }
+
+echo
+printf 'gridpool benchmarks  %s  commit %s  %s CPUs  load %s -> %s\n' "$(get bench_date)" \
+    "$(get bench_commit)" "$(get bench_cpus)" "$(get bench_loadavg_start)" "$(get bench_loadavg_end)"
+echo
+row "figure" "value" "reference (same run)" "value" "ratio" "aim"
+row "------" "-----" "--------------------" "-----" "-----" "---"
+row "chassis echo, W=1 (req/s)" "$(num chassis_w1_rps)" "raw cnats responder" \
+    "$(num chassis_w1_raw_rps)" "$(num chassis_w1_ratio 2)" ">= 0.70"
+row "chassis echo, W=32 (req/s)" "$(num chassis_w32_rps)" "raw cnats responder" \
+    "$(num chassis_w32_raw_rps)" "$(num chassis_w32_ratio 2)" ">= 0.70"
+row "codec encode (msg/s)" "$(num codec_encode_msgs_s)" "msgpack_pack by hand" \
+    "$(num codec_encode_ref_msgs_s)" "$(num codec_encode_ratio 2)" ">= 0.80"
+row "codec decode (msg/s)" "$(num codec_decode_msgs_s)" "msgpack_unpack_next" \
+    "$(num codec_decode_ref_msgs_s)" "$(num codec_decode_ratio 2)" ">= 0.50"
+row "registry heartbeats (hb/s)" "$(num hb_steady_per_s)" "redis-benchmark EVALSHA" \
+    "$(num hb_redis_ref_per_s)" "$(num hb_ratio 2)" ">= 50000 hb/s"
+row "registry RSS (bytes/node)" "$(num hb_rss_bytes_per_node)" "-" "-" "-" "< 2048"
+echo
+echo "  codec: heartbeat of $(num codec_msg_bytes) bytes; encode $(num codec_encode_mb_s) MB/s" \
+     "(ref $(num codec_encode_ref_mb_s)), decode $(num codec_decode_mb_s) MB/s (ref $(num codec_decode_ref_mb_s))"
+echo "  chassis: Echo body $(num chassis_body_bytes) bytes, errors $(num chassis_errors);" \
+     "W=1 against a raw responder with SendAsap: $(num chassis_w1_raw_asap_rps) req/s" \
+     "(each buffered cnats publish waits ~1 ms for its flusher)"
+echo "  registry: $(num hb_nodes) nodes, $(num hb_payload_bytes)-byte heartbeats; round 1 (all new)" \
+     "$(num hb_round1_per_s) hb/s; steady over $(num hb_steady_seconds 1) s;" \
+     "recorded $(num hb_recorded) of $(num hb_sent) sent"
+echo "            dropped $(num hb_dropped), failed $(num hb_failed), Redis write failures" \
+     "$(num hb_write_failures), stranded in the bus $(num hb_stranded), live in gp:seen $(num hb_live_nodes)"
+echo "            RSS $(num hb_rss_before_bytes) -> $(num hb_rss_live_bytes) bytes (all live)" \
+     "-> $(num hb_rss_end_bytes) (end); Redis $(num hb_redis_bytes_per_node) bytes/node;" \
+     "hb script same as the copy: $(num hb_script_match)"
+echo "            (the registry keeps no per-node state in memory: its RSS growth is the"
+echo "            high-water mark of buffers for the <= 20,000 beats in flight)"
+echo "            CPU us per beat: registry $(num hb_cpu_us_per_beat_registry 1)," \
+     "redis $(num hb_cpu_us_per_beat_redis 1), nats-server $(num hb_cpu_us_per_beat_nats 1)," \
+     "publisher $(num hb_cpu_us_per_beat_publisher 1)"
+echo
+echo "figures: $out   notes: $logs/"
+exit $status

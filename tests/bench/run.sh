@@ -92,9 +92,9 @@ printf 'gridpool benchmarks  %s  commit %s  %s CPUs  load %s -> %s\n' "$(get ben
 echo
 row "figure" "value" "reference (same run)" "value" "ratio" "aim"
 row "------" "-----" "--------------------" "-----" "-----" "---"
-row "chassis echo, W=1 (req/s)" "$(num chassis_w1_rps)" "raw cnats responder" \
+row "chassis echo, W=1 (req/s)" "$(num chassis_w1_rps)" "raw cnats responder (asap)" \
     "$(num chassis_w1_raw_rps)" "$(num chassis_w1_ratio 2)" ">= 0.70"
-row "chassis echo, W=32 (req/s)" "$(num chassis_w32_rps)" "raw cnats responder" \
+row "chassis echo, W=32 (req/s)" "$(num chassis_w32_rps)" "raw cnats responder (asap)" \
     "$(num chassis_w32_raw_rps)" "$(num chassis_w32_ratio 2)" ">= 0.70"
 row "codec encode (msg/s)" "$(num codec_encode_msgs_s)" "msgpack_pack by hand" \
     "$(num codec_encode_ref_msgs_s)" "$(num codec_encode_ratio 2)" ">= 0.80"
@@ -107,13 +107,14 @@ echo
 echo "  codec: heartbeat of $(num codec_msg_bytes) bytes; encode $(num codec_encode_mb_s) MB/s" \
      "(ref $(num codec_encode_ref_mb_s)), decode $(num codec_decode_mb_s) MB/s (ref $(num codec_decode_ref_mb_s))"
 echo "  chassis: Echo body $(num chassis_body_bytes) bytes, errors $(num chassis_errors);" \
-     "W=1 against a raw responder with SendAsap: $(num chassis_w1_raw_asap_rps) req/s" \
-     "(each buffered cnats publish waits ~1 ms for its flusher)"
+     "both sides publish with SendAsap; a raw responder with cnats' default buffering" \
+     "does $(num chassis_w1_raw_buffered_rps) req/s at W=1 (each publish waits ~1 ms for its flusher)"
 echo "  registry: $(num hb_nodes) nodes, $(num hb_payload_bytes)-byte heartbeats; round 1 (all new)" \
      "$(num hb_round1_per_s) hb/s; steady over $(num hb_steady_seconds 1) s;" \
      "recorded $(num hb_recorded) of $(num hb_sent) sent"
 echo "            dropped $(num hb_dropped), failed $(num hb_failed), Redis write failures" \
-     "$(num hb_write_failures), stranded in the bus $(num hb_stranded), live in gp:seen $(num hb_live_nodes)"
+     "$(num hb_write_failures), shed $(num hb_shed), stranded in the bus $(num hb_stranded)," \
+     "live in gp:seen $(num hb_live_nodes)"
 echo "            RSS $(num hb_rss_before_bytes) -> $(num hb_rss_live_bytes) bytes (all live)" \
      "-> $(num hb_rss_end_bytes) (end); Redis $(num hb_redis_bytes_per_node) bytes/node;" \
      "hb script same as the copy: $(num hb_script_match)"

@@ -215,6 +215,23 @@ test_not_blocked(void)
     T_OKM(worst < 0.2, "slowest echo during pg_sleep: %.1f ms (< 200 ms)", worst * 1000);
 }
 
+/* A handler still waiting when its route's deadline passes: the caller
+ * gets TIMEOUT at the deadline, and the late completion is only freed. */
+static void
+test_deadline(void)
+{
+    double t0 = tl_now();
+    gp_err rc = call_ms("gp.test.sleep", 4000, 8000);
+    double took = tl_now() - t0;
+
+    T_OKM(rc == GP_ETIMEOUT && took > 2.9 && took < 3.6,
+          "a handler past the 3 s request deadline is answered TIMEOUT after %.2f s (%s)", took,
+          gp_err_name(rc));
+    T_OKM(echo_once(2000) == GP_EOK, "service answers while the late handler still runs");
+    tl_run_until(loop, &(int){0}, 1.5);          /* the late completion arrives and is freed */
+    T_OKM(until_ok("gp.test.sleep", 10) >= 0, "the route works after a late completion");
+}
+
 static void
 test_restarts(pid_t pid)
 {
@@ -261,6 +278,7 @@ main(void)
     T_OKM(until_ok("gp.test.redis", 30) >= 0, "service reached Redis");
     test_bad_input();
     test_not_blocked();
+    test_deadline();
     if (quick == NULL)
         test_restarts(pid);
     kill(pid, SIGTERM);

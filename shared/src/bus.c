@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/backoff.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -296,28 +297,17 @@ on_async_error(natsConnection *nc, natsSubscription *ns, natsStatus s, void *clo
     GP_WARN("nats_async_error", "detail=\"%s\"", natsStatus_GetText(s));
 }
 
-/* Doubling backoff from GP_BACKOFF_MIN_MS to _MAX_MS, +-25%.  Runs on the
- * reconnect thread; the jitter comes from the clock and pid, not shared
- * state, so that a fleet restarted together spreads out. */
+/* The shared backoff schedule (gp/backoff.h).  Runs on cnats' reconnect
+ * thread, so it keeps no state: the jitter seed is the clock and pid. */
 static int64_t
 reconnect_delay(natsConnection *nc, int attempts, void *closure)
 {
     struct timespec ts;
-    uint64_t        x;
-    int64_t         d = GP_BACKOFF_MIN_MS;
 
     (void)nc;
     (void)closure;
-    for (int i = 1; i < attempts && d < GP_BACKOFF_MAX_MS; i++)
-        d *= 2;
-    if (d > GP_BACKOFF_MAX_MS)
-        d = GP_BACKOFF_MAX_MS;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ (uint64_t)attempts;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return d - d / 4 + (int64_t)(x % (uint64_t)(d / 2 + 1));
+    return gp_backoff_for_attempt(attempts, (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32));
 }
 
 /* ---- loop side: delivering records --------------------------------------- */

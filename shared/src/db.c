@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/backoff.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -93,7 +94,7 @@ typedef struct db_conn {
     ev_io      io;
     int        io_fd, io_ev;
     ev_timer   timer;
-    unsigned   backoff_ms;     /* next reconnect delay before jitter */
+    gp_backoff backoff;        /* reconnect delays */
     unsigned   fails;          /* failed attempts since last up */
     bool       started;        /* an attempt was made before */
     bool       up;             /* counted in db->nready */
@@ -116,7 +117,6 @@ struct gp_db {
     db_job         *qhead, *qtail;
     unsigned        qlen;
     unsigned        nready;
-    uint64_t        rng;
     gp_db_stats     st;
     int             depth;         /* libev callbacks / destroy on the stack */
     bool            closing;       /* gp_db_free started */
@@ -157,29 +157,6 @@ clean_text(char *out, size_t cap, const char *s, bool quote_safe)
         out[n++] = quote_safe && ch == '"' ? '\'' : ch;
     }
     out[n] = '\0';
-}
-
-static uint64_t
-db_rand(gp_db *db)
-{
-    uint64_t x = db->rng;
-
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    db->rng = x;
-    return x * 2685821657736338717ULL;
-}
-
-/* Next reconnect delay in seconds: backoff +-25%, then double it (capped). */
-static double
-conn_backoff(db_conn *c)
-{
-    double base = c->backoff_ms;
-    double j = (double)(db_rand(c->db) >> 11) / (double)(1ULL << 53);   /* [0,1) */
-
-    c->backoff_ms = c->backoff_ms * 2 > GP_BACKOFF_MAX_MS ? GP_BACKOFF_MAX_MS : c->backoff_ms * 2;
-    return base * (0.75 + 0.5 * j) / 1000.0;
 }
 
 static gp_err
@@ -527,7 +504,7 @@ conn_break(db_conn *c, const char *why, bool fast)
                  c->fails, logd);
     }
     if (!db->closing) {
-        ev_timer_set(&c->timer, fast ? 0. : conn_backoff(c), 0.);
+        ev_timer_set(&c->timer, fast ? 0. : gp_backoff_next_ms(&c->backoff) / 1000.0, 0.);
         ev_timer_start(db->loop, &c->timer);
     }
     if (was_up && db->nready == 0 && db->conn_cb != NULL && !db->closing)
@@ -556,7 +533,7 @@ conn_ready(db_conn *c)
     c->state = CS_READY;
     c->up = true;
     c->fails = 0;
-    c->backoff_ms = GP_BACKOFF_MIN_MS;
+    gp_backoff_reset(&c->backoff);
     db->nready++;
     GP_INFO("pg_up", "conn=%u ready=%u", c->idx, db->nready);
     if (db->nready == 1 && db->conn_cb != NULL && !db->closing)
@@ -884,15 +861,12 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
         free(db);
         return GP_ENOMEM;
     }
-    db->rng = ((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)db;
-    if (db->rng == 0)
-        db->rng = 88172645463325252ULL;
     for (unsigned i = 0; i < pool; i++) {
         db_conn *c = &db->conns[i];
         c->db = db;
         c->idx = i;
         c->io_fd = -1;
-        c->backoff_ms = GP_BACKOFF_MIN_MS;
+        gp_backoff_init(&c->backoff, c);
         ev_io_init(&c->io, conn_io_cb, 0, EV_READ);
         ev_timer_init(&c->timer, conn_timer_cb, 0., 0.);
     }

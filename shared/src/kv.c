@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/backoff.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -83,8 +84,7 @@ struct gp_kv {
 
     ev_timer           w_conn;             /* connect deadline / backoff / deferred free */
     ev_timer           w_cmd;              /* deadline of the oldest command */
-    unsigned           backoff_ms;         /* next retry delay before jitter */
-    uint64_t           rng;
+    gp_backoff         backoff;            /* reconnect delays */
 
     kv_rec            *ring;               /* FIFO of commands in flight */
     uint32_t           ring_cap;           /* power of two */
@@ -125,18 +125,6 @@ ring_grow(gp_kv *kv)
     return GP_EOK;
 }
 
-static uint64_t
-kv_rand(gp_kv *kv)                         /* xorshift64* */
-{
-    uint64_t x = kv->rng;
-
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    kv->rng = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
 static void
 kv_release(gp_kv *kv)
 {
@@ -169,7 +157,7 @@ kv_log_down(gp_kv *kv, const char *detail)
         GP_WARN("redis_down", "host=%s port=%d detail=\"%s\"", kv->host, kv->port, detail);
     } else {
         GP_DEBUG("redis_retry_failed", "host=%s port=%d detail=\"%s\" next_ms=%u", kv->host,
-                 kv->port, detail, kv->backoff_ms);
+                 kv->port, detail, kv->backoff.next_ms);
     }
 }
 
@@ -177,15 +165,10 @@ kv_log_down(gp_kv *kv, const char *detail)
 static void
 kv_schedule_retry(gp_kv *kv)
 {
-    double base = kv->backoff_ms;
-    double j = 0.75 + 0.5 * (double)(kv_rand(kv) >> 11) / (double)(1ULL << 53);
-
     kv->state = KV_CLOSED;
     ev_timer_stop(kv->loop, &kv->w_conn);
-    ev_timer_set(&kv->w_conn, base * j / 1000.0, 0.);
+    ev_timer_set(&kv->w_conn, gp_backoff_next_ms(&kv->backoff) / 1000.0, 0.);
     ev_timer_start(kv->loop, &kv->w_conn);
-    kv->backoff_ms = kv->backoff_ms >= GP_BACKOFF_MAX_MS / 2 ? GP_BACKOFF_MAX_MS
-                                                             : kv->backoff_ms * 2;
 }
 
 /* ---- hiredis callbacks ------------------------------------------------- */
@@ -243,7 +226,7 @@ kv_connect_cb(const redisAsyncContext *ac, int status)
         return;
     }
     kv->state = KV_CONNECTED;
-    kv->backoff_ms = GP_BACKOFF_MIN_MS;
+    gp_backoff_reset(&kv->backoff);
     kv->down_logged = false;
     GP_INFO("redis_up", "host=%s port=%d reconnects=%llu", kv->host, kv->port,
             (unsigned long long)kv->st.reconnects);
@@ -276,7 +259,7 @@ kv_disconnect_cb(const redisAsyncContext *ac, int status)
     else
         kv_log_down(kv, status != REDIS_OK && ac->c.errstr[0] ? ac->c.errstr : "connection closed");
     kv->drop_why = NULL;
-    kv->backoff_ms = GP_BACKOFF_MIN_MS;
+    gp_backoff_reset(&kv->backoff);
     kv_schedule_retry(kv);
     if (was_up && kv->conn_cb != NULL)
         kv->conn_cb(kv->conn_arg, false);
@@ -414,11 +397,7 @@ gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb,
     kv->conn_cb = conn_cb;
     kv->conn_arg = conn_arg;
     kv->state = KV_CLOSED;
-    kv->backoff_ms = GP_BACKOFF_MIN_MS;
-    kv->rng = ((uint64_t)(uintptr_t)kv * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)time(NULL) ^
-              ((uint64_t)getpid() << 32) ^ (uint64_t)(ev_time() * 1e6);
-    if (kv->rng == 0)
-        kv->rng = 0x853c49e6748fea9bULL;
+    gp_backoff_init(&kv->backoff, kv);
     ev_timer_init(&kv->w_conn, kv_conn_timer_cb, 0., 0.);
     ev_timer_init(&kv->w_cmd, kv_cmd_timer_cb, 0., 0.);
     if (ring_grow(kv) != GP_EOK) {

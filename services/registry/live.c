@@ -22,37 +22,10 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
+#include "scripts.h"
 
 #define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
 #define RESEED_CHUNK  500       /* nodes per reseed pipeline burst */
-
-static const char hb_lua[] =
-    "local prev = redis.call('HGET', KEYS[1], 'state')\n"
-    "if prev == 'draining' or prev == 'quarantined' then\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3])\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy')\n"
-    "end\n"
-    "if ARGV[2] ~= '' then\n"
-    "  redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5])\n"
-    "  redis.call('HSET', 'gp:rtt:' .. ARGV[3], ARGV[4], ARGV[5])\n"
-    "end\n"
-    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])\n"
-    "return prev\n";
-
-static const char sweep_lua[] =
-    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))\n"
-    "local out = {}\n"
-    "for _, id in ipairs(ids) do\n"
-    "  redis.call('ZREM', KEYS[1], id)\n"
-    "  local k = 'gp:node:' .. id\n"
-    "  if redis.call('HGET', k, 'state') == 'healthy' then\n"
-    "    redis.call('HSET', k, 'state', 'stale')\n"
-    "    out[#out + 1] = id\n"
-    "    out[#out + 1] = redis.call('HGET', k, 'site') or ''\n"
-    "  end\n"
-    "end\n"
-    "return out\n";
 
 static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
 
@@ -233,7 +206,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
     argv[i++] = r->scripts_loaded ? "EVALSHA" : "EVAL";
-    argv[i++] = r->scripts_loaded ? r->hb_sha : hb_lua;
+    argv[i++] = r->scripts_loaded ? r->hb_sha : registry_hb_lua;
     argv[i++] = "2";
     argv[i++] = key;
     argv[i++] = "gp:seen";
@@ -301,8 +274,8 @@ load_scripts(registry *r)
     gp_kv *kv = gp_app_kv(r->app);
 
     r->hb_sha[0] = r->sweep_sha[0] = '\0';
-    gp_kv_cmdf(kv, script_loaded, r->hb_sha, "SCRIPT LOAD %s", hb_lua);
-    gp_kv_cmdf(kv, script_loaded, r->sweep_sha, "SCRIPT LOAD %s", sweep_lua);
+    gp_kv_cmdf(kv, script_loaded, r->hb_sha, "SCRIPT LOAD %s", registry_hb_lua);
+    gp_kv_cmdf(kv, script_loaded, r->sweep_sha, "SCRIPT LOAD %s", registry_sweep_lua);
     gp_kv_cmdf(kv, scripts_ready, r, "PING");       /* answered after both, in order */
 }
 

@@ -29,8 +29,8 @@
  * covered by bus_test); a non-zero figure here means the count was read
  * while beats were still in flight, or the bug is back.
  *
- * The Lua text below is a copy of hb_lua in services/registry/live.c and
- * must match it: the bench checks with SCRIPT EXISTS that the registry
+ * The Lua text is the registry's own (services/registry/scripts.h); as a
+ * check, the bench asks Redis with SCRIPT EXISTS whether the registry
  * loaded a script with the same SHA1 (hb_script_match=1).
  *
  * Output: key=value lines (see bench.h). */
@@ -42,6 +42,7 @@
 #include "bench.h"
 #include "gp/buf.h"
 #include "gp/limits.h"
+#include "../../services/registry/scripts.h"
 
 #define NODES          100000
 #define PER_SITE       3
@@ -51,21 +52,6 @@
 #define STEADY_MAX_S   60.0       /* cap on the steady rounds */
 #define POLL_S         0.02
 #define DRAIN_IDLE_S   3.0        /* give up waiting after this long without progress */
-
-/* Copy of hb_lua in services/registry/live.c (checked by SHA1 at run time). */
-static const char hb_lua[] =
-    "local prev = redis.call('HGET', KEYS[1], 'state')\n"
-    "if prev == 'draining' or prev == 'quarantined' then\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3])\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy')\n"
-    "end\n"
-    "if ARGV[2] ~= '' then\n"
-    "  redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5])\n"
-    "  redis.call('HSET', 'gp:rtt:' .. ARGV[3], ARGV[4], ARGV[5])\n"
-    "end\n"
-    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])\n"
-    "return prev\n";
 
 static char          *payloads;           /* NODES payloads, back to back */
 static size_t         poff[NODES + 1];
@@ -418,7 +404,7 @@ main(void)
         goto out;
     }
     /* SHA1 of our copy, computed by Redis without loading it */
-    rep = redisCommand(rc, "EVAL %s 0 %s", "return redis.sha1hex(ARGV[1])", hb_lua);
+    rep = redisCommand(rc, "EVAL %s 0 %s", "return redis.sha1hex(ARGV[1])", registry_hb_lua);
     if (rep != NULL && rep->type == REDIS_REPLY_STRING && rep->len == 40)
         memcpy(sha, rep->str, 41);
     freeReplyObject(rep);
@@ -452,7 +438,7 @@ main(void)
     }
     if (!match)
         b_note("hb: the registry's hb script is not the copy in hb_bench.c: update the copy");
-    rep = redisCommand(rc, "SCRIPT LOAD %s", hb_lua);   /* for redis-benchmark */
+    rep = redisCommand(rc, "SCRIPT LOAD %s", registry_hb_lua);   /* for redis-benchmark */
     freeReplyObject(rep);
     rpoll = redisConnect(rhost, atoi(rport));
     if (rpoll == NULL || rpoll->err)

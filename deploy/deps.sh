@@ -10,7 +10,7 @@ pkgs=(
     libev-dev
     libpq-dev postgresql             # libpq and a server for the private stack
     python3 python3-jsonschema python3-msgpack   # schema generator, independent validator
-    valgrind
+    valgrind procps                  # valgrind_test; pgrep in updown_test
     postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
 )
 missing=()

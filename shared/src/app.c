@@ -236,6 +236,12 @@ gp_req_done(gp_req *req, gp_err rc)
         maybe_finish_drain(app);
 }
 
+static unsigned
+route_timeout_ms(const gp_app *app, const route_rt *rt)
+{
+    return rt->r->timeout_ms ? rt->r->timeout_ms : app->cfg.request_timeout_ms;
+}
+
 static void
 deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -244,7 +250,7 @@ deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     snprintf(req->detail, sizeof(req->detail), "no result within %u ms",
-             req->rt->r->timeout_ms ? req->rt->r->timeout_ms : req->app->cfg.request_timeout_ms);
+             route_timeout_ms(req->app, req->rt));
     send_reply(req, GP_ETIMEOUT);      /* the handler still ends it with gp_req_done */
 }
 
@@ -341,8 +347,7 @@ on_msg(void *arg, const gp_bus_msg *m)
         app->pending->prev = req;
     app->pending = req;
     app->inflight++;
-    ev_timer_init(&req->deadline, deadline_cb,
-                  (rt->r->timeout_ms ? rt->r->timeout_ms : app->cfg.request_timeout_ms) / 1000.0, 0);
+    ev_timer_init(&req->deadline, deadline_cb, route_timeout_ms(app, rt) / 1000.0, 0);
     ev_timer_start(app->loop, &req->deadline);
 }
 

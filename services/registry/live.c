@@ -25,7 +25,7 @@
 #include "scripts.h"
 
 #define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
-#define RESEED_CHUNK  500       /* nodes per reseed pipeline burst */
+#define RESEED_CHUNK  500       /* nodes per reseed script call */
 
 static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
 
@@ -332,12 +332,25 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         return;
     }
     snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
-    for (int i = 0; i < rows; i++) {
-        const char *id = PQgetvalue(res[0], i, 0), *site = PQgetvalue(res[0], i, 1);
+    /* One script call per chunk: 100,000 nodes are 200 commands, not
+     * 300,000 that would pass the client's in-flight cap. */
+    for (int i = 0; i < rows; i += RESEED_CHUNK) {
+        const char *argv[4 + 2 * RESEED_CHUNK];
+        int         argc = 0;
 
-        gp_kv_cmdf(kv, NULL, NULL, "HSETNX gp:node:%s state healthy", id);
-        gp_kv_cmdf(kv, NULL, NULL, "HSETNX gp:node:%s site %s", id, site);
-        gp_kv_cmdf(kv, NULL, NULL, "ZADD gp:seen NX %s %s", now, id);
+        argv[argc++] = "EVAL";
+        argv[argc++] = registry_reseed_lua;
+        argv[argc++] = "0";
+        argv[argc++] = now;
+        for (int k = i; k < rows && k < i + RESEED_CHUNK; k++) {
+            argv[argc++] = PQgetvalue(res[0], k, 0);
+            argv[argc++] = PQgetvalue(res[0], k, 1);
+        }
+        if (gp_kv_cmd(kv, NULL, NULL, argc, argv, NULL) != GP_EOK) {
+            GP_WARN("reseed_failed", "code=UNAVAIL nodes_done=%d", i);
+            gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");
+            return;
+        }
     }
     (*r->m_reseeds)++;
     GP_INFO("redis_reseeded", "nodes=%d", rows);

@@ -34,4 +34,15 @@ static const char registry_sweep_lua[] =
     "end\n"
     "return out\n";
 
+/* Re-seeding after Redis lost its data: ARGV now_ms, then id, site pairs.
+ * A node a heartbeat already brought back is left as it is. */
+static const char registry_reseed_lua[] =
+    "for i = 2, #ARGV, 2 do\n"
+    "  local k = 'gp:node:' .. ARGV[i]\n"
+    "  redis.call('HSETNX', k, 'state', 'healthy')\n"
+    "  redis.call('HSETNX', k, 'site', ARGV[i + 1])\n"
+    "  redis.call('ZADD', 'gp:seen', 'NX', ARGV[1], ARGV[i])\n"
+    "end\n"
+    "return #ARGV\n";
+
 #endif

@@ -295,6 +295,24 @@ test_live(void)
     T_OKM(rc == GP_EOK && n.last_seen_ms >= seen - 1000 && GP_HAS(&n, MSG_NODE__TELEMETRY),
           "after FLUSHALL the node is back in the live view within two beats");
     gp_msg_clear(&msg_node_desc, &n);
+
+    /* Flushed while silent: only the re-seed from PostgreSQL can find it stale. */
+    beating = 0;
+    wait_s(HB_MS / 1000.0);
+    rc2 = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    rep = redisCommand(rc2, "FLUSHALL");
+    freeReplyObject(rep);
+    redisFree(rc2);
+    wait_s(HB_MS * 3 / 1000.0 + 1.5);
+    n = get_node(&rc);
+    T_OKM(n.state == MSG_NODE_STATE_STATE_STALE,
+          "a node silent when Redis was flushed is still found stale (re-seeded from PostgreSQL)");
+    gp_msg_clear(&msg_node_desc, &n);
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    n = get_node(&rc);
+    T_OKM(n.state == MSG_NODE_STATE_STATE_HEALTHY, "and healthy again when it beats");
+    gp_msg_clear(&msg_node_desc, &n);
 }
 
 static void

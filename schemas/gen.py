@@ -153,6 +153,25 @@ class Msg:
         self.sample = None
 
 
+class Op:
+    def __init__(self, oid, action, cid, addr, req, params):
+        self.id = oid
+        self.action = action
+        self.cid = cid
+        self.addr = addr
+        self.req = req            # Msg published on the address
+        self.reply = None         # Msg of the reply, or None (an event)
+        self.params = params      # parameter names, address order
+        self.services = []
+
+    def pattern(self):
+        return re.sub(r'\{[^{}]*\}', '*', self.addr)
+
+    def param_tokens(self):
+        toks = self.addr.split('.')
+        return [toks.index('{%s}' % p) for p in self.params]
+
+
 class Gen:
     def __init__(self, root):
         self.root = root
@@ -161,6 +180,9 @@ class Gen:
         self.by_title = {}
         self.order = []
         self.channels = []        # (id, address, req Msg|None, reply Msg|None)
+        self.inboxes = []         # (id, address): reply inboxes, documented, no payload of their own
+        self.ops = []             # Op, in document order
+        self.params = {}          # channel id -> [parameter names in address order]
 
     def err(self, where, text):
         self.errors.append('%s: %s' % (where, text))
@@ -592,29 +614,34 @@ class Gen:
                 raise GenError('%s: channel ids are lowerCamelCase' % w)
             ch = self.deref(ch, w)
             addr = ch.get('address')
+            if ch.get('x-gp-inbox') is True:
+                self.parse_inbox(cid, ch, w)
+                continue
             msgs = ch.get('messages', {})
             if not isinstance(msgs, dict) or not msgs:
                 raise GenError('%s: no messages' % w)
             ms = [self.payload_msg(v, '%s.messages.%s' % (w, k)) for k, v in msgs.items()]
             if addr is None:
                 continue
-            if not isinstance(addr, str) or not addr:
-                raise GenError('%s: address must be a string or null' % w)
-            params = set(re.findall(r'\{([^{}]*)\}', addr))
-            decl = set((ch.get('parameters') or {}).keys())
-            if params != decl:
-                raise GenError('%s: address parameters %s but "parameters" declares %s'
-                               % (w, sorted(params), sorted(decl)))
+            self.params[cid] = self.parse_address(ch, addr, w)
             if len(ms) != 1:
                 raise GenError('%s: an addressed channel carries exactly one message' % w)
             req[cid] = (addr, ms[0])
+        services = self.service_names(chans)
         for oid, op in (doc.get('operations') or {}).items():
             w = 'operations.%s' % oid
             op = self.deref(op, w)
+            if not re.match(r'^[a-z][A-Za-z0-9]*$', oid):
+                raise GenError('%s: operation ids are lowerCamelCase' % w)
             if op.get('action') not in ('send', 'receive'):
                 raise GenError('%s: action must be send or receive' % w)
             cid = self.chan_ref(op.get('channel'), w + '.channel')
+            if cid not in req:
+                raise GenError('%s: channel %r has no address' % (w, cid))
             self.op_messages(op.get('messages', []), cid, w + '.messages')
+            o = Op(oid, op['action'], cid, req[cid][0], req[cid][1], self.params[cid])
+            o.services = self.op_services(op, services, w)
+            self.ops.append(o)
             rp = op.get('reply')
             if rp is None:
                 continue
@@ -635,8 +662,81 @@ class Gen:
                     raise GenError('%s: reply %s has an "error" object property, which '
                                    'reads as an error reply' % (w, rms[0].title))
             reply[cid] = rms[0]
+            o.reply = rms[0]
         for cid, (addr, m) in req.items():
             self.channels.append((cid, addr, m, reply.get(cid)))
+
+    TOKEN = re.compile(r'^[A-Za-z0-9_-]{1,63}$')
+
+    def parse_address(self, ch, addr, w):
+        """The {parameters} of an address, in order; each declared once, with a
+        description and examples (and an enum where the set is closed), so a
+        client in another language knows what to put there."""
+        if not isinstance(addr, str) or not addr:
+            raise GenError('%s: address must be a string or null' % w)
+        order = re.findall(r'\{([^{}]*)\}', addr)
+        decl = ch.get('parameters') or {}
+        if set(order) != set(decl.keys()) or len(order) != len(set(order)):
+            raise GenError('%s: address parameters %s but "parameters" declares %s'
+                           % (w, order, sorted(decl)))
+        for tok in addr.split('.'):
+            if '{' in tok and not re.match(r'^\{[a-z][a-z0-9_]*\}$', tok):
+                raise GenError('%s: a parameter must be a whole subject token' % w)
+        for name, p in decl.items():
+            pw = '%s.parameters.%s' % (w, name)
+            p = self.deref(p, pw)
+            if not isinstance(p, dict) or not p.get('description'):
+                raise GenError('%s: missing "description"' % pw)
+            ex, en = p.get('examples'), p.get('enum')
+            if not isinstance(ex, list) or not ex or not all(
+                    isinstance(x, str) and self.TOKEN.match(x) for x in ex):
+                raise GenError('%s: "examples" must list subject tokens ([A-Za-z0-9_-]{1,63})'
+                               % pw)
+            if en is not None:
+                if not isinstance(en, list) or not en or not all(
+                        isinstance(x, str) and self.TOKEN.match(x) for x in en):
+                    raise GenError('%s: "enum" must list subject tokens' % pw)
+                if any(x not in en for x in ex):
+                    raise GenError('%s: an example is not in "enum"' % pw)
+        return order
+
+    def parse_inbox(self, cid, ch, w):
+        """A reply inbox: where replies of request/reply operations arrive.
+        Documented so a client's NATS permissions can name it; it carries the
+        reply of whatever request it was given as replyTo."""
+        addr = ch.get('address')
+        if not isinstance(ch.get('description'), str) or not ch['description']:
+            raise GenError('%s: missing "description"' % w)
+        if ch.get('messages'):
+            raise GenError('%s: an inbox channel lists no messages (it carries replies)' % w)
+        self.params[cid] = self.parse_address(ch, addr, w)
+        self.inboxes.append((cid, addr))
+
+    def service_names(self, chans):
+        """The services that may serve operations: the closed enum of the health
+        channel's {service} parameter, plus the node agent (which answers on its
+        own subjects)."""
+        h = self.deref(chans.get('health', {}), 'channels.health')
+        en = ((h.get('parameters') or {}).get('service') or {}).get('enum')
+        if not isinstance(en, list) or not en:
+            raise GenError('channels.health.parameters.service: needs the "enum" of services')
+        return set(en) | {'agent'}
+
+    def op_services(self, op, services, w):
+        sv = op.get('x-gp-service')
+        if op['action'] == 'send':
+            if sv is not None:
+                raise GenError('%s: x-gp-service is for receive operations' % w)
+            return []
+        if isinstance(sv, str):
+            sv = [sv]
+        if not isinstance(sv, list) or not sv or not all(isinstance(x, str) for x in sv):
+            raise GenError('%s: a receive operation names the service(s) that serve it in '
+                           '"x-gp-service"' % w)
+        bad = [x for x in sv if x not in services]
+        if bad:
+            raise GenError('%s: x-gp-service %s not one of %s' % (w, bad, sorted(services)))
+        return sv
 
     # ---- emit ------------------------------------------------------------
     def build(self):
@@ -644,7 +744,8 @@ class Gen:
         self.idents = set()
         h.append('/* msg_gen.h -- generated by schemas/gen.py from schemas/. DO NOT EDIT. */')
         h.append('#ifndef MSG_GEN_H\n#define MSG_GEN_H\n')
-        h.append('#include <stdbool.h>\n#include <stdint.h>\n\n#include "gp/codec.h"\n')
+        h.append('#include <stdbool.h>\n#include <stdint.h>\n\n#include "gp/codec.h"\n'
+                 '#include "gp/op.h"\n')
         h.append('typedef struct msg_sample {\n    const gp_msg_desc *desc;\n'
                  '    const void        *sample;    /* a valid msg of that type */\n'
                  '} msg_sample;\n')
@@ -657,11 +758,15 @@ class Gen:
         c.append('#include "msg_gen.h"\n\n#include <stddef.h>\n')
         for m in self.order:
             self.emit_msg(m, h, c)
-        h.append('/* Subjects (AsyncAPI channel addresses). */')
-        for cid, addr, _, _ in self.channels:
-            h.append('#define GP_SUBJ_%s %s' % (self.ident(upper(cid)), cstr(addr)))
-        h.append('\n#define MSG_NMESSAGES %d\n#define MSG_NCHANNELS %d\n'
-                 % (len(self.order), len(self.channels)))
+        h.append('/* Subjects (AsyncAPI channel addresses, {parameters} unfilled) and\n'
+                 ' * their subscription patterns (each parameter a "*"). */')
+        for cid, addr in [(c[0], c[1]) for c in self.channels] + self.inboxes:
+            h.append('#define %s %s' % (self.ident('GP_SUBJ_' + upper(cid)), cstr(addr)))
+            h.append('#define %s %s' % (self.ident('GP_PAT_' + upper(cid)),
+                                                cstr(re.sub(r'\{[^{}]*\}', '*', addr))))
+        self.emit_ops(h, c)
+        h.append('\n#define MSG_NMESSAGES %d\n#define MSG_NCHANNELS %d\n#define GP_NOPS %d\n'
+                 % (len(self.order), len(self.channels), len(self.ops)))
         h.append('/* Every message with a sample, schema dependency order; ends {NULL, NULL}. */')
         h.append('extern const msg_sample msg_all[];')
         h.append('/* Every addressed channel; ends with a NULL id. */')
@@ -677,6 +782,75 @@ class Gen:
                 '&msg_%s_desc' % rp.snake if rp else 'NULL'))
         c.append('    { NULL, NULL, NULL, NULL }\n};')
         return {'msg_gen.h': h, 'msg_gen.c': c}
+
+    def emit_ops(self, h, c):
+        """One gp_op per AsyncAPI operation: what a route table or a client
+        needs (subject pattern, parameters, request and reply descriptors,
+        who serves it), so services name operations, never subject strings."""
+        h.append('\n/* Operations (AsyncAPI operations).  GP_OP_<ID> points at the gp_op. */')
+        for o in self.ops:
+            S = snake(o.id)
+            h.append('extern const gp_op %s;' % self.ident('gp_op_' + S))
+            h.append('#define %s (&gp_op_%s)' % (self.ident('GP_OP_' + upper(o.id)), S))
+        h.append('/* Every operation, document order; ends with NULL. */')
+        h.append('extern const gp_op *const gp_ops[];')
+        for o in self.ops:
+            S = snake(o.id)
+            if o.params:
+                c.append('static const char *const gp_op_%s_params[] = { %s };' % (
+                    S, ', '.join(cstr(p) for p in o.params)))
+                c.append('static const unsigned char gp_op_%s_ptok[] = { %s };' % (
+                    S, ', '.join(str(t) for t in o.param_tokens())))
+            if o.services:
+                c.append('static const char *const gp_op_%s_svc[] = { %s, NULL };' % (
+                    S, ', '.join(cstr(x) for x in o.services)))
+            c.append('const gp_op gp_op_%s = {\n    .id = %s, .address = %s, .pattern = %s,\n'
+                     '    .in = &msg_%s_desc, .out = %s, .receive = %s,\n'
+                     '    .nparams = %d, .params = %s, .param_tok = %s, .services = %s\n};' % (
+                         S, cstr(o.id), cstr(o.addr), cstr(o.pattern()), o.req.snake,
+                         '&msg_%s_desc' % o.reply.snake if o.reply else 'NULL',
+                         'true' if o.action == 'receive' else 'false', len(o.params),
+                         'gp_op_%s_params' % S if o.params else 'NULL',
+                         'gp_op_%s_ptok' % S if o.params else 'NULL',
+                         'gp_op_%s_svc' % S if o.services else 'NULL'))
+        h.append('/* Reply inboxes, as gp_op with no message of their own (in = out = NULL),\n'
+                 ' * so a client builds its inbox subject from the contract too. */')
+        for cid, addr in self.inboxes:
+            S = snake(cid)
+            params = self.params[cid]
+            toks = addr.split('.')
+            h.append('extern const gp_op %s;' % self.ident('gp_inbox_' + S))
+            h.append('#define %s (&gp_inbox_%s)' % (self.ident('GP_INBOX_' + upper(cid)), S))
+            c.append('static const char *const gp_inbox_%s_params[] = { %s };' % (
+                S, ', '.join(cstr(x) for x in params)))
+            c.append('static const unsigned char gp_inbox_%s_ptok[] = { %s };' % (
+                S, ', '.join(str(toks.index('{%s}' % x)) for x in params)))
+            c.append('const gp_op gp_inbox_%s = {\n    .id = %s, .address = %s, .pattern = %s,\n'
+                     '    .nparams = %d, .params = gp_inbox_%s_params, .param_tok = gp_inbox_%s_ptok\n};'
+                     % (S, cstr(cid), cstr(addr), cstr(re.sub(r'\{[^{}]*\}', '*', addr)),
+                        len(params), S, S))
+        c.append('const gp_op *const gp_ops[] = {')
+        for o in self.ops:
+            c.append('    &gp_op_%s,' % snake(o.id))
+        c.append('    NULL\n};')
+
+    def emit_limits(self, m, h):
+        """Each schema bound as a named constant, so no limit is restated by hand."""
+        U = upper(m.title)
+        for f in m.fields:
+            F = f.name.upper()
+            if f.kind in ('STR', 'BYTES'):
+                h.append('#define MSG_%s_%s_MAXLEN %d' % (U, F, f.limit))
+            elif f.kind == 'ARR':
+                h.append('#define MSG_%s_%s_MAXITEMS %d' % (U, F, f.limit))
+                if f.elem.kind == 'STR':
+                    h.append('#define MSG_%s_%s_ITEM_MAXLEN %d' % (U, F, f.elem.limit))
+            e = f.elem if f.kind == 'ARR' else f
+            if e.kind in ('I32', 'I64', 'U32', 'U64'):
+                if e.min is not None:
+                    h.append('#define MSG_%s_%s_MIN %s' % (U, F, cint(e.min, e.kind)))
+                if e.max is not None:
+                    h.append('#define MSG_%s_%s_MAX %s' % (U, F, cint(e.max, e.kind)))
 
     def write(self, outdir, files):
         os.makedirs(outdir, exist_ok=True)
@@ -714,7 +888,9 @@ class Gen:
             h.append('enum {\n    %s\n};' % ',\n    '.join(
                 '%s = %d' % (self.ident('MSG_%s__%s' % (U, f.name.upper())), i)
                 for i, f in enumerate(m.fields)))
-        h.append('extern const gp_msg_desc %s;\n' % self.ident('msg_%s_desc' % S))
+        h.append('extern const gp_msg_desc %s;' % self.ident('msg_%s_desc' % S))
+        self.emit_limits(m, h)
+        h.append('')
         if m.fields:
             c.append('\nstatic const gp_field msg_%s_fields[] = {' % S)
             for f in m.fields:

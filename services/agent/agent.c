@@ -52,7 +52,6 @@ struct agent {
     agent_opts        o;
     char              s_reg[GP_MAX_SUBJECT + 1], s_hb[GP_MAX_SUBJECT + 1];
     char              s_lease[GP_MAX_SUBJECT + 1], s_att[GP_MAX_SUBJECT + 1];
-    char              s_reply[GP_MAX_SUBJECT - 31];   /* + ".<token>" fits a subject */
     gp_bus_sub       *reply_sub;
     ev_timer          req_t, reqto_t, hb_t, lease_t;
     bool              registered, ever_registered, connected, paused, cut_off;
@@ -326,7 +325,11 @@ req_fire(struct ev_loop *loop, ev_timer *w, int revents)
     }
     a->req_sent = ev_now(loop);
     if (a->o.own_inbox) {
-        snprintf(reply, sizeof(reply), "%s.%llu", a->s_reply, (unsigned long long)a->req_token);
+        char        tok[24];
+        const char *args[3] = {a->o.site, a->o.node, tok};
+
+        snprintf(tok, sizeof(tok), "%llu", (unsigned long long)a->req_token);
+        gp_op_subject(GP_INBOX_NODE_INBOX, reply, sizeof(reply), args);
     } else if ((ctx = calloc(1, sizeof(*ctx))) != NULL) {
         ctx->a = a;
         ctx->token = a->req_token;
@@ -782,54 +785,13 @@ agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out, c
 
 /* ---- raw commands (the simulator's wildcard subscription) --------------- */
 
-static void
-reply_raw(agent *a, const char *reply, gp_err rc, const char *detail, const msg_attempt_ack *ack)
-{
-    gp_buf b;
-
-    if (reply == NULL)
-        return;
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    if (rc == GP_EOK)
-        rc = gp_msg_encode(&msg_attempt_ack_desc, ack, &b);
-    if (rc != GP_EOK) {
-        gp_buf_reset(&b);
-        gp_msg_encode_error(rc, detail, &b);
-    }
-    agent_send(a, reply, NULL, &b, NULL, 0);
-    gp_buf_fini(&b);
-}
-
-void
-agent_on_cmd(agent *a, const char *verb, const gp_bus_msg *m)
-{
-    msg_run_attempt    run;
-    msg_attempt_signal sig;
-    msg_attempt_ack    ack;
-    char               detail[GP_ERRBUF_LEN] = "";
-    gp_err             rc;
-
-    if (!a->connected || a->paused)
-        return;                        /* never reached the node */
-    memset(&ack, 0, sizeof(ack));
-    if (strcmp(verb, "run") == 0) {
-        rc = gp_msg_decode(&msg_run_attempt_desc, m->data, m->len, &run, detail, sizeof(detail));
-        if (rc == GP_EOK)
-            rc = agent_cmd_run(a, &run, &ack, detail, sizeof(detail));
-        gp_msg_clear(&msg_run_attempt_desc, &run);
-    } else if (strcmp(verb, "signal") == 0) {
-        rc = gp_msg_decode(&msg_attempt_signal_desc, m->data, m->len, &sig, detail,
-                           sizeof(detail));
-        if (rc == GP_EOK)
-            rc = agent_cmd_signal(a, &sig, &ack, detail, sizeof(detail));
-    } else {
-        rc = GP_ENOROUTE;
-        snprintf(detail, sizeof(detail), "unknown command %s", verb);
-    }
-    reply_raw(a, m->reply, rc, detail, &ack);
-}
-
 /* ---- fault hooks ---------------------------------------------------------- */
+
+bool
+agent_is_reachable(const agent *a)
+{
+    return a->connected && !a->paused;
+}
 
 void
 agent_set_connected(agent *a, bool connected)
@@ -897,6 +859,19 @@ defaults(agent *a, const agent_opts *o)
     a->hb_ms = a->o.heartbeat_ms ? a->o.heartbeat_ms : 5000;
 }
 
+/* The node's subjects, from the contract; sub gets its reply inbox pattern. */
+static gp_err
+subjects(agent *a, const agent_opts *o, char *sub, size_t n)
+{
+    const char *args[3] = {o->site, o->node, NULL};
+    gp_err      rc = gp_op_subject(GP_OP_NODE_REGISTER, a->s_reg, sizeof(a->s_reg), args);
+
+    rc = rc ? rc : gp_op_subject(GP_OP_NODE_HEARTBEAT, a->s_hb, sizeof(a->s_hb), args);
+    rc = rc ? rc : gp_op_subject(GP_OP_NODE_LEASE, a->s_lease, sizeof(a->s_lease), args);
+    rc = rc ? rc : gp_op_subject(GP_OP_NODE_ATTEMPT, a->s_att, sizeof(a->s_att), args);
+    return rc ? rc : gp_op_pattern(GP_INBOX_NODE_INBOX, sub, n, args);
+}
+
 agent *
 agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *gpu)
 {
@@ -911,13 +886,8 @@ agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *g
     a->connected = true;
     a->t0 = ev_now(loop);
     defaults(a, o);
-    snprintf(a->s_reg, sizeof(a->s_reg), "gp.node.%s.%s.register", o->site, o->node);
-    snprintf(a->s_hb, sizeof(a->s_hb), "gp.node.%s.%s.hb", o->site, o->node);
-    snprintf(a->s_lease, sizeof(a->s_lease), "gp.node.%s.%s.lease", o->site, o->node);
-    snprintf(a->s_att, sizeof(a->s_att), "gp.node.%s.%s.attempt", o->site, o->node);
-    snprintf(a->s_reply, sizeof(a->s_reply), "gp.node.%s.%s._reply", o->site, o->node);
-    snprintf(sub, sizeof(sub), "%s.*", a->s_reply);
-    if (o->own_inbox && gp_bus_sub_new(bus, sub, NULL, reply_msg_cb, a, &a->reply_sub) != GP_EOK) {
+    if (subjects(a, o, sub, sizeof(sub)) != GP_EOK ||
+        (o->own_inbox && gp_bus_sub_new(bus, sub, NULL, reply_msg_cb, a, &a->reply_sub) != GP_EOK)) {
         free(a);
         return NULL;
     }

@@ -2,8 +2,9 @@
  * attempts of one node, on one libev loop and one shared gp_bus.
  *
  * It is a library so that gridpool-agent (one node per process) and
- * gridpool-sim (thousands of nodes in one process, one bus, one
- * wildcard command subscription) run the same code.  Loop thread only.
+ * gridpool-sim (thousands of nodes in one process, one bus; each node's
+ * command routes bound on the chassis with its own site and node) run the
+ * same code.  Loop thread only.
  * The loop must be libev's default loop: attempts are child processes
  * watched with ev_child.
  *
@@ -69,14 +70,13 @@ gp_err agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, 
                      size_t dlen);
 gp_err agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out,
                         char *detail, size_t dlen);
-/* A raw command message (verb "run" or "signal") from a wildcard
- * subscription: decodes, runs the command, replies on m->reply. */
-void   agent_on_cmd(agent *a, const char *verb, const gp_bus_msg *m);
 
 /* Fault hooks for the simulator. */
 /* false: the node's uplink is cut: it sends nothing, and commands and
  * replies that reach it are dropped. */
 void   agent_set_connected(agent *a, bool connected);
+/* false while the uplink is cut or the node hangs: what reaches it is lost. */
+bool   agent_is_reachable(const agent *a);
 /* true: the node hangs (every timer stops; nothing sent or answered);
  * false: it continues where it stopped. */
 void   agent_pause(agent *a, bool paused);

@@ -1,8 +1,8 @@
 /* main.c -- gridpool-agent: one node's agent on the service chassis.
  *
  * The chassis gives it logs, metrics and health over HTTP, signals and
- * the dispatcher; the agent's command routes hold its own site and node,
- * so the route table is built at run time.  It needs no Redis or
+ * the dispatcher; the agent's command routes are bound to its own site
+ * and node.  It needs no Redis or
  * PostgreSQL.  Its health route lives in its own subject tree
  * (gp.node.<site>.<node>.health), so a NATS identity limited to
  * gp.node.<site>.<node>.> is all it needs. */
@@ -82,7 +82,7 @@ static gp_err
 on_run(gp_req *req, const void *in, void *out)
 {
     char   detail[GP_ERRBUF_LEN] = "";
-    gp_err rc = agent_cmd_run(gp_req_state(req), in, out, detail, sizeof(detail));
+    gp_err rc = agent_cmd_run(gp_req_data(req), in, out, detail, sizeof(detail));
 
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
@@ -91,7 +91,7 @@ static gp_err
 on_signal(gp_req *req, const void *in, void *out)
 {
     char   detail[GP_ERRBUF_LEN] = "";
-    gp_err rc = agent_cmd_signal(gp_req_state(req), in, out, detail, sizeof(detail));
+    gp_err rc = agent_cmd_signal(gp_req_data(req), in, out, detail, sizeof(detail));
 
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
@@ -104,33 +104,39 @@ on_stop(gp_app *app, void *arg)
     *(agent **)arg = NULL;
 }
 
+/* The node's command routes, bound to its own site and node. */
+static const gp_route agent_routes[] = {
+    {GP_OP_NODE_RUN, on_run, 0, 0, NULL, NULL},
+    {GP_OP_NODE_SIGNAL, on_signal, 0, 0, NULL, NULL},
+    {NULL},
+};
+
 static int
 run(agent_cfg *c, gpu_backend *gpu)
 {
-    char       s_run[GP_MAX_SUBJECT + 1], s_sig[GP_MAX_SUBJECT + 1];
-    gp_route   routes[3] = {
-        {s_run, &msg_run_attempt_desc, &msg_attempt_ack_desc, on_run, 0, 0},
-        {s_sig, &msg_attempt_signal_desc, &msg_attempt_ack_desc, on_signal, 0, 0},
-        {NULL, NULL, NULL, NULL, 0, 0},
-    };
-    agent_opts o = {.heartbeat_ms = c->heartbeat_ms, .stop_grace_ms = c->stop_grace_ms,
-                    .own_inbox = true};
-    gp_app    *app = NULL;
-    agent     *a = NULL;
-    gp_err     rc;
+    const gp_param node[] = {{"site", c->site}, {"node", c->node}, {NULL, NULL}};
+    agent_opts     o = {.heartbeat_ms = c->heartbeat_ms, .stop_grace_ms = c->stop_grace_ms,
+                        .own_inbox = true};
+    gp_app        *app = NULL;
+    gp_binding    *cmds = NULL;
+    agent         *a = NULL;
+    gp_err         rc;
 
-    snprintf(s_run, sizeof(s_run), "gp.node.%s.%s.cmd.run", c->site, c->node);
-    snprintf(s_sig, sizeof(s_sig), "gp.node.%s.%s.cmd.signal", c->site, c->node);
     snprintf(o.site, sizeof(o.site), "%s", c->site);
     snprintf(o.node, sizeof(o.node), "%s", c->node);
     snprintf(o.version, sizeof(o.version), "%s", AGENT_VERSION);
     rc = gp_app_new("agent", AGENT_VERSION, &c->common, 0, NULL, &app);
-    if (rc == GP_EOK && (a = agent_new(gp_app_loop(app), gp_app_bus(app), &o, gpu)) == NULL)
+    if (rc == GP_EOK && !c->common.print_routes &&
+        (a = agent_new(gp_app_loop(app), gp_app_bus(app), &o, gpu)) == NULL)
         rc = GP_ENOMEM;
     if (rc == GP_EOK) {
         gp_app_on_stop(app, on_stop, &a);
-        rc = gp_app_serve(app, routes, a);
+        /* health in the node's own subject tree: its NATS identity is enough */
+        gp_app_set_health(app, GP_OP_NODE_HEALTH, node);
+        rc = gp_app_bind(app, agent_routes, node, a, &cmds);
     }
+    if (rc == GP_EOK)
+        rc = gp_app_serve(app, a, NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     agent_free(a);
@@ -152,9 +158,6 @@ main(int argc, char **argv)
         fprintf(stderr, "gridpool-agent: --site and --node are required (no '.', '*', '>', spaces)\n");
         return 78;
     }
-    if (cfg.common.health_subject[0] == '\0')
-        snprintf(cfg.common.health_subject, sizeof(cfg.common.health_subject),
-                 "gp.node.%s.%s.health", cfg.site, cfg.node);
     gp_log_setup("agent", cfg.common.log_level, -1);
     if ((gpu = open_backend(&cfg)) == NULL)
         return 1;

@@ -9,12 +9,21 @@
 
 /* ---- entities ---------------------------------------------------------------- */
 
+#define OPS(E) GP_OP_ADMIN_##E##_CREATE, GP_OP_ADMIN_##E##_UPDATE, GP_OP_ADMIN_##E##_GET, \
+               GP_OP_ADMIN_##E##_DELETE, GP_OP_ADMIN_##E##_LIST
+
 static const entity entities[] = {
-    {"site",    "sites",    NULL,  &msg_site_desc,    &msg_site_list_desc,    1000, true},
-    {"node",    "nodes",    "no",  &msg_node_desc,    &msg_node_list_desc,    250,  false},
-    {"pool",    "pools",    NULL,  &msg_pool_desc,    &msg_pool_list_desc,    1000, true},
-    {"product", "products", "prod", &msg_product_desc, &msg_product_list_desc, 1000, true},
-    {"tenant",  "tenants",  NULL,  &msg_tenant_desc,  &msg_tenant_list_desc,  1000, true},
+    {"site", "sites", NULL, &msg_site_desc, &msg_site_list_desc,
+     MSG_SITE_LIST_ITEMS_MAXITEMS, true, OPS(SITE)},
+    {"node", "nodes", "no", &msg_node_desc, &msg_node_list_desc,
+     MSG_NODE_LIST_ITEMS_MAXITEMS, false,
+     NULL, NULL, GP_OP_ADMIN_NODE_GET, GP_OP_ADMIN_NODE_DELETE, GP_OP_ADMIN_NODE_LIST},
+    {"pool", "pools", NULL, &msg_pool_desc, &msg_pool_list_desc,
+     MSG_POOL_LIST_ITEMS_MAXITEMS, true, OPS(POOL)},
+    {"product", "products", "prod", &msg_product_desc, &msg_product_list_desc,
+     MSG_PRODUCT_LIST_ITEMS_MAXITEMS, true, OPS(PRODUCT)},
+    {"tenant", "tenants", NULL, &msg_tenant_desc, &msg_tenant_list_desc,
+     MSG_TENANT_LIST_ITEMS_MAXITEMS, true, OPS(TENANT)},
 };
 
 const entity *
@@ -211,14 +220,16 @@ ctl_exit_code(gp_err err, bool transport)
 static void
 server_of(const char *subject, char *out, size_t n)
 {
-    const char *health = "gp.int.health.";
-
-    if (strncmp(subject, health, strlen(health)) == 0)
-        snprintf(out, n, "gridpool-%s", subject + strlen(health));
-    else if (strncmp(subject, "gp.admin.", 9) == 0)
-        snprintf(out, n, "gridpool-registry");
-    else
-        snprintf(out, n, "the service");
+    for (const gp_op *const *o = gp_ops; *o != NULL; o++) {
+        if (!(*o)->receive || (*o)->services == NULL || !gp_op_matches(*o, subject))
+            continue;
+        if (*o == GP_OP_HEALTH)                 /* gp.int.health.<service> */
+            snprintf(out, n, "gridpool-%s", strrchr(subject, '.') + 1);
+        else
+            snprintf(out, n, "gridpool-%s", (*o)->services[0]);
+        return;
+    }
+    snprintf(out, n, "the service");
 }
 
 int
@@ -310,7 +321,7 @@ ctl_list(gpctl *c, const entity *e, const msg_list_request *filter, item_fn *fn,
 
     if (list == NULL)
         return GPCTL_FAIL;
-    snprintf(subject, sizeof(subject), "gp.admin.%s.list", e->name);
+    snprintf(subject, sizeof(subject), "%s", e->list->address);
     req.limit = e->page;
     req.after[0] = '\0';
     do {
@@ -324,7 +335,6 @@ ctl_list(gpctl *c, const entity *e, const msg_list_request *filter, item_fn *fn,
 int
 ctl_get(gpctl *c, const entity *e, const char *id, void *out)
 {
-    char         subject[GP_MAX_SUBJECT + 1];
     msg_id_request req = {0};
 
     if (strlen(id) >= sizeof(req.id)) {
@@ -333,6 +343,5 @@ ctl_get(gpctl *c, const entity *e, const char *id, void *out)
         return GPCTL_USAGE;
     }
     snprintf(req.id, sizeof(req.id), "%s", id);
-    snprintf(subject, sizeof(subject), "gp.admin.%s.get", e->name);
-    return ctl_call(c, subject, &msg_id_request_desc, &req, e->desc, out);
+    return ctl_call(c, e->get->address, &msg_id_request_desc, &req, e->desc, out);
 }

@@ -289,14 +289,13 @@ show_result(gpctl *c, const entity *e, const gp_msg_desc *d, const void *obj, co
 static int
 send_edit(gpctl *c, const edit_args *a, const char *op, const char *done)
 {
-    char  subject[GP_MAX_SUBJECT + 1];
     void *reply = calloc(1, a->e->desc->size);
     int   rc;
 
     if (reply == NULL)
         return GPCTL_FAIL;
-    snprintf(subject, sizeof(subject), "gp.admin.%s.%s", a->e->name, op);
-    rc = ctl_call(c, subject, a->e->desc, a->msg, a->e->desc, reply);
+    rc = ctl_call(c, strcmp(op, "update") == 0 ? a->e->update->address : a->e->create->address,
+                  a->e->desc, a->msg, a->e->desc, reply);
     if (rc == GPCTL_OK)
         rc = show_result(c, a->e, a->e->desc, reply, done);
     gp_msg_clear(a->e->desc, reply);
@@ -374,7 +373,6 @@ cmd_update(gpctl *c, int argc, char **argv)
 int
 cmd_delete(gpctl *c, int argc, char **argv)
 {
-    char           subject[GP_MAX_SUBJECT + 1];
     edit_args      a;
     msg_id_request req = {0};
     msg_deleted    del = {0};
@@ -390,8 +388,7 @@ cmd_delete(gpctl *c, int argc, char **argv)
     if (rc != GPCTL_OK)
         return rc;
     snprintf(req.id, sizeof(req.id), "%s", a.name);
-    snprintf(subject, sizeof(subject), "gp.admin.%s.delete", a.e->name);
-    rc = ctl_call(c, subject, &msg_id_request_desc, &req, &msg_deleted_desc, &del);
+    rc = ctl_call(c, a.e->del->address, &msg_id_request_desc, &req, &msg_deleted_desc, &del);
     if (rc == GPCTL_OK)
         rc = show_result(c, a.e, &msg_deleted_desc, &del, "deleted");
     gp_msg_clear(&msg_deleted_desc, &del);

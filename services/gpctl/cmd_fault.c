@@ -32,7 +32,7 @@ cmd_fault(gpctl *c, int argc, char **argv)
     }
     rc = ctl_connect(c);
     if (rc == GPCTL_OK)
-        rc = ctl_call(c, "gp.int.sim.fault", &msg_sim_fault_desc, &f, &msg_sim_fault_ack_desc,
+        rc = ctl_call(c, GP_OP_SIM_FAULT->address, &msg_sim_fault_desc, &f, &msg_sim_fault_ack_desc,
                       &ack);
     if (rc == GPCTL_OK)
         printf("fault %s applied to %u node(s)\n", argv[0], ack.applied);

@@ -103,7 +103,10 @@ health_one(health_ctx *hc, const char *svc)
     bool               transport;
     gp_err             err;
 
-    snprintf(subject, sizeof(subject), "gp.int.health.%s", svc);
+    if (gp_op_subjectf(GP_OP_HEALTH, subject, sizeof(subject), svc) != GP_EOK) {
+        health_row_err(hc, svc, GP_EINVAL, false, "not a service name");
+        return;
+    }
     err = ctl_call_raw(hc->c, subject, &msg_health_request_desc, &req, &msg_health_desc, &h,
                        detail, sizeof(detail), &transport);
     if (err == GP_EOK)

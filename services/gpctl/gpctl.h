@@ -70,8 +70,10 @@ typedef struct entity {
     const char        *alias;          /* short alias or NULL */
     const gp_msg_desc *desc;           /* Site */
     const gp_msg_desc *list_desc;      /* SiteList */
-    unsigned           page;           /* items per list page */
+    unsigned           page;           /* items per list page (the schema's maxItems) */
     bool               editable;       /* create/update/delete */
+    /* its operations; NULL where the registry has none (nodes register) */
+    const gp_op       *create, *update, *get, *del, *list;
 } entity;
 
 const entity *entity_find(const char *word);

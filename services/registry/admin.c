@@ -102,6 +102,20 @@ static const entity entities[] = {
     {"product", "products", &msg_product_desc, &msg_product_list_desc, product_cols, {"site"}},
 };
 
+/* What each admin route serves: its entity and verb, handed to the
+ * handler as the route's data. */
+typedef struct admin_op {
+    const entity *e;
+    const char   *verb;
+} admin_op;
+
+#define ADMIN_OPS(i) \
+    {&entities[i], "create"}, {&entities[i], "update"}, {&entities[i], "get"}, \
+    {&entities[i], "delete"}, {&entities[i], "list"}
+
+static const admin_op admin_ops[] = {ADMIN_OPS(0), ADMIN_OPS(1), ADMIN_OPS(2), ADMIN_OPS(3)};
+
+
 /* ---- text <-> field ------------------------------------------------------------ */
 
 static gp_err
@@ -397,15 +411,22 @@ typedef struct op {
     char          id[GP_MAX_ID + 1];
 } op;
 
+static const admin_op *
+admin_op_of(gp_req *req)
+{
+    return gp_req_data(req);
+}
+
 static const entity *
 entity_of(gp_req *req)
 {
-    const char *name = gp_req_token(req, 2);       /* gp.admin.<entity>.<verb> */
+    return admin_op_of(req)->e;
+}
 
-    for (size_t i = 0; i < GP_NELEM(entities); i++)
-        if (strcmp(entities[i].name, name) == 0)
-            return &entities[i];
-    return NULL;
+static bool
+verb_is(gp_req *req, const char *verb)
+{
+    return strcmp(admin_op_of(req)->verb, verb) == 0;
 }
 
 /* "insert ... violates foreign key constraint "pools_site_fkey"" -> "site" */
@@ -549,7 +570,7 @@ op_new(gp_req *req, const char *id)
         return NULL;
     o->req = req;
     o->e = entity_of(req);
-    snprintf(o->verb, sizeof(o->verb), "%s", gp_req_token(req, 3));
+    snprintf(o->verb, sizeof(o->verb), "%s", admin_op_of(req)->verb);
     snprintf(o->id, sizeof(o->id), "%s", id);
     return o;
 }
@@ -608,7 +629,7 @@ static gp_err
 on_write(gp_req *req, const void *in, void *out)
 {
     const entity *e = entity_of(req);
-    bool          update = strcmp(gp_req_token(req, 3), "update") == 0;
+    bool          update = verb_is(req, "update");
     gp_buf        sql;
     params        p;
     op           *o;
@@ -641,7 +662,7 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
 {
     const msg_id_request *q = in;
     const entity         *e = entity_of(req);
-    bool                  del = strcmp(gp_req_token(req, 3), "delete") == 0;
+    bool                  del = verb_is(req, "delete");
     gp_buf                sql;
     params                p = {.n = 0};
     op                   *o;
@@ -784,18 +805,17 @@ on_list(gp_req *req, const void *in, void *out)
     return rc;
 }
 
-#define ENTITY_ROUTES(name, D, LD)                                                               \
-    {"gp.admin." name ".create", &D, &D, on_write, GP_R_QUEUE, 0},                               \
-    {"gp.admin." name ".update", &D, &D, on_write, GP_R_QUEUE, 0},                               \
-    {"gp.admin." name ".get", &msg_id_request_desc, &D, on_get_or_delete, GP_R_QUEUE, 0},        \
-    {"gp.admin." name ".delete", &msg_id_request_desc, &msg_deleted_desc, on_get_or_delete,      \
-     GP_R_QUEUE, 0},                                                                             \
-    {"gp.admin." name ".list", &msg_list_request_desc, &LD, on_list, GP_R_QUEUE, 0}
+#define ENTITY_ROUTES(NAME, i)                                                            \
+    {GP_OP_ADMIN_##NAME##_CREATE, on_write, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 0], NULL}, \
+    {GP_OP_ADMIN_##NAME##_UPDATE, on_write, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 1], NULL}, \
+    {GP_OP_ADMIN_##NAME##_GET, on_get_or_delete, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 2], NULL}, \
+    {GP_OP_ADMIN_##NAME##_DELETE, on_get_or_delete, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 3], NULL}, \
+    {GP_OP_ADMIN_##NAME##_LIST, on_list, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 4], NULL}
 
 const gp_route registry_admin_routes[] = {
-    ENTITY_ROUTES("tenant", msg_tenant_desc, msg_tenant_list_desc),
-    ENTITY_ROUTES("site", msg_site_desc, msg_site_list_desc),
-    ENTITY_ROUTES("pool", msg_pool_desc, msg_pool_list_desc),
-    ENTITY_ROUTES("product", msg_product_desc, msg_product_list_desc),
-    {NULL, NULL, NULL, NULL, 0, 0},
+    ENTITY_ROUTES(TENANT, 0),
+    ENTITY_ROUTES(SITE, 1),
+    ENTITY_ROUTES(POOL, 2),
+    ENTITY_ROUTES(PRODUCT, 3),
+    {NULL},
 };

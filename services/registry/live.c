@@ -131,7 +131,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
                          int32_t state, const char *reason)
 {
     msg_node_state ev = {0};
-    char           subject[GP_MAX_SUBJECT + 1];
+    const char    *args[2];
 
     snprintf(ev.site, sizeof(ev.site), "%s", site);
     snprintf(ev.node, sizeof(ev.node), "%s", node);
@@ -140,8 +140,9 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     ev.prev = prev;
     GP_SET_HAS(&ev, MSG_NODE_STATE__PREV);
     ev.at_ms = registry_now_ms();
-    snprintf(subject, sizeof(subject), "gp.int.node.state.%s.%s", site, node);
-    gp_app_publish(r->app, subject, &msg_node_state_desc, &ev);
+    args[0] = site;
+    args[1] = node;
+    gp_app_publish(r->app, GP_OP_NODE_STATE, args, &ev);
     (*r->m_transitions)++;
     /* A node going stale is news; one registering or coming back after a
      * Redis flush is routine (100,000 of them would drown the log). */

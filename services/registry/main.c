@@ -16,20 +16,6 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_END
 };
 
-static gp_route routes[GP_MAX_ROUTES];
-
-static void
-join_routes(void)
-{
-    int n = 0;
-
-    for (const gp_route *r = registry_admin_routes; r->subject != NULL; r++)
-        routes[n++] = *r;
-    for (const gp_route *r = registry_node_routes; r->subject != NULL; r++)
-        routes[n++] = *r;
-    routes[n].subject = NULL;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -42,15 +28,14 @@ main(int argc, char **argv)
     gp_cfg_load("gridpool-registry", registry_cfg_opts, &cfg, argc, argv, NULL, &code);
     if (code != GP_CFG_CONTINUE)
         return code;
-    join_routes();
     rc = gp_app_new("registry", REGISTRY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
                     registry_migrate_sql, &app);
     if (rc == GP_EOK) {
         reg.app = app;
         reg.cfg = &cfg;
         registry_live_start(&reg);
-        gp_app_set_cron(app, cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
-        rc = gp_app_serve(app, routes, &reg);
+        gp_app_every(app, "sweep", cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
+        rc = gp_app_serve(app, &reg, registry_admin_routes, registry_node_routes, NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);

@@ -27,9 +27,9 @@ registry_nodes_free(registry *r)
 static gp_err
 check_subject(gp_req *req, const char *site, const char *node)
 {
-    if (strcmp(gp_req_token(req, 2), site) != 0 || strcmp(gp_req_token(req, 3), node) != 0)
+    if (strcmp(gp_req_param(req, "site"), site) != 0 || strcmp(gp_req_param(req, "node"), node) != 0)
         return gp_req_fail(req, GP_EDENIED, "subject is for %s/%s but the body says %s/%s",
-                           gp_req_token(req, 2), gp_req_token(req, 3), site, node);
+                           gp_req_param(req, "site"), gp_req_param(req, "node"), site, node);
     if (!registry_id_ok(site) || !registry_id_ok(node))
         return gp_req_fail(req, GP_EINVAL, "site and node ids must be 1-63 letters, digits, - or _");
     return GP_EOK;
@@ -192,7 +192,7 @@ on_lease(gp_req *req, const void *in, void *out)
 {
     const msg_lease_renew *q = in;
 
-    if (!registry_id_ok(gp_req_token(req, 2)) || !registry_id_ok(gp_req_token(req, 3)))
+    if (!registry_id_ok(gp_req_param(req, "site")) || !registry_id_ok(gp_req_param(req, "node")))
         return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
     fill_lease(req, &q->attempts, out);
     return GP_EOK;
@@ -442,12 +442,11 @@ on_node_delete(gp_req *req, const void *in, void *out)
 }
 
 const gp_route registry_node_routes[] = {
-    {"gp.node.*.*.register", &msg_node_register_desc, &msg_node_registered_desc, on_register,
-     GP_R_QUEUE, 0},
-    {"gp.node.*.*.hb", &msg_heartbeat_desc, NULL, on_heartbeat, GP_R_QUEUE | GP_R_NOREPLY, 0},
-    {"gp.node.*.*.lease", &msg_lease_renew_desc, &msg_node_registered_desc, on_lease, GP_R_QUEUE, 0},
-    {"gp.admin.node.get", &msg_id_request_desc, &msg_node_desc, on_node_get, GP_R_QUEUE, 0},
-    {"gp.admin.node.list", &msg_list_request_desc, &msg_node_list_desc, on_node_list, GP_R_QUEUE, 0},
-    {"gp.admin.node.delete", &msg_id_request_desc, &msg_deleted_desc, on_node_delete, GP_R_QUEUE, 0},
-    {NULL, NULL, NULL, NULL, 0, 0},
+    {GP_OP_NODE_REGISTER, on_register, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_NODE_LEASE, on_lease, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},
+    {NULL},
 };

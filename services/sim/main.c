@@ -89,30 +89,87 @@ sim_node_up(sim *s, int i, double delay_s)
         return;
     }
     agent_set_delay(n->ag, n->delay_ms, n->jitter_ms);
+    sim_node_link(s, i, true);
 }
 
 void
 sim_node_down(sim *s, int i)
 {
+    sim_node_link(s, i, false);
     agent_free(s->f.nodes[i].ag);
     s->f.nodes[i].ag = NULL;
 }
 
-/* gp.node.<site>.<node>.cmd.<verb>: one subscription for the whole fleet. */
-static void
-on_cmd(void *arg, const gp_bus_msg *m)
-{
-    sim        *s = arg;
-    char        subj[GP_MAX_SUBJECT + 1], *tok[8], *save = NULL;
-    int         nt = 0, i;
+/* ---- each node's command routes --------------------------------------------- */
 
-    snprintf(subj, sizeof(subj), "%s", m->subject);
-    for (char *t = strtok_r(subj, ".", &save); t != NULL && nt < 8; t = strtok_r(NULL, ".", &save))
-        tok[nt++] = t;
-    if (nt != 6 || (i = fleet_find_node(&s->f, tok[3])) < 0 ||
-        strcmp(s->f.sites[s->f.nodes[i].site].id, tok[2]) != 0 || s->f.nodes[i].ag == NULL)
-        return;                        /* no such node, or it is down: nobody answers */
-    agent_on_cmd(s->f.nodes[i].ag, tok[5], m);
+/* What reaches a node that hangs is lost: the requester waits for its own
+ * deadline, as with a real agent that stopped. */
+static gp_err
+on_node_run(gp_req *req, const void *in, void *out)
+{
+    agent *a = gp_req_data(req);
+    char   detail[GP_ERRBUF_LEN] = "";
+    gp_err rc;
+
+    if (!agent_is_reachable(a))
+        return gp_req_drop(req);
+    rc = agent_cmd_run(a, in, out, detail, sizeof(detail));
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+static gp_err
+on_node_signal(gp_req *req, const void *in, void *out)
+{
+    agent *a = gp_req_data(req);
+    char   detail[GP_ERRBUF_LEN] = "";
+    gp_err rc;
+
+    if (!agent_is_reachable(a))
+        return gp_req_drop(req);
+    rc = agent_cmd_signal(a, in, out, detail, sizeof(detail));
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+static gp_err
+on_node_health(gp_req *req, const void *in, void *out)
+{
+    agent      *a = gp_req_data(req);
+    msg_health *h = out;
+
+    (void)in;
+    if (!agent_is_reachable(a))
+        return gp_req_drop(req);
+    snprintf(h->service, sizeof(h->service), "agent");
+    snprintf(h->instance, sizeof(h->instance), "%s", agent_node(a));
+    snprintf(h->version, sizeof(h->version), "sim-%s", SIM_VERSION);
+    h->nats = MSG_HEALTH_NATS_UP;
+    h->redis = h->pg = MSG_HEALTH_REDIS_UNUSED;
+    return GP_EOK;
+}
+
+static const gp_route node_routes[] = {
+    {GP_OP_NODE_RUN, on_node_run, 0, 0, NULL, NULL},
+    {GP_OP_NODE_SIGNAL, on_node_signal, 0, 0, NULL, NULL},
+    {GP_OP_NODE_HEALTH, on_node_health, 0, 0, NULL, NULL},
+    {NULL},
+};
+
+/* A node that is down has no subscription, so a request to it gets "no
+ * responders" at once, as with a dead agent. */
+void
+sim_node_link(sim *s, int i, bool up)
+{
+    sim_node *n = &s->f.nodes[i];
+
+    if (up && n->ag != NULL && n->cmds == NULL) {
+        const gp_param p[] = {{"site", s->f.sites[n->site].id}, {"node", n->id}, {NULL, NULL}};
+
+        if (gp_app_bind(s->app, node_routes, p, n->ag, &n->cmds) != GP_EOK)
+            GP_ERROR("sim_node_bind_failed", "node=%s", n->id);
+    } else if (!up && n->cmds != NULL) {
+        gp_app_unbind(n->cmds);
+        n->cmds = NULL;
+    }
 }
 
 static void
@@ -121,7 +178,6 @@ start_agents(sim *s, sim_script *script)
     uint64_t rng = s->f.seed ^ 0x7370726561640000ull;
 
     s->t_agents = ev_time();
-    gp_bus_sub_new(s->bus, "gp.node.*.*.cmd.*", NULL, on_cmd, s, &s->cmd_sub);
     for (int i = 0; i < s->f.nnodes; i++) {
         sim_node *n = &s->f.nodes[i];
 
@@ -137,8 +193,8 @@ start_agents(sim *s, sim_script *script)
 /* ---- admin phase: the registry learns the fleet ------------------------------ */
 
 enum { PH_TENANTS, PH_SITES, PH_POOLS, PH_PRODUCTS, PH_DONE };
-static const char *const phase_subj[] = {"gp.admin.tenant.create", "gp.admin.site.create",
-                                         "gp.admin.pool.create", "gp.admin.product.create"};
+static const gp_op *const phase_op[] = {GP_OP_ADMIN_TENANT_CREATE, GP_OP_ADMIN_SITE_CREATE,
+                                        GP_OP_ADMIN_POOL_CREATE, GP_OP_ADMIN_PRODUCT_CREATE};
 
 typedef struct admin {
     sim        *s;
@@ -195,7 +251,7 @@ call_done(void *arg, gp_err err, const void *reply, const char *detail)
     if (err == GP_ENOROUTE && !ad->absent) {
         ad->absent = true;
         GP_WARN("sim_no_registry", "subject=%s action=start_without_inventory",
-                phase_subj[c->phase]);
+                phase_op[c->phase]->address);
     }
     if (err == GP_EOK)
         ad->created++;
@@ -204,7 +260,7 @@ call_done(void *arg, gp_err err, const void *reply, const char *detail)
     else if (err != GP_ENOROUTE) {
         ad->failed++;
         GP_WARN("sim_admin_failed", "subject=%s index=%d code=%s detail=\"%s\"",
-                phase_subj[c->phase], c->idx, gp_err_name(err), detail ? detail : "");
+                phase_op[c->phase]->address, c->idx, gp_err_name(err), detail ? detail : "");
     }
     ad->inflight--;
     free(c);
@@ -218,7 +274,7 @@ issue(call *c)
     const fleet    *f = &ad->s->f;
     union { msg_tenant t; msg_site s; msg_pool p; msg_product q; } m;
     msg_power_price steps[4];
-    const gp_msg_desc *d[] = {&msg_tenant_desc, &msg_site_desc, &msg_pool_desc, &msg_product_desc};
+    const gp_op    *op = phase_op[c->phase];
     gp_err          rc;
 
     switch (c->phase) {
@@ -227,7 +283,7 @@ issue(call *c)
     case PH_POOLS: fleet_pool(f, c->idx, &m.p); break;
     default: fleet_product(f, c->idx, &m.q); break;
     }
-    rc = gp_call(ad->s->bus, phase_subj[c->phase], d[c->phase], &m, d[c->phase], 10000, call_done, c);
+    rc = gp_call(ad->s->bus, op->address, op->in, &m, op->out, 10000, call_done, c);
     if (rc != GP_EOK)
         call_done(c, rc, NULL, "not sent");
 }
@@ -278,8 +334,8 @@ on_fault(gp_req *req, const void *in, void *out)
 }
 
 static const gp_route sim_routes[] = {
-    {"gp.int.sim.fault", &msg_sim_fault_desc, &msg_sim_fault_ack_desc, on_fault, 0, 0},
-    {NULL, NULL, NULL, NULL, 0, 0}
+    {GP_OP_SIM_FAULT, on_fault, 0, 0, NULL, NULL},
+    {NULL},
 };
 
 static void
@@ -289,8 +345,6 @@ on_stop(gp_app *app, void *arg)
 
     (void)app;
     faults_free(s);
-    gp_bus_sub_free(s->cmd_sub);
-    s->cmd_sub = NULL;
     for (int i = 0; i < s->f.nnodes; i++)
         sim_node_down(s, i);
 }
@@ -305,13 +359,15 @@ run(sim_cfg *c, sim *s, sim_script *script)
         s->loop = gp_app_loop(s->app);
         s->bus = gp_app_bus(s->app);
         gp_app_on_stop(s->app, on_stop, s);
-        rc = gp_app_serve(s->app, sim_routes, s);
+        rc = gp_app_declare(s->app, node_routes);
+        rc = rc ? rc : gp_app_serve(s->app, s, sim_routes, NULL);
     }
     if (rc == GP_EOK) {
         ad.deadline = ev_time() + c->admin_wait_ms / 1000.0;
         ad.phase = c->admin ? PH_TENANTS : PH_DONE;
         ad.total = phase_total(&ad);
-        pump(&ad);
+        if (!c->common.print_routes)
+            pump(&ad);
         rc = gp_app_run(s->app);
     }
     on_stop(s->app, s);

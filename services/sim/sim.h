@@ -42,6 +42,7 @@ typedef struct sim_node {
     uint64_t     seed;
     gpu_backend *gpu;
     agent       *ag;                   /* NULL while crashed / powered off */
+    gp_binding  *cmds;                 /* its command routes; NULL while down */
     bool         ever_registered;
     unsigned     delay_ms, jitter_ms;
     bool         flap_down;
@@ -102,13 +103,15 @@ typedef struct sim {
     double          t_start, t_agents;
     int             nregistered;
     bool            summary_done;
-    gp_bus_sub     *cmd_sub;
     sim_undo       *undos;
     struct sim_script *script;
 } sim;
 
 void sim_node_up(sim *s, int i, double delay_s);
 void sim_node_down(sim *s, int i);
+/* Binds (up) or unbinds the node's command routes: a node that is down has
+ * no subscription (a cut uplink or a hang keeps it: requests time out). */
+void sim_node_link(sim *s, int i, bool up);
 
 /* faults.c */
 typedef struct sim_script sim_script;

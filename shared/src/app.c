@@ -2,10 +2,19 @@
  *
  * Life of a request: a cnats thread queues the message; the bus hands it
  * to on_msg on the loop thread; on_msg checks size and the in-flight cap,
- * decodes with the route's schema, calls the handler and, unless the
- * handler said PENDING, encodes and sends the reply at once.  PENDING
- * requests get a deadline timer; whichever of gp_req_done and the timer
- * comes first sends the reply, and gp_req_done frees the request. */
+ * decodes with the operation's request type, calls the handler and,
+ * unless the handler said PENDING, encodes and sends the reply at once.
+ * PENDING requests get a deadline timer; whichever of gp_req_done and the
+ * timer comes first sends the reply, and gp_req_done frees the request.
+ * A durable route's message takes the same path from a JetStream pull
+ * consumer, and its end is an ack, a nak or a dead letter instead of a
+ * reply.
+ *
+ * Runtime state: one op_rt per operation (its counters and latency,
+ * shared by every subscription of that operation, so 3,000 simulated
+ * nodes binding nodeRun are one metric series), one sub_rt per
+ * subscription.  A request points at its op_rt and copies what it needs
+ * from the route, so a binding may go away while its requests finish. */
 #include "gp/app.h"
 
 #include <ev.h>
@@ -24,21 +33,56 @@
 #include <nats/nats.h>
 
 #define LOG_EVERY_S 1.0    /* at most one log line per route and second for bad input */
+#define DLQ_STREAM  "DLQ"
 
-typedef struct route_rt {
-    const gp_route *r;
-    gp_bus_sub     *sub;
+typedef struct op_rt {
+    const gp_op    *op;
     uint64_t       *calls;
     uint64_t       *errors;
     gp_hist        *latency;
+    uint64_t       *dead;            /* durable routes: messages dead-lettered */
     double          last_log;
     uint64_t        suppressed;
+    bool            served;          /* subscribed at least once (vs only declared) */
     gp_app         *app;
-} route_rt;
+} op_rt;
+
+typedef struct sub_rt {
+    gp_app         *app;
+    op_rt          *o;
+    const gp_route *r;
+    void           *data;
+    gp_bus_sub     *sub;
+    gp_bus_pull    *pull;
+    char            subject[GP_MAX_SUBJECT + 1];
+} sub_rt;
+
+struct gp_binding {
+    gp_app            *app;
+    sub_rt            *subs;
+    int                nsubs;
+    struct gp_binding *prev, *next;
+};
+
+struct gp_task {
+    gp_app         *app;
+    char            name[32];
+    double          period;
+    gp_cron_fn     *fn;
+    void           *arg;
+    ev_timer        timer, kick;
+    uint64_t       *runs, *overruns;
+    gp_hist        *seconds;
+    struct gp_task *next;
+};
 
 struct gp_req {
     gp_app         *app;
-    route_rt       *rt;
+    op_rt          *o;
+    const gp_route *r;
+    void           *data;
+    gp_jsmsg       *jm;               /* durable routes: the message to end */
+    uint64_t        deliveries;
     char            reply[GP_MAX_SUBJECT + 1];
     char            subject[GP_MAX_SUBJECT + 1];
     char            toks[GP_MAX_SUBJECT + 1];
@@ -56,30 +100,44 @@ struct gp_req {
     size_t          body_len;
 };
 
+typedef struct stream_rt {
+    const gp_stream_cfg *cfg;
+    bool                 done;
+    unsigned             fails;
+} stream_rt;
+
 struct gp_app {
     char                 service[32];
     char                 version[32];
     char                 instance[64];
-    char                 health_subject[GP_MAX_SUBJECT + 1];
-    gp_route             health;
+    const gp_op         *health_op;
+    gp_param             health_params[GP_MAX_TOKENS + 1];
     gp_common_cfg        cfg;
     unsigned             needs;
     struct ev_loop      *loop;
     ev_signal            sigint, sigterm;
-    ev_timer             cron, drain;
-    gp_cron_fn          *cron_fn, *stop_fn;
-    void                *cron_arg, *stop_arg;
+    ev_timer             drain, streams_t;
+    gp_cron_fn          *stop_fn;
+    void                *stop_arg;
     gp_bus              *bus;
     gp_kv               *kv;
     gp_db               *db;
     gp_http             *http;
     gp_metrics          *metrics;
-    route_rt             routes[GP_MAX_ROUTES + 1];   /* + health */
-    int                  nroutes;
+    op_rt                ops[GP_MAX_ROUTES];
+    int                  nops;
+    sub_rt             **subs;            /* gp_app_serve's subscriptions */
+    int                  nsubs, capsubs;
+    gp_binding          *bindings;
+    gp_task             *tasks;
+    stream_rt            streams[GP_MAX_STREAMS];
+    int                  nstreams;
+    bool                 need_dlq;
     void                *state;
     double               started;
     unsigned             inflight;
     gp_req              *pending;
+    gp_route             health_route;
     bool                 stopping;
     bool                 closing;
     uint64_t            *m_inflight_rejects;
@@ -90,12 +148,17 @@ struct gp_app {
     double               spare_gauge;
 };
 
+/* The DLQ stream, declared by the chassis when a service has a durable route. */
+static const char *const dlq_subjects[] = {"gp.int.dlq.>", NULL};
+static const gp_stream_cfg dlq_stream = {
+    .name = DLQ_STREAM, .subjects = (const char **)dlq_subjects, .max_age_s = 14 * 86400,
+};
+
 const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_STR("nats-url", gp_common_cfg, nats_url, "nats://127.0.0.1:4222", "NATS server URL(s), comma separated"),
     GP_CFG_STR("nats-user", gp_common_cfg, nats_user, "", "NATS user (with nats-password)"),
     GP_CFG_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
     GP_CFG_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
-    GP_CFG_STR("health-subject", gp_common_cfg, health_subject, "", "subject of the health route (default gp.int.health.<service>)"),
     GP_CFG_STR("redis-host", gp_common_cfg, redis_host, "127.0.0.1", "Redis address (numeric)"),
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),
@@ -108,6 +171,7 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_UINT("pg-timeout-ms", gp_common_cfg, pg_timeout_ms, 5000, 10, 600000, "deadline of one PostgreSQL query"),
     GP_CFG_UINT("pg-pool", gp_common_cfg, pg_pool, 4, 1, 64, "PostgreSQL connections per service"),
     GP_CFG_UINT("drain-ms", gp_common_cfg, drain_ms, 5000, 0, 600000, "shutdown waits this long for in-flight requests"),
+    GP_CFG_BOOL("print-routes", gp_common_cfg, print_routes, 0, "print the operations this service serves (service, operation id, subject pattern) and exit"),
     GP_CFG_END
 };
 
@@ -120,35 +184,52 @@ now_mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static uint64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+
 /* ---- replies ------------------------------------------------------------ */
 
 static void
-count_error(route_rt *rt, gp_err rc)
+count_error(op_rt *o, gp_err rc)
 {
-    char labels[GP_MAX_SUBJECT + 64];
+    char      labels[GP_MAX_SUBJECT + 64];
     uint64_t *c;
 
-    snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%s\"", rt->r->subject, gp_err_name(rc));
-    c = gp_metrics_counter(rt->app->metrics, "gp_request_errors_total", labels,
+    snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%s\"", o->op->pattern, gp_err_name(rc));
+    c = gp_metrics_counter(o->app->metrics, "gp_request_errors_total", labels,
                            "Requests that ended in an error, by route and code");
     if (c != NULL)
         (*c)++;
-    (*rt->errors)++;
+    (*o->errors)++;
 }
 
 static void
-log_bad(route_rt *rt, const char *subject, gp_err rc, const char *detail)
+log_bad(op_rt *o, const char *subject, gp_err rc, const char *detail)
 {
-    double t = ev_now(rt->app->loop);
+    double t = now_mono();
 
-    if (t - rt->last_log < LOG_EVERY_S) {
-        rt->suppressed++;
+    if (t - o->last_log < LOG_EVERY_S) {
+        o->suppressed++;
         return;
     }
     GP_WARN("request_rejected", "route=%s subject=%s code=%s detail=\"%s\" suppressed=%llu",
-            rt->r->subject, subject, gp_err_name(rc), detail, (unsigned long long)rt->suppressed);
-    rt->last_log = t;
-    rt->suppressed = 0;
+            o->op->pattern, subject, gp_err_name(rc), detail, (unsigned long long)o->suppressed);
+    o->last_log = t;
+    o->suppressed = 0;
+}
+
+static bool
+bad_input(gp_err rc)
+{
+    return rc == GP_EDECODE || rc == GP_ETYPE || rc == GP_EMISSING || rc == GP_ERANGE ||
+           rc == GP_ETOOBIG;
 }
 
 static void
@@ -162,33 +243,38 @@ send_error(gp_app *app, const char *reply, gp_err rc, const char *detail)
     gp_buf_fini(&b);
 }
 
+static void durable_end(gp_req *req, gp_err rc);
+
 static void
 send_reply(gp_req *req, gp_err rc)
 {
-    route_rt *rt = req->rt;
-    gp_buf    b;
+    op_rt *o = req->o;
+    gp_buf b;
 
     req->replied = true;
-    gp_hist_observe(rt->latency, now_mono() - req->t0);
+    gp_hist_observe(o->latency, now_mono() - req->t0);
     if (rc != GP_EOK) {
-        count_error(rt, rc);
-        if (rt->r->flags & GP_R_NOREPLY || rc == GP_EDECODE || rc == GP_ETYPE ||
-            rc == GP_EMISSING || rc == GP_ERANGE || rc == GP_ETOOBIG)
-            log_bad(rt, req->subject, rc, req->detail);
+        count_error(o, rc);
+        if (o->op->out == NULL || bad_input(rc))
+            log_bad(o, req->subject, rc, req->detail);
     }
-    if (req->reply[0] == '\0' || (rt->r->flags & GP_R_NOREPLY))
+    if (req->jm != NULL) {
+        durable_end(req, rc);
+        return;
+    }
+    if (req->reply[0] == '\0' || o->op->out == NULL)
         return;
     if (rc != GP_EOK) {
         send_error(req->app, req->reply, rc, req->detail);
         return;
     }
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(rt->r->out, req->out, &b);
+    rc = gp_msg_encode(o->op->out, req->out, &b);
     if (rc == GP_EOK) {
         gp_bus_pub(req->app->bus, req->reply, NULL, b.p, b.n);
     } else {
-        count_error(rt, rc);
-        GP_ERROR("reply_encode_failed", "route=%s code=%s", rt->r->subject, gp_err_name(rc));
+        count_error(o, rc);
+        GP_ERROR("reply_encode_failed", "route=%s code=%s", o->op->pattern, gp_err_name(rc));
         send_error(req->app, req->reply, rc, "reply could not be encoded");
     }
     gp_buf_fini(&b);
@@ -198,9 +284,9 @@ static void
 req_free(gp_req *req)
 {
     if (req->in != NULL)
-        gp_msg_clear(req->rt->r->in, req->in);
-    if (req->out != NULL && req->rt->r->out != NULL)
-        gp_msg_clear(req->rt->r->out, req->out);
+        gp_msg_clear(req->o->op->in, req->in);
+    if (req->out != NULL && req->o->op->out != NULL)
+        gp_msg_clear(req->o->op->out, req->out);
     free(req);
 }
 
@@ -237,9 +323,9 @@ gp_req_done(gp_req *req, gp_err rc)
 }
 
 static unsigned
-route_timeout_ms(const gp_app *app, const route_rt *rt)
+route_timeout_ms(const gp_app *app, const gp_route *r)
 {
-    return rt->r->timeout_ms ? rt->r->timeout_ms : app->cfg.request_timeout_ms;
+    return r->timeout_ms ? r->timeout_ms : app->cfg.request_timeout_ms;
 }
 
 static void
@@ -250,8 +336,138 @@ deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     snprintf(req->detail, sizeof(req->detail), "no result within %u ms",
-             route_timeout_ms(req->app, req->rt));
+             route_timeout_ms(req->app, req->r));
     send_reply(req, GP_ETIMEOUT);      /* the handler still ends it with gp_req_done */
+}
+
+/* ---- durable routes: ack, nak or dead letter ------------------------------ */
+
+static const gp_durable *
+dur(const gp_req *req)
+{
+    return req->r->durable;
+}
+
+static bool
+transient(gp_err rc)
+{
+    return rc == GP_EUNAVAIL || rc == GP_ETIMEOUT || rc == GP_ENOMEM || rc == GP_EINTERNAL ||
+           rc == GP_ECONFLICT;
+}
+
+static unsigned
+max_deliver(const gp_durable *d)
+{
+    return d->max_deliver ? d->max_deliver : 5;
+}
+
+/* The dead letter is stored first and the message terminated only once
+ * the DLQ stream has it: if the copy fails the message is nak'ed and
+ * comes back, so nothing accepted is lost. */
+typedef struct dead {
+    gp_app   *app;
+    op_rt    *o;
+    gp_jsmsg *jm;
+} dead;
+
+static void
+dead_stored(void *arg, gp_err err)
+{
+    dead *d = arg;
+
+    if (err == GP_EOK) {
+        (*d->o->dead)++;
+        gp_jsmsg_term(d->jm);
+    } else {
+        GP_WARN("dead_letter_failed", "route=%s code=%s action=nak", d->o->op->pattern,
+                gp_err_name(err));
+        gp_jsmsg_nak(d->jm, 5000);
+    }
+    free(d);
+}
+
+static uint64_t
+fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void
+dead_letter(gp_req *req, gp_err rc)
+{
+    gp_app       *app = req->app;
+    const char   *data = gp_jsmsg_data(req->jm);
+    size_t        len = gp_jsmsg_len(req->jm);
+    msg_dead_letter m = {0};
+    char          subject[GP_MAX_SUBJECT + 1], id[64];
+    const char   *args[2] = {app->service, dur(req)->name};
+    gp_buf        b;
+    dead         *d = malloc(sizeof(*d));
+    gp_err        e;
+
+    snprintf(m.service, sizeof(m.service), "%s", app->service);
+    snprintf(m.instance, sizeof(m.instance), "%s", app->instance);
+    snprintf(m.stream, sizeof(m.stream), "%s", dur(req)->stream);
+    snprintf(m.consumer, sizeof(m.consumer), "%s", dur(req)->name);
+    snprintf(m.subject, sizeof(m.subject), "%s", req->subject);
+    snprintf(m.code, sizeof(m.code), "%s", gp_err_name(rc));
+    snprintf(m.detail, sizeof(m.detail), "%s", req->detail);
+    m.deliveries = req->deliveries;
+    m.at_ms = (int64_t)wall_ms();
+    m.truncated = len > MSG_DEAD_LETTER_DATA_MAXLEN;
+    m.data.p = (uint8_t *)(uintptr_t)data;
+    m.data.n = m.truncated ? MSG_DEAD_LETTER_DATA_MAXLEN : len;
+    m.has = ~0ull;
+    /* Stable id: a copy stored twice (crash before term) is stored once. */
+    snprintf(id, sizeof(id), "dlq-%016llx",
+             (unsigned long long)fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, m.consumer,
+                                                   strlen(m.consumer)),
+                                             m.subject, strlen(m.subject)), data, len));
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    e = d == NULL ? GP_ENOMEM : gp_op_subject(GP_OP_DEAD_LETTER, subject, sizeof(subject), args);
+    if (e == GP_EOK)
+        e = gp_msg_encode(&msg_dead_letter_desc, &m, &b);
+    if (e == GP_EOK) {
+        d->app = app;
+        d->o = req->o;
+        d->jm = req->jm;
+        e = gp_bus_js_pub(app->bus, subject, id, b.p, b.n, dead_stored, d);
+    }
+    gp_buf_fini(&b);
+    GP_WARN("dead_letter", "route=%s consumer=%s code=%s deliveries=%llu detail=\"%s\"",
+            req->o->op->pattern, m.consumer, m.code, (unsigned long long)req->deliveries,
+            req->detail);
+    if (e != GP_EOK) {
+        free(d);
+        gp_jsmsg_nak(req->jm, 5000);
+    }
+}
+
+static void
+durable_end(gp_req *req, gp_err rc)
+{
+    const gp_durable *d = dur(req);
+    gp_jsmsg         *jm = req->jm;
+
+    req->jm = NULL;
+    if (rc == GP_EOK || rc == GP_EEXISTS) {        /* EXISTS: done before, idempotently */
+        gp_jsmsg_ack(jm);
+        return;
+    }
+    if (transient(rc) && req->deliveries < max_deliver(d)) {
+        unsigned base = d->backoff_ms ? d->backoff_ms : 500;
+        uint64_t shift = req->deliveries > 10 ? 10 : req->deliveries - 1;
+
+        gp_jsmsg_nak(jm, (unsigned)(base << shift));
+        return;
+    }
+    req->jm = jm;
+    dead_letter(req, rc);
+    req->jm = NULL;
 }
 
 /* ---- dispatch ----------------------------------------------------------- */
@@ -272,72 +488,58 @@ tokenize(gp_req *req)
 }
 
 static gp_req *
-req_new(route_rt *rt, const gp_bus_msg *m)
+req_new(sub_rt *s, const char *subject, const char *reply)
 {
-    const gp_route *r = rt->r;
-    size_t          in_sz = r->in->size, out_sz = r->out ? r->out->size : 0;
-    size_t          base = (sizeof(gp_req) + 15) & ~(size_t)15;
-    size_t          in_al = (in_sz + 15) & ~(size_t)15;
-    gp_req         *req = calloc(1, base + in_al + out_sz);
+    const gp_op *op = s->o->op;
+    size_t       in_sz = op->in->size, out_sz = op->out ? op->out->size : 0;
+    size_t       base = (sizeof(gp_req) + 15) & ~(size_t)15;
+    size_t       in_al = (in_sz + 15) & ~(size_t)15;
+    gp_req      *req = calloc(1, base + in_al + out_sz);
 
     if (req == NULL)
         return NULL;
-    req->app = rt->app;
-    req->rt = rt;
+    req->app = s->app;
+    req->o = s->o;
+    req->r = s->r;
+    req->data = s->data;
+    req->deliveries = 1;
     req->in = (char *)req + base;
     req->out = out_sz ? (char *)req + base + in_al : NULL;
-    snprintf(req->subject, sizeof(req->subject), "%s", m->subject);
-    if (m->reply != NULL)
-        snprintf(req->reply, sizeof(req->reply), "%s", m->reply);
+    snprintf(req->subject, sizeof(req->subject), "%s", subject);
+    if (reply != NULL)
+        snprintf(req->reply, sizeof(req->reply), "%s", reply);
     tokenize(req);
     return req;
 }
 
 /* A request we cannot even allocate or accept: answer without a gp_req. */
 static void
-reject(route_rt *rt, const gp_bus_msg *m, gp_err rc, const char *detail)
+reject(sub_rt *s, const gp_bus_msg *m, gp_err rc, const char *detail)
 {
-    count_error(rt, rc);
-    log_bad(rt, m->subject, rc, detail);
-    if (m->reply != NULL && !(rt->r->flags & GP_R_NOREPLY))
-        send_error(rt->app, m->reply, rc, detail);
+    count_error(s->o, rc);
+    log_bad(s->o, m->subject, rc, detail);
+    if (m->reply != NULL && s->o->op->out != NULL)
+        send_error(s->app, m->reply, rc, detail);
 }
 
+/* Decodes and runs the handler; a request that ends at once is finished
+ * here, a PENDING one gets its deadline. */
 static void
-on_msg(void *arg, const gp_bus_msg *m)
+dispatch(gp_req *req, const void *data, size_t len)
 {
-    route_rt *rt = arg;
-    gp_app   *app = rt->app;
-    gp_req   *req;
-    gp_err    rc;
-    char      detail[GP_ERRBUF_LEN];
+    gp_app *app = req->app;
+    gp_err  rc;
 
-    (*rt->calls)++;
-    if (m->len > GP_MAX_MSG_BYTES) {
-        snprintf(detail, sizeof(detail), "body of %zu bytes exceeds the limit of %d", m->len,
-                 GP_MAX_MSG_BYTES);
-        reject(rt, m, GP_ETOOBIG, detail);
-        return;
-    }
-    if (app->inflight >= GP_MAX_INFLIGHT || app->stopping) {
-        (*app->m_inflight_rejects)++;
-        reject(rt, m, GP_EUNAVAIL, app->stopping ? "shutting down" : "too many requests in flight");
-        return;
-    }
-    req = req_new(rt, m);
-    if (req == NULL) {
-        reject(rt, m, GP_ENOMEM, "out of memory");
-        return;
-    }
     req->t0 = now_mono();
-    rc = gp_msg_decode(rt->r->in, m->data, m->len, req->in, req->detail, sizeof(req->detail));
-    req->body = m->data;
-    req->body_len = m->len;
+    rc = gp_msg_decode(req->o->op->in, data, len, req->in, req->detail, sizeof(req->detail));
+    req->body = data;
+    req->body_len = len;
     if (rc == GP_EOK)
-        rc = rt->r->fn(req, req->in, req->out);
+        rc = req->r->fn(req, req->in, req->out);
     req->body = NULL;
     if (rc != GP_EPENDING) {
-        send_reply(req, rc);
+        if (!req->replied)
+            send_reply(req, rc);
         req_free(req);
         return;
     }
@@ -347,18 +549,81 @@ on_msg(void *arg, const gp_bus_msg *m)
         app->pending->prev = req;
     app->pending = req;
     app->inflight++;
-    ev_timer_init(&req->deadline, deadline_cb, route_timeout_ms(app, rt) / 1000.0, 0);
+    ev_timer_init(&req->deadline, deadline_cb, route_timeout_ms(app, req->r) / 1000.0, 0);
     ev_timer_start(app->loop, &req->deadline);
+}
+
+static void
+on_msg(void *arg, const gp_bus_msg *m)
+{
+    sub_rt *s = arg;
+    gp_app *app = s->app;
+    gp_req *req;
+    char    detail[GP_ERRBUF_LEN];
+
+    (*s->o->calls)++;
+    if (m->len > GP_MAX_MSG_BYTES) {
+        snprintf(detail, sizeof(detail), "body of %zu bytes exceeds the limit of %d", m->len,
+                 GP_MAX_MSG_BYTES);
+        reject(s, m, GP_ETOOBIG, detail);
+        return;
+    }
+    if (app->inflight >= GP_MAX_INFLIGHT || app->stopping) {
+        (*app->m_inflight_rejects)++;
+        reject(s, m, GP_EUNAVAIL, app->stopping ? "shutting down" : "too many requests in flight");
+        return;
+    }
+    req = req_new(s, m->subject, m->reply);
+    if (req == NULL) {
+        reject(s, m, GP_ENOMEM, "out of memory");
+        return;
+    }
+    dispatch(req, m->data, m->len);
+}
+
+static void
+on_js(void *arg, gp_jsmsg *jm)
+{
+    sub_rt *s = arg;
+    gp_app *app = s->app;
+    gp_req *req;
+
+    (*s->o->calls)++;
+    if (app->stopping) {                       /* redelivered to whoever runs next */
+        gp_jsmsg_nak(jm, 0);
+        return;
+    }
+    req = req_new(s, gp_jsmsg_subject(jm), NULL);
+    if (req == NULL) {
+        count_error(s->o, GP_ENOMEM);
+        gp_jsmsg_nak(jm, 1000);
+        return;
+    }
+    req->jm = jm;
+    req->deliveries = gp_jsmsg_delivered(jm);
+    if (req->deliveries > max_deliver(s->r->durable)) {
+        /* redelivered past the limit by ack-wait expiries: give up on it */
+        snprintf(req->detail, sizeof(req->detail), "delivered %llu times (max %u)",
+                 (unsigned long long)req->deliveries, max_deliver(s->r->durable));
+        req->t0 = now_mono();
+        send_reply(req, GP_ETIMEOUT);
+        req_free(req);
+        return;
+    }
+    dispatch(req, gp_jsmsg_data(jm), gp_jsmsg_len(jm));
 }
 
 /* ---- request accessors ---------------------------------------------------- */
 
 gp_app *gp_req_app(gp_req *req) { return req->app; }
 void *gp_req_state(gp_req *req) { return req->app->state; }
+void *gp_req_data(gp_req *req) { return req->data; }
+const gp_op *gp_req_op(const gp_req *req) { return req->o->op; }
 const char *gp_req_subject(const gp_req *req) { return req->subject; }
 int gp_req_ntokens(const gp_req *req) { return req->ntok; }
 void *gp_req_out(gp_req *req) { return req->out; }
 const void *gp_req_in(gp_req *req) { return req->in; }
+uint64_t gp_req_deliveries(const gp_req *req) { return req->deliveries; }
 
 const void *
 gp_req_body(const gp_req *req, size_t *len)
@@ -371,6 +636,25 @@ const char *
 gp_req_token(const gp_req *req, int i)
 {
     return i >= 0 && i < req->ntok ? req->tok[i] : "";
+}
+
+const char *
+gp_req_param(const gp_req *req, const char *name)
+{
+    int i = gp_op_param_index(req->o->op, name);
+
+    return i < 0 ? "" : gp_req_token(req, req->o->op->param_tok[i]);
+}
+
+gp_err
+gp_req_drop(gp_req *req)
+{
+    req->replied = true;
+    if (req->jm != NULL) {                   /* left to the ack wait: redelivered */
+        gp_jsmsg_nak(req->jm, 0);
+        req->jm = NULL;
+    }
+    return GP_EOK;
 }
 
 gp_err
@@ -406,18 +690,18 @@ fill_health(gp_app *app, msg_health *h, bool verbose)
     h->pg = dep_state(app->db != NULL, app->db && gp_db_is_connected(app->db));
     if (!verbose)
         return;
-    h->routes.v = calloc((size_t)app->nroutes, sizeof(msg_route_stats));
+    h->routes.v = calloc((size_t)app->nops, sizeof(msg_route_stats));
     if (h->routes.v == NULL)
         return;
-    for (int i = 0; i < app->nroutes; i++) {
+    for (int i = 0; i < app->nops; i++) {
         msg_route_stats *s = (msg_route_stats *)h->routes.v + h->routes.n++;
-        route_rt        *rt = &app->routes[i];
+        op_rt           *o = &app->ops[i];
 
-        snprintf(s->subject, sizeof(s->subject), "%s", rt->r->subject);
-        s->calls = *rt->calls;
-        s->errors = *rt->errors;
-        s->p50_us = (uint64_t)(gp_hist_quantile(rt->latency, 0.5) * 1e6);
-        s->p99_us = (uint64_t)(gp_hist_quantile(rt->latency, 0.99) * 1e6);
+        snprintf(s->subject, sizeof(s->subject), "%s", o->op->pattern);
+        s->calls = *o->calls;
+        s->errors = *o->errors;
+        s->p50_us = (uint64_t)(gp_hist_quantile(o->latency, 0.5) * 1e6);
+        s->p99_us = (uint64_t)(gp_hist_quantile(o->latency, 0.99) * 1e6);
     }
 }
 
@@ -429,10 +713,6 @@ on_health(gp_req *req, const void *in, void *out)
     fill_health(req->app, out, q->verbose);
     return GP_EOK;
 }
-
-static const gp_route health_route = {
-    NULL, &msg_health_request_desc, &msg_health_desc, on_health, 0, 0
-};
 
 static bool
 deps_up(gp_app *app)
@@ -543,16 +823,6 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     gp_app_stop(app);
 }
 
-static void
-cron_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    gp_app *app = GP_CONTAINER_OF(w, gp_app, cron);
-
-    (void)loop;
-    (void)revents;
-    app->cron_fn(app, app->cron_arg);
-}
-
 static gp_err
 connect_deps(gp_app *app, const char *migrate_sql)
 {
@@ -601,6 +871,8 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
         snprintf(app->instance, sizeof(app->instance), "%s", cfg->instance);
     else
         snprintf(app->instance, sizeof(app->instance), "%.40s-%d", host, (int)getpid());
+    app->health_op = GP_OP_HEALTH;
+    app->health_params[0] = (gp_param){"service", app->service};
     gp_log_setup(service, cfg->log_level, -1);
     signal(SIGPIPE, SIG_IGN);
     app->loop = ev_default_loop(EVFLAG_AUTO);
@@ -625,19 +897,11 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
     ev_signal_start(app->loop, &app->sigterm);
     ev_unref(app->loop);                 /* signals alone do not keep the loop alive */
     ev_unref(app->loop);
-    GP_INFO("starting", "instance=%s version=%s http_port=%d", app->instance, app->version,
-            gp_app_http_port(app));
+    if (!cfg->print_routes)
+        GP_INFO("starting", "instance=%s version=%s http_port=%d", app->instance, app->version,
+                gp_app_http_port(app));
     *out = app;
     return GP_EOK;
-}
-
-void
-gp_app_set_cron(gp_app *app, double interval_s, gp_cron_fn *fn, void *arg)
-{
-    app->cron_fn = fn;
-    app->cron_arg = arg;
-    ev_timer_init(&app->cron, cron_cb, interval_s, interval_s);
-    ev_timer_start(app->loop, &app->cron);
 }
 
 void
@@ -647,51 +911,450 @@ gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg)
     app->stop_arg = arg;
 }
 
-static gp_err
-add_route(gp_app *app, const gp_route *r, const char *subject)
-{
-    route_rt *rt = &app->routes[app->nroutes];
-    char      labels[GP_MAX_SUBJECT + 16];
-    gp_err    rc;
+/* ---- periodic tasks --------------------------------------------------------- */
 
-    rt->r = r;
-    rt->app = app;
-    snprintf(labels, sizeof(labels), "route=\"%s\"", subject);
-    rt->calls = gp_metrics_counter(app->metrics, "gp_requests_total", labels, "Requests received, by route");
-    rt->errors = gp_metrics_counter(app->metrics, "gp_request_failures_total", labels, "Requests that ended in any error, by route");
-    rt->latency = gp_metrics_hist(app->metrics, "gp_request_seconds", labels, "Time from receipt to reply, by route");
-    if (rt->calls == NULL || rt->errors == NULL || rt->latency == NULL)
+static void
+task_run(gp_task *t)
+{
+    double t0 = now_mono(), took;
+
+    (*t->runs)++;
+    t->fn(t->app, t->arg);
+    took = now_mono() - t0;
+    gp_hist_observe(t->seconds, took);
+    if (took > t->period) {
+        (*t->overruns)++;
+        GP_WARN("task_overrun", "task=%s took_ms=%.1f period_ms=%.1f", t->name, took * 1e3,
+                t->period * 1e3);
+    }
+}
+
+static void
+task_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    gp_task *t = GP_CONTAINER_OF(w, gp_task, timer);
+
+    (void)loop;
+    (void)revents;
+    task_run(t);
+}
+
+static void
+task_kick_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    gp_task *t = GP_CONTAINER_OF(w, gp_task, kick);
+
+    (void)loop;
+    (void)revents;
+    task_run(t);
+}
+
+gp_task *
+gp_app_every(gp_app *app, const char *name, double period_s, gp_cron_fn *fn, void *arg)
+{
+    gp_task *t = calloc(1, sizeof(*t));
+    char     labels[96];
+
+    if (t == NULL)
+        return NULL;
+    t->app = app;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->period = period_s;
+    t->fn = fn;
+    t->arg = arg;
+    snprintf(labels, sizeof(labels), "task=\"%s\"", t->name);
+    t->runs = gp_metrics_counter(app->metrics, "gp_task_runs_total", labels,
+                                 "Runs of a periodic task");
+    t->overruns = gp_metrics_counter(app->metrics, "gp_task_overruns_total", labels,
+                                     "Runs of a periodic task that took longer than its period");
+    t->seconds = gp_metrics_hist(app->metrics, "gp_task_seconds", labels,
+                                 "Time one run of a periodic task took");
+    if (t->runs == NULL || t->overruns == NULL || t->seconds == NULL) {
+        free(t);
+        return NULL;
+    }
+    ev_timer_init(&t->timer, task_cb, period_s, period_s);
+    ev_timer_init(&t->kick, task_kick_cb, 0, 0);
+    ev_timer_start(app->loop, &t->timer);
+    t->next = app->tasks;
+    app->tasks = t;
+    return t;
+}
+
+void
+gp_task_kick(gp_task *t)
+{
+    if (t != NULL && !t->app->stopping && !ev_is_active(&t->kick))
+        ev_timer_start(t->app->loop, &t->kick);
+}
+
+static void
+tasks_stop(gp_app *app)
+{
+    for (gp_task *t = app->tasks; t != NULL; t = t->next) {
+        ev_timer_stop(app->loop, &t->timer);
+        ev_timer_stop(app->loop, &t->kick);
+    }
+}
+
+static void
+tasks_free(gp_app *app)
+{
+    while (app->tasks != NULL) {
+        gp_task *t = app->tasks;
+
+        app->tasks = t->next;
+        free(t);
+    }
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+static void streams_ensure(gp_app *app);
+
+static void
+stream_done(void *arg, gp_err err)
+{
+    stream_rt *s = arg;
+
+    if (err == GP_EOK) {
+        s->done = true;
+        GP_INFO("stream_ready", "stream=%s", s->cfg->name);
+    } else {
+        s->fails++;
+        if (s->fails == 1 || s->fails % 30 == 0)
+            GP_WARN("stream_create_failed", "stream=%s code=%s tries=%u", s->cfg->name,
+                    gp_err_name(err), s->fails);
+    }
+}
+
+static void
+streams_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    gp_app *app = GP_CONTAINER_OF(w, gp_app, streams_t);
+
+    (void)loop;
+    (void)revents;
+    streams_ensure(app);
+}
+
+/* Asks for every stream not yet made; looks again a second later until
+ * all are there (NATS may be down at start). */
+static void
+streams_ensure(gp_app *app)
+{
+    bool all = true;
+
+    for (int i = 0; i < app->nstreams; i++) {
+        stream_rt *s = &app->streams[i];
+
+        if (s->done)
+            continue;
+        all = false;
+        if (gp_bus_is_connected(app->bus))
+            gp_bus_js_stream(app->bus, s->cfg, stream_done, s);
+    }
+    if (!all && !app->stopping) {
+        ev_timer_init(&app->streams_t, streams_cb, 1.0, 0);
+        ev_timer_start(app->loop, &app->streams_t);
+    }
+}
+
+static gp_err
+stream_add(gp_app *app, const gp_stream_cfg *cfg)
+{
+    for (int i = 0; i < app->nstreams; i++)
+        if (strcmp(app->streams[i].cfg->name, cfg->name) == 0)
+            return GP_EOK;
+    if (app->nstreams == GP_MAX_STREAMS)
         return GP_ETOOBIG;
-    rc = gp_bus_sub_new(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL, on_msg,
-                        rt, &rt->sub);
+    app->streams[app->nstreams++].cfg = cfg;
+    return GP_EOK;
+}
+
+gp_err
+gp_app_streams(gp_app *app, const gp_stream_cfg *streams)
+{
+    gp_err rc = GP_EOK;
+
+    if (!(app->needs & GP_NEED_JS))
+        return GP_EINVAL;
+    for (const gp_stream_cfg *s = streams; s->name != NULL && rc == GP_EOK; s++)
+        rc = stream_add(app, s);
+    if (rc == GP_EOK && !app->cfg.print_routes) {
+        ev_timer_stop(app->loop, &app->streams_t);
+        streams_ensure(app);
+    }
+    return rc;
+}
+
+/* ---- routes ------------------------------------------------------------------- */
+
+static op_rt *
+op_get(gp_app *app, const gp_op *op)
+{
+    op_rt *o;
+    char   labels[GP_MAX_SUBJECT + 16];
+
+    for (int i = 0; i < app->nops; i++)
+        if (app->ops[i].op == op)
+            return &app->ops[i];
+    if (app->nops == GP_MAX_ROUTES)
+        return NULL;
+    o = &app->ops[app->nops];
+    o->op = op;
+    o->app = app;
+    snprintf(labels, sizeof(labels), "route=\"%s\"", op->pattern);
+    o->calls = gp_metrics_counter(app->metrics, "gp_requests_total", labels, "Requests received, by route");
+    o->errors = gp_metrics_counter(app->metrics, "gp_request_failures_total", labels, "Requests that ended in any error, by route");
+    o->latency = gp_metrics_hist(app->metrics, "gp_request_seconds", labels, "Time from receipt to reply, by route");
+    o->dead = gp_metrics_counter(app->metrics, "gp_dead_letters_total", labels,
+                                 "Durable messages given up on and copied to the DLQ stream");
+    if (o->calls == NULL || o->errors == NULL || o->latency == NULL || o->dead == NULL)
+        return NULL;
+    app->nops++;
+    return o;
+}
+
+static gp_err
+check_route(const gp_app *app, const gp_route *r)
+{
+    if (r->fn == NULL)
+        return GP_EINVAL;
+    if (r->durable != NULL &&
+        (r->op->out != NULL || !(app->needs & GP_NEED_JS) || r->durable->stream == NULL ||
+         r->durable->name == NULL))
+        return GP_EINVAL;                /* a durable route serves an event, on JetStream */
+    return GP_EOK;
+}
+
+/* The value bound to parameter name, or NULL (it stays a wildcard). */
+static const char *
+param_value(const gp_param *params, const char *name)
+{
+    for (const gp_param *p = params; p != NULL && p->name != NULL; p++)
+        if (strcmp(p->name, name) == 0)
+            return p->value;
+    return NULL;
+}
+
+/* op's subject with the given parameters filled and the others "*". */
+static gp_err
+bind_subject(const gp_op *op, const gp_param *params, char *buf, size_t n)
+{
+    const char *args[GP_MAX_TOKENS];
+
+    if (op->nparams > GP_MAX_TOKENS)
+        return GP_ETOOBIG;
+    for (int i = 0; i < op->nparams; i++)
+        args[i] = param_value(params, op->params[i]);
+    return gp_op_pattern(op, buf, n, args);
+}
+
+
+/* Subscribes one route on subject into *s. */
+static gp_err
+sub_open(gp_app *app, sub_rt *s, const gp_route *r, const char *subject, void *data)
+{
+    s->app = app;
+    s->r = r;
+    s->data = data;
+    s->o = op_get(app, r->op);
+    if (s->o == NULL)
+        return GP_ETOOBIG;
+    s->o->served = true;
+    snprintf(s->subject, sizeof(s->subject), "%s", subject);
+    if (app->cfg.print_routes)
+        return GP_EOK;                     /* listed, not subscribed */
+    if (r->durable != NULL) {
+        const gp_durable *d = r->durable;
+        gp_pull_cfg       pc = {.stream = d->stream, .durable = d->name,
+                                .filter_subject = s->subject,
+                                .max_inflight = d->max_inflight ? d->max_inflight : 256,
+                                .ack_wait_ms = d->ack_wait_ms ? d->ack_wait_ms : 30000};
+
+        app->need_dlq = true;
+        return gp_bus_js_pull_new(app->bus, &pc, on_js, s, &s->pull);
+    }
+    return gp_bus_sub_new(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL,
+                          on_msg, s, &s->sub);
+}
+
+static void
+sub_close(sub_rt *s)
+{
+    gp_bus_sub_free(s->sub);
+    s->sub = NULL;
+    gp_bus_js_pull_free(s->pull);
+    s->pull = NULL;
+}
+
+static gp_err
+serve_one(gp_app *app, const gp_route *r, const gp_param *params, void *data)
+{
+    char    subject[GP_MAX_SUBJECT + 1];
+    sub_rt *s;
+    gp_err  rc = check_route(app, r);
+
     if (rc == GP_EOK)
-        app->nroutes++;
+        rc = bind_subject(r->op, params, subject, sizeof(subject));
+    if (rc != GP_EOK)
+        return rc;
+    if (app->nsubs == app->capsubs) {
+        int      cap = app->capsubs ? app->capsubs * 2 : 16;
+        sub_rt **v = realloc(app->subs, (size_t)cap * sizeof(*v));
+
+        if (v == NULL)
+            return GP_ENOMEM;
+        app->subs = v;
+        app->capsubs = cap;
+    }
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        return GP_ENOMEM;
+    app->subs[app->nsubs++] = s;
+    return sub_open(app, s, r, subject, data);
+}
+
+static gp_err
+serve_table(gp_app *app, const gp_route *table)
+{
+    gp_err rc = GP_EOK;
+
+    for (const gp_route *r = table; r->op != NULL && rc == GP_EOK; r++)
+        rc = serve_one(app, r, NULL, (void *)(uintptr_t)r->data);
+    return rc;
+}
+
+void
+gp_app_set_health(gp_app *app, const gp_op *op, const gp_param *params)
+{
+    int n = 0;
+
+    app->health_op = op;
+    for (const gp_param *p = params; p != NULL && p->name != NULL && n < GP_MAX_TOKENS; p++)
+        app->health_params[n++] = *p;
+    app->health_params[n] = (gp_param){NULL, NULL};
+}
+
+gp_err
+gp_app_serve(gp_app *app, void *state, ...)
+{
+    static const gp_route health = {.op = NULL, .fn = on_health};
+    va_list ap;
+    gp_err  rc = GP_EOK;
+
+    app->state = state;
+    va_start(ap, state);
+    for (const gp_route *t = va_arg(ap, const gp_route *); t != NULL && rc == GP_EOK;
+         t = va_arg(ap, const gp_route *))
+        rc = serve_table(app, t);
+    va_end(ap);
+    if (rc == GP_EOK) {
+        app->health_route = health;
+        app->health_route.op = app->health_op;
+        rc = serve_one(app, &app->health_route, app->health_params, NULL);
+    }
+    if (rc != GP_EOK)
+        GP_ERROR("serve_failed", "code=%s", gp_err_name(rc));
+    else if (app->need_dlq)
+        rc = stream_add(app, &dlq_stream);
+    if (rc == GP_EOK && app->nstreams > 0 && !app->cfg.print_routes) {
+        ev_timer_stop(app->loop, &app->streams_t);
+        streams_ensure(app);
+    }
     return rc;
 }
 
 gp_err
-gp_app_serve(gp_app *app, const gp_route *routes, void *state)
+gp_app_declare(gp_app *app, const gp_route *table)
 {
-    gp_err          rc = GP_EOK;
-    int             n = 0;
-
-    app->state = state;
-    for (const gp_route *r = routes; r != NULL && r->subject != NULL; r++)
-        n++;
-    if (n + 1 > GP_MAX_ROUTES)
-        return GP_ETOOBIG;
-    for (int i = 0; i < n && rc == GP_EOK; i++)
-        rc = add_route(app, &routes[i], routes[i].subject);
-    if (app->cfg.health_subject[0] != '\0')
-        snprintf(app->health_subject, sizeof(app->health_subject), "%s", app->cfg.health_subject);
-    else
-        snprintf(app->health_subject, sizeof(app->health_subject), "gp.int.health.%s", app->service);
-    app->health = health_route;
-    app->health.subject = app->health_subject;
-    if (rc == GP_EOK)
-        rc = add_route(app, &app->health, app->health_subject);
-    return rc;
+    for (const gp_route *r = table; r->op != NULL; r++)
+        if (op_get(app, r->op) == NULL)
+            return GP_ETOOBIG;
+    return GP_EOK;
 }
+
+gp_err
+gp_app_bind(gp_app *app, const gp_route *table, const gp_param *params, void *data,
+            gp_binding **out)
+{
+    gp_binding *b = calloc(1, sizeof(*b));
+    int         n = 0;
+    gp_err      rc = GP_EOK;
+
+    for (const gp_route *r = table; r->op != NULL; r++)
+        n++;
+    if (b == NULL || (b->subs = calloc((size_t)(n ? n : 1), sizeof(sub_rt))) == NULL) {
+        free(b);
+        return GP_ENOMEM;
+    }
+    b->app = app;
+    for (int i = 0; i < n && rc == GP_EOK; i++) {
+        char subject[GP_MAX_SUBJECT + 1];
+
+        rc = check_route(app, &table[i]);
+        if (rc == GP_EOK)
+            rc = bind_subject(table[i].op, params, subject, sizeof(subject));
+        if (rc == GP_EOK) {
+            rc = sub_open(app, &b->subs[i], &table[i], subject, data);
+            b->nsubs = i + 1;
+        }
+    }
+    b->next = app->bindings;
+    if (app->bindings != NULL)
+        app->bindings->prev = b;
+    app->bindings = b;
+    if (rc != GP_EOK) {
+        gp_app_unbind(b);
+        return rc;
+    }
+    *out = b;
+    return GP_EOK;
+}
+
+void
+gp_app_unbind(gp_binding *b)
+{
+    gp_app *app;
+
+    if (b == NULL)
+        return;
+    app = b->app;
+    for (int i = 0; i < b->nsubs; i++)
+        sub_close(&b->subs[i]);
+    if (b->prev != NULL)
+        b->prev->next = b->next;
+    else
+        app->bindings = b->next;
+    if (b->next != NULL)
+        b->next->prev = b->prev;
+    free(b->subs);
+    free(b);
+}
+
+static void
+unsubscribe_all(gp_app *app)
+{
+    for (int i = 0; i < app->nsubs; i++)
+        sub_close(app->subs[i]);
+    for (gp_binding *b = app->bindings; b != NULL; b = b->next)
+        for (int i = 0; i < b->nsubs; i++)
+            sub_close(&b->subs[i]);
+}
+
+static void
+free_subs(gp_app *app)
+{
+    while (app->bindings != NULL)
+        gp_app_unbind(app->bindings);
+    for (int i = 0; i < app->nsubs; i++)
+        free(app->subs[i]);
+    free(app->subs);
+    app->subs = NULL;
+    app->nsubs = app->capsubs = 0;
+}
+
+/* ---- shutdown --------------------------------------------------------------- */
 
 /* Closing order matters: Redis and PostgreSQL first, so that handlers
  * still waiting on them get UNAVAIL and can reply over the bus, which is
@@ -703,7 +1366,8 @@ shutdown_now(gp_app *app)
         return;
     app->closing = true;
     ev_timer_stop(app->loop, &app->drain);
-    ev_timer_stop(app->loop, &app->cron);
+    ev_timer_stop(app->loop, &app->streams_t);
+    tasks_stop(app);
     gp_kv_free(app->kv);
     app->kv = NULL;
     gp_db_free(app->db);
@@ -743,20 +1407,29 @@ gp_app_stop(gp_app *app)
     app->stopping = true;
     if (app->stop_fn != NULL)
         app->stop_fn(app, app->stop_arg);
-    ev_timer_stop(app->loop, &app->cron);
-    for (int i = 0; i < app->nroutes; i++) {       /* take no new work */
-        gp_bus_sub_free(app->routes[i].sub);
-        app->routes[i].sub = NULL;
-    }
+    tasks_stop(app);
+    unsubscribe_all(app);                   /* take no new work */
     GP_INFO("draining", "inflight=%u", app->inflight);
     ev_timer_init(&app->drain, drain_cb, app->cfg.drain_ms / 1000.0, 0);
     ev_timer_start(app->loop, &app->drain);
     maybe_finish_drain(app);
 }
 
+static void
+print_routes(gp_app *app)
+{
+    for (int i = 0; i < app->nops; i++)
+        printf("route %s %s %s\n", app->service, app->ops[i].op->id, app->ops[i].op->pattern);
+    fflush(stdout);
+}
+
 gp_err
 gp_app_run(gp_app *app)
 {
+    if (app->cfg.print_routes) {
+        print_routes(app);
+        return GP_EOK;
+    }
     ev_run(app->loop, 0);
     GP_INFO("stopped", "instance=%s", app->instance);
     return GP_EOK;
@@ -767,7 +1440,10 @@ gp_app_free(gp_app *app)
 {
     if (app == NULL)
         return;
+    app->stopping = true;
     shutdown_now(app);
+    free_subs(app);
+    tasks_free(app);
     if (app->loop != NULL) {
         ev_ref(app->loop);                 /* undo the unrefs of the signal watchers */
         ev_ref(app->loop);
@@ -784,6 +1460,7 @@ gp_kv *gp_app_kv(gp_app *app) { return app->kv; }
 gp_db *gp_app_db(gp_app *app) { return app->db; }
 gp_metrics *gp_app_metrics(gp_app *app) { return app->metrics; }
 const gp_common_cfg *gp_app_cfg(gp_app *app) { return &app->cfg; }
+const char *gp_app_service(gp_app *app) { return app->service; }
 const char *gp_app_instance(gp_app *app) { return app->instance; }
 
 int
@@ -793,7 +1470,7 @@ gp_app_http_port(gp_app *app)
 }
 
 gp_err
-gp_app_publish(gp_app *app, const char *subject, const gp_msg_desc *d, const void *msg)
+gp_app_publish_to(gp_app *app, const char *subject, const gp_msg_desc *d, const void *msg)
 {
     gp_buf b;
     gp_err rc;
@@ -804,6 +1481,15 @@ gp_app_publish(gp_app *app, const char *subject, const gp_msg_desc *d, const voi
         rc = gp_bus_pub(app->bus, subject, NULL, b.p, b.n);
     gp_buf_fini(&b);
     return rc;
+}
+
+gp_err
+gp_app_publish(gp_app *app, const gp_op *op, const char *const *args, const void *msg)
+{
+    char   subject[GP_MAX_SUBJECT + 1];
+    gp_err rc = gp_op_subject(op, subject, sizeof(subject), args);
+
+    return rc != GP_EOK ? rc : gp_app_publish_to(app, subject, op->in, msg);
 }
 
 /* ---- typed calls ------------------------------------------------------------ */

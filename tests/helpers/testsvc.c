@@ -1,8 +1,11 @@
 /* testsvc.c -- a service built on the chassis for the chassis' own tests.
  *
- * It is shaped like every gridpool service (config table, routes, run)
- * and has one route per dependency: echo (no I/O), sleep (PostgreSQL
- * pg_sleep, so a slow query is in flight) and redis (a Redis round trip). */
+ * It is shaped like every gridpool service (config table, routes, tasks,
+ * streams, run) and has one route per dependency: echo (no I/O), sleep
+ * (PostgreSQL pg_sleep, so a slow query is in flight), redis (a Redis
+ * round trip), call (a bus request to gp.test.blackhole, so a call is
+ * outstanding), and durable (a JetStream durable consumer whose messages
+ * say how to fail); and two periodic tasks, "tick" and "tock". */
 #include <stdio.h>
 #include <string.h>
 
@@ -85,11 +88,86 @@ on_redis(gp_req *req, const void *in, void *out)
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "redis not reachable");
 }
 
+static void
+durable_recorded(void *arg, const redisReply *r, gp_err err)
+{
+    gp_req *req = arg;
+
+    if (err == GP_EOK && r->type == REDIS_REPLY_ERROR)
+        err = gp_req_fail(req, GP_EINTERNAL, "%s", r->str);
+    gp_req_done(req, err);
+}
+
+/* Fails as the item says; on success records "<id> = deliveries" in Redis. */
+static gp_err
+on_durable(gp_req *req, const void *in, void *out)
+{
+    const msg_durable_item *q = in;
+    uint64_t                n = gp_req_deliveries(req);
+    gp_err                  rc;
+
+    (void)out;
+    if (q->fail == MSG_DURABLE_ITEM_FAIL_PERMANENT)
+        return gp_req_fail(req, GP_EINVAL, "item %s refused", q->id);
+    if (q->fail == MSG_DURABLE_ITEM_FAIL_TRANSIENT && n <= q->fail_times)
+        return gp_req_fail(req, GP_EUNAVAIL, "item %s: delivery %llu fails", q->id,
+                           (unsigned long long)n);
+    rc = gp_kv_cmdf(gp_app_kv(gp_req_app(req)), durable_recorded, req,
+                    "HSET gp:test:durable %s %llu", q->id, (unsigned long long)n);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "redis not reachable");
+}
+
+static void
+called(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    gp_req *req = arg;
+
+    (void)reply;
+    if (err != GP_EOK)
+        gp_req_fail(req, err, "blackhole: %s", detail);
+    gp_req_done(req, err);
+}
+
+static gp_err
+on_call(gp_req *req, const void *in, void *out)
+{
+    const msg_sleep_request *q = in;
+    gp_err                   rc;
+
+    *(msg_sleep_request *)out = *q;
+    rc = gp_call(gp_app_bus(gp_req_app(req)), GP_OP_TEST_BLACKHOLE->address,
+                 &msg_sleep_request_desc, q, &msg_sleep_request_desc, q->ms, called, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "call failed");
+}
+
+static void
+tick(gp_app *app, void *arg)
+{
+    (void)app;
+    (*(uint64_t *)arg)++;
+}
+
+static const gp_durable durable = {.stream = "GPTEST", .name = "testsvc-items",
+                                   .max_deliver = 4, .ack_wait_ms = 5000, .backoff_ms = 50};
+
+static const char *const test_stream_subjects[] = {GP_PAT_TEST_DURABLE, NULL};
+static const gp_stream_cfg test_streams[] = {
+    {.name = "GPTEST", .subjects = (const char **)test_stream_subjects, .max_age_s = 3600,
+     .duplicate_window_s = 60, .memory = true},
+    {.name = NULL},
+};
+
 static const gp_route testsvc_routes[] = {
-    {"gp.test.echo", &msg_echo_desc, &msg_echo_desc, on_echo, GP_R_QUEUE, 0},
-    {"gp.test.sleep", &msg_sleep_request_desc, &msg_sleep_request_desc, on_sleep, GP_R_QUEUE, 0},
-    {"gp.test.redis", &msg_sleep_request_desc, &msg_sleep_request_desc, on_redis, GP_R_QUEUE, 0},
-    {NULL, NULL, NULL, NULL, 0, 0}
+    {GP_OP_TEST_ECHO, on_echo, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_TEST_SLEEP, on_sleep, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_TEST_REDIS, on_redis, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_TEST_CALL, on_call, GP_R_QUEUE, 60000, NULL, NULL},
+    {NULL},
+};
+
+static const gp_route testsvc_durable_routes[] = {
+    {GP_OP_TEST_DURABLE, on_durable, 0, 2000, NULL, &durable},
+    {NULL},
 };
 
 int
@@ -97,15 +175,22 @@ main(int argc, char **argv)
 {
     testsvc_cfg cfg;
     gp_app     *app = NULL;
+    uint64_t    ticks = 0, tocks = 0;
     int         code;
     gp_err      rc;
 
     gp_cfg_load("testsvc", testsvc_opts, &cfg, argc, argv, NULL, &code);
     if (code != GP_CFG_CONTINUE)
         return code;
-    rc = gp_app_new("testsvc", "test", &cfg.common, GP_NEED_REDIS | GP_NEED_PG, NULL, &app);
+    rc = gp_app_new("testsvc", "test", &cfg.common, GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
+                    NULL, &app);
+    if (rc == GP_EOK && (gp_app_every(app, "tick", 0.1, tick, &ticks) == NULL ||
+                         gp_app_every(app, "tock", 0.25, tick, &tocks) == NULL))
+        rc = GP_ENOMEM;
     if (rc == GP_EOK)
-        rc = gp_app_serve(app, testsvc_routes, NULL);
+        rc = gp_app_streams(app, test_streams);
+    if (rc == GP_EOK)
+        rc = gp_app_serve(app, NULL, testsvc_routes, testsvc_durable_routes, NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);

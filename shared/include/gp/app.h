@@ -1,10 +1,12 @@
-/* gp/app.h -- the service chassis: one libev loop with its signals, one
- * periodic timer, the bus, Redis, PostgreSQL, metrics and health over
- * HTTP, and the dispatcher that turns a table of routes into subscribed,
- * validated, counted, deadline-bound handlers.
+/* gp/app.h -- the service chassis: one libev loop with its signals, named
+ * periodic tasks, the bus, Redis, PostgreSQL, JetStream streams, metrics
+ * and health over HTTP, and the dispatcher that turns route tables
+ * (contract operations -> handlers) into subscribed, validated, counted,
+ * deadline-bound handlers, plain or from JetStream durable consumers.
  *
  * A service's main.c loads its config table, calls gp_app_new, builds
- * its state, calls gp_app_serve with its routes, and gp_app_run.
+ * its state, adds its tasks and streams, calls gp_app_serve with its
+ * route tables, and gp_app_run.
  * Handlers never touch NATS or msgpack: they get a decoded request and
  * fill a zeroed reply struct.
  *
@@ -22,6 +24,7 @@
 #include "gp/err.h"
 #include "gp/kv.h"
 #include "gp/metrics.h"
+#include "gp/op.h"
 
 struct ev_loop;
 
@@ -32,7 +35,6 @@ typedef struct gp_common_cfg {
     char     nats_user[128];         /* "" = none */
     char     nats_password[128];
     char     nats_token[256];        /* instead of user/password */
-    char     health_subject[256];    /* "" = gp.int.health.<service> */
     char     redis_host[128];
     int      redis_port;
     char     pg_conninfo[512];
@@ -45,28 +47,58 @@ typedef struct gp_common_cfg {
     unsigned pg_timeout_ms;
     unsigned pg_pool;
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
+    bool     print_routes;           /* print the operations served, then exit */
 } gp_common_cfg;
 
 extern const gp_cfg_opt gp_common_cfg_opts[];
 
-typedef struct gp_app gp_app;
-typedef struct gp_req gp_req;
+typedef struct gp_app     gp_app;
+typedef struct gp_req     gp_req;
+typedef struct gp_task    gp_task;
+typedef struct gp_binding gp_binding;
 
 /* Returns OK (reply with out), an error (error reply), or GP_EPENDING:
- * the handler will call gp_req_done() later, exactly once. */
+ * the handler will call gp_req_done() later, exactly once.  For an event
+ * (an operation without a reply) out is NULL. */
 typedef gp_err gp_handler(gp_req *req, const void *in, void *out);
 
 #define GP_R_QUEUE    0x1u    /* one instance of the service takes each message */
-#define GP_R_NOREPLY  0x2u    /* events (heartbeats): no reply; errors counted and logged */
 
+/* A route served from a JetStream durable pull consumer instead of a plain
+ * subscription: the message is acked when the handler says OK (or EXISTS:
+ * already done), nak'ed with a doubling delay on a transient failure
+ * (UNAVAIL, TIMEOUT, NOMEM, INTERNAL, CONFLICT, or the route's deadline),
+ * terminated and copied to the dead-letter subject (gp.int.dlq.<service>.
+ * <consumer>, stored in the DLQ stream) when it is malformed or refused
+ * (DECODE, TYPE, MISSING, RANGE, TOOBIG, INVAL, NOTFOUND, DENIED) or has
+ * failed max_deliver times.  Handlers must be idempotent: a message may be
+ * delivered again after a crash or a deadline. */
+typedef struct gp_durable {
+    const char *stream;              /* a stream the service declares (gp_app_streams) */
+    const char *name;                /* durable consumer name (a subject token) */
+    unsigned    max_deliver;         /* 0 = 5 */
+    unsigned    ack_wait_ms;         /* redelivery when neither acked nor nak'ed; 0 = 30000 */
+    unsigned    backoff_ms;          /* first nak delay, doubling per delivery; 0 = 500 */
+    int         max_inflight;        /* un-ended messages; 0 = 256 */
+} gp_durable;
+
+/* One line of a route table: the contract operation served, its handler
+ * and how.  A table ends with a NULL op. */
 typedef struct gp_route {
-    const char        *subject;      /* may hold NATS wildcards (* and >) */
-    const gp_msg_desc *in;
-    const gp_msg_desc *out;          /* NULL with GP_R_NOREPLY */
-    gp_handler        *fn;
-    unsigned           flags;
-    unsigned           timeout_ms;   /* 0 = request-timeout-ms */
+    const gp_op      *op;            /* GP_OP_...: subject pattern, request and reply types */
+    gp_handler       *fn;
+    unsigned          flags;         /* GP_R_QUEUE */
+    unsigned          timeout_ms;    /* 0 = request-timeout-ms */
+    const void       *data;          /* gp_req_data(): lets one handler serve several ops */
+    const gp_durable *durable;       /* non-NULL: served from a JetStream consumer */
 } gp_route;
+
+/* A subject parameter bound to a value: {"site", "s1"}.  Lists end with a
+ * NULL name. */
+typedef struct gp_param {
+    const char *name;
+    const char *value;
+} gp_param;
 
 #define GP_NEED_REDIS  0x1u
 #define GP_NEED_PG     0x2u
@@ -79,15 +111,51 @@ typedef void gp_cron_fn(gp_app *app, void *arg);
  * migrate_sql (may be NULL) runs on every new PostgreSQL connection. */
 gp_err gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg,
                   unsigned needs, const char *migrate_sql, gp_app **out);
-/* One periodic timer for the service's housekeeping. */
-void   gp_app_set_cron(gp_app *app, double interval_s, gp_cron_fn *fn, void *arg);
+
+/* A periodic task with its own period and name (in logs and in the
+ * metrics gp_task_runs_total, gp_task_seconds, gp_task_overruns_total
+ * {task="name"}).  The first run is one period after start.  Tasks stop
+ * when shutdown starts.  Owned by the app. */
+gp_task *gp_app_every(gp_app *app, const char *name, double period_s, gp_cron_fn *fn, void *arg);
+/* Runs the task on the next loop iteration as well as on its period (a
+ * trigger, e.g. "capacity changed"); several kicks before it runs are one run. */
+void     gp_task_kick(gp_task *t);
+
 /* Called when shutdown starts (before draining), e.g. to stop timers. */
 void   gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg);
-/* Subscribes the routes (table ends with a NULL subject) and the built-in
- * health route gp.int.health.<service>.  state is what gp_req_state gives. */
-gp_err gp_app_serve(gp_app *app, const gp_route *routes, void *state);
+
+/* The JetStream streams this service owns, created or updated to cfg at
+ * start (and again after a failure, with backoff).  Ends with a NULL
+ * name.  The table must outlive the app.  Needs GP_NEED_JS. */
+gp_err gp_app_streams(gp_app *app, const gp_stream_cfg *streams);
+
+/* Subscribes route tables (varargs, ending with NULL) and the built-in
+ * health route.  state is what gp_req_state gives every handler.  Each
+ * subscribes its op's pattern (every parameter a wildcard). */
+gp_err gp_app_serve(gp_app *app, void *state, ...)
+    __attribute__((sentinel));
+
+/* The health route answers on op with params bound instead of
+ * gp.int.health.<service> (the agent answers on its node's subject).
+ * Call before gp_app_serve. */
+void   gp_app_set_health(gp_app *app, const gp_op *op, const gp_param *params);
+
+/* Declares a table that will be bound later (metrics exist from the start,
+ * and --print-routes lists it). */
+gp_err gp_app_declare(gp_app *app, const gp_route *table);
+
+/* Subscribes table with the given parameters bound (the others stay
+ * wildcards), handlers getting data from gp_req_data instead of each
+ * route's own.  Requests already accepted finish normally after unbind. */
+gp_err gp_app_bind(gp_app *app, const gp_route *table, const gp_param *params, void *data,
+                   gp_binding **out);
+/* Unsubscribes a binding at once (a request then gets "no responders"). NULL ok. */
+void   gp_app_unbind(gp_binding *b);
+
 /* Runs until SIGINT/SIGTERM or gp_app_stop, then drains in-flight
- * requests (up to drain-ms) and closes everything. */
+ * requests (up to drain-ms) and closes everything.  With --print-routes it
+ * prints "route <service> <operation id> <subject pattern>" for every operation
+ * served, declared or bound, and returns at once. */
 gp_err gp_app_run(gp_app *app);
 void   gp_app_stop(gp_app *app);
 void   gp_app_free(gp_app *app);
@@ -101,18 +169,28 @@ gp_kv               *gp_app_kv(gp_app *app);
 gp_db               *gp_app_db(gp_app *app);
 gp_metrics          *gp_app_metrics(gp_app *app);
 const gp_common_cfg *gp_app_cfg(gp_app *app);
+const char          *gp_app_service(gp_app *app);
 const char          *gp_app_instance(gp_app *app);
 /* The HTTP port actually bound (when http-port was 0), or -1. */
 int                  gp_app_http_port(gp_app *app);
 
-/* Encodes msg with d and publishes it (no reply expected). */
-gp_err gp_app_publish(gp_app *app, const char *subject, const gp_msg_desc *d, const void *msg);
+/* Encodes msg with op's request type and publishes it on op's subject
+ * with args filled (no reply expected).  INVAL for a bad argument. */
+gp_err gp_app_publish(gp_app *app, const gp_op *op, const char *const *args, const void *msg);
+/* The same on a subject built by the caller (replies, tests). */
+gp_err gp_app_publish_to(gp_app *app, const char *subject, const gp_msg_desc *d,
+                         const void *msg);
 
 /* ---- inside a handler ----------------------------------------------- */
 
 gp_app     *gp_req_app(gp_req *req);
 void       *gp_req_state(gp_req *req);
+/* The route's data, or the binding's. */
+void       *gp_req_data(gp_req *req);
+const gp_op *gp_req_op(const gp_req *req);
 const char *gp_req_subject(const gp_req *req);
+/* The value of a subject parameter of the op ("site"), or "" if none. */
+const char *gp_req_param(const gp_req *req, const char *name);
 /* Token i of the subject ("gp.node.s1.n7.hb": 2 -> "s1"), or "" past the end. */
 const char *gp_req_token(const gp_req *req, int i);
 int         gp_req_ntokens(const gp_req *req);
@@ -120,10 +198,16 @@ void       *gp_req_out(gp_req *req);
 /* The encoded request body; valid only until the handler returns. */
 const void *gp_req_body(const gp_req *req, size_t *len);
 const void *gp_req_in(gp_req *req);
+/* Delivery count of a durable route's message (1 = first), else 1. */
+uint64_t    gp_req_deliveries(const gp_req *req);
 /* Sets the human-readable detail of the error reply; returns code, so a
  * handler can `return gp_req_fail(req, GP_EINVAL, "price must be >= 0");` */
 gp_err      gp_req_fail(gp_req *req, gp_err code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The message is dropped unanswered, as if it never arrived (a simulated
+ * node that hangs); the requester sees its own deadline.  A handler
+ * returns what this returns. */
+gp_err      gp_req_drop(gp_req *req);
 /* Ends a request whose handler returned GP_EPENDING: replies with out
  * (rc OK) or an error, and frees the request.  After the deadline has
  * passed the reply was already sent (TIMEOUT) and this only frees. */

@@ -76,9 +76,15 @@
 # define GP_MAX_TOKENS           16
 #endif
 
-/* Routes one service may declare. */
+/* Distinct operations one service may serve or declare (each has its own
+ * metric series; bindings of one operation share them). */
 #ifndef GP_MAX_ROUTES
 # define GP_MAX_ROUTES           64
+#endif
+
+/* JetStream streams one service declares (plus the chassis' DLQ). */
+#ifndef GP_MAX_STREAMS
+# define GP_MAX_STREAMS          8
 #endif
 
 /* Metric series one process exports. */

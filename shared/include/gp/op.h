@@ -1,0 +1,57 @@
+/* gp/op.h -- an operation of the contract (schemas/asyncapi.json).
+ *
+ * schemas/gen.py emits one const gp_op per AsyncAPI operation
+ * (GP_OP_NODE_HEARTBEAT...), so services and clients name operations and
+ * never write subject strings: a route table points at the gp_op it
+ * serves, a client fills the operation's parameters to get the subject it
+ * publishes on.  Pure functions; any thread. */
+#ifndef GP_OP_H
+#define GP_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gp/err.h"
+
+struct gp_msg_desc;
+
+typedef struct gp_op {
+    const char                *id;          /* AsyncAPI operation id, "nodeHeartbeat" */
+    const char                *address;     /* "gp.node.{site}.{node}.hb" */
+    const char                *pattern;     /* "gp.node.*.*.hb": what a server subscribes */
+    const struct gp_msg_desc  *in;          /* the message published on the address */
+    const struct gp_msg_desc  *out;         /* its reply; NULL for an event (no reply) */
+    bool                       receive;     /* served by a gridpool process */
+    unsigned char              nparams;
+    const char *const         *params;      /* parameter names, address order */
+    const unsigned char       *param_tok;   /* subject token index of each parameter */
+    const char *const         *services;    /* who serves it (NULL-terminated), or NULL */
+} gp_op;
+
+/* Writes op's subject with its parameters filled from args (nparams
+ * strings, address order).  INVAL when an argument is not a subject token
+ * (empty, or holding '.', '*', '>', whitespace or a control byte): a
+ * parameter must never widen or shift the subject; TOOBIG past n. */
+gp_err gp_op_subject(const gp_op *op, char *buf, size_t n, const char *const *args);
+
+/* The same, where a NULL argument stays a wildcard "*" (what a server
+ * subscribes to serve several values of that parameter). */
+gp_err gp_op_pattern(const gp_op *op, char *buf, size_t n, const char *const *args);
+
+/* The same as gp_op_subject with the arguments inline: gp_op_subjectf(op, buf, n, site, node). */
+gp_err gp_op_subjectf(const gp_op *op, char *buf, size_t n, ...);
+
+/* Index of parameter name in op, or -1. */
+int    gp_op_param_index(const gp_op *op, const char *name);
+
+/* true when subject matches op's pattern (same token count, literal
+ * tokens equal). */
+bool   gp_op_matches(const gp_op *op, const char *subject);
+
+/* true when op lists service among those that serve it. */
+bool   gp_op_served_by(const gp_op *op, const char *service);
+
+/* The operation with this id in the generated table, or NULL. */
+const gp_op *gp_op_find(const char *id);
+
+#endif

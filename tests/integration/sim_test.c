@@ -182,6 +182,58 @@ test_command(void)
                      &msg_attempt_ack_desc, &ack, 500, detail, sizeof(detail)), GP_EOK);
 }
 
+static gp_err
+run_on(const char *site, const char *node, unsigned timeout_ms, double *took)
+{
+    msg_run_attempt r;
+    msg_attempt_ack ack;
+    char            subject[GP_MAX_SUBJECT + 1], detail[GP_ERRBUF_LEN] = "";
+    double          t0 = tl_now();
+    gp_err          rc;
+
+    memset(&r, 0, sizeof(r));
+    snprintf(r.job_id, sizeof(r.job_id), "probe");
+    r.attempt = 1;
+    snprintf(r.command, sizeof(r.command), "true");
+    gp_op_subjectf(GP_OP_NODE_RUN, subject, sizeof(subject), site, node);
+    rc = tl_call(loop, bus, subject, &msg_run_attempt_desc, &r, &msg_attempt_ack_desc, &ack,
+                 timeout_ms, detail, sizeof(detail));
+    *took = tl_now() - t0;
+    return rc;
+}
+
+/* Like real agents on the bus: a node that is down or unknown has no
+ * subscription, so a request to it gets "no responders" at once; a node
+ * that hangs keeps its subscription and the request times out. */
+static void
+test_unreachable(void)
+{
+    msg_health_request hq = {0};
+    msg_health         h = {0};
+    char               subject[GP_MAX_SUBJECT + 1], detail[GP_ERRBUF_LEN] = "";
+    uint32_t           applied = 0;
+    double             took;
+    gp_err             rc;
+
+    rc = run_on("s0004", "s0004-nope", 3000, &took);
+    T_OKM(rc == GP_ENOROUTE && took < 1.0, "an unknown node: NOROUTE in %.0f ms (%s)",
+          took * 1e3, gp_err_name(rc));
+    gp_op_subjectf(GP_OP_NODE_HEALTH, subject, sizeof(subject), "s0004", "s0004-n01");
+    rc = tl_call(loop, bus, subject, &msg_health_request_desc, &hq, &msg_health_desc, &h, 3000,
+                 detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && strcmp(h.instance, "s0004-n01") == 0,
+          "a live simulated node answers health on its own subject (%s)", gp_err_name(rc));
+    gp_msg_clear(&msg_health_desc, &h);
+    T_EQ_INT(fault("node_crash", "", "s0004-n01", 4000, &applied), GP_EOK);
+    rc = run_on("s0004", "s0004-n01", 3000, &took);
+    T_OKM(rc == GP_ENOROUTE && took < 1.0, "a crashed node: NOROUTE in %.0f ms (%s)", took * 1e3,
+          gp_err_name(rc));
+    T_EQ_INT(fault("node_stop", "", "s0005-n01", 4000, &applied), GP_EOK);
+    rc = run_on("s0005", "s0005-n01", 800, &took);
+    T_OKM(rc == GP_ETIMEOUT, "a hung node: TIMEOUT (%s after %.0f ms)", gp_err_name(rc),
+          took * 1e3);
+}
+
 int
 main(void)
 {
@@ -225,6 +277,7 @@ main(void)
     free(u);
     test_faults();
     test_command();
+    test_unreachable();
     spin(2.5);                         /* the script's crash ends by now */
     T_OKM(reg_s2n1 >= 2, "a crashed node registers again when it comes back (%d)", reg_s2n1);
     got = hb_s2n1;

@@ -44,7 +44,7 @@ main(int argc, char **argv)
         return code;
     join_routes();
     rc = gp_app_new("registry", REGISTRY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
-                    registry_migrate_sql, &app);
+                    registry_migrations, &app);
     if (rc == GP_EOK) {
         reg.app = app;
         reg.cfg = &cfg;

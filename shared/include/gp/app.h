@@ -76,9 +76,12 @@ typedef void gp_cron_fn(gp_app *app, void *arg);
 
 /* Creates the loop context and starts connecting to what `needs` lists
  * (connections come up in the background; the service runs meanwhile).
- * migrate_sql (may be NULL) runs on every new PostgreSQL connection. */
+ * migrations (may be NULL): the service's schema steps, applied under the
+ * service's name before PostgreSQL takes queries (gp/db.h); a database
+ * with a newer schema than the steps know stops the service and makes
+ * gp_app_run return CONFLICT. */
 gp_err gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg,
-                  unsigned needs, const char *migrate_sql, gp_app **out);
+                  unsigned needs, const gp_migration *migrations, gp_app **out);
 /* One periodic timer for the service's housekeeping. */
 void   gp_app_set_cron(gp_app *app, double interval_s, gp_cron_fn *fn, void *arg);
 /* Called when shutdown starts (before draining), e.g. to stop timers. */
@@ -87,7 +90,8 @@ void   gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg);
  * health route gp.int.health.<service>.  state is what gp_req_state gives. */
 gp_err gp_app_serve(gp_app *app, const gp_route *routes, void *state);
 /* Runs until SIGINT/SIGTERM or gp_app_stop, then drains in-flight
- * requests (up to drain-ms) and closes everything. */
+ * requests (up to drain-ms) and closes everything.  GP_EOK, or CONFLICT
+ * when the database's schema was refused. */
 gp_err gp_app_run(gp_app *app);
 void   gp_app_stop(gp_app *app);
 void   gp_app_free(gp_app *app);

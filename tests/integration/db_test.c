@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gp/db.h"
+#include "gp/dbarray.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "../unit/test.h"
@@ -219,6 +220,43 @@ t_basic(gp_db *db)
     T_EQ(gp_db_query(db, "SELECT 1", 1, NULL, 0, q_cb, &q), GP_EINVAL);
     T_EQ(gp_db_query(db, "SELECT 1", 0, NULL, 0, NULL, NULL), GP_EINVAL);
     T_EQ(gp_db_query(db, "SELECT 1", GP_DB_MAX_PARAMS + 1, p1, 0, q_cb, &q), GP_ETOOBIG);
+}
+
+/* gp/dbarray.h: PostgreSQL reads every element back exactly. */
+static void
+t_array_literal(gp_db *db)
+{
+    static const char *const v[] = {"a b", "c\"d", "x\\y", "{e,f}", "", "NULL", " lead", "é"};
+    gp_buf b = GP_BUF_INIT;
+    qres   q;
+    bool   same = true;
+
+    gp_pgarr_begin(&b);
+    for (size_t i = 0; i < GP_NELEM(v); i++)
+        gp_pgarr_add(&b, v[i]);
+    gp_pgarr_add(&b, NULL);
+    gp_pgarr_end(&b);
+    for (size_t i = 0; i < GP_NELEM(v); i++) {
+        char        idx[8];
+        const char *p[] = {b.p, idx};
+        snprintf(idx, sizeof(idx), "%zu", i + 1);
+        if (run_q(db, &q, "SELECT ($1::text[])[$2::int]", 2, p) != GP_EOK || q.isnull[0] ||
+            strcmp(q.v[0], v[i]) != 0) {
+            printf("# element %zu: got '%s' want '%s'\n", i + 1, q.v[0], v[i]);
+            same = false;
+        }
+    }
+    T_OKM(same, "every element of %s read back as written", b.p);
+    const char *p2[] = {b.p};
+    T_EQ(run_q(db, &q, "SELECT cardinality($1::text[]), ($1::text[])[9] IS NULL, "
+                       "'c\"d' = ANY($1::text[])", 1, p2), GP_EOK);
+    T_OK(strcmp(q.v[0], "9") == 0 && strcmp(q.v[1], "t") == 0 && strcmp(q.v[2], "t") == 0);
+    gp_pgarr_begin(&b);
+    gp_pgarr_end(&b);
+    const char *p3[] = {b.p};
+    T_EQ(run_q(db, &q, "SELECT cardinality($1::text[])", 1, p3), GP_EOK);
+    T_OK(strcmp(q.v[0], "0") == 0);
+    gp_buf_fini(&b);
 }
 
 static void
@@ -558,6 +596,7 @@ main(void)
     T_OK(gp_db_is_connected(db));
 
     t_basic(db);
+    t_array_literal(db);
     t_tx(db);
     t_concurrent_migrate();
     t_nonblocking(db);

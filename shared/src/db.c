@@ -48,7 +48,7 @@
 #define DB_MAX_POOL            64
 #define DB_DEFAULT_POOL        2
 #define DB_DEFAULT_TIMEOUT_MS  5000
-/* Connect plus migration; libpq's connect_timeout only applies to the
+/* Connect (migrations have their own deadline); libpq's connect_timeout only applies to the
  * blocking calls we never make. */
 #define DB_CONNECT_TIMEOUT_MS  10000
 /* A ROLLBACK after a failed transaction. */

@@ -1,10 +1,10 @@
 /* admin.c -- create, update, get, delete and list for tenants, sites,
  * pools and products over gp.admin.<entity>.<verb>.
  *
- * One generic implementation walks a column map per entity: which
- * message field is which column, how a parameter is written into it and
- * how it is read back.  Rows come back as text and are set into the
- * reply with gp_msg_set_text, so the codec's checks apply to what the
+ * One generic implementation walks a column map per entity (gp/dbrow.h):
+ * which message field is which column, how a parameter is written into
+ * it and how it is read back.  Rows come back as text and are set into
+ * the reply with gp_msg_set_text, so the codec's checks apply to what the
  * database returns as well. */
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
@@ -12,22 +12,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/dbrow.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
 
-#define COL_KEY      0x1u    /* the id */
-#define COL_RO       0x2u    /* computed: read, never written */
-#define COL_NULL     0x4u    /* empty string is SQL NULL */
-#define COL_PRICES   0x8u    /* Site.power_prices: two int arrays */
+#define COL_KEY      GP_DBCOL_KEY
+#define COL_RO       GP_DBCOL_RO
+#define COL_NULL     0          /* empty string is SQL NULL (by the cast) */
 
-typedef struct col {
-    const char *field;       /* message field */
-    const char *read;        /* SELECT expression */
-    const char *write;       /* column name, or NULL when read-only */
-    const char *cast;        /* parameter expression, %d is the parameter number */
-    unsigned    flags;
-} col;
+typedef gp_dbcol col;
+
+static gp_dbcol_text_fn prices_text;
+static gp_dbcol_set_fn  set_prices;
+
+/* Site.power_prices travels as "0,420;180000,250000" in one parameter and
+ * lands in two array columns. */
+#define PRICES_CAST                                                                            \
+    "coalesce(string_to_array(NULLIF(split_part($%1$d, ';', 1), ''), ',')::int[], '{}'), "     \
+    "coalesce(string_to_array(NULLIF(split_part($%1$d, ';', 2), ''), ',')::bigint[], '{}')"
 
 typedef struct entity {
     const char        *name;
@@ -44,7 +47,7 @@ static const col tenant_cols[] = {
     {"kind", "kind", "kind", "$%d", 0},
     {"name", "name", "name", "$%d", 0},
     {"revenue_share_bp", "revenue_share_bp", "revenue_share_bp", "$%d::int", 0},
-    {NULL, NULL, NULL, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 static const col site_cols[] = {
@@ -57,14 +60,14 @@ static const col site_cols[] = {
     {"pue_milli", "pue_milli", "pue_milli", "$%d::int", 0},
     {"currency", "currency", "currency", "$%d", 0},
     {"power_prices", "array_to_string(power_start_min,',') || ';' || array_to_string(power_price_micros,',')",
-     NULL, NULL, COL_PRICES},
+     "power_start_min, power_price_micros", PRICES_CAST, 0, prices_text, set_prices},
     {"address", "address", "address", "$%d", 0},
     {"notes", "notes", "notes", "$%d", 0},
     {"timezone_min", "timezone_min", "timezone_min", "$%d::int", 0},
     {"nodes", "(SELECT count(*) FROM nodes n WHERE n.site = t.id)", NULL, NULL, COL_RO},
     {"gpus", "(SELECT count(*) FROM nodes n JOIN gpus g ON g.node = n.id WHERE n.site = t.id)",
      NULL, NULL, COL_RO},
-    {NULL, NULL, NULL, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 static const col pool_cols[] = {
@@ -80,7 +83,7 @@ static const col pool_cols[] = {
     {"gpus_total", "(SELECT count(*) FROM pool_gpus pg WHERE pg.pool = t.id)", NULL, NULL, COL_RO},
     {"gpus_healthy", "(SELECT count(*) FROM pool_gpus pg WHERE pg.pool = t.id AND pg.state = 'healthy')",
      NULL, NULL, COL_RO},
-    {NULL, NULL, NULL, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 static const col product_cols[] = {
@@ -92,7 +95,7 @@ static const col product_cols[] = {
     {"currency", "currency", "currency", "$%d", 0},
     {"site", "coalesce(site,'')", "site", "NULLIF($%d,'')", COL_NULL},
     {"description", "description", "description", "$%d", 0},
-    {NULL, NULL, NULL, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 static const entity entities[] = {
@@ -116,61 +119,20 @@ typedef struct admin_op {
 static const admin_op admin_ops[] = {ADMIN_OPS(0), ADMIN_OPS(1), ADMIN_OPS(2), ADMIN_OPS(3)};
 
 
-/* ---- text <-> field ------------------------------------------------------------ */
+/* ---- Site.power_prices ---------------------------------------------------------- */
 
 static gp_err
-scalar_text(const gp_field *f, const void *msg, gp_buf *out)
+prices_text(const gp_field *f, const void *msg, gp_buf *out)
 {
-    const char *p = (const char *)msg + f->offset;
+    const gp_arr          *a = (const gp_arr *)((const char *)msg + f->offset);
+    const msg_power_price *pp = a->v;
+    gp_err                 rc = GP_EOK;
 
-    switch (f->type) {
-    case GP_T_STR:  return gp_buf_puts(out, p);
-    case GP_T_BOOL: return gp_buf_puts(out, *(const bool *)p ? "true" : "false");
-    case GP_T_I32:  return gp_buf_printf(out, "%d", *(const int32_t *)p);
-    case GP_T_I64:  return gp_buf_printf(out, "%lld", (long long)*(const int64_t *)p);
-    case GP_T_U32:  return gp_buf_printf(out, "%u", *(const uint32_t *)p);
-    case GP_T_U64:  return gp_buf_printf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
-    case GP_T_F64: {
-        double v;
-
-        memcpy(&v, p, sizeof(v));
-        return gp_buf_printf(out, "%.17g", v);
-    }
-    case GP_T_ENUM: {
-        int32_t i = *(const int32_t *)p;
-        return gp_buf_puts(out, i >= 0 && (uint32_t)i < f->nenums ? f->enums[i] : "");
-    }
-    default:
-        return GP_EINVAL;
-    }
-}
-
-/* Array of strings as "a,b,c"; power prices as "0,420;180000,250000". */
-static gp_err
-field_text(const gp_field *f, const col *c, const void *msg, gp_buf *out)
-{
-    const gp_arr *a = (const gp_arr *)((const char *)msg + f->offset);
-    gp_err        rc = GP_EOK;
-
-    if (f->type != GP_T_ARR)
-        return scalar_text(f, msg, out);
-    if (c->flags & COL_PRICES) {
-        const msg_power_price *pp = a->v;
-
-        for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
-            rc = gp_buf_printf(out, "%s%d", i ? "," : "", pp[i].start_min);
-        rc = rc == GP_EOK ? gp_buf_puts(out, ";") : rc;
-        for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
-            rc = gp_buf_printf(out, "%s%lld", i ? "," : "", (long long)pp[i].price_micros_per_kwh);
-        return rc;
-    }
-    for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++) {
-        const char *s = (const char *)a->v + (size_t)i * (f->elem_limit + 1);
-
-        if (strchr(s, ',') != NULL)
-            return GP_EINVAL;
-        rc = gp_buf_printf(out, "%s%s", i ? "," : "", s);
-    }
+    for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
+        rc = gp_buf_printf(out, "%s%d", i ? "," : "", pp[i].start_min);
+    rc = rc == GP_EOK ? gp_buf_puts(out, ";") : rc;
+    for (uint32_t i = 0; i < a->n && rc == GP_EOK; i++)
+        rc = gp_buf_printf(out, "%s%lld", i ? "," : "", (long long)pp[i].price_micros_per_kwh);
     return rc;
 }
 
@@ -211,194 +173,34 @@ set_prices(const gp_field *f, void *msg, const char *text)
     return GP_EOK;
 }
 
-static gp_err
-set_strings(const gp_field *f, void *msg, const char *text)
-{
-    gp_arr *a = (gp_arr *)((char *)msg + f->offset);
-    size_t  n = count_csv(text), w = f->elem_limit + 1;
-    char   *v;
-
-    if (n == 0)
-        return GP_EOK;
-    if (n > f->limit)
-        return GP_ETOOBIG;
-    v = calloc(n, w);
-    if (v == NULL)
-        return GP_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strcspn(text, ",");
-
-        snprintf(v + i * w, w, "%.*s", (int)len, text);
-        text += len + (text[len] == ',');
-    }
-    a->v = v;
-    a->n = (uint32_t)n;
-    return GP_EOK;
-}
-
 /* Fills msg from one result row whose columns follow the entity map. */
 static gp_err
 row_to_msg(const entity *e, const PGresult *res, int row, void *msg)
 {
-    const gp_msg_desc *d = e->desc;
-    char               err[GP_ERRBUF_LEN];
-    int                c = 0;
-    gp_err             rc = GP_EOK;
+    const gp_dbcol *bad = NULL;
+    gp_err          rc = gp_dbrow_to_msg(e->desc, e->cols, res, row, msg, &bad);
 
-    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++, c++) {
-        const char     *v = PQgetvalue(res, row, c);
-        int             fi = gp_msg_field_index(d, k->field);
-        const gp_field *f = &d->fields[fi];
-
-        if (k->flags & COL_PRICES)
-            rc = set_prices(f, msg, v);
-        else if (f->type == GP_T_ARR)
-            rc = set_strings(f, msg, v);
-        else
-            rc = gp_msg_set_text(d, msg, k->field, v, err, sizeof(err));
-        if (rc != GP_EOK)
-            GP_ERROR("row_decode_failed", "entity=%s field=%s value=\"%s\" code=%s", e->name,
-                     k->field, v, gp_err_name(rc));
+    if (rc != GP_EOK) {
+        int k = bad != NULL ? (int)(bad - e->cols) : 0;
+        GP_ERROR("row_decode_failed", "entity=%s field=%s value=\"%s\" code=%s", e->name,
+                 bad != NULL ? bad->field : "?", PQgetvalue(res, row, k), gp_err_name(rc));
     }
     return rc;
 }
 
-/* ---- SQL building -------------------------------------------------------------- */
-
-/* Parameters for one statement: text values kept in one buffer. */
-typedef struct params {
-    gp_buf      text;
-    size_t      off[GP_DB_MAX_PARAMS];
-    const char *v[GP_DB_MAX_PARAMS];
-    int         n;
-} params;
-
-static gp_err
-param_add(params *p, const char *s)
-{
-    if (p->n >= GP_DB_MAX_PARAMS)
-        return GP_ETOOBIG;
-    p->off[p->n++] = p->text.n;
-    return gp_buf_append(&p->text, s, strlen(s) + 1);
-}
-
-static gp_err
-param_field(params *p, const gp_field *f, const col *c, const void *msg)
-{
-    gp_buf tmp;
-    gp_err rc;
-
-    gp_buf_init(&tmp, 0);
-    rc = field_text(f, c, msg, &tmp);
-    if (rc == GP_EOK)
-        rc = param_add(p, tmp.p ? tmp.p : "");
-    gp_buf_fini(&tmp);
-    return rc;
-}
-
-static const char *const *
-param_values(params *p)
-{
-    for (int i = 0; i < p->n; i++)
-        p->v[i] = p->text.p + p->off[i];
-    return p->v;
-}
+/* The SQL builders of this file work on gp/dbrow.h's parameters. */
+typedef gp_dbparams params;
 
 static gp_err
 select_list(const entity *e, gp_buf *sql)
 {
-    gp_err rc = GP_EOK;
-    int    i = 0;
-
-    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++, i++)
-        rc = gp_buf_printf(sql, "%s%s", i ? ", " : "", k->read);
-    return rc;
+    return gp_dbrow_select(e->cols, sql);
 }
 
-/* Create writes what was given plus the required fields; update writes
- * what was given, except required fields left empty: they are on the wire
- * only because required fields always are. */
-static bool
-wanted(const gp_msg_desc *d, const void *msg, int fi, bool update)
-{
-    const gp_field *f = &d->fields[fi];
-    uint64_t        has = *(const uint64_t *)msg;
-    bool            required = (f->flags & GP_FF_REQUIRED) != 0;
-
-    if (!update)
-        return required || ((has >> fi) & 1u);
-    if (required && f->type == GP_T_STR && *((const char *)msg + f->offset) == '\0')
-        return false;
-    return (has >> fi) & 1u;
-}
-
-/* The power price schedule travels as "0,420;180000,250000" in one
- * parameter and lands in two array columns. */
-static gp_err
-prices_sql(bool update, int n, gp_buf *cols, gp_buf *vals)
-{
-    static const char starts[] =
-        "coalesce(string_to_array(NULLIF(split_part($%d, ';', 1), ''), ',')::int[], '{}')";
-    static const char prices[] =
-        "coalesce(string_to_array(NULLIF(split_part($%d, ';', 2), ''), ',')::bigint[], '{}')";
-    gp_err rc;
-
-    if (update) {
-        rc = gp_buf_printf(vals, "%spower_start_min = ", vals->n ? ", " : "");
-        rc = rc ? rc : gp_buf_printf(vals, starts, n);
-        rc = rc ? rc : gp_buf_puts(vals, ", power_price_micros = ");
-        return rc ? rc : gp_buf_printf(vals, prices, n);
-    }
-    rc = gp_buf_puts(cols, ", power_start_min, power_price_micros");
-    rc = rc ? rc : gp_buf_puts(vals, ", ");
-    rc = rc ? rc : gp_buf_printf(vals, starts, n);
-    rc = rc ? rc : gp_buf_puts(vals, ", ");
-    return rc ? rc : gp_buf_printf(vals, prices, n);
-}
-
-/* INSERT ... RETURNING, or UPDATE ... WHERE id = $1 RETURNING. */
 static gp_err
 build_write(const entity *e, const void *msg, bool update, gp_buf *sql, params *p)
 {
-    gp_buf cols, vals;
-    gp_err rc = param_add(p, (const char *)msg + e->desc->fields[0].offset);   /* id is field 0 */
-
-    gp_buf_init(&cols, 0);
-    gp_buf_init(&vals, 0);
-    for (const col *k = e->cols; k->field != NULL && rc == GP_EOK; k++) {
-        int fi = gp_msg_field_index(e->desc, k->field);
-
-        if ((k->flags & (COL_RO | COL_KEY)) || !wanted(e->desc, msg, fi, update))
-            continue;
-        if (k->flags & COL_PRICES) {
-            rc = param_field(p, &e->desc->fields[fi], k, msg);
-            rc = rc ? rc : prices_sql(update, p->n, &cols, &vals);
-            continue;
-        }
-        rc = param_field(p, &e->desc->fields[fi], k, msg);
-        if (rc != GP_EOK)
-            break;
-        if (update) {
-            rc = gp_buf_printf(&vals, "%s%s = ", vals.n ? ", " : "", k->write);
-            rc = rc ? rc : gp_buf_printf(&vals, k->cast, p->n);
-        } else {
-            rc = gp_buf_printf(&cols, ", %s", k->write);
-            rc = rc ? rc : gp_buf_puts(&vals, ", ");
-            rc = rc ? rc : gp_buf_printf(&vals, k->cast, p->n);
-        }
-    }
-    if (rc == GP_EOK && update && vals.n == 0)
-        rc = GP_EINVAL;
-    if (rc == GP_EOK && update)
-        rc = gp_buf_printf(sql, "UPDATE %s t SET %s WHERE id = $1 RETURNING ", e->table, vals.p);
-    else if (rc == GP_EOK)
-        rc = gp_buf_printf(sql, "INSERT INTO %s AS t (id%s) VALUES ($1%s) RETURNING ", e->table,
-                           cols.p ? cols.p : "", vals.p ? vals.p : "");
-    if (rc == GP_EOK)
-        rc = select_list(e, sql);
-    gp_buf_fini(&cols);
-    gp_buf_fini(&vals);
-    return rc;
+    return gp_dbrow_write(e->table, e->desc, e->cols, msg, update, sql, p);
 }
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -551,7 +353,7 @@ op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
 static gp_err
 run(op *o, const char *sql, params *p)
 {
-    gp_err rc = gp_db_query(gp_app_db(gp_req_app(o->req)), sql, p->n, param_values(p), 0,
+    gp_err rc = gp_db_query(gp_app_db(gp_req_app(o->req)), sql, p->n, gp_dbparams_values(p), 0,
                             op_done, o);
 
     if (rc != GP_EOK) {
@@ -644,8 +446,7 @@ on_write(gp_req *req, const void *in, void *out)
     if (rc != GP_EOK)
         return rc;
     gp_buf_init(&sql, 0);
-    gp_buf_init(&p.text, 0);
-    p.n = 0;
+    gp_dbparams_init(&p);
     rc = build_write(e, in, update, &sql, &p);
     if (rc == GP_EINVAL && update)
         rc = gp_req_fail(req, GP_EINVAL, "nothing to update: set at least one field");
@@ -653,7 +454,7 @@ on_write(gp_req *req, const void *in, void *out)
     if (rc == GP_EOK)
         rc = o ? run(o, sql.p, &p) : GP_ENOMEM;
     gp_buf_fini(&sql);
-    gp_buf_fini(&p.text);
+    gp_dbparams_fini(&p);
     return rc;
 }
 
@@ -664,7 +465,7 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
     const entity         *e = entity_of(req);
     bool                  del = verb_is(req, "delete");
     gp_buf                sql;
-    params                p = {.n = 0};
+    params                p;
     op                   *o;
     gp_err                rc;
 
@@ -672,7 +473,7 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
     if (!registry_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid id", q->id);
     gp_buf_init(&sql, 0);
-    gp_buf_init(&p.text, 0);
+    gp_dbparams_init(&p);
     if (del) {
         rc = gp_buf_printf(&sql, "DELETE FROM %s WHERE id = $1 RETURNING id", e->table);
     } else {
@@ -680,12 +481,12 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
         rc = rc ? rc : select_list(e, &sql);
         rc = rc ? rc : gp_buf_printf(&sql, " FROM %s t WHERE id = $1", e->table);
     }
-    rc = rc ? rc : param_add(&p, q->id);
+    rc = rc ? rc : gp_dbparams_add(&p, q->id);
     o = rc == GP_EOK ? op_new(req, q->id) : NULL;
     if (rc == GP_EOK)
         rc = o ? run(o, sql.p, &p) : GP_ENOMEM;
     gp_buf_fini(&sql);
-    gp_buf_fini(&p.text);
+    gp_dbparams_fini(&p);
     return rc;
 }
 
@@ -765,10 +566,10 @@ list_sql(const entity *e, const msg_list_request *q, int limit, gp_buf *sql, par
                  e->filters[i]);
         if (*filter_value(q, field) == '\0')
             continue;
-        rc = param_add(p, filter_value(q, field));
+        rc = gp_dbparams_add(p, filter_value(q, field));
         rc = rc ? rc : gp_buf_printf(sql, " AND %s = $%d", column, p->n);
     }
-    rc = rc ? rc : param_add(p, q->after);
+    rc = rc ? rc : gp_dbparams_add(p, q->after);
     rc = rc ? rc : gp_buf_printf(sql, ") x WHERE id > $%d ORDER BY id LIMIT %d", p->n, limit);
     return rc;
 }
@@ -781,18 +582,18 @@ on_list(gp_req *req, const void *in, void *out)
     int                     max = (int)e->list_desc->fields[0].limit;
     int                     limit = q->limit == 0 || (int)q->limit > max ? max : (int)q->limit;
     gp_buf                  sql;
-    params                  p = {.n = 0};
+    params                  p;
     op                     *o;
     gp_err                  rc;
 
     (void)out;
     gp_buf_init(&sql, 0);
-    gp_buf_init(&p.text, 0);
+    gp_dbparams_init(&p);
     rc = list_sql(e, q, limit, &sql, &p);
     o = rc == GP_EOK ? op_new(req, "") : NULL;
     if (o != NULL) {
         o->limit = limit;
-        rc = gp_db_query(gp_app_db(gp_req_app(req)), sql.p, p.n, param_values(&p), 0, list_done, o);
+        rc = gp_db_query(gp_app_db(gp_req_app(req)), sql.p, p.n, gp_dbparams_values(&p), 0, list_done, o);
         if (rc != GP_EOK)
             free(o);
         else
@@ -801,7 +602,7 @@ on_list(gp_req *req, const void *in, void *out)
         rc = GP_ENOMEM;
     }
     gp_buf_fini(&sql);
-    gp_buf_fini(&p.text);
+    gp_dbparams_fini(&p);
     return rc;
 }
 

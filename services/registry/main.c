@@ -29,7 +29,7 @@ main(int argc, char **argv)
     if (code != GP_CFG_CONTINUE)
         return code;
     rc = gp_app_new("registry", REGISTRY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
-                    registry_migrate_sql, &app);
+                    registry_migrations, &app);
     if (rc == GP_EOK) {
         reg.app = app;
         reg.cfg = &cfg;

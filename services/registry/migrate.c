@@ -1,12 +1,20 @@
-/* migrate.c -- the registry's PostgreSQL schema.  Idempotent: it runs on
- * every new connection, where gp/db.h serializes it with an advisory lock.
+/* migrate.c -- the registry's PostgreSQL schema as ordered steps, applied
+ * by gp/db.h once each and recorded in gp_migrations (service
+ * 'registry').  A released step is never edited: a change is a new step
+ * at the end.
+ *
+ * Step 1 is the schema of the versions before gp_migrations existed,
+ * which ran it on every connection; it stays idempotent (IF NOT EXISTS,
+ * OR REPLACE) because it is also how such a database is adopted: it has
+ * the tables but no record, so step 1 runs, changes nothing and is
+ * recorded.  Steps after 1 run exactly once and need not be idempotent.
  *
  * Ids are NATS subject tokens, so the database refuses anything else, as
  * a second line behind the handlers' checks.  Money is bigint micro-units
  * of the row's currency. */
 #include "registry.h"
 
-const char registry_migrate_sql[] =
+static const char step1_sql[] =
     "CREATE TABLE IF NOT EXISTS tenants (\n"
     "  id text PRIMARY KEY CHECK (id ~ '^[A-Za-z0-9_-]{1,63}$'),\n"
     "  parent text REFERENCES tenants(id),\n"
@@ -82,3 +90,8 @@ const char registry_migrate_sql[] =
     "  JOIN nodes n ON n.site = s.id JOIN gpus g ON g.node = n.id\n"
     "  WHERE cardinality(p.models) = 0 OR g.model = ANY(p.models);\n"
 ;
+
+const gp_migration registry_migrations[] = {
+    {1, "initial schema", step1_sql},
+    GP_MIGRATION_END
+};

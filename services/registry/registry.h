@@ -22,7 +22,7 @@ typedef struct registry_cfg {
 } registry_cfg;
 
 extern const gp_cfg_opt registry_cfg_opts[];
-extern const char       registry_migrate_sql[];
+extern const gp_migration registry_migrations[];   /* migrate.c */
 
 /* A node state change waiting to be written to PostgreSQL. */
 typedef struct state_change {

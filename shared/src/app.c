@@ -140,6 +140,7 @@ struct gp_app {
     gp_route             health_route;
     bool                 stopping;
     bool                 closing;
+    gp_err               exit_rc;      /* what gp_app_run returns: a refused start */
     uint64_t            *m_inflight_rejects;
     double              *m_inflight, *m_up_nats, *m_up_redis, *m_up_pg;
     uint64_t            *m_bus_dropped, *m_bus_reconnects, *m_kv_timeouts, *m_kv_reconnects;
@@ -823,8 +824,20 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     gp_app_stop(app);
 }
 
+/* The database's schema is newer than this build (gp/db.h): stop. */
+static void
+on_db_refused(void *arg, gp_err err, const char *detail)
+{
+    gp_app *app = arg;
+
+    (void)detail;                           /* db.c logged it (pg_schema_refused) */
+    GP_ERROR("start_refused", "code=%s", gp_err_name(err));
+    app->exit_rc = err;
+    gp_app_stop(app);
+}
+
 static gp_err
-connect_deps(gp_app *app, const char *migrate_sql)
+connect_deps(gp_app *app, const gp_migration *migrations)
 {
     const gp_common_cfg *c = &app->cfg;
     gp_bus_opts bo = {.url = c->nats_url, .name = app->instance,
@@ -842,7 +855,8 @@ connect_deps(gp_app *app, const char *migrate_sql)
     if (rc == GP_EOK && (app->needs & GP_NEED_PG)) {
         gp_db_opts dopt = {.conninfo = app->cfg.pg_conninfo, .pool_size = app->cfg.pg_pool,
                            .query_timeout_ms = app->cfg.pg_timeout_ms,
-                           .migrate_sql = migrate_sql};
+                           .migrations = migrations, .service = app->service,
+                           .fail_cb = on_db_refused, .fail_arg = app};
         rc = gp_db_new(app->loop, &dopt, NULL, NULL, &app->db);
     }
     if (rc == GP_EOK && app->cfg.http_port >= 0) {
@@ -854,7 +868,7 @@ connect_deps(gp_app *app, const char *migrate_sql)
 
 gp_err
 gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, unsigned needs,
-           const char *migrate_sql, gp_app **out)
+           const gp_migration *migrations, gp_app **out)
 {
     gp_app *app = calloc(1, sizeof(*app));
     char    host[64] = "localhost";
@@ -884,7 +898,7 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
     }
     register_metrics(app);
     gp_metrics_on_collect(app->metrics, collect, app);
-    rc = connect_deps(app, migrate_sql);
+    rc = connect_deps(app, migrations);
     if (rc != GP_EOK) {
         GP_ERROR("start_failed", "code=%s", gp_err_name(rc));
         gp_app_free(app);
@@ -1432,7 +1446,7 @@ gp_app_run(gp_app *app)
     }
     ev_run(app->loop, 0);
     GP_INFO("stopped", "instance=%s", app->instance);
-    return GP_EOK;
+    return app->exit_rc;
 }
 
 void

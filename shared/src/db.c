@@ -2,15 +2,22 @@
  *
  * Each pooled connection is a small state machine:
  *
- *   WAIT --timer--> CONNECTING --poll OK--> [MIGRATING] --> READY <--> BUSY
- *     ^                 |                      |              |        |
- *     +---- break (PQfinish, backoff) ---------+--------------+--------+
+ *                                         +-> MIGRATING ---+
+ *   WAIT --timer--> CONNECTING --poll OK--+                 +--> READY <--> BUSY
+ *     ^                 |                 +-> SCHEMA_WAIT --+      |         |
+ *     +---- break (PQfinish, backoff) -----------------------------+---------+
  *
  * CONNECTING is PQconnectStart + PQconnectPoll driven by an ev_io on
  * PQsocket (fd and direction re-armed at every step) under a deadline.
- * MIGRATING runs the migration script (simple protocol, several statements,
- * one implicit transaction holding an advisory lock so that concurrent
- * migrations from other connections and processes queue up).  READY
+ * Until the service's schema is migrated, the first connection up is the
+ * migrator (MIGRATING, one round trip per phase, simple protocol, each
+ * under a deadline): LOCK (session advisory lock, gp_migrations created if
+ * missing, recorded versions read), one STEP per missing version (the
+ * step's SQL and its gp_migrations row in one implicit transaction), then
+ * UNLOCK.  Connections coming up meanwhile wait (SCHEMA_WAIT, socket
+ * watched so a close is noticed); when the migrator breaks one of them
+ * takes over, starting again from LOCK.  Once migrated, connections go
+ * straight to READY, also after reconnects.  READY
  * connections are in pipeline mode: a job (one statement, or BEGIN, the
  * statements and COMMIT) is sent as one pipeline closed by a Sync, so a
  * transaction costs one round trip.  After the Sync, a connection left
@@ -41,22 +48,31 @@
 #define DB_MAX_POOL            64
 #define DB_DEFAULT_POOL        2
 #define DB_DEFAULT_TIMEOUT_MS  5000
-/* Connect plus migration; libpq's connect_timeout only applies to the
+/* Connect (migrations have their own deadline); libpq's connect_timeout only applies to the
  * blocking calls we never make. */
 #define DB_CONNECT_TIMEOUT_MS  10000
 /* A ROLLBACK after a failed transaction. */
 #define DB_CLEANUP_TIMEOUT_MS  5000
-/* Advisory lock key serializing migrations across connections/processes. */
+/* Advisory lock key serializing migrations across connections/processes
+ * (the same key the unversioned migrations of the previous version took). */
 #define DB_MIGRATE_LOCK_KEY    7453010373645655553LL   /* "gpdbmig\1" */
+#define DB_MIGRATE_TIMEOUT_MS  60000
 
 typedef enum conn_state {
     CS_WAIT,            /* no connection; timer = backoff */
     CS_CONNECTING,      /* PQconnectPoll; timer = deadline */
-    CS_MIGRATING,       /* migration script in flight; timer = deadline */
+    CS_MIGRATING,       /* the migrator: a migration phase in flight; timer = deadline */
+    CS_SCHEMA_WAIT,     /* connected, waiting for the migrator */
     CS_READY,           /* idle, pipeline mode */
     CS_BUSY,            /* job in flight */
     CS_CLEANUP          /* ROLLBACK in flight; timer = deadline */
 } conn_state;
+
+typedef enum mig_phase {
+    MP_LOCK,            /* lock, create gp_migrations, read the recorded versions */
+    MP_STEP,            /* one step and its record */
+    MP_UNLOCK
+} mig_phase;
 
 typedef struct db_stmt {
     char  *blob;        /* one allocation: params array, sql, params */
@@ -108,7 +124,19 @@ typedef struct db_conn {
 struct gp_db {
     struct ev_loop *loop;
     char           *conninfo;
-    char           *migrate;       /* lock + script, or NULL */
+    char            service[GP_MAX_ID + 1];
+    gp_migration   *steps;         /* copy of opts->migrations */
+    int             nsteps;
+    unsigned        mig_timeout_ms;
+    bool            schema_ok;     /* migrated (or nothing to migrate) */
+    db_conn        *migrator;      /* the connection migrating, or NULL */
+    mig_phase       phase;
+    int             next_step;     /* index into steps */
+    PGresult       *recorded;      /* MP_LOCK: the recorded versions */
+    gp_err          refused;       /* gave up for good */
+    char            refusal[GP_ERRBUF_LEN];
+    gp_db_fail_cb  *fail_cb;
+    void           *fail_arg;
     unsigned        pool_size;
     unsigned        timeout_ms;
     gp_db_conn_cb  *conn_cb;
@@ -128,6 +156,7 @@ static void conn_start(db_conn *c);
 static void conn_break(db_conn *c, const char *why, bool fast);
 static void db_dispatch(gp_db *db);
 static void db_destroy(gp_db *db);
+static void mig_takeover(gp_db *db);
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -476,8 +505,14 @@ conn_break(db_conn *c, const char *why, bool fast)
     gp_db  *db = c->db;
     db_job *job = c->job;
     bool    was_up = c->up;
+    bool    was_migrator = db->migrator == c;
     char    detail[GP_ERRBUF_LEN], logd[GP_ERRBUF_LEN];
 
+    if (was_migrator) {
+        db->migrator = NULL;
+        PQclear(db->recorded);
+        db->recorded = NULL;
+    }
     clean_text(detail, sizeof(detail), why, false);
     clean_text(logd, sizeof(logd), why, true);
     c->job = NULL;
@@ -507,6 +542,8 @@ conn_break(db_conn *c, const char *why, bool fast)
         ev_timer_set(&c->timer, fast ? 0. : gp_backoff_next_ms(&c->backoff) / 1000.0, 0.);
         ev_timer_start(db->loop, &c->timer);
     }
+    if (was_migrator && !db->closing)
+        mig_takeover(db);
     if (was_up && db->nready == 0 && db->conn_cb != NULL && !db->closing)
         db->conn_cb(db->conn_arg, false);
     if (job != NULL) {
@@ -541,6 +578,253 @@ conn_ready(db_conn *c)
     db_dispatch(db);
 }
 
+
+/* ---- migrations ------------------------------------------------------- */
+
+/* Sends one migration phase's text (simple protocol: several statements,
+ * one implicit transaction) under the migration deadline.  Never calls
+ * user callbacks: a failure breaks the connection at the next loop
+ * iteration. */
+static void
+mig_send(db_conn *c, const char *sql)
+{
+    c->mig_failed = false;
+    c->detail[0] = '\0';
+    conn_deadline(c, c->db->mig_timeout_ms);
+    if (!PQsendQuery(c->pg, sql) || !conn_flush(c))
+        conn_fail_later(c);
+}
+
+/* Takes the lock (waiting server-side for another instance's migration),
+ * makes sure the table exists and reads what is recorded.  The service
+ * name is a checked token, safe to inline. */
+static void
+mig_begin(db_conn *c)
+{
+    gp_db *db = c->db;
+    char   sql[1024];
+
+    db->migrator = c;
+    db->phase = MP_LOCK;
+    c->state = CS_MIGRATING;
+    snprintf(sql, sizeof(sql),
+             "SELECT pg_advisory_lock(%lld);\n"
+             "CREATE TABLE IF NOT EXISTS gp_migrations (\n"
+             "  service text NOT NULL,\n"
+             "  version int NOT NULL CHECK (version > 0),\n"
+             "  name text NOT NULL,\n"
+             "  applied_at timestamptz NOT NULL DEFAULT now(),\n"
+             "  PRIMARY KEY (service, version));\n"
+             "SELECT version, name FROM gp_migrations WHERE service = '%s' ORDER BY version",
+             (long long)DB_MIGRATE_LOCK_KEY, db->service);
+    mig_send(c, sql);
+}
+
+/* The migrator broke: a waiting connection starts again from the lock. */
+static void
+mig_takeover(gp_db *db)
+{
+    for (unsigned i = 0; i < db->pool_size && db->migrator == NULL; i++)
+        if (db->conns[i].state == CS_SCHEMA_WAIT && !db->conns[i].fail_pending)
+            mig_begin(&db->conns[i]);
+}
+
+/* Sends step db->next_step with the INSERT recording it. */
+static void
+mig_step(db_conn *c)
+{
+    gp_db              *db = c->db;
+    const gp_migration *m = &db->steps[db->next_step];
+    char               *name = PQescapeLiteral(c->pg, m->name, strlen(m->name));
+    char               *sql = NULL;
+    size_t              n = 0;
+    char                logn[GP_ERRBUF_LEN];
+
+    if (name != NULL) {
+        n = strlen(m->sql) + strlen(name) + GP_MAX_ID + 128;
+        sql = malloc(n);
+    }
+    if (sql == NULL) {
+        PQfreemem(name);
+        conn_break(c, "out of memory", false);
+        return;
+    }
+    /* The newline ends a trailing -- comment of the step. */
+    snprintf(sql, n, "%s\n;\nINSERT INTO gp_migrations (service, version, name) VALUES ('%s', %d, %s)",
+             m->sql, db->service, m->version, name);
+    PQfreemem(name);
+    clean_text(logn, sizeof(logn), m->name, true);
+    GP_INFO("pg_migrate_step", "conn=%u service=%s version=%d name=\"%s\"", c->idx, db->service,
+            m->version, logn);
+    db->phase = MP_STEP;
+    mig_send(c, sql);
+    free(sql);
+}
+
+/* For good: every connection closed, nothing reconnects, the queue and
+ * later queries fail with err. */
+static void
+db_refuse(gp_db *db, gp_err err, const char *detail)
+{
+    char logd[GP_ERRBUF_LEN];
+
+    clean_text(db->refusal, sizeof(db->refusal), detail, false);
+    clean_text(logd, sizeof(logd), detail, true);
+    GP_ERROR("pg_schema_refused", "service=%s err=%s detail=\"%s\"", db->service,
+             gp_err_name(err), logd);
+    db->refused = err;
+    db->migrator = NULL;
+    PQclear(db->recorded);
+    db->recorded = NULL;
+    for (unsigned i = 0; i < db->pool_size; i++) {
+        db_conn *c = &db->conns[i];
+        ev_io_stop(db->loop, &c->io);
+        ev_timer_stop(db->loop, &c->timer);
+        c->io_fd = -1;
+        c->fail_pending = false;
+        if (c->pg != NULL)
+            PQfinish(c->pg);
+        c->pg = NULL;
+        c->state = CS_WAIT;
+    }
+    while (db->qhead != NULL) {
+        db_job *job = db->qhead;
+        queue_remove(db, job);
+        job_finish(job, err, db->refusal);
+    }
+    if (db->fail_cb != NULL && !db->closing)
+        db->fail_cb(db->fail_arg, err, db->refusal);
+}
+
+static const gp_migration *
+known_step(const gp_db *db, int version)
+{
+    for (int i = 0; i < db->nsteps; i++)
+        if (db->steps[i].version == version)
+            return &db->steps[i];
+    return NULL;
+}
+
+/* Compares what the database records with the known steps.  false: the
+ * database was refused. */
+static bool
+mig_check(gp_db *db, const PGresult *r)
+{
+    int  newest = db->nsteps > 0 ? db->steps[db->nsteps - 1].version : 0;
+    char why[GP_ERRBUF_LEN];
+
+    db->st.schema_version = 0;
+    for (int row = 0; r != NULL && row < PQntuples(r); row++) {
+        int                 v = atoi(PQgetvalue(r, row, 0));
+        const char         *name = PQgetvalue(r, row, 1);
+        const gp_migration *m = known_step(db, v);
+
+        if (v > newest) {
+            snprintf(why, sizeof(why),
+                     "database has %s schema version %d, this build knows up to version %d: "
+                     "run a newer build",
+                     db->service, v, newest);
+            db_refuse(db, GP_ECONFLICT, why);
+            return false;
+        }
+        if (m != NULL && strcmp(m->name, name) != 0) {
+            snprintf(why, sizeof(why),
+                     "database has %s schema version %d named '%.60s', this build's version %d "
+                     "is '%.60s'",
+                     db->service, v, name, v, m->name);
+            db_refuse(db, GP_ECONFLICT, why);
+            return false;
+        }
+        if (v > db->st.schema_version)
+            db->st.schema_version = v;
+    }
+    db->next_step = 0;
+    while (db->next_step < db->nsteps && db->steps[db->next_step].version <= db->st.schema_version)
+        db->next_step++;
+    return true;
+}
+
+/* The schema is current: the migrator and every waiting connection turn
+ * ready (conn_ready may call conn_cb, which may free the pool: deferred by
+ * db->depth, and db->closing stops the rest). */
+static void
+mig_done(db_conn *c)
+{
+    gp_db *db = c->db;
+
+    db->schema_ok = true;
+    db->migrator = NULL;
+    GP_INFO("pg_schema", "service=%s version=%d applied=%u", db->service, db->st.schema_version,
+            db->st.migrations_applied);
+    conn_ready(c);
+    for (unsigned i = 0; i < db->pool_size && !db->closing; i++)
+        if (db->conns[i].state == CS_SCHEMA_WAIT && !db->conns[i].fail_pending)
+            conn_ready(&db->conns[i]);
+}
+
+/* One migration phase's results are all in. */
+static void
+mig_phase_done(db_conn *c)
+{
+    gp_db *db = c->db;
+    char   logd[GP_ERRBUF_LEN];
+
+    if (c->mig_failed) {
+        clean_text(logd, sizeof(logd), c->detail, true);
+        if (db->phase == MP_STEP)
+            GP_ERROR("pg_migrate_failed", "conn=%u service=%s version=%d err=INTERNAL detail=\"%s\"",
+                     c->idx, db->service, db->steps[db->next_step].version, logd);
+        else
+            GP_ERROR("pg_migrate_failed", "conn=%u service=%s err=INTERNAL detail=\"%s\"", c->idx,
+                     db->service, logd);
+        conn_break(c, c->detail, false);
+        return;
+    }
+    if (db->phase == MP_LOCK) {
+        bool ok = mig_check(db, db->recorded);
+        PQclear(db->recorded);
+        db->recorded = NULL;
+        if (!ok)
+            return;
+    } else if (db->phase == MP_STEP) {
+        db->st.schema_version = db->steps[db->next_step].version;
+        db->st.migrations_applied++;
+        db->next_step++;
+    } else {
+        mig_done(c);
+        return;
+    }
+    if (db->next_step < db->nsteps) {
+        mig_step(c);
+        return;
+    }
+    db->phase = MP_UNLOCK;
+    {
+        char sql[64];
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(%lld)", (long long)DB_MIGRATE_LOCK_KEY);
+        mig_send(c, sql);
+    }
+}
+
+/* One result of a migration phase: the first error is kept; in MP_LOCK
+ * the last rows are the recorded versions. */
+static void
+mig_result(db_conn *c, PGresult *r)
+{
+    gp_db *db = c->db;
+
+    if (PQresultStatus(r) == PGRES_FATAL_ERROR && !c->mig_failed) {
+        c->mig_failed = true;
+        result_detail(c->detail, sizeof(c->detail), r);
+    }
+    if (db->phase == MP_LOCK && PQresultStatus(r) == PGRES_TUPLES_OK && PQnfields(r) == 2) {
+        PQclear(db->recorded);
+        db->recorded = r;
+        return;
+    }
+    PQclear(r);
+}
+
 static void
 conn_connected(db_conn *c)
 {
@@ -550,14 +834,18 @@ conn_connected(db_conn *c)
         conn_break(c, PQerrorMessage(c->pg), false);
         return;
     }
-    if (db->migrate == NULL) {
+    if (db->schema_ok) {
         conn_ready(c);
         return;
     }
-    c->state = CS_MIGRATING;
-    c->mig_failed = false;
-    if (!PQsendQuery(c->pg, db->migrate) || !conn_flush(c))
-        conn_break(c, PQerrorMessage(c->pg), false);
+    ev_timer_stop(db->loop, &c->timer);
+    c->state = CS_SCHEMA_WAIT;
+    if (!conn_watch(c, EV_READ)) {
+        conn_break(c, "no socket", false);
+        return;
+    }
+    if (db->migrator == NULL)
+        mig_begin(c);
 }
 
 static void
@@ -689,19 +977,6 @@ conn_done(db_conn *c)
     db_dispatch(db);
 }
 
-static void
-conn_migrated(db_conn *c)
-{
-    if (c->mig_failed) {
-        char logd[GP_ERRBUF_LEN];
-        clean_text(logd, sizeof(logd), c->detail, true);
-        GP_ERROR("pg_migrate_failed", "conn=%u err=INTERNAL detail=\"%s\"", c->idx, logd);
-        conn_break(c, c->detail, false);
-        return;
-    }
-    conn_ready(c);
-}
-
 /* Reads every complete result. */
 static void
 conn_drain(db_conn *c)
@@ -712,7 +987,7 @@ conn_drain(db_conn *c)
         PGresult *r = PQgetResult(c->pg);
         if (r == NULL) {
             if (c->state == CS_MIGRATING) {
-                conn_migrated(c);
+                mig_phase_done(c);
                 return;
             }
             if (++nulls >= 2)               /* idle */
@@ -722,11 +997,7 @@ conn_drain(db_conn *c)
         nulls = 0;
         switch (c->state) {
         case CS_MIGRATING:
-            if (PQresultStatus(r) == PGRES_FATAL_ERROR && !c->mig_failed) {
-                c->mig_failed = true;
-                result_detail(c->detail, sizeof(c->detail), r);
-            }
-            PQclear(r);
+            mig_result(c, r);
             break;
         case CS_BUSY:
         case CS_CLEANUP:
@@ -799,14 +1070,53 @@ conn_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         conn_break(c, c->detail[0] ? c->detail : "send failed", false);
     else if (c->state == CS_WAIT)
         conn_start(c);
-    else if (c->state == CS_CONNECTING || c->state == CS_MIGRATING)
+    else if (c->state == CS_CONNECTING)
         conn_break(c, "connect timeout", false);
+    else if (c->state == CS_MIGRATING)
+        conn_break(c, "migration timeout", false);
     else if (c->state == CS_CLEANUP)
         conn_break(c, "rollback timeout", false);
     db_leave(db);
 }
 
 /* ---- API -------------------------------------------------------------- */
+
+static bool
+token_ok(const char *s)
+{
+    size_t n = 0;
+
+    for (; s != NULL && s[n] != '\0'; n++)
+        if (!(s[n] == '-' || s[n] == '_' || (s[n] >= '0' && s[n] <= '9') ||
+              (s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z')))
+            return false;
+    return n >= 1 && n <= GP_MAX_ID;
+}
+
+/* The number of steps, or -1 (logged) when they are not usable: versions
+ * must start at 1 or later and grow, every step needs a name and SQL. */
+static int
+check_steps(const gp_db_opts *o)
+{
+    int n = 0, prev = 0;
+
+    if (o->migrations == NULL)
+        return 0;
+    if (!token_ok(o->service)) {
+        GP_ERROR("pg_migrations_bad", "err=INVAL detail=\"service name must be 1-63 of [A-Za-z0-9_-]\"");
+        return -1;
+    }
+    for (const gp_migration *m = o->migrations; m->sql != NULL || m->name != NULL; m++, n++) {
+        if (m->version <= prev || m->name == NULL || m->sql == NULL) {
+            GP_ERROR("pg_migrations_bad", "service=%s index=%d version=%d err=INVAL "
+                     "detail=\"versions must grow from 1, each step needs a name and SQL\"",
+                     o->service, n, m->version);
+            return -1;
+        }
+        prev = m->version;
+    }
+    return n;
+}
 
 gp_err
 gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, void *conn_arg,
@@ -816,6 +1126,7 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
     char             *errmsg = NULL;
     gp_db            *db;
     unsigned          pool;
+    int               nsteps;
 
     if (out != NULL)
         *out = NULL;
@@ -824,6 +1135,8 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
     pool = opts->pool_size ? opts->pool_size : DB_DEFAULT_POOL;
     if (pool > DB_MAX_POOL)
         return GP_ERANGE;
+    if ((nsteps = check_steps(opts)) < 0)
+        return GP_EINVAL;
     ci = PQconninfoParse(opts->conninfo, &errmsg);
     if (ci == NULL) {
         char logd[GP_ERRBUF_LEN];
@@ -846,18 +1159,21 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
     db->conn_arg = conn_arg;
     db->conninfo = strdup(opts->conninfo);
     db->conns = calloc(pool, sizeof(*db->conns));
-    if (opts->migrate_sql != NULL) {
-        size_t n = strlen(opts->migrate_sql) + 64;
-        db->migrate = malloc(n);
-        if (db->migrate != NULL)
-            snprintf(db->migrate, n, "SELECT pg_advisory_xact_lock(%lld);\n%s",
-                     (long long)DB_MIGRATE_LOCK_KEY, opts->migrate_sql);
+    db->fail_cb = opts->fail_cb;
+    db->fail_arg = opts->fail_arg;
+    db->mig_timeout_ms = opts->migrate_timeout_ms ? opts->migrate_timeout_ms : DB_MIGRATE_TIMEOUT_MS;
+    db->schema_ok = opts->migrations == NULL;
+    if (opts->migrations != NULL) {
+        snprintf(db->service, sizeof(db->service), "%s", opts->service);
+        db->nsteps = nsteps;
+        db->steps = calloc((size_t)nsteps + 1, sizeof(*db->steps));
+        if (db->steps != NULL)
+            memcpy(db->steps, opts->migrations, (size_t)nsteps * sizeof(*db->steps));
     }
-    if (db->conninfo == NULL || db->conns == NULL ||
-        (opts->migrate_sql != NULL && db->migrate == NULL)) {
+    if (db->conninfo == NULL || db->conns == NULL || (opts->migrations != NULL && db->steps == NULL)) {
         free(db->conninfo);
         free(db->conns);
-        free(db->migrate);
+        free(db->steps);
         free(db);
         return GP_ENOMEM;
     }
@@ -916,8 +1232,9 @@ db_destroy(gp_db *db)
         fail = job->next;
         job_finish(job, GP_EUNAVAIL, "database client closed");
     }
+    PQclear(db->recorded);
     free(db->conninfo);
-    free(db->migrate);
+    free(db->steps);
     free(db->conns);
     free(db);
 }
@@ -954,6 +1271,14 @@ gp_db_get_stats(const gp_db *db, gp_db_stats *out)
     out->connected = db->nready;
 }
 
+gp_err
+gp_db_refused(const gp_db *db, const char **detail)
+{
+    if (detail != NULL)
+        *detail = db != NULL && db->refused != GP_EOK ? db->refusal : "";
+    return db != NULL ? db->refused : GP_EINVAL;
+}
+
 static gp_err
 db_submit(gp_db *db, db_job *job, unsigned timeout_ms, gp_db_cb *cb, void *arg)
 {
@@ -961,6 +1286,8 @@ db_submit(gp_db *db, db_job *job, unsigned timeout_ms, gp_db_cb *cb, void *arg)
         return GP_EINVAL;
     if (db->closing)
         return GP_EUNAVAIL;
+    if (db->refused != GP_EOK)
+        return db->refused;
     if (db->qlen >= GP_DB_MAX_QUEUE)
         return GP_ETOOBIG;
     job->res = calloc((size_t)job->nstmts, sizeof(*job->res));
@@ -992,6 +1319,8 @@ gp_db_query(gp_db *db, const char *sql, int nparams, const char *const *params,
         return GP_EINVAL;
     if (db->closing)
         return GP_EUNAVAIL;
+    if (db->refused != GP_EOK)
+        return db->refused;
     if ((e = stmt_check(sql, nparams, params)) != GP_EOK)
         return e;
     if (db->qlen >= GP_DB_MAX_QUEUE)

@@ -108,9 +108,12 @@ typedef void gp_cron_fn(gp_app *app, void *arg);
 
 /* Creates the loop context and starts connecting to what `needs` lists
  * (connections come up in the background; the service runs meanwhile).
- * migrate_sql (may be NULL) runs on every new PostgreSQL connection. */
+ * migrations (may be NULL): the service's schema steps, applied under the
+ * service's name before PostgreSQL takes queries (gp/db.h); a database
+ * with a newer schema than the steps know stops the service and makes
+ * gp_app_run return CONFLICT. */
 gp_err gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg,
-                  unsigned needs, const char *migrate_sql, gp_app **out);
+                  unsigned needs, const gp_migration *migrations, gp_app **out);
 
 /* A periodic task with its own period and name (in logs and in the
  * metrics gp_task_runs_total, gp_task_seconds, gp_task_overruns_total
@@ -153,8 +156,9 @@ gp_err gp_app_bind(gp_app *app, const gp_route *table, const gp_param *params, v
 void   gp_app_unbind(gp_binding *b);
 
 /* Runs until SIGINT/SIGTERM or gp_app_stop, then drains in-flight
- * requests (up to drain-ms) and closes everything.  With --print-routes it
- * prints "route <service> <operation id> <subject pattern>" for every operation
+ * requests (up to drain-ms) and closes everything: GP_EOK, or CONFLICT
+ * when the database's schema was refused.  With --print-routes it prints
+ * "route <service> <operation id> <subject pattern>" for every operation
  * served, declared or bound, and returns at once. */
 gp_err gp_app_run(gp_app *app);
 void   gp_app_stop(gp_app *app);

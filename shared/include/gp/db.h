@@ -3,8 +3,26 @@
  * A small pool of connections, each with one query in flight; a bounded
  * queue of waiting queries; a deadline per query (on expiry the connection
  * is dropped and reopened, since PQcancel blocks); reconnect with capped
- * exponential backoff and jitter; an optional idempotent migration script
- * run on every new connection before it takes queries.
+ * exponential backoff and jitter; versioned schema migrations applied
+ * once, before the pool takes queries.
+ *
+ * Migrations.  A service lists its schema as ordered steps (version, name,
+ * SQL).  The first connection that comes up takes a session advisory lock
+ * (one key for every service, so two instances starting at once queue
+ * up), creates gp_migrations(service, version, name, applied_at) if
+ * missing, reads the service's recorded versions and applies each newer
+ * step in its own transaction: the step's SQL and the row recording it
+ * commit together, so a step is applied once or not at all and never
+ * re-run.  Then it unlocks and every pooled connection turns ready; the
+ * others wait meanwhile.  Queries submitted earlier wait in the queue.
+ * A failed step breaks the connection and is retried after the backoff.
+ * A database whose recorded version for the service is newer than the
+ * newest step known (a newer build migrated it), or whose recorded step
+ * carries another name than the known step of that version, is refused
+ * for good: one ERROR line (event pg_schema_refused, naming both
+ * versions), every connection closed, queued queries failed and later
+ * ones refused with CONFLICT, and fail_cb called once.  The check runs
+ * when the pool starts, not at reconnects.
  *
  * Never PQexec, never PQconnectdb: the loop never waits on the server.
  * All functions and callbacks: loop thread only. */
@@ -23,11 +41,33 @@ struct pg_result;                          /* PGresult from <libpq-fe.h> */
 typedef struct gp_db    gp_db;
 typedef struct gp_db_tx gp_db_tx;
 
+/* One schema step.  sql may hold several statements; they run in one
+ * transaction, so no BEGIN/COMMIT and nothing that refuses a transaction
+ * block (CREATE INDEX CONCURRENTLY, VACUUM).  A step, once released, is
+ * never edited or renumbered: a change is a new step. */
+typedef struct gp_migration {
+    int         version;                   /* 1, 2, 3...: strictly increasing */
+    const char *name;                      /* recorded with the version */
+    const char *sql;
+} gp_migration;
+
+#define GP_MIGRATION_END {0, NULL, NULL}
+
+/* The pool gave up for good (see Migrations above); once, loop thread. */
+typedef void gp_db_fail_cb(void *arg, gp_err err, const char *detail);
+
 typedef struct gp_db_opts {
-    const char *conninfo;                  /* libpq keyword/value string or URI */
-    unsigned    pool_size;                 /* 0 = 2 */
-    unsigned    query_timeout_ms;          /* default per query; 0 = 5000 */
-    const char *migrate_sql;               /* may be NULL; several statements allowed */
+    const char         *conninfo;          /* libpq keyword/value string or URI */
+    unsigned            pool_size;         /* 0 = 2 */
+    unsigned            query_timeout_ms;  /* default per query; 0 = 5000 */
+    /* Steps in version order, ended by GP_MIGRATION_END; NULL = none.  The
+     * array is copied, the strings are not (static text in practice). */
+    const gp_migration *migrations;
+    const char         *service;           /* with migrations: [A-Za-z0-9_-]{1,63} */
+    unsigned            migrate_timeout_ms;/* per migration round trip, lock wait
+                                            * included; 0 = 60000 */
+    gp_db_fail_cb      *fail_cb;           /* may be NULL */
+    void               *fail_arg;
 } gp_db_opts;
 
 /* Called exactly once per query/transaction, on the loop thread.
@@ -50,19 +90,25 @@ typedef struct gp_db_stats {
     uint64_t reconnects;
     uint32_t queued;
     uint32_t connected;                    /* pool connections ready */
+    int32_t  schema_version;               /* the service's version once migrated, else 0 */
+    uint32_t migrations_applied;           /* steps this pool applied */
 } gp_db_stats;
 
+/* INVAL: bad conninfo, migrations out of order or without a valid service. */
 gp_err gp_db_new(struct ev_loop *loop, const gp_db_opts *opts,
                  gp_db_conn_cb *conn_cb, void *conn_arg, gp_db **out);
 /* Closes every connection; queued and running queries get UNAVAIL.  NULL ok. */
 void   gp_db_free(gp_db *db);
 bool   gp_db_is_connected(const gp_db *db);  /* at least one ready connection */
 void   gp_db_get_stats(const gp_db *db, gp_db_stats *out);
+/* GP_EOK, or why the pool refused the database for good (CONFLICT);
+ * *detail (may be NULL) then says it in words. */
+gp_err gp_db_refused(const gp_db *db, const char **detail);
 
 /* Runs one parameterized statement (text parameters; NULL = SQL NULL).
- * Parameters are copied.  timeout_ms 0 = default.  UNAVAIL when no
- * connection is ready and none is coming; TOOBIG when the queue is full;
- * cb is not called then. */
+ * Parameters are copied.  timeout_ms 0 = default.  UNAVAIL when the pool
+ * is closing; CONFLICT when it refused the database; TOOBIG when the
+ * queue is full; cb is not called then. */
 gp_err gp_db_query(gp_db *db, const char *sql, int nparams, const char *const *params,
                    unsigned timeout_ms, gp_db_cb *cb, void *arg);
 

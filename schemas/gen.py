@@ -72,6 +72,15 @@ ASYNCAPI (standard AsyncAPI 3.0.0 request/reply with dynamic reply address):
   Addressed channels carry exactly one message (the request, or the event for
   publish-only subjects: no operation with a reply).  A reply message must not
   have an "error" object property (error replies are {"error": {...}}).
+  Every {parameter} is a whole subject token and is declared once with a
+  "description" and "examples" (subject tokens), plus an "enum" where the set
+  is closed (e.g. the service names of gp.int.health.{service}), so a client
+  in another language knows what to put there.
+  Every "receive" operation names the service(s) that serve it in
+  "x-gp-service" (one of the health channel's service enum, or "agent");
+  tests/unit/contract_drift_test.sh checks the services serve exactly these.
+  A channel with "x-gp-inbox": true is a reply inbox (where replies arrive):
+  addressed, with parameters, no messages of its own.
 
 OUTPUT (msg_gen.h), per message Title (snake = title_snake):
   typedef struct msg_<snake> { uint64_t has; <fields in schema order> } msg_<snake>;
@@ -79,7 +88,15 @@ OUTPUT (msg_gen.h), per message Title (snake = title_snake):
   enum { MSG_<SNAKE>_<FIELD>_<VALUE> = i, ... };   per enum field (or array of enum)
   extern const char *const msg_<snake>_<field>_names[];
   extern const gp_msg_desc msg_<snake>_desc;
-  #define GP_SUBJ_<CHANNEL_ID> "<address>"         per addressed channel
+  #define GP_SUBJ_<CHANNEL_ID> "<address>"         per addressed channel and inbox
+  #define GP_PAT_<CHANNEL_ID> "<pattern>"          the same, each {param} a "*"
+  #define MSG_<T>_<F>_MAXLEN / _MAXITEMS / _ITEM_MAXLEN / _MIN / _MAX
+                                                   each schema bound, named
+  extern const gp_op gp_op_<op>;  GP_OP_<OP>       per AsyncAPI operation (gp/op.h):
+                                                   pattern, parameters, request and
+                                                   reply descriptors, serving services
+  extern const gp_op gp_inbox_<ch>; GP_INBOX_<CH>  per inbox channel (no messages)
+  extern const gp_op *const gp_ops[];              every operation, ends NULL
   extern const msg_sample msg_all[];               {desc, sample}, ends {NULL, NULL}
   extern const msg_channel msg_channels[];         {id, address, request, reply}, ends NULL id
 """

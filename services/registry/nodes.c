@@ -444,7 +444,7 @@ on_node_delete(gp_req *req, const void *in, void *out)
 const gp_route registry_node_routes[] = {
     {"gp.node.*.*.register", &msg_node_register_desc, &msg_node_registered_desc, on_register,
      GP_R_QUEUE, 0},
-    {"gp.node.*.*.hb", &msg_heartbeat_desc, NULL, on_heartbeat, GP_R_QUEUE | GP_R_NOREPLY, 0},
+    {"gp.node.*.*.hb", &msg_heartbeat_desc, NULL, on_heartbeat, GP_R_QUEUE | GP_R_NOREPLY | GP_R_BULK, 0},
     {"gp.node.*.*.lease", &msg_lease_renew_desc, &msg_node_registered_desc, on_lease, GP_R_QUEUE, 0},
     {"gp.admin.node.get", &msg_id_request_desc, &msg_node_desc, on_node_get, GP_R_QUEUE, 0},
     {"gp.admin.node.list", &msg_list_request_desc, &msg_node_list_desc, on_node_list, GP_R_QUEUE, 0},

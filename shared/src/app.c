@@ -662,8 +662,9 @@ add_route(gp_app *app, const gp_route *r, const char *subject)
     rt->latency = gp_metrics_hist(app->metrics, "gp_request_seconds", labels, "Time from receipt to reply, by route");
     if (rt->calls == NULL || rt->errors == NULL || rt->latency == NULL)
         return GP_ETOOBIG;
-    rc = gp_bus_sub_new(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL, on_msg,
-                        rt, &rt->sub);
+    rc = gp_bus_sub_new_lane(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL,
+                             (r->flags & GP_R_BULK) ? GP_LANE_BULK : GP_LANE_CONTROL, on_msg,
+                             rt, &rt->sub);
     if (rc == GP_EOK)
         app->nroutes++;
     return rc;

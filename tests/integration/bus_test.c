@@ -8,6 +8,7 @@
 #include <ev.h>
 #include <nats/nats.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,159 @@ test_overflow(gp_bus *bus)
     T_EQ_INT(r.n, GP_MAX_INBOX);
     T_OK(r.off_loop == 0);
     gp_bus_sub_free(sub);
+}
+
+/* ---- lanes -------------------------------------------------------------- */
+
+/* A control message records how many bulk messages came before it. */
+typedef struct lane_rec { sub_rec *bulk; int n; int bulk_before_first; } lane_rec;
+
+static void
+lane_ctl_cb(void *arg, const gp_bus_msg *m)
+{
+    lane_rec *l = arg;
+
+    (void)m;
+    if (l->n++ == 0)
+        l->bulk_before_first = l->bulk->n;
+}
+
+/* A bulk flood past its lane's budget, queued while the loop is busy, then
+ * control messages: the bulk lane drops only its own overflow (counted per
+ * lane), no control message is lost, and the control messages are
+ * delivered before the bulk backlog (the loop drains control first). */
+static void
+test_lanes(gp_bus *bus)
+{
+    sub_rec      bulk = {0};
+    lane_rec     ctl = {.bulk = &bulk, .bulk_before_first = -1};
+    gp_bus_sub  *sb, *sc;
+    gp_bus_stats st0, st;
+    const int    extra = 2000, total = GP_MAX_INBOX_BULK + extra, nctl = 20;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.bulk", NULL, GP_LANE_BULK, rec_cb, &bulk, &sb) == GP_EOK);
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.ctl", NULL, GP_LANE_CONTROL, lane_ctl_cb, &ctl, &sc) == GP_EOK);
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.x", NULL, (gp_bus_lane)7, lane_ctl_cb, &ctl, &sc) == GP_EINVAL);
+    gp_bus_flush_blocking(bus, 2000);
+    gp_bus_get_stats(bus, &st0);
+    for (int i = 0; i < total; i++) {
+        gp_bus_pub(bus, "t.lane.bulk", NULL, "b", 1);
+        if (i % 5000 == 4999)
+            gp_bus_flush_blocking(bus, 10000);
+    }
+    for (int i = 0; i < nctl; i++)
+        gp_bus_pub(bus, "t.lane.ctl", NULL, "c", 1);
+    gp_bus_flush_blocking(bus, 10000);
+    for (int i = 0; i < 3000; i++) {
+        gp_bus_get_stats(bus, &st);
+        if (st.dropped_lane[GP_LANE_BULK] - st0.dropped_lane[GP_LANE_BULK] >= (uint64_t)extra)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);   /* the control ones, after */
+    gp_bus_get_stats(bus, &st);
+    T_EQ_INT(st.dropped_lane[GP_LANE_BULK] - st0.dropped_lane[GP_LANE_BULK], extra);
+    T_EQ_INT(st.dropped_lane[GP_LANE_CONTROL] - st0.dropped_lane[GP_LANE_CONTROL], 0);
+    T_EQ_INT(st.dropped - st0.dropped, extra);
+    RUN_UNTIL(bulk.n >= GP_MAX_INBOX_BULK && ctl.n >= nctl, 30);
+    T_EQ_INT(ctl.n, nctl);
+    T_EQ_INT(bulk.n, GP_MAX_INBOX_BULK);
+    T_OKM(ctl.bulk_before_first >= 0 && ctl.bulk_before_first < 512,
+          "control delivered ahead of a %d-message bulk backlog (after %d bulk)",
+          GP_MAX_INBOX_BULK, ctl.bulk_before_first);
+    gp_bus_sub_free(sb);
+    gp_bus_sub_free(sc);
+}
+
+/* ---- failing outstanding requests (shutdown) ------------------------------ */
+
+typedef struct retry_rec { gp_bus *bus; int calls; gp_err err; gp_err retry; } retry_rec;
+
+static void
+retry_cb(void *arg, gp_err err, const char *data, size_t len)
+{
+    retry_rec *r = arg;
+
+    (void)data;
+    (void)len;
+    r->calls++;
+    r->err = err;
+    /* A callback that retries at once must be refused, not left pending. */
+    r->retry = gp_bus_request(r->bus, "t.silent", "x", 1, 10000, retry_cb, r);
+}
+
+static void
+test_fail_requests(const char *url)
+{
+    gp_bus_opts  o = {.url = url, .name = "bus-test-fail"};
+    gp_bus      *b = NULL;
+    gp_bus_sub  *echo = NULL;
+    retry_rec    r1 = {0}, r2 = {0};
+    reply_rec    after = {0}, ok = {0};
+    double       t0;
+
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    r1.bus = r2.bus = b;
+    T_OK(gp_bus_sub_new(b, "t.fail.echo", NULL, echo_cb, b, &echo) == GP_EOK);
+    gp_bus_flush_blocking(b, 2000);
+    T_OK(gp_bus_request(b, "t.fail.echo", "a", 1, 2000, reply_cb, &ok) == GP_EOK);
+    RUN_UNTIL(ok.calls > 0, 5);
+    T_OK(gp_bus_request(b, "t.silent", "x", 1, 10000, retry_cb, &r1) == GP_EOK);
+    T_OK(gp_bus_request(b, "t.silent", "y", 1, 10000, retry_cb, &r2) == GP_EOK);
+    run_for(0.05);
+    t0 = now_s();
+    T_EQ_INT(gp_bus_fail_requests(b), 2);
+    T_OKM(r1.calls == 1 && r2.calls == 1 && r1.err == GP_EUNAVAIL && r2.err == GP_EUNAVAIL,
+          "outstanding requests failed at once with UNAVAIL (%d, %d calls)", r1.calls, r2.calls);
+    T_OKM(r1.retry == GP_EUNAVAIL && r2.retry == GP_EUNAVAIL,
+          "a request made inside the callback is refused (%s)", gp_err_name(r1.retry));
+    T_OK(now_s() - t0 < 0.5);
+    T_OK(gp_bus_request(b, "t.fail.echo", "b", 1, 2000, reply_cb, &after) == GP_EUNAVAIL);
+    T_OK(gp_bus_pub(b, "t.fail.echo", NULL, "c", 1) == GP_EOK);   /* replies still go out */
+    T_EQ_INT(gp_bus_fail_requests(b), 0);
+    run_for(0.1);
+    gp_bus_free(b);                          /* nothing left to fail: no second call */
+    T_OK(r1.calls == 1 && r2.calls == 1 && after.calls == 0);
+}
+
+/* ---- the reply inbox prefix ---------------------------------------------- */
+
+typedef struct seen_reply { gp_bus *bus; char reply[GP_MAX_SUBJECT + 1]; } seen_reply;
+
+static void
+note_reply_cb(void *arg, const gp_bus_msg *m)
+{
+    seen_reply *s = arg;
+
+    snprintf(s->reply, sizeof(s->reply), "%s", m->reply != NULL ? m->reply : "");
+    if (m->reply != NULL)
+        gp_bus_pub(s->bus, m->reply, NULL, "pong", 4);
+}
+
+static void
+test_inbox_prefix(gp_bus *bus, const char *url)
+{
+    const char  *prefix = "gp.node.s1.n1._reply";
+    gp_bus_opts  o = {.url = url, .name = "bus-test-prefix", .inbox_prefix = prefix};
+    gp_bus_opts  bad = {.url = url, .name = "bus-test-bad", .inbox_prefix = "gp.node.*"};
+    gp_bus      *b = NULL, *nb = NULL;
+    gp_bus_sub  *sub;
+    seen_reply   s = {.bus = bus};
+    reply_rec    r = {0};
+
+    T_OK(gp_bus_new(loop, &bad, NULL, NULL, &nb) == GP_EINVAL && nb == NULL);
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    T_OK(gp_bus_sub_new(bus, "t.prefix", NULL, note_reply_cb, &s, &sub) == GP_EOK);
+    gp_bus_flush_blocking(bus, 2000);
+    T_OK(gp_bus_request(b, "t.prefix", "ping", 4, 3000, reply_cb, &r) == GP_EOK);
+    RUN_UNTIL(r.calls > 0, 5);
+    T_OKM(r.calls == 1 && r.err == GP_EOK && strcmp(r.data, "pong") == 0,
+          "request with a custom inbox prefix answered (%s)", gp_err_name(r.err));
+    T_OKM(strncmp(s.reply, prefix, strlen(prefix)) == 0 && s.reply[strlen(prefix)] == '.',
+          "reply subject in the prefix's subtree: %s", s.reply);
+    gp_bus_sub_free(sub);
+    gp_bus_free(b);
 }
 
 /* ---- JetStream ---------------------------------------------------------- */
@@ -577,6 +731,9 @@ main(void)
     test_sub_free_in_cb(bus);
     test_request(bus, &silent);
     test_overflow(bus);
+    test_lanes(bus);
+    test_fail_requests(url);
+    test_inbox_prefix(bus, url);
     test_burst(bus, url);
     test_jetstream(bus);
     test_outage(bus, &cr, url);

@@ -58,6 +58,8 @@ typedef gp_err gp_handler(gp_req *req, const void *in, void *out);
 
 #define GP_R_QUEUE    0x1u    /* one instance of the service takes each message */
 #define GP_R_NOREPLY  0x2u    /* events (heartbeats): no reply; errors counted and logged */
+#define GP_R_BULK     0x4u    /* bulk telemetry: the bus's bulk lane, so a flood of it never
+                               * sheds or delays requests (gp/bus.h lanes) */
 
 typedef struct gp_route {
     const char        *subject;      /* may hold NATS wildcards (* and >) */

@@ -807,59 +807,6 @@ gp_app_publish(gp_app *app, const char *subject, const gp_msg_desc *d, const voi
     return rc;
 }
 
-/* ---- typed calls ------------------------------------------------------------ */
-
-typedef struct call {
-    const gp_msg_desc *out_desc;
-    gp_call_cb        *cb;
-    void              *arg;
-} call;
-
-static void
-call_reply_cb(void *arg, gp_err err, const char *data, size_t len)
-{
-    call *c = arg;
-    char  detail[GP_ERRBUF_LEN] = "";
-    void *out = NULL;
-
-    if (err == GP_EOK) {
-        out = calloc(1, c->out_desc->size);
-        err = out ? gp_msg_decode_reply(c->out_desc, data, len, out, detail, sizeof(detail))
-                  : GP_ENOMEM;
-    } else {
-        snprintf(detail, sizeof(detail), "%s", gp_err_str(err));
-    }
-    c->cb(c->arg, err, err == GP_EOK ? out : NULL, detail);
-    if (out != NULL) {
-        gp_msg_clear(c->out_desc, out);
-        free(out);
-    }
-    free(c);
-}
-
-gp_err
-gp_call(gp_bus *bus, const char *subject, const gp_msg_desc *in_desc, const void *in,
-        const gp_msg_desc *out_desc, unsigned timeout_ms, gp_call_cb *cb, void *arg)
-{
-    call  *c = malloc(sizeof(*c));
-    gp_buf b;
-    gp_err rc;
-
-    if (c == NULL)
-        return GP_ENOMEM;
-    c->out_desc = out_desc;
-    c->cb = cb;
-    c->arg = arg;
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(in_desc, in, &b);
-    if (rc == GP_EOK)
-        rc = gp_bus_request(bus, subject, b.p, b.n, timeout_ms, call_reply_cb, c);
-    gp_buf_fini(&b);
-    if (rc != GP_EOK)
-        free(c);
-    return rc;
-}
-
 void
 gp_lib_close(void)
 {

@@ -639,6 +639,103 @@ test_outage(gp_bus *bus, conn_rec *cr, const char *url)
     gp_bus_sub_free(sub);
 }
 
+/* ---- publishing to a server that does not read ---------------------------- */
+
+static volatile pid_t stopped_pid;
+
+/* Safety net: if a publish blocks for good, the server is woken anyway
+ * (and the stall then shows up as a failed figure, not a hung test). */
+static void
+alarm_cont(int sig)
+{
+    (void)sig;
+    if (stopped_pid > 0)
+        kill(stopped_pid, SIGCONT);
+}
+
+static pid_t
+nats_pid(void)
+{
+    char  path[1024];
+    FILE *f;
+    int   pid = -1;
+
+    snprintf(path, sizeof(path), "%s/nats.pid", getenv("GP_STACK_DIR") ? getenv("GP_STACK_DIR") : ".");
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = -1;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+/* nats-server SIGSTOPped for 3 s while the loop keeps publishing 64 KiB
+ * messages: publishes write on the loop thread, so once the socket buffers
+ * are full a write waits; the write deadline must bound that wait (the
+ * figure is printed), and the bus must publish again after SIGCONT. */
+static void
+test_pub_stall(const char *url)
+{
+    gp_bus_opts  o = {.url = url, .name = "bus-test-stall"};
+    gp_bus      *b = NULL;
+    gp_bus_sub  *sub;
+    sub_rec      r = {0};
+    size_t       big = 64 * 1024;
+    char        *blob = calloc(1, big);
+    pid_t        pid = nats_pid();
+    double       t_end, worst = 0, t0;
+    long         n = 0, errors = 0;
+    gp_bus_stats st;
+
+    T_OKM(pid > 0, "nats-server pid %d", (int)pid);
+    if (pid <= 0 || blob == NULL) {
+        free(blob);
+        return;
+    }
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    T_OK(gp_bus_sub_new(b, "t.stall.after", NULL, rec_cb, &r, &sub) == GP_EOK);
+    gp_bus_flush_blocking(b, 2000);
+    signal(SIGALRM, alarm_cont);
+    stopped_pid = pid;
+    kill(pid, SIGSTOP);
+    alarm(8);
+    t_end = now_s() + 3;
+    while (now_s() < t_end && n < 20000) {
+        double t1 = now_s(), d;
+
+        if (gp_bus_pub(b, "t.stall", NULL, blob, big) != GP_EOK)
+            errors++;
+        d = now_s() - t1;
+        if (d > 0.05)
+            printf("# stall %.3f s at +%.3f (%s)\n", d, t1 - (t_end - 3), gp_bus_is_connected(b) ? "up" : "down");
+        if (d > worst)
+            worst = d;
+        n++;
+        ev_run(loop, EVRUN_NOWAIT);
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGCONT);
+    alarm(0);
+    stopped_pid = 0;
+    gp_bus_get_stats(b, &st);
+    printf("# publish stall under a stopped nats-server: worst %.3f s over %ld publishes of "
+           "%zu bytes (%ld failed, write deadline %d ms)\n", worst, n, big, errors,
+           GP_BUS_WRITE_DEADLINE_MS);
+    T_OKM(worst < 2.0 * GP_BUS_WRITE_DEADLINE_MS / 1000.0 + 0.5,
+          "the loop stalled at most %.3f s in one publish (bound %.1f s)", worst,
+          2.0 * GP_BUS_WRITE_DEADLINE_MS / 1000.0 + 0.5);
+    T_OKM(errors == (long)st.publish_errors, "failed publishes are counted (%ld)", errors);
+    t0 = now_s();
+    RUN_UNTIL(gp_bus_is_connected(b), 20);
+    T_OKM(gp_bus_is_connected(b), "connected again %.2f s after SIGCONT", now_s() - t0);
+    RUN_UNTIL((gp_bus_pub(b, "t.stall.after", NULL, "z", 1), gp_bus_flush_blocking(b, 200),
+               r.n > 0), 20);
+    T_OKM(r.n > 0, "publishing works after the stall (%d)", r.n);
+    gp_bus_sub_free(sub);
+    gp_bus_free(b);
+    free(blob);
+}
+
 /* Freeing a bus that never reached a server is quick and clean. */
 static void
 test_never_connected(void)
@@ -737,6 +834,7 @@ main(void)
     test_burst(bus, url);
     test_jetstream(bus);
     test_outage(bus, &cr, url);
+    test_pub_stall(url);
 
     /* gp_bus_free fails pending requests with UNAVAIL, once. */
     T_OK(gp_bus_request(bus, "t.silent", "x", 1, 10000, reply_cb, &last) == GP_EOK);

@@ -749,6 +749,11 @@ make_options(gp_bus *bus, const gp_bus_opts *opts)
      * (server stopped, too slow) can hold it (see gp/bus.h). */
     if (s == NATS_OK)
         s = natsOptions_SetWriteDeadline(o, GP_BUS_WRITE_DEADLINE_MS);
+    /* A reconnect attempt holds cnats' connection lock for up to this long
+     * (a hung server accepts TCP but never sends INFO), and a publish on the
+     * loop waits for that lock: keep it short (default 2 s). */
+    if (s == NATS_OK)
+        s = natsOptions_SetTimeout(o, GP_BUS_CONNECT_TIMEOUT_MS);
     if (s == NATS_OK)
         s = natsOptions_SetDisconnectedCB(o, on_disconnected, bus);
     if (s == NATS_OK)

@@ -158,6 +158,8 @@ gp_call_wait(struct ev_loop *loop, gp_bus *bus, const char *subject,
         return GP_ENOMEM;
     w->out_desc = out_desc;
     w->out = out;
+    /* A tool's loop may have slept since it last ran: deadlines count from now. */
+    ev_now_update(loop);
     rc = gp_call2(bus, subject, in_desc, in, out_desc, timeout_ms, wait_cb, w);
     if (rc != GP_EOK) {
         free(w);

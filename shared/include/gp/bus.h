@@ -24,9 +24,14 @@
  * GP_BUS_WRITE_DEADLINE_MS bounds the wait: past it cnats drops the
  * connection and reconnects, publishes meanwhile go into its 8 MiB
  * reconnect buffer (no socket write) and, when that is full, fail
- * (gp_bus_stats.publish_errors).  So the loop stalls at most about one
- * write deadline per outage of the server; bus_test's test_pub_stall
- * measures it under a SIGSTOPped nats-server (it prints the figure). */
+ * (gp_bus_stats.publish_errors).  But each reconnect attempt to a hung
+ * server (TCP accepted, no INFO) holds cnats' connection lock for the
+ * connect timeout (GP_BUS_CONNECT_TIMEOUT_MS), and a publish waits for it:
+ * measured by bus_test's test_pub_stall under a SIGSTOPped nats-server,
+ * the loop stalls 0.5 s once (write deadline), then about 1 s per
+ * reconnect attempt (attempts back off from 100 ms to 5 s).  A server that
+ * is down (connection refused) costs no stall.  Handing publishes to a
+ * thread while disconnected would remove these stalls; not done yet. */
 #ifndef GP_BUS_H
 #define GP_BUS_H
 
@@ -68,6 +73,11 @@ typedef enum gp_bus_lane {
  * does not read before cnats gives the connection up (see the top). */
 #ifndef GP_BUS_WRITE_DEADLINE_MS
 # define GP_BUS_WRITE_DEADLINE_MS 500
+#endif
+/* Connect timeout of one (re)connect attempt; while a hung server is being
+ * retried, each attempt can hold a publish on the loop this long. */
+#ifndef GP_BUS_CONNECT_TIMEOUT_MS
+# define GP_BUS_CONNECT_TIMEOUT_MS 1000
 #endif
 
 /* A message as seen by a subscriber: valid only during the callback. */

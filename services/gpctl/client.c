@@ -1,9 +1,11 @@
 /* client.c -- gpctl's connection: a private libev loop and one gp_bus;
- * synchronous calls run the loop until their reply (or deadline) comes. */
+ * synchronous calls (gp_call_wait, gp/call.h) run the loop until their
+ * reply (or deadline) comes. */
 #include <ev.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/call.h"
 #include "gp/limits.h"
 #include "gpctl.h"
 
@@ -116,85 +118,14 @@ ctl_close(gpctl *c)
 
 /* ---- calls -------------------------------------------------------------------------- */
 
-/* Heap-allocated: if the wait gives up first (it should not: the bus has
- * its own deadline), the callback still has somewhere to write, and frees. */
-typedef struct reply {
-    int    done;
-    int    abandoned;
-    gp_err err;
-    char  *data;
-    size_t len;
-} reply;
-
-static void
-reply_cb(void *arg, gp_err err, const char *data, size_t len)
-{
-    reply *r = arg;
-
-    if (r->abandoned) {
-        free(r);
-        return;
-    }
-    r->err = err;
-    if (err == GP_EOK) {
-        r->data = malloc(len + 1);
-        if (r->data == NULL)
-            r->err = GP_ENOMEM;
-        else
-            memcpy(r->data, data != NULL ? data : "", len);
-        r->len = len;
-    }
-    r->done = 1;
-}
-
-/* Sends and waits; returns the transport error (OK: *data holds the reply,
- * malloc'd). */
-static gp_err
-request(gpctl *c, const char *subject, const gp_msg_desc *ind, const void *in, char **data,
-        size_t *len)
-{
-    reply *r = calloc(1, sizeof(*r));
-    gp_buf b;
-    gp_err rc;
-
-    *data = NULL;
-    if (r == NULL)
-        return GP_ENOMEM;
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(ind, in, &b);
-    if (rc == GP_EOK)
-        rc = gp_bus_request(c->bus, subject, b.p, b.n, c->timeout_ms, reply_cb, r);
-    gp_buf_fini(&b);
-    if (rc != GP_EOK) {
-        free(r);
-        return rc;
-    }
-    if (!run_until(c, &r->done, c->timeout_ms + 2000)) {
-        r->abandoned = 1;                       /* reply_cb frees it */
-        return GP_ETIMEOUT;
-    }
-    rc = r->err;
-    *data = r->data;
-    *len = r->len;
-    free(r);
-    return rc;
-}
-
-/* Transport errors come back with detail "" and *transport set. */
+/* The one typed request/reply (gp/call.h); transport errors come back with
+ * detail "" and *transport set. */
 static gp_err
 call(gpctl *c, const char *subject, const gp_msg_desc *ind, const void *in,
      const gp_msg_desc *outd, void *out, char *detail, size_t dlen, bool *transport)
 {
-    char  *data;
-    size_t len = 0;
-    gp_err rc = request(c, subject, ind, in, &data, &len);
-
-    *transport = rc != GP_EOK;
-    detail[0] = '\0';
-    if (rc == GP_EOK)
-        rc = gp_msg_decode_reply(outd, data, len, out, detail, dlen);
-    free(data);
-    return rc;
+    return gp_call_wait(c->loop, c->bus, subject, ind, in, outd, out, c->timeout_ms, detail, dlen,
+                        transport);
 }
 
 gp_err

@@ -443,7 +443,7 @@ on_node_delete(gp_req *req, const void *in, void *out)
 
 const gp_route registry_node_routes[] = {
     {GP_OP_NODE_REGISTER, on_register, GP_R_QUEUE, 0, NULL, NULL},
-    {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
     {GP_OP_NODE_LEASE, on_lease, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},

@@ -1190,8 +1190,9 @@ sub_open(gp_app *app, sub_rt *s, const gp_route *r, const char *subject, void *d
         app->need_dlq = true;
         return gp_bus_js_pull_new(app->bus, &pc, on_js, s, &s->pull);
     }
-    return gp_bus_sub_new(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL,
-                          on_msg, s, &s->sub);
+    return gp_bus_sub_new_lane(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL,
+                               (r->flags & GP_R_BULK) ? GP_LANE_BULK : GP_LANE_CONTROL, on_msg,
+                               s, &s->sub);
 }
 
 static void
@@ -1370,9 +1371,9 @@ free_subs(gp_app *app)
 
 /* ---- shutdown --------------------------------------------------------------- */
 
-/* Closing order matters: Redis and PostgreSQL first, so that handlers
- * still waiting on them get UNAVAIL and can reply over the bus, which is
- * closed last. */
+/* Closing order matters: outstanding bus calls are failed first, then
+ * Redis and PostgreSQL are closed, so that handlers still waiting on any
+ * of them get UNAVAIL and can reply over the bus, which is closed last. */
 static void
 shutdown_now(gp_app *app)
 {
@@ -1382,6 +1383,9 @@ shutdown_now(gp_app *app)
     ev_timer_stop(app->loop, &app->drain);
     ev_timer_stop(app->loop, &app->streams_t);
     tasks_stop(app);
+    /* Bus calls first: their callbacks end the handlers waiting on them,
+     * which must still be alive when they run. */
+    gp_bus_fail_requests(app->bus);
     gp_kv_free(app->kv);
     app->kv = NULL;
     gp_db_free(app->db);
@@ -1504,59 +1508,6 @@ gp_app_publish(gp_app *app, const gp_op *op, const char *const *args, const void
     gp_err rc = gp_op_subject(op, subject, sizeof(subject), args);
 
     return rc != GP_EOK ? rc : gp_app_publish_to(app, subject, op->in, msg);
-}
-
-/* ---- typed calls ------------------------------------------------------------ */
-
-typedef struct call {
-    const gp_msg_desc *out_desc;
-    gp_call_cb        *cb;
-    void              *arg;
-} call;
-
-static void
-call_reply_cb(void *arg, gp_err err, const char *data, size_t len)
-{
-    call *c = arg;
-    char  detail[GP_ERRBUF_LEN] = "";
-    void *out = NULL;
-
-    if (err == GP_EOK) {
-        out = calloc(1, c->out_desc->size);
-        err = out ? gp_msg_decode_reply(c->out_desc, data, len, out, detail, sizeof(detail))
-                  : GP_ENOMEM;
-    } else {
-        snprintf(detail, sizeof(detail), "%s", gp_err_str(err));
-    }
-    c->cb(c->arg, err, err == GP_EOK ? out : NULL, detail);
-    if (out != NULL) {
-        gp_msg_clear(c->out_desc, out);
-        free(out);
-    }
-    free(c);
-}
-
-gp_err
-gp_call(gp_bus *bus, const char *subject, const gp_msg_desc *in_desc, const void *in,
-        const gp_msg_desc *out_desc, unsigned timeout_ms, gp_call_cb *cb, void *arg)
-{
-    call  *c = malloc(sizeof(*c));
-    gp_buf b;
-    gp_err rc;
-
-    if (c == NULL)
-        return GP_ENOMEM;
-    c->out_desc = out_desc;
-    c->cb = cb;
-    c->arg = arg;
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(in_desc, in, &b);
-    if (rc == GP_EOK)
-        rc = gp_bus_request(bus, subject, b.p, b.n, timeout_ms, call_reply_cb, c);
-    gp_buf_fini(&b);
-    if (rc != GP_EOK)
-        free(c);
-    return rc;
 }
 
 void

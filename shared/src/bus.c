@@ -6,10 +6,12 @@
  * async-callback thread (connection events).  We add one JetStream worker
  * per bus (stream management and publishes, which block in cnats) and one
  * fetch worker per pull consumer.  None of these threads touches the loop
- * or user state: each builds a record, pushes it on bus->q under bus->mu
- * and calls ev_async_send (in the lock, so that gp_bus_free, which waits on
- * the same lock for the last cnats callback, cannot free the watcher under
- * it).  The loop's wake_cb takes records in batches and runs user callbacks.
+ * or user state: each builds a record, pushes it on its lane's queue
+ * bus->q[lane] under bus->mu and calls ev_async_send (in the lock, so that
+ * gp_bus_free, which waits on the same lock for the last cnats callback,
+ * cannot free the watcher under it).  The loop's wake_cb takes records in
+ * batches, control lane first, runs user callbacks, and gives the records
+ * back as spares in the same lock (no malloc per message).
  *
  * Lifetimes.  A cnats subscription may still run our handler after
  * natsSubscription_Unsubscribe returns, so a gp_bus_sub is freed only after
@@ -37,6 +39,11 @@
 /* Records handled per wake_cb call: a burst of 65536 messages must not keep
  * timers and sockets waiting for the whole burst. */
 #define BUS_BATCH 512
+/* Bulk records handled per wake_cb call even while control records wait:
+ * control goes first, but a control flood must not starve bulk entirely. */
+#define BULK_MIN 64
+/* Spare records kept for reuse (allocation-free hand-off per message). */
+#define REC_SPARE_MAX 4096
 /* Request buckets: tokens are sequential, so token % N spreads evenly. */
 #define REQ_BUCKETS 1024
 /* How long gp_bus_free waits for cnats to finish its last callbacks. */
@@ -46,7 +53,7 @@
 #define RECONNECT_BUF (8 * 1024 * 1024)
 
 typedef enum rec_kind {
-    REC_MSG,       /* a message for a subscription (bounded by GP_MAX_INBOX) */
+    REC_MSG,       /* a message for a subscription (bounded per lane) */
     REC_SUBDONE,   /* a subscription's last callback has returned */
     REC_CONN,      /* connection event */
     REC_DONE,      /* a JetStream job finished */
@@ -76,6 +83,7 @@ struct gp_bus_sub {
     gp_bus_msg_cb    *cb;
     void             *arg;
     bool              inbox;     /* the request inbox: replies, not user messages */
+    gp_bus_lane       lane;
     bool              dead;      /* gp_bus_sub_free called: discard its messages */
     gp_bus_sub       *next;      /* bus->subs */
 };
@@ -143,22 +151,26 @@ struct gp_bus {
     /* Shared with cnats threads and workers. */
     pthread_mutex_t   mu;
     pthread_cond_t    cond;      /* subs_live / closed_seen changes */
-    recq              q;
-    size_t            q_msgs;    /* REC_MSG records not yet delivered */
+    recq              q[GP_BUS_LANES];
+    size_t            q_msgs[GP_BUS_LANES]; /* REC_MSG records not yet delivered */
+    rec              *spare;     /* free records, for reuse */
+    size_t            nspare;
     bool              closing;   /* gp_bus_free started: refuse messages */
     bool              closed_seen;
     int               subs_live; /* subscriptions whose on-complete is due */
-    atomic_uint_fast64_t dropped;
+    atomic_uint_fast64_t dropped[GP_BUS_LANES];
 
     /* Loop thread only. */
-    recq              batch;     /* taken from q, being delivered */
+    recq              batch[GP_BUS_LANES]; /* taken from q, being delivered */
+    bool              refuse_requests; /* gp_bus_fail_requests was called */
     int               dispatching;
     bool              free_requested;
     bool              freeing;
     gp_bus_stats      st;
     gp_bus_sub       *subs;
     gp_bus_sub       *inbox_sub;
-    char             *inbox;     /* "_INBOX.<nuid>" */
+    char             *inbox;     /* "<prefix>.<nuid>", prefix "_INBOX" by default */
+    char             *inbox_prefix;
     uint64_t          next_token;
     size_t            npending;
     req              *pending[REQ_BUCKETS];
@@ -190,21 +202,60 @@ recq_append(recq *q, rec *r)
     q->tail = r;
 }
 
-/* Any thread.  Bounded records (messages) are refused when the inbox is full
- * or the bus is closing; the caller then drops them. */
-static bool
-bus_push(gp_bus *bus, rec *r, bool bounded)
+static size_t
+lane_budget(gp_bus_lane lane)
+{
+    return lane == GP_LANE_BULK ? GP_MAX_INBOX_BULK : GP_MAX_INBOX;
+}
+
+/* Under bus->mu: a spare record or a new one (NULL without memory). */
+static rec *
+rec_take_locked(gp_bus *bus)
+{
+    rec *r = bus->spare;
+
+    if (r != NULL) {
+        bus->spare = r->next;
+        bus->nspare--;
+        return r;
+    }
+    return malloc(sizeof(*r));
+}
+
+/* Any thread.  Unbounded records (connection events, job results) go to
+ * the control lane and are never refused. */
+static void
+bus_push(gp_bus *bus, rec *r)
 {
     pthread_mutex_lock(&bus->mu);
-    if (bounded && (bus->closing || bus->q_msgs >= GP_MAX_INBOX)) {
+    recq_append(&bus->q[GP_LANE_CONTROL], r);
+    ev_async_send(bus->loop, &bus->wake);
+    pthread_mutex_unlock(&bus->mu);
+}
+
+/* cnats delivery thread: queues a message in its subscription's lane, or
+ * refuses it (false: the caller drops it) when the lane is full or the bus
+ * is closing.  One lock, no allocation in the steady state. */
+static bool
+bus_push_msg(gp_bus *bus, gp_bus_sub *sub, natsMsg *msg)
+{
+    gp_bus_lane lane = sub->lane;
+    rec        *r;
+
+    pthread_mutex_lock(&bus->mu);
+    if (bus->closing || bus->q_msgs[lane] >= lane_budget(lane) ||
+        (r = rec_take_locked(bus)) == NULL) {
         if (!bus->closing)
-            atomic_fetch_add(&bus->dropped, 1);
+            atomic_fetch_add(&bus->dropped[lane], 1);
         pthread_mutex_unlock(&bus->mu);
         return false;
     }
-    if (bounded)
-        bus->q_msgs++;
-    recq_append(&bus->q, r);
+    r->kind = REC_MSG;
+    r->u.m.sub = sub;
+    r->u.m.msg = msg;
+    bus->q_msgs[lane]++;
+    recq_append(&bus->q[lane], r);
+    /* Cheap when a wake-up is already pending (libev checks a flag). */
     ev_async_send(bus->loop, &bus->wake);
     pthread_mutex_unlock(&bus->mu);
     return true;
@@ -226,21 +277,11 @@ static void
 on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *msg, void *closure)
 {
     gp_bus_sub *sub = closure;
-    rec        *r = rec_new(REC_MSG);
 
     (void)nc;
     (void)ns;
-    if (r == NULL) {
-        atomic_fetch_add(&sub->bus->dropped, 1);
+    if (!bus_push_msg(sub->bus, sub, msg))
         natsMsg_Destroy(msg);
-        return;
-    }
-    r->u.m.sub = sub;
-    r->u.m.msg = msg;
-    if (!bus_push(sub->bus, r, true)) {
-        natsMsg_Destroy(msg);
-        free(r);
-    }
 }
 
 /* After the subscription's last on_msg has returned. */
@@ -253,9 +294,9 @@ on_sub_complete(void *closure)
 
     pthread_mutex_lock(&bus->mu);
     bus->subs_live--;
-    if (r != NULL) {
+    if (r != NULL) {               /* in the sub's lane: after its last message */
         r->u.m.sub = sub;
-        recq_append(&bus->q, r);
+        recq_append(&bus->q[sub->lane], r);
     }
     /* Without a record the sub is freed by gp_bus_free instead. */
     ev_async_send(bus->loop, &bus->wake);
@@ -275,7 +316,7 @@ push_conn(gp_bus *bus, conn_ev ev)
     }
     if (r != NULL) {
         r->u.conn = ev;
-        recq_append(&bus->q, r);
+        recq_append(&bus->q[GP_LANE_CONTROL], r);
         ev_async_send(bus->loop, &bus->wake);
     }
     pthread_mutex_unlock(&bus->mu);
@@ -548,57 +589,103 @@ deliver(gp_bus *bus, rec *r)
     }
 }
 
-/* Moves the shared queue onto the end of the loop-side batch. */
+/* Moves the shared queues onto the ends of the loop-side batches; under
+ * the same lock, gives back the records of the last batch (spares) and
+ * the count of messages it delivered per lane. */
 static void
-take_queue(gp_bus *bus)
+take_queue(gp_bus *bus, rec *used, rec *used_tail, size_t nused, const size_t *msgs)
 {
     pthread_mutex_lock(&bus->mu);
-    if (bus->q.head != NULL) {
-        if (bus->batch.tail != NULL)
-            bus->batch.tail->next = bus->q.head;
+    for (int l = 0; l < GP_BUS_LANES; l++) {
+        recq *q = &bus->q[l], *b = &bus->batch[l];
+
+        if (msgs != NULL)
+            bus->q_msgs[l] -= msgs[l];
+        if (q->head == NULL)
+            continue;
+        if (b->tail != NULL)
+            b->tail->next = q->head;
         else
-            bus->batch.head = bus->q.head;
-        bus->batch.tail = bus->q.tail;
-        bus->q.head = bus->q.tail = NULL;
+            b->head = q->head;
+        b->tail = q->tail;
+        q->head = q->tail = NULL;
+    }
+    if (used != NULL && bus->nspare < REC_SPARE_MAX) {
+        used_tail->next = bus->spare;
+        bus->spare = used;
+        bus->nspare += nused;
+        used = NULL;
     }
     pthread_mutex_unlock(&bus->mu);
+    while (used != NULL) {             /* more spares than we keep */
+        rec *next = used->next;
+
+        free(used);
+        used = next;
+    }
+}
+
+static bool
+batches_empty(const gp_bus *bus)
+{
+    for (int l = 0; l < GP_BUS_LANES; l++)
+        if (bus->batch[l].head != NULL)
+            return false;
+    return true;
+}
+
+/* Delivers up to max records of one lane; the records go on *used. */
+static int
+deliver_lane(gp_bus *bus, gp_bus_lane lane, int max, rec **used, rec **used_tail,
+             size_t *msgs)
+{
+    recq *b = &bus->batch[lane];
+    int   n;
+
+    for (n = 0; n < max && b->head != NULL && !bus->free_requested; n++) {
+        rec *r = b->head;
+
+        b->head = r->next;
+        if (b->head == NULL)
+            b->tail = NULL;
+        if (r->kind == REC_MSG)
+            msgs[lane]++;
+        deliver(bus, r);
+        r->next = *used;
+        if (*used == NULL)
+            *used_tail = r;
+        *used = r;
+    }
+    return n;
 }
 
 static void
 wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 {
     gp_bus *bus = GP_CONTAINER_OF(w, gp_bus, wake);
-    size_t  msgs = 0;
-    int     n;
+    size_t  msgs[GP_BUS_LANES] = {0}, nused;
+    rec    *used = NULL, *used_tail = NULL;
+    int     n, bulk;
 
     (void)revents;
-    if (bus->batch.head == NULL)
-        take_queue(bus);
+    if (batches_empty(bus))
+        take_queue(bus, NULL, NULL, 0, NULL);
     bus->dispatching++;
-    for (n = 0; n < BUS_BATCH && bus->batch.head != NULL && !bus->free_requested; n++) {
-        rec *r = bus->batch.head;
-
-        bus->batch.head = r->next;
-        if (bus->batch.head == NULL)
-            bus->batch.tail = NULL;
-        if (r->kind == REC_MSG)
-            msgs++;
-        deliver(bus, r);
-        free(r);
-    }
+    /* Control first; bulk gets the rest of the batch, and at least BULK_MIN. */
+    n = deliver_lane(bus, GP_LANE_CONTROL, BUS_BATCH, &used, &used_tail, msgs);
+    bulk = BUS_BATCH - n < BULK_MIN ? BULK_MIN : BUS_BATCH - n;
+    n += deliver_lane(bus, GP_LANE_BULK, bulk, &used, &used_tail, msgs);
+    nused = (size_t)n;
     bus->dispatching--;
-    pthread_mutex_lock(&bus->mu);
-    bus->q_msgs -= msgs;
-    pthread_mutex_unlock(&bus->mu);
     if (bus->free_requested) {
+        take_queue(bus, used, used_tail, nused, msgs);
         bus_free_now(bus);
         return;
     }
     /* Records pushed while this batch ran were covered by the wake-up being
      * handled now, so nobody else will come for them: take them too. */
-    if (bus->batch.head == NULL)
-        take_queue(bus);
-    if (bus->batch.head != NULL)
+    take_queue(bus, used, used_tail, nused, msgs);
+    if (!batches_empty(bus))
         ev_async_send(loop, &bus->wake);    /* the rest after other watchers */
 }
 
@@ -658,6 +745,15 @@ make_options(gp_bus *bus, const gp_bus_opts *opts)
      * publish rates are per-node heartbeats and replies, not bulk. */
     if (s == NATS_OK)
         s = natsOptions_SetSendAsap(o, true);
+    /* ... which writes on the loop thread: bound how long a full socket
+     * (server stopped, too slow) can hold it (see gp/bus.h). */
+    if (s == NATS_OK)
+        s = natsOptions_SetWriteDeadline(o, GP_BUS_WRITE_DEADLINE_MS);
+    /* A reconnect attempt holds cnats' connection lock for up to this long
+     * (a hung server accepts TCP but never sends INFO), and a publish on the
+     * loop waits for that lock: keep it short (default 2 s). */
+    if (s == NATS_OK)
+        s = natsOptions_SetTimeout(o, GP_BUS_CONNECT_TIMEOUT_MS);
     if (s == NATS_OK)
         s = natsOptions_SetDisconnectedCB(o, on_disconnected, bus);
     if (s == NATS_OK)
@@ -670,6 +766,19 @@ make_options(gp_bus *bus, const gp_bus_opts *opts)
 }
 
 static void *jw_main(void *arg);
+
+/* An inbox prefix: a plain subject, short enough for ".<nuid>.<token>". */
+static bool
+prefix_ok(const char *p)
+{
+    size_t n;
+
+    if (p == NULL)
+        return true;
+    n = strlen(p);
+    return n > 0 && n <= GP_MAX_SUBJECT - 64 && strpbrk(p, "*> \t\r\n") == NULL &&
+           p[0] != '.' && p[n - 1] != '.' && strstr(p, "..") == NULL;
+}
 
 static gp_err
 open_js(gp_bus *bus)
@@ -694,7 +803,10 @@ bus_alloc(struct ev_loop *loop, const gp_bus_opts *opts)
     if (bus == NULL)
         return NULL;
     bus->name = strdup(opts->name != NULL ? opts->name : "gridpool");
-    if (bus->name == NULL) {
+    bus->inbox_prefix = strdup(opts->inbox_prefix != NULL ? opts->inbox_prefix : "_INBOX");
+    if (bus->name == NULL || bus->inbox_prefix == NULL) {
+        free(bus->name);
+        free(bus->inbox_prefix);
         free(bus);
         return NULL;
     }
@@ -703,7 +815,8 @@ bus_alloc(struct ev_loop *loop, const gp_bus_opts *opts)
     pthread_cond_init(&bus->cond, NULL);
     pthread_mutex_init(&bus->jw_mu, NULL);
     pthread_cond_init(&bus->jw_cond, NULL);
-    atomic_init(&bus->dropped, 0);
+    for (int l = 0; l < GP_BUS_LANES; l++)
+        atomic_init(&bus->dropped[l], 0);
     ev_async_init(&bus->wake, wake_cb);
     ev_async_start(loop, &bus->wake);
     return bus;
@@ -718,7 +831,7 @@ gp_bus_new(struct ev_loop *loop, const gp_bus_opts *opts,
     gp_err     err = GP_EOK;
 
     *out = NULL;
-    if (loop == NULL || opts == NULL || opts->url == NULL)
+    if (loop == NULL || opts == NULL || opts->url == NULL || !prefix_ok(opts->inbox_prefix))
         return GP_EINVAL;
     bus = bus_alloc(loop, opts);
     if (bus == NULL)
@@ -757,7 +870,11 @@ void
 gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out)
 {
     *out = bus->st;
-    out->dropped = atomic_load(&((gp_bus *)bus)->dropped);
+    out->dropped = 0;
+    for (int l = 0; l < GP_BUS_LANES; l++) {
+        out->dropped_lane[l] = atomic_load(&((gp_bus *)bus)->dropped[l]);
+        out->dropped += out->dropped_lane[l];
+    }
 }
 
 gp_err
@@ -800,14 +917,15 @@ sub_open(gp_bus *bus, const char *subject, const char *queue, gp_bus_sub *sub)
 }
 
 gp_err
-gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
-               gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out)
+gp_bus_sub_new_lane(gp_bus *bus, const char *subject, const char *queue, gp_bus_lane lane,
+                    gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out)
 {
     gp_bus_sub *sub;
     gp_err      err;
 
     *out = NULL;
-    if (!subject_ok(subject) || cb == NULL || (queue != NULL && queue[0] == '\0'))
+    if (!subject_ok(subject) || cb == NULL || (queue != NULL && queue[0] == '\0') ||
+        (lane != GP_LANE_CONTROL && lane != GP_LANE_BULK))
         return GP_EINVAL;
     if (bus->freeing)
         return GP_EUNAVAIL;
@@ -817,6 +935,7 @@ gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
     sub->bus = bus;
     sub->cb = cb;
     sub->arg = arg;
+    sub->lane = lane;
     err = sub_open(bus, subject, queue, sub);
     if (err != GP_EOK) {
         free(sub);
@@ -824,6 +943,13 @@ gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
     }
     *out = sub;
     return GP_EOK;
+}
+
+gp_err
+gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
+               gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out)
+{
+    return gp_bus_sub_new_lane(bus, subject, queue, GP_LANE_CONTROL, cb, arg, out);
 }
 
 void
@@ -864,11 +990,17 @@ gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
 static gp_err
 inbox_open(gp_bus *bus)
 {
-    char        subj[64];
+    char        subj[GP_MAX_SUBJECT + 1];
+    char       *nuid;
     gp_bus_sub *sub;
     gp_err      err;
 
-    if (natsInbox_Create(&bus->inbox) != NATS_OK)
+    /* natsInbox_Create gives "_INBOX.<nuid>"; keep the nuid, swap the prefix. */
+    if (natsInbox_Create(&nuid) != NATS_OK)
+        return GP_ENOMEM;
+    snprintf(subj, sizeof(subj), "%s.%s", bus->inbox_prefix, strchr(nuid, '.') + 1);
+    natsInbox_Destroy(nuid);
+    if ((bus->inbox = strdup(subj)) == NULL)
         return GP_ENOMEM;
     snprintf(subj, sizeof(subj), "%s.*", bus->inbox);
     sub = calloc(1, sizeof(*sub));
@@ -889,7 +1021,7 @@ gp_err
 gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
 {
-    char       reply[96];
+    char       reply[GP_MAX_SUBJECT + 1];
     req       *r;
     natsStatus s;
     gp_err     err;
@@ -898,7 +1030,7 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
         return GP_EINVAL;
     if (len > GP_MAX_MSG_BYTES)
         return GP_ETOOBIG;
-    if (bus->freeing)
+    if (bus->freeing || bus->refuse_requests)
         return GP_EUNAVAIL;
     if (bus->npending >= GP_MAX_PENDING_REQ)
         return GP_ETOOBIG;
@@ -1009,7 +1141,7 @@ jw_report(gp_bus *bus, job *j, gp_err err)
     r->u.d.arg = j->arg;
     r->u.d.err = err;
     r->u.d.pub = j->kind == JOB_PUB;
-    bus_push(bus, r, false);
+    bus_push(bus, r);
 }
 
 static void *
@@ -1234,7 +1366,7 @@ pull_hand_over(gp_bus_pull *p, natsMsgList *list)
         pthread_mutex_lock(&p->mu);
         p->inflight++;
         pthread_mutex_unlock(&p->mu);
-        bus_push(p->bus, r, false);
+        bus_push(p->bus, r);
     }
     natsMsgList_Destroy(list);
 }
@@ -1285,7 +1417,7 @@ pull_main(void *arg)
     /* Tells the loop to join us; without memory gp_bus_free joins instead. */
     if ((r = rec_new(REC_PULLDONE)) != NULL) {
         r->u.pull = p;
-        bus_push(p->bus, r, false);
+        bus_push(p->bus, r);
     }
     return NULL;
 }
@@ -1420,17 +1552,32 @@ void gp_jsmsg_term(gp_jsmsg *m)                 { jsmsg_end(m, natsMsg_Term(m->m
 
 /* ---- shutdown ------------------------------------------------------------ */
 
-static void
+/* New requests are refused first, so a callback that retries cannot leave
+ * a request behind. */
+static size_t
 fail_requests(gp_bus *bus)
 {
+    size_t n = 0;
+
+    bus->refuse_requests = true;
     for (int i = 0; i < REQ_BUCKETS; i++) {
         req *r;
 
         while ((r = bus->pending[i]) != NULL) {
             req_unlink(bus, r);
             req_finish(r, GP_EUNAVAIL, NULL, 0);
+            n++;
         }
     }
+    return n;
+}
+
+size_t
+gp_bus_fail_requests(gp_bus *bus)
+{
+    if (bus == NULL || bus->freeing)
+        return 0;
+    return fail_requests(bus);
 }
 
 static void
@@ -1478,18 +1625,20 @@ drain_queue(gp_bus *bus)
 {
     rec *r;
 
-    take_queue(bus);
-    while ((r = bus->batch.head) != NULL) {
-        bus->batch.head = r->next;
-        switch (r->kind) {
-        case REC_MSG:   natsMsg_Destroy(r->u.m.msg); break;
-        case REC_DONE:  deliver_done(bus, r); break;
-        case REC_JSMSG: jsmsg_drop(r->u.jm); break;
-        default:        break;      /* subs and pulls are freed by the caller */
+    take_queue(bus, NULL, NULL, 0, NULL);
+    for (int l = 0; l < GP_BUS_LANES; l++) {
+        while ((r = bus->batch[l].head) != NULL) {
+            bus->batch[l].head = r->next;
+            switch (r->kind) {
+            case REC_MSG:   natsMsg_Destroy(r->u.m.msg); break;
+            case REC_DONE:  deliver_done(bus, r); break;
+            case REC_JSMSG: jsmsg_drop(r->u.jm); break;
+            default:        break;  /* subs and pulls are freed by the caller */
+            }
+            free(r);
         }
-        free(r);
+        bus->batch[l].tail = NULL;
     }
-    bus->batch.tail = NULL;
 }
 
 static void
@@ -1517,6 +1666,7 @@ static void
 bus_free_now(gp_bus *bus)
 {
     gp_bus_sub *sub;
+    rec        *r;
 
     bus->freeing = true;
     pthread_mutex_lock(&bus->mu);
@@ -1539,7 +1689,12 @@ bus_free_now(gp_bus *bus)
     jsCtx_Destroy(bus->js);
     natsConnection_Destroy(bus->nc);
     natsOptions_Destroy(bus->opts);
-    natsInbox_Destroy(bus->inbox);
+    free(bus->inbox);
+    free(bus->inbox_prefix);
+    while ((r = bus->spare) != NULL) {
+        bus->spare = r->next;
+        free(r);
+    }
     ev_async_stop(bus->loop, &bus->wake);
     pthread_mutex_destroy(&bus->mu);
     pthread_cond_destroy(&bus->cond);

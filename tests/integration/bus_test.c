@@ -8,6 +8,7 @@
 #include <ev.h>
 #include <nats/nats.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,159 @@ test_overflow(gp_bus *bus)
     gp_bus_sub_free(sub);
 }
 
+/* ---- lanes -------------------------------------------------------------- */
+
+/* A control message records how many bulk messages came before it. */
+typedef struct lane_rec { sub_rec *bulk; int n; int bulk_before_first; } lane_rec;
+
+static void
+lane_ctl_cb(void *arg, const gp_bus_msg *m)
+{
+    lane_rec *l = arg;
+
+    (void)m;
+    if (l->n++ == 0)
+        l->bulk_before_first = l->bulk->n;
+}
+
+/* A bulk flood past its lane's budget, queued while the loop is busy, then
+ * control messages: the bulk lane drops only its own overflow (counted per
+ * lane), no control message is lost, and the control messages are
+ * delivered before the bulk backlog (the loop drains control first). */
+static void
+test_lanes(gp_bus *bus)
+{
+    sub_rec      bulk = {0};
+    lane_rec     ctl = {.bulk = &bulk, .bulk_before_first = -1};
+    gp_bus_sub  *sb, *sc;
+    gp_bus_stats st0, st;
+    const int    extra = 2000, total = GP_MAX_INBOX_BULK + extra, nctl = 20;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.bulk", NULL, GP_LANE_BULK, rec_cb, &bulk, &sb) == GP_EOK);
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.ctl", NULL, GP_LANE_CONTROL, lane_ctl_cb, &ctl, &sc) == GP_EOK);
+    T_OK(gp_bus_sub_new_lane(bus, "t.lane.x", NULL, (gp_bus_lane)7, lane_ctl_cb, &ctl, &sc) == GP_EINVAL);
+    gp_bus_flush_blocking(bus, 2000);
+    gp_bus_get_stats(bus, &st0);
+    for (int i = 0; i < total; i++) {
+        gp_bus_pub(bus, "t.lane.bulk", NULL, "b", 1);
+        if (i % 5000 == 4999)
+            gp_bus_flush_blocking(bus, 10000);
+    }
+    for (int i = 0; i < nctl; i++)
+        gp_bus_pub(bus, "t.lane.ctl", NULL, "c", 1);
+    gp_bus_flush_blocking(bus, 10000);
+    for (int i = 0; i < 3000; i++) {
+        gp_bus_get_stats(bus, &st);
+        if (st.dropped_lane[GP_LANE_BULK] - st0.dropped_lane[GP_LANE_BULK] >= (uint64_t)extra)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);   /* the control ones, after */
+    gp_bus_get_stats(bus, &st);
+    T_EQ_INT(st.dropped_lane[GP_LANE_BULK] - st0.dropped_lane[GP_LANE_BULK], extra);
+    T_EQ_INT(st.dropped_lane[GP_LANE_CONTROL] - st0.dropped_lane[GP_LANE_CONTROL], 0);
+    T_EQ_INT(st.dropped - st0.dropped, extra);
+    RUN_UNTIL(bulk.n >= GP_MAX_INBOX_BULK && ctl.n >= nctl, 30);
+    T_EQ_INT(ctl.n, nctl);
+    T_EQ_INT(bulk.n, GP_MAX_INBOX_BULK);
+    T_OKM(ctl.bulk_before_first >= 0 && ctl.bulk_before_first < 512,
+          "control delivered ahead of a %d-message bulk backlog (after %d bulk)",
+          GP_MAX_INBOX_BULK, ctl.bulk_before_first);
+    gp_bus_sub_free(sb);
+    gp_bus_sub_free(sc);
+}
+
+/* ---- failing outstanding requests (shutdown) ------------------------------ */
+
+typedef struct retry_rec { gp_bus *bus; int calls; gp_err err; gp_err retry; } retry_rec;
+
+static void
+retry_cb(void *arg, gp_err err, const char *data, size_t len)
+{
+    retry_rec *r = arg;
+
+    (void)data;
+    (void)len;
+    r->calls++;
+    r->err = err;
+    /* A callback that retries at once must be refused, not left pending. */
+    r->retry = gp_bus_request(r->bus, "t.silent", "x", 1, 10000, retry_cb, r);
+}
+
+static void
+test_fail_requests(const char *url)
+{
+    gp_bus_opts  o = {.url = url, .name = "bus-test-fail"};
+    gp_bus      *b = NULL;
+    gp_bus_sub  *echo = NULL;
+    retry_rec    r1 = {0}, r2 = {0};
+    reply_rec    after = {0}, ok = {0};
+    double       t0;
+
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    r1.bus = r2.bus = b;
+    T_OK(gp_bus_sub_new(b, "t.fail.echo", NULL, echo_cb, b, &echo) == GP_EOK);
+    gp_bus_flush_blocking(b, 2000);
+    T_OK(gp_bus_request(b, "t.fail.echo", "a", 1, 2000, reply_cb, &ok) == GP_EOK);
+    RUN_UNTIL(ok.calls > 0, 5);
+    T_OK(gp_bus_request(b, "t.silent", "x", 1, 10000, retry_cb, &r1) == GP_EOK);
+    T_OK(gp_bus_request(b, "t.silent", "y", 1, 10000, retry_cb, &r2) == GP_EOK);
+    run_for(0.05);
+    t0 = now_s();
+    T_EQ_INT(gp_bus_fail_requests(b), 2);
+    T_OKM(r1.calls == 1 && r2.calls == 1 && r1.err == GP_EUNAVAIL && r2.err == GP_EUNAVAIL,
+          "outstanding requests failed at once with UNAVAIL (%d, %d calls)", r1.calls, r2.calls);
+    T_OKM(r1.retry == GP_EUNAVAIL && r2.retry == GP_EUNAVAIL,
+          "a request made inside the callback is refused (%s)", gp_err_name(r1.retry));
+    T_OK(now_s() - t0 < 0.5);
+    T_OK(gp_bus_request(b, "t.fail.echo", "b", 1, 2000, reply_cb, &after) == GP_EUNAVAIL);
+    T_OK(gp_bus_pub(b, "t.fail.echo", NULL, "c", 1) == GP_EOK);   /* replies still go out */
+    T_EQ_INT(gp_bus_fail_requests(b), 0);
+    run_for(0.1);
+    gp_bus_free(b);                          /* nothing left to fail: no second call */
+    T_OK(r1.calls == 1 && r2.calls == 1 && after.calls == 0);
+}
+
+/* ---- the reply inbox prefix ---------------------------------------------- */
+
+typedef struct seen_reply { gp_bus *bus; char reply[GP_MAX_SUBJECT + 1]; } seen_reply;
+
+static void
+note_reply_cb(void *arg, const gp_bus_msg *m)
+{
+    seen_reply *s = arg;
+
+    snprintf(s->reply, sizeof(s->reply), "%s", m->reply != NULL ? m->reply : "");
+    if (m->reply != NULL)
+        gp_bus_pub(s->bus, m->reply, NULL, "pong", 4);
+}
+
+static void
+test_inbox_prefix(gp_bus *bus, const char *url)
+{
+    const char  *prefix = "gp.node.s1.n1._reply";
+    gp_bus_opts  o = {.url = url, .name = "bus-test-prefix", .inbox_prefix = prefix};
+    gp_bus_opts  bad = {.url = url, .name = "bus-test-bad", .inbox_prefix = "gp.node.*"};
+    gp_bus      *b = NULL, *nb = NULL;
+    gp_bus_sub  *sub;
+    seen_reply   s = {.bus = bus};
+    reply_rec    r = {0};
+
+    T_OK(gp_bus_new(loop, &bad, NULL, NULL, &nb) == GP_EINVAL && nb == NULL);
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    T_OK(gp_bus_sub_new(bus, "t.prefix", NULL, note_reply_cb, &s, &sub) == GP_EOK);
+    gp_bus_flush_blocking(bus, 2000);
+    T_OK(gp_bus_request(b, "t.prefix", "ping", 4, 3000, reply_cb, &r) == GP_EOK);
+    RUN_UNTIL(r.calls > 0, 5);
+    T_OKM(r.calls == 1 && r.err == GP_EOK && strcmp(r.data, "pong") == 0,
+          "request with a custom inbox prefix answered (%s)", gp_err_name(r.err));
+    T_OKM(strncmp(s.reply, prefix, strlen(prefix)) == 0 && s.reply[strlen(prefix)] == '.',
+          "reply subject in the prefix's subtree: %s", s.reply);
+    gp_bus_sub_free(sub);
+    gp_bus_free(b);
+}
+
 /* ---- JetStream ---------------------------------------------------------- */
 
 typedef struct done_rec { int calls; gp_err err; } done_rec;
@@ -485,6 +639,103 @@ test_outage(gp_bus *bus, conn_rec *cr, const char *url)
     gp_bus_sub_free(sub);
 }
 
+/* ---- publishing to a server that does not read ---------------------------- */
+
+static volatile pid_t stopped_pid;
+
+/* Safety net: if a publish blocks for good, the server is woken anyway
+ * (and the stall then shows up as a failed figure, not a hung test). */
+static void
+alarm_cont(int sig)
+{
+    (void)sig;
+    if (stopped_pid > 0)
+        kill(stopped_pid, SIGCONT);
+}
+
+static pid_t
+nats_pid(void)
+{
+    char  path[1024];
+    FILE *f;
+    int   pid = -1;
+
+    snprintf(path, sizeof(path), "%s/nats.pid", getenv("GP_STACK_DIR") ? getenv("GP_STACK_DIR") : ".");
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = -1;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+/* nats-server SIGSTOPped for 3 s while the loop keeps publishing 64 KiB
+ * messages: publishes write on the loop thread, so once the socket buffers
+ * are full a write waits; the write deadline must bound that wait (the
+ * figure is printed), and the bus must publish again after SIGCONT. */
+static void
+test_pub_stall(const char *url)
+{
+    gp_bus_opts  o = {.url = url, .name = "bus-test-stall"};
+    gp_bus      *b = NULL;
+    gp_bus_sub  *sub;
+    sub_rec      r = {0};
+    size_t       big = 64 * 1024;
+    char        *blob = calloc(1, big);
+    pid_t        pid = nats_pid();
+    double       t_end, worst = 0, t0;
+    long         n = 0, errors = 0;
+    gp_bus_stats st;
+
+    T_OKM(pid > 0, "nats-server pid %d", (int)pid);
+    if (pid <= 0 || blob == NULL) {
+        free(blob);
+        return;
+    }
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    T_OK(gp_bus_sub_new(b, "t.stall.after", NULL, rec_cb, &r, &sub) == GP_EOK);
+    gp_bus_flush_blocking(b, 2000);
+    signal(SIGALRM, alarm_cont);
+    stopped_pid = pid;
+    kill(pid, SIGSTOP);
+    alarm(8);
+    t_end = now_s() + 3;
+    while (now_s() < t_end && n < 20000) {
+        double t1 = now_s(), d;
+
+        if (gp_bus_pub(b, "t.stall", NULL, blob, big) != GP_EOK)
+            errors++;
+        d = now_s() - t1;
+        if (d > 0.05)
+            printf("# stall %.3f s at +%.3f (%s)\n", d, t1 - (t_end - 3), gp_bus_is_connected(b) ? "up" : "down");
+        if (d > worst)
+            worst = d;
+        n++;
+        ev_run(loop, EVRUN_NOWAIT);
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGCONT);
+    alarm(0);
+    stopped_pid = 0;
+    gp_bus_get_stats(b, &st);
+    printf("# publish stall under a stopped nats-server: worst %.3f s over %ld publishes of "
+           "%zu bytes (%ld failed, write deadline %d ms)\n", worst, n, big, errors,
+           GP_BUS_WRITE_DEADLINE_MS);
+    T_OKM(worst < 2.0 * GP_BUS_WRITE_DEADLINE_MS / 1000.0 + 0.5,
+          "the loop stalled at most %.3f s in one publish (bound %.1f s)", worst,
+          2.0 * GP_BUS_WRITE_DEADLINE_MS / 1000.0 + 0.5);
+    T_OKM(errors == (long)st.publish_errors, "failed publishes are counted (%ld)", errors);
+    t0 = now_s();
+    RUN_UNTIL(gp_bus_is_connected(b), 20);
+    T_OKM(gp_bus_is_connected(b), "connected again %.2f s after SIGCONT", now_s() - t0);
+    RUN_UNTIL((gp_bus_pub(b, "t.stall.after", NULL, "z", 1), gp_bus_flush_blocking(b, 200),
+               r.n > 0), 20);
+    T_OKM(r.n > 0, "publishing works after the stall (%d)", r.n);
+    gp_bus_sub_free(sub);
+    gp_bus_free(b);
+    free(blob);
+}
+
 /* Freeing a bus that never reached a server is quick and clean. */
 static void
 test_never_connected(void)
@@ -577,9 +828,13 @@ main(void)
     test_sub_free_in_cb(bus);
     test_request(bus, &silent);
     test_overflow(bus);
+    test_lanes(bus);
+    test_fail_requests(url);
+    test_inbox_prefix(bus, url);
     test_burst(bus, url);
     test_jetstream(bus);
     test_outage(bus, &cr, url);
+    test_pub_stall(url);
 
     /* gp_bus_free fails pending requests with UNAVAIL, once. */
     T_OK(gp_bus_request(bus, "t.silent", "x", 1, 10000, reply_cb, &last) == GP_EOK);

@@ -232,6 +232,36 @@ test_deadline(void)
     T_OKM(until_ok("gp.test.sleep", 10) >= 0, "the route works after a late completion");
 }
 
+/* The one typed call (gp/call.h): a reply decoded, a remote error reply
+ * (the handler missed its deadline: TIMEOUT from the service) told apart
+ * from transport errors (nobody listening: NOROUTE; no reply at all). */
+static void
+test_call(void)
+{
+    msg_sleep_request in = {.ms = 1}, out = {0};
+    char              detail[GP_ERRBUF_LEN];
+    bool              transport = true;
+    gp_err            rc;
+
+    rc = gp_call_wait(loop, bus, "gp.test.sleep", &msg_sleep_request_desc, &in,
+                      &msg_sleep_request_desc, &out, 3000, detail, sizeof(detail), &transport);
+    T_OKM(rc == GP_EOK && !transport && out.ms == 1, "gp_call_wait: reply decoded (%s)",
+          gp_err_name(rc));
+    gp_msg_clear(&msg_sleep_request_desc, &out);
+    in.ms = 4000;
+    rc = gp_call_wait(loop, bus, "gp.test.sleep", &msg_sleep_request_desc, &in,
+                      &msg_sleep_request_desc, &out, 8000, detail, sizeof(detail), &transport);
+    T_OKM(rc == GP_ETIMEOUT && !transport && detail[0] != '\0',
+          "remote TIMEOUT error reply is not a transport error (%s, transport %d: %s)",
+          gp_err_name(rc), (int)transport, detail);
+    gp_msg_clear(&msg_sleep_request_desc, &out);
+    rc = gp_call_wait(loop, bus, "gp.test.nobody", &msg_sleep_request_desc, &in,
+                      &msg_sleep_request_desc, &out, 3000, detail, sizeof(detail), &transport);
+    T_OKM(rc == GP_ENOROUTE && transport, "nobody listening: NOROUTE, transport (%s, %d)",
+          gp_err_name(rc), (int)transport);
+    tl_run_until(loop, &(int){0}, 1.5);          /* the late sleep completion is freed */
+}
+
 static void
 test_restarts(pid_t pid)
 {
@@ -279,6 +309,7 @@ main(void)
     test_bad_input();
     test_not_blocked();
     test_deadline();
+    test_call();
     if (quick == NULL)
         test_restarts(pid);
     kill(pid, SIGTERM);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "gp/bus.h"
+#include "gp/call.h"          /* gp_call: typed request/reply */
 #include "gp/cfg.h"
 #include "gp/codec.h"
 #include "gp/db.h"
@@ -63,6 +64,8 @@ typedef struct gp_binding gp_binding;
 typedef gp_err gp_handler(gp_req *req, const void *in, void *out);
 
 #define GP_R_QUEUE    0x1u    /* one instance of the service takes each message */
+#define GP_R_BULK     0x4u    /* bulk telemetry: the bus's bulk lane, so a flood of it never
+                               * sheds or delays requests (gp/bus.h lanes) */
 
 /* A route served from a JetStream durable pull consumer instead of a plain
  * subscription: the message is acked when the handler says OK (or EXISTS:
@@ -216,15 +219,5 @@ gp_err      gp_req_drop(gp_req *req);
  * (rc OK) or an error, and frees the request.  After the deadline has
  * passed the reply was already sent (TIMEOUT) and this only frees. */
 void        gp_req_done(gp_req *req, gp_err rc);
-
-/* ---- typed request/reply, for services, tools and tests ----------------- */
-
-/* cb gets the decoded reply (valid during the call) or an error: a remote
- * error code with its message in detail, TIMEOUT, NOROUTE, UNAVAIL, or a
- * local decode error. */
-typedef void gp_call_cb(void *arg, gp_err err, const void *reply, const char *detail);
-
-gp_err gp_call(gp_bus *bus, const char *subject, const gp_msg_desc *in_desc, const void *in,
-               const gp_msg_desc *out_desc, unsigned timeout_ms, gp_call_cb *cb, void *arg);
 
 #endif

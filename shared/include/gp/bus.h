@@ -4,13 +4,34 @@
  * hands us (messages, replies, JetStream acks and fetched messages,
  * connection events) is queued and delivered on the loop thread through
  * one ev_async.  So: every gp_bus function must be called on the loop
- * thread, and every callback runs on the loop thread.  Nothing here blocks
- * the loop: publishes are buffered by cnats; requests use one wildcard
- * inbox and a deadline timer; JetStream calls that block in cnats
+ * thread, and every callback runs on the loop thread.  Requests use one
+ * wildcard inbox and a deadline timer; JetStream calls that block in cnats
  * (stream management, Fetch) run on a worker thread.
  *
- * The inbox between cnats threads and the loop is bounded (GP_MAX_INBOX);
- * past it, messages are dropped and counted (gp_bus_stats.dropped). */
+ * Lanes.  A subscription belongs to a lane: CONTROL (requests, replies,
+ * connection events; the default) or BULK (telemetry such as heartbeats).
+ * Each lane has its own bounded inbox between cnats threads and the loop
+ * (GP_MAX_INBOX, GP_MAX_INBOX_BULK); past it, that lane's messages are
+ * dropped and counted (gp_bus_stats.dropped_lane).  The loop drains the
+ * control lane first and gives bulk what is left of each batch (at least a
+ * small share, so bulk is never starved either): a heartbeat flood fills
+ * and sheds only the bulk lane while requests keep being served.
+ *
+ * Publishing is NOT free of blocking, and this is measured rather than
+ * hidden: cnats writes each publish on the calling (loop) thread (we set
+ * SendAsap, which halves a round trip), and when the socket buffer is full
+ * (server stopped or too slow) that write waits.  A write deadline of
+ * GP_BUS_WRITE_DEADLINE_MS bounds the wait: past it cnats drops the
+ * connection and reconnects, publishes meanwhile go into its 8 MiB
+ * reconnect buffer (no socket write) and, when that is full, fail
+ * (gp_bus_stats.publish_errors).  But each reconnect attempt to a hung
+ * server (TCP accepted, no INFO) holds cnats' connection lock for the
+ * connect timeout (GP_BUS_CONNECT_TIMEOUT_MS), and a publish waits for it:
+ * measured by bus_test's test_pub_stall under a SIGSTOPped nats-server,
+ * the loop stalls 0.5 s once (write deadline), then about 1 s per
+ * reconnect attempt (attempts back off from 100 ms to 5 s).  A server that
+ * is down (connection refused) costs no stall.  Handing publishes to a
+ * thread while disconnected would remove these stalls; not done yet. */
 #ifndef GP_BUS_H
 #define GP_BUS_H
 
@@ -33,8 +54,31 @@ typedef struct gp_bus_opts {
     const char *user;              /* optional */
     const char *password;          /* optional */
     const char *token;             /* optional */
+    /* Prefix of the reply inbox (default "_INBOX"): replies to our requests
+     * come on "<prefix>.<nuid>.<token>".  An agent sets its own subtree
+     * ("gp.node.<site>.<node>._reply") so its NATS identity needs no
+     * subscribe rights outside it.  A subject without wildcards. */
+    const char *inbox_prefix;
     bool        jetstream;         /* open a JetStream context */
 } gp_bus_opts;
+
+/* The lane of a subscription (see the top of this file). */
+typedef enum gp_bus_lane {
+    GP_LANE_CONTROL = 0,
+    GP_LANE_BULK = 1
+} gp_bus_lane;
+#define GP_BUS_LANES 2
+
+/* How long one socket write on the loop thread may wait for a server that
+ * does not read before cnats gives the connection up (see the top). */
+#ifndef GP_BUS_WRITE_DEADLINE_MS
+# define GP_BUS_WRITE_DEADLINE_MS 500
+#endif
+/* Connect timeout of one (re)connect attempt; while a hung server is being
+ * retried, each attempt can hold a publish on the loop this long. */
+#ifndef GP_BUS_CONNECT_TIMEOUT_MS
+# define GP_BUS_CONNECT_TIMEOUT_MS 1000
+#endif
 
 /* A message as seen by a subscriber: valid only during the callback. */
 typedef struct gp_bus_msg {
@@ -56,7 +100,8 @@ typedef void gp_bus_conn_cb(void *arg, bool connected);
 
 typedef struct gp_bus_stats {
     uint64_t received;             /* messages delivered to subscribers */
-    uint64_t dropped;              /* messages dropped at the full inbox */
+    uint64_t dropped;              /* messages dropped at a full inbox, all lanes */
+    uint64_t dropped_lane[GP_BUS_LANES];   /* the same by lane */
     uint64_t published;
     uint64_t publish_errors;
     uint64_t requests;
@@ -82,21 +127,36 @@ bool   gp_bus_is_connected(const gp_bus *bus);
 void   gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out);
 
 /* Subscribes; queue may be NULL (every subscriber gets every message) or a
- * queue group name (one member of the group gets each message). */
+ * queue group name (one member of the group gets each message).  The
+ * subscription is in the control lane. */
 gp_err gp_bus_sub_new(gp_bus *bus, const char *subject, const char *queue,
                       gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out);
+/* The same in a given lane (GP_LANE_BULK for telemetry floods). */
+gp_err gp_bus_sub_new_lane(gp_bus *bus, const char *subject, const char *queue,
+                           gp_bus_lane lane, gp_bus_msg_cb *cb, void *arg, gp_bus_sub **out);
 /* Unsubscribes.  Messages already queued for it are discarded.  NULL ok. */
 void   gp_bus_sub_free(gp_bus_sub *sub);
 
-/* Publishes (buffered, non-blocking).  reply may be NULL. */
+/* Publishes.  reply may be NULL.  Written to the socket at once; may wait
+ * up to about GP_BUS_WRITE_DEADLINE_MS when the server does not read (see
+ * the top of this file). */
 gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
                   const void *data, size_t len);
 
 /* Request/reply with a deadline; cb is called exactly once (also from
- * gp_bus_free, with UNAVAIL).  When it returns an error cb is not called.
- * TOOBIG past GP_MAX_PENDING_REQ outstanding requests. */
+ * gp_bus_fail_requests and gp_bus_free, with UNAVAIL).  When it returns an
+ * error cb is not called.  TOOBIG past GP_MAX_PENDING_REQ outstanding
+ * requests; UNAVAIL after gp_bus_fail_requests. */
 gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                       unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);
+
+/* For shutdown: calls every outstanding request's callback now, with
+ * UNAVAIL (so nothing waiting on the bus outlives what its callback
+ * points to), and refuses new requests from then on (UNAVAIL), also ones
+ * made inside those callbacks.  Subscriptions and publishing keep working,
+ * so a handler told UNAVAIL can still send its reply.  Returns how many
+ * requests were failed.  Call it before ending pending handler requests. */
+size_t gp_bus_fail_requests(gp_bus *bus);
 
 /* Blocks until all buffered publishes reached the server (or timeout).
  * For command-line tools and tests only, never on a service loop. */

@@ -18,11 +18,18 @@
 # define GP_MAX_PAGE             1000
 #endif
 
-/* Messages queued between cnats delivery threads and one service loop.
- * Past this, messages are dropped and counted (gp_bus_dropped_total): the
- * loop is the bottleneck and queueing more only adds latency. */
+/* Messages queued between cnats delivery threads and one service loop,
+ * per lane (gp/bus.h).  Past this, the lane's messages are dropped and
+ * counted (gp_bus_dropped_total{lane}): the loop is the bottleneck and
+ * queueing more only adds latency.  Control lane (requests, replies): */
 #ifndef GP_MAX_INBOX
 # define GP_MAX_INBOX            65536
+#endif
+/* Bulk lane (heartbeats): smaller, since a beat queued longer than a second
+ * or two is worth less than the next one; at the registry's ~20,000+ beats
+ * a second a full bulk inbox is under 2 s of work. */
+#ifndef GP_MAX_INBOX_BULK
+# define GP_MAX_INBOX_BULK       32768
 #endif
 
 /* Outstanding bus requests (request/reply we initiated) per service. */

@@ -229,8 +229,15 @@ main(void)
     printf("# flood at %.0f/s: sent %ld beats, dropped %.0f at the bus, shed %.0f; %d requests, "
            "slowest %.3f s\n", 2 * absorbed, atomic_load(&sent) - sent0, drop1 - drop0,
            shed1 - shed0, n, worst);
-    T_OKM(drop1 - drop0 + shed1 - shed0 > 0,
-          "the registry was overloaded: %.0f beats dropped or shed", drop1 - drop0 + shed1 - shed0);
+    /* Under ASan the publisher is as slow as the registry and may not
+     * overload it; the property below (requests answered) is still
+     * checked, the overload itself only in the normal build. */
+    if (strstr(tl_env("GP_BUILD"), "san") != NULL && drop1 - drop0 + shed1 - shed0 <= 0)
+        printf("ok %d - # SKIP sanitizer build: the publisher could not overload the registry\n",
+               ++t_run);
+    else
+        T_OKM(drop1 - drop0 + shed1 - shed0 > 0,
+              "the registry was overloaded: %.0f beats dropped or shed", drop1 - drop0 + shed1 - shed0);
     T_OKM(n >= 8, "%d requests sent during the flood", n);
     T_OKM(bad == 0, "every admin and register request answered OK during the flood "
           "(%d of %d failed; TIMEOUT %d, UNAVAIL %d)", bad, n, codes[GP_ETIMEOUT],

@@ -11,6 +11,7 @@
 
 #include "agent.h"
 #include "gp/app.h"
+#include "gp/id.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -45,17 +46,6 @@ static const gp_cfg_opt agent_opts_tab[] = {
                 "SIGTERM to SIGKILL when stopping an attempt"),
     GP_CFG_END
 };
-
-static bool
-id_ok(const char *s)
-{
-    if (s[0] == '\0')
-        return false;
-    for (; *s != '\0'; s++)
-        if (*s == '.' || *s == '*' || *s == '>' || *s == ' ' || *s < 0x21)
-            return false;
-    return true;
-}
 
 static gpu_backend *
 open_backend(const agent_cfg *c)
@@ -154,7 +144,7 @@ main(int argc, char **argv)
     gp_cfg_load("gridpool-agent", agent_opts_tab, &cfg, argc, argv, NULL, &code);
     if (code != GP_CFG_CONTINUE)
         return code;
-    if (!id_ok(cfg.site) || !id_ok(cfg.node)) {
+    if (!gp_id_ok(cfg.site) || !gp_id_ok(cfg.node)) {
         fprintf(stderr, "gridpool-agent: --site and --node are required (no '.', '*', '>', spaces)\n");
         return 78;
     }

@@ -390,7 +390,7 @@ check_ids(gp_req *req, const entity *e, const void *msg)
         if (fi < 0 || e->desc->fields[fi].type != GP_T_STR)
             continue;
         v = (const char *)msg + e->desc->fields[fi].offset;
-        if ((*v != '\0' || i == 0) && !registry_id_ok(v))
+        if ((*v != '\0' || i == 0) && !gp_id_ok(v))
             return gp_req_fail(req, GP_EINVAL, "%s '%s' must be 1-63 letters, digits, - or _",
                                refs[i], v);
     }
@@ -470,7 +470,7 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
     gp_err                rc;
 
     (void)out;
-    if (!registry_id_ok(q->id))
+    if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid id", q->id);
     gp_buf_init(&sql, 0);
     gp_dbparams_init(&p);

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "gp/limits.h"
 #include "gp/log.h"
@@ -28,25 +27,6 @@
 #define RESEED_CHUNK  500       /* nodes per reseed script call */
 
 static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
-
-uint64_t
-registry_now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
-bool
-registry_id_ok(const char *id)
-{
-    size_t n = strlen(id);
-
-    if (n == 0 || n > GP_MAX_ID)
-        return false;
-    return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
-}
 
 int32_t
 registry_state_from_name(const char *s)
@@ -139,7 +119,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     ev.state = state;
     ev.prev = prev;
     GP_SET_HAS(&ev, MSG_NODE_STATE__PREV);
-    ev.at_ms = registry_now_ms();
+    ev.at_ms = gp_wall_ms();
     args[0] = site;
     args[1] = node;
     gp_app_publish(r->app, GP_OP_NODE_STATE, args, &ev);
@@ -204,7 +184,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     snprintf(b->site, sizeof(b->site), "%s", site);
     snprintf(b->node, sizeof(b->node), "%s", node);
     snprintf(key, sizeof(key), "gp:node:%s", node);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
     argv[i++] = r->scripts_loaded ? "EVALSHA" : "EVAL";
     argv[i++] = r->scripts_loaded ? r->hb_sha : registry_hb_lua;
@@ -301,7 +281,7 @@ static void
 sweep(registry *r)
 {
     uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-    uint64_t now = registry_now_ms();
+    uint64_t now = gp_wall_ms();
     char     cutoff[24], batch[16];
 
     if (r->sweeping || now < window)
@@ -332,7 +312,7 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");     /* try again next tick */
         return;
     }
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)registry_now_ms());
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     /* One script call per chunk: 100,000 nodes are 200 commands, not
      * 300,000 that would pass the client's in-flight cap. */
     for (int i = 0; i < rows; i += RESEED_CHUNK) {

@@ -30,7 +30,7 @@ check_subject(gp_req *req, const char *site, const char *node)
     if (strcmp(gp_req_param(req, "site"), site) != 0 || strcmp(gp_req_param(req, "node"), node) != 0)
         return gp_req_fail(req, GP_EDENIED, "subject is for %s/%s but the body says %s/%s",
                            gp_req_param(req, "site"), gp_req_param(req, "node"), site, node);
-    if (!registry_id_ok(site) || !registry_id_ok(node))
+    if (!gp_id_ok(site) || !gp_id_ok(node))
         return gp_req_fail(req, GP_EINVAL, "site and node ids must be 1-63 letters, digits, - or _");
     return GP_EOK;
 }
@@ -192,7 +192,7 @@ on_lease(gp_req *req, const void *in, void *out)
 {
     const msg_lease_renew *q = in;
 
-    if (!registry_id_ok(gp_req_param(req, "site")) || !registry_id_ok(gp_req_param(req, "node")))
+    if (!gp_id_ok(gp_req_param(req, "site")) || !gp_id_ok(gp_req_param(req, "node")))
         return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
     fill_lease(req, &q->attempts, out);
     return GP_EOK;
@@ -400,7 +400,7 @@ on_node_get(gp_req *req, const void *in, void *out)
     const msg_id_request         *q = in;
 
     (void)out;
-    if (!registry_id_ok(q->id))
+    if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
     return node_query(req, &none, q->id, true);
 }
@@ -434,7 +434,7 @@ on_node_delete(gp_req *req, const void *in, void *out)
     gp_err                rc;
 
     (void)out;
-    if (!registry_id_ok(q->id))
+    if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
     rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id, site",
                      1, p, 0, node_deleted, req);

@@ -9,6 +9,8 @@
 
 #include "gp/app.h"
 #include "gp/buf.h"
+#include "gp/clock.h"
+#include "gp/id.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 
@@ -45,10 +47,8 @@ typedef struct registry {
 } registry;
 
 /* now, wall clock, ms since the epoch */
-uint64_t registry_now_ms(void);
 
 /* true for a non-empty [A-Za-z0-9_-]* id: ids are NATS subject tokens */
-bool registry_id_ok(const char *id);
 
 /* admin.c: tenants, sites, pools, products */
 extern const gp_route registry_admin_routes[];

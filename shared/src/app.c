@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/clock.h"
 #include "gp/http.h"
 #include "gp/limits.h"
 #include "gp/log.h"
@@ -176,23 +177,6 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_END
 };
 
-static double
-now_mono(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 
 /* ---- replies ------------------------------------------------------------ */
@@ -214,7 +198,7 @@ count_error(op_rt *o, gp_err rc)
 static void
 log_bad(op_rt *o, const char *subject, gp_err rc, const char *detail)
 {
-    double t = now_mono();
+    double t = gp_mono_s();
 
     if (t - o->last_log < LOG_EVERY_S) {
         o->suppressed++;
@@ -253,7 +237,7 @@ send_reply(gp_req *req, gp_err rc)
     gp_buf b;
 
     req->replied = true;
-    gp_hist_observe(o->latency, now_mono() - req->t0);
+    gp_hist_observe(o->latency, gp_mono_s() - req->t0);
     if (rc != GP_EOK) {
         count_error(o, rc);
         if (o->op->out == NULL || bad_input(rc))
@@ -418,7 +402,7 @@ dead_letter(gp_req *req, gp_err rc)
     snprintf(m.code, sizeof(m.code), "%s", gp_err_name(rc));
     snprintf(m.detail, sizeof(m.detail), "%s", req->detail);
     m.deliveries = req->deliveries;
-    m.at_ms = (int64_t)wall_ms();
+    m.at_ms = (int64_t)gp_wall_ms();
     m.truncated = len > MSG_DEAD_LETTER_DATA_MAXLEN;
     m.data.p = (uint8_t *)(uintptr_t)data;
     m.data.n = m.truncated ? MSG_DEAD_LETTER_DATA_MAXLEN : len;
@@ -531,7 +515,7 @@ dispatch(gp_req *req, const void *data, size_t len)
     gp_app *app = req->app;
     gp_err  rc;
 
-    req->t0 = now_mono();
+    req->t0 = gp_mono_s();
     rc = gp_msg_decode(req->o->op->in, data, len, req->in, req->detail, sizeof(req->detail));
     req->body = data;
     req->body_len = len;
@@ -606,7 +590,7 @@ on_js(void *arg, gp_jsmsg *jm)
         /* redelivered past the limit by ack-wait expiries: give up on it */
         snprintf(req->detail, sizeof(req->detail), "delivered %llu times (max %u)",
                  (unsigned long long)req->deliveries, max_deliver(s->r->durable));
-        req->t0 = now_mono();
+        req->t0 = gp_mono_s();
         send_reply(req, GP_ETIMEOUT);
         req_free(req);
         return;
@@ -685,7 +669,7 @@ fill_health(gp_app *app, msg_health *h, bool verbose)
     snprintf(h->service, sizeof(h->service), "%s", app->service);
     snprintf(h->instance, sizeof(h->instance), "%s", app->instance);
     snprintf(h->version, sizeof(h->version), "%s", app->version);
-    h->uptime_s = (uint64_t)(now_mono() - app->started);
+    h->uptime_s = (uint64_t)(gp_mono_s() - app->started);
     h->nats = dep_state(true, gp_bus_is_connected(app->bus));
     h->redis = dep_state(app->kv != NULL, app->kv && gp_kv_is_connected(app->kv));
     h->pg = dep_state(app->db != NULL, app->db && gp_db_is_connected(app->db));
@@ -890,7 +874,7 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
     gp_log_setup(service, cfg->log_level, -1);
     signal(SIGPIPE, SIG_IGN);
     app->loop = ev_default_loop(EVFLAG_AUTO);
-    app->started = now_mono();
+    app->started = gp_mono_s();
     app->metrics = gp_metrics_new();
     if (app->loop == NULL || app->metrics == NULL) {
         gp_app_free(app);
@@ -930,11 +914,11 @@ gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg)
 static void
 task_run(gp_task *t)
 {
-    double t0 = now_mono(), took;
+    double t0 = gp_mono_s(), took;
 
     (*t->runs)++;
     t->fn(t->app, t->arg);
-    took = now_mono() - t0;
+    took = gp_mono_s() - t0;
     gp_hist_observe(t->seconds, took);
     if (took > t->period) {
         (*t->overruns)++;

@@ -5,22 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gp/id.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
-
-static bool
-token_ok(const char *s)
-{
-    if (s == NULL || *s == '\0')
-        return false;
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if (c <= 0x20 || c == 0x7f || c == '.' || c == '*' || c == '>')
-            return false;
-    }
-    return true;
-}
 
 static gp_err
 fill(const gp_op *op, char *buf, size_t n, const char *const *args, bool wild)
@@ -30,7 +17,7 @@ fill(const gp_op *op, char *buf, size_t n, const char *const *args, bool wild)
     int         k = 0;
 
     for (int i = 0; i < op->nparams; i++)
-        if (!(wild && args[i] == NULL) && !token_ok(args[i]))
+        if (!(wild && args[i] == NULL) && !gp_id_ok(args[i]))
             return GP_EINVAL;
     while (*p != '\0') {
         const char *piece = p;

@@ -29,9 +29,9 @@ typedef struct gp_op {
 } gp_op;
 
 /* Writes op's subject with its parameters filled from args (nparams
- * strings, address order).  INVAL when an argument is not a subject token
- * (empty, or holding '.', '*', '>', whitespace or a control byte): a
- * parameter must never widen or shift the subject; TOOBIG past n. */
+ * strings, address order).  INVAL when an argument is not an id (gp/id.h:
+ * [A-Za-z0-9_-], 1 to GP_MAX_ID): a parameter must never widen or shift
+ * the subject; TOOBIG past n. */
 gp_err gp_op_subject(const gp_op *op, char *buf, size_t n, const char *const *args);
 
 /* The same, where a NULL argument stays a wildcard "*" (what a server

@@ -3,7 +3,7 @@
 # schemas/asyncapi.json says, both ways.
 #
 # Every service binary prints the operations it serves, declares or binds
-# (--print-routes true: "<service> <operation id> <subject pattern>") and
+# (--print-routes, a bare bool flag: "<service> <operation id> <subject pattern>") and
 # exits without serving.  Fails when a service serves an operation that is
 # not in the contract or that the contract does not give to it
 # (x-gp-service), when a receive operation of the contract is served by
@@ -53,7 +53,7 @@ for s in $services; do
     # and databases are not reachable and need not be.
     extra=()
     [ "$s" = agent ] && extra=(--site s0001 --node s0001-n1 --gpu-backend sim)
-    if GP_NATS_URL=nats://127.0.0.1:1 timeout 20 "$b" --print-routes true --http-port -1 \
+    if GP_NATS_URL=nats://127.0.0.1:1 timeout 20 "$b" --print-routes --http-port -1 \
             "${extra[@]}" >"$tmp/$s.routes" 2>"$tmp/$s.err"; then
         ok "$s --print-routes exits 0"
     else

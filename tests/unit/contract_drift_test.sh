@@ -106,11 +106,15 @@ fi
 # No contract subject as a string literal in services/: every subject of
 # gridpool starts with "gp." (or is a NATS inbox), so a quoted "gp. or
 # "_INBOX in services/ is a hand-written subject.
-hits=$(grep -rnE '"(gp\.|_INBOX)' "$here/services" --include='*.c' --include='*.h' || true)
-if [ -z "$hits" ]; then
+# grep: 1 is "no match"; 2 (no services/ folder, unreadable file) must not
+# pass for a clean tree, and neither may a tree without C files.
+hits=$(grep -rnE '"(gp\.|_INBOX)' "$here/services" --include='*.c' --include='*.h')
+grc=$?
+nfiles=$(find "$here/services" -name '*.c' 2>/dev/null | wc -l)
+if [ "$grc" -eq 1 ] && [ "$nfiles" -gt 0 ]; then
     ok "no contract subject is a string literal in services/"
 else
-    nok "no contract subject is a string literal in services/"
+    nok "no contract subject is a string literal in services/ (grep status $grc, $nfiles C files)"
     printf '%s\n' "$hits" | sed 's/^/# /' | head -20
 fi
 echo "1..$n"

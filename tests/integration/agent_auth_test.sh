@@ -81,7 +81,8 @@ $B/bin/gpctl --nats-url "nats://control:wrong@127.0.0.1:$port" --timeout 1500 ge
 rc=$?
 sed 's/^/#   /' "$D/wrong.err"
 check "a wrong password is refused (exit 3, cannot connect; got $rc)" \
-    sh -c "test $rc -eq 3 && grep -q 'cannot connect to NATS at nats://control:' '$D/wrong.err'"
+    sh -c "test $rc -eq 3 && grep -q 'cannot connect to NATS at nats://control:\*\*\*\*@127' '$D/wrong.err'"
+check "and gpctl's message does not show that password" sh -c "! grep -q 'control:wrong' '$D/wrong.err' && test -s '$D/wrong.err'"
 check "and nats-server says why (authentication error for user control)" grep -q 'authentication error - User "control"' "$D/auth-nats.log"
 
 echo "1..$n"

@@ -3,7 +3,8 @@
 # test programs in a temp build folder (a complete one, one that stops
 # early with status 0, one without a plan, one with two plans, one whose
 # plan is too small, a skipped one, one that fails with status 0 and a
-# "not ok") are run through it and its verdict and counts are checked.
+# "not ok", one with a "not ok" after its plan) are run through it and its
+# verdict and counts are checked.
 # Prints TAP.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +67,11 @@ check "a not ok with status 0 and a right plan counts once" \
 fake notok 'echo "ok 1 - a"; echo "1..1"; exit 3'
 runit
 check "a non-zero status with a complete plan fails" test "$rc" -ne 0 -a "$(verdict notok)" = "1 1"
+fake notok 'echo "ok 1 - a"; echo "1..1"; echo "not ok - sanitizer reports"; exit 1'
+runit
+check "a not ok after the plan (with-stack.sh's sanitizer line) fails once, and says why" \
+    test "$rc" -ne 0 -a "$(verdict notok)" = "1 1"
+check "the log says the count differs from the plan" grep -q 'planned 1 results but printed 2' "$tmp/out"
 
 echo "1..$n"
 exit $fail

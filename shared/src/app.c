@@ -159,8 +159,8 @@ static const gp_stream_cfg dlq_stream = {
 const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_STR("nats-url", gp_common_cfg, nats_url, "nats://127.0.0.1:4222", "NATS server URL(s), comma separated"),
     GP_CFG_STR("nats-user", gp_common_cfg, nats_user, "", "NATS user (with nats-password)"),
-    GP_CFG_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
-    GP_CFG_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
+    GP_CFG_SECRET_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
+    GP_CFG_SECRET_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
     GP_CFG_STR("redis-host", gp_common_cfg, redis_host, "127.0.0.1", "Redis address (numeric)"),
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),

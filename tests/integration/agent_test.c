@@ -330,7 +330,7 @@ test_kill_list(void)
     T_OKM(e != NULL, "an attempt on a reply's kill list is stopped");
     T_OKM(e != NULL && e->exit_code == 128 + SIGTERM, "by SIGTERM (exit_code %d)",
           e ? e->exit_code : -1);
-    T_OK(!alive(ack.pid));
+    T_OKM(ack.pid > 0 && !alive(ack.pid), "the killed attempt (pid %d) is gone", (int)ack.pid);
 }
 
 static void
@@ -395,7 +395,7 @@ main(void)
     kill(agent_pid, SIGTERM);
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
     spin(0.2);
-    T_OKM(!alive(last_pid), "and takes its attempts with it");
+    T_OKM(last_pid > 0 && !alive(last_pid), "and takes its attempts with it (pid %d)", last_pid);
     for (int i = 0; i < 4; i++)
         gp_bus_sub_free(subs[i]);
     gp_msg_clear(&msg_node_register_desc, &reg);

@@ -65,6 +65,21 @@ on_registered(void *arg, agent *a, bool first)
     }
 }
 
+/* The registry refused the node for good (deleted by an operator): the
+ * agent stopped; the node goes down (routes unbound, agent freed) until a
+ * fault script or an operator powers it on again. */
+static void
+on_stopped(void *arg, agent *a, gp_err why, const char *detail)
+{
+    sim *s = arg;
+    int  i = fleet_find_node(&s->f, agent_node(a));
+
+    GP_WARN("sim_node_refused", "node=%s code=%s detail=\"%s\" action=down", agent_node(a),
+            gp_err_name(why), detail);
+    if (i >= 0 && s->f.nodes[i].ag == a)
+        sim_node_down(s, i);          /* frees a: the agent's last act was this call */
+}
+
 void
 sim_node_up(sim *s, int i, double delay_s)
 {
@@ -82,6 +97,7 @@ sim_node_up(sim *s, int i, double delay_s)
     o.start_delay_s = delay_s;
     o.seed = n->seed;
     o.on_registered = on_registered;
+    o.on_stopped = on_stopped;
     o.cb_arg = s;
     n->ag = agent_new(s->loop, s->bus, &o, n->gpu);
     if (n->ag == NULL) {

@@ -3,6 +3,7 @@
  * their counters, fencing, lease expiry while cut off, kill lists,
  * checkpoints.  Real time is bounded: about 25 s. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "msg_gen.h"
@@ -35,6 +36,21 @@ static double            last_grant_at;
 static msg_attempt_ref   kill_list[4];
 static int               nkill;
 static int               lease_seen_attempts;
+static char              reg_reply[GP_MAX_SUBJECT + 1];   /* reply subject of the last register */
+static gp_err            lease_err, register_err;        /* answer with this error instead */
+static int               nregister_req;
+
+/* The registry's error reply (ghost nodes: NOTFOUND, DENIED). */
+static void
+answer_error(const gp_bus_msg *m, gp_err code, const char *message)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_encode_error(code, message, &b);
+    gp_bus_pub(bus, m->reply, NULL, b.p, b.n);
+    gp_buf_fini(&b);
+}
 
 static void
 answer(const gp_bus_msg *m, const gp_arr *attempts)
@@ -63,6 +79,12 @@ on_register(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_node_register_desc, &reg);
     if (gp_msg_decode(&msg_node_register_desc, m->data, m->len, &reg, NULL, 0) != GP_EOK)
         return;
+    nregister_req++;
+    snprintf(reg_reply, sizeof(reg_reply), "%s", m->reply ? m->reply : "");
+    if (answering && m->reply != NULL && register_err != GP_EOK) {
+        answer_error(m, register_err, "node deleted by an operator");
+        return;
+    }
     if (answering && m->reply != NULL) {
         answer(m, &reg.attempts);
         registered++;
@@ -78,7 +100,9 @@ on_lease(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_lease_renew_desc, m->data, m->len, &l, NULL, 0) != GP_EOK)
         return;
     lease_seen_attempts = (int)l.attempts.n;
-    if (answering && m->reply != NULL)
+    if (answering && m->reply != NULL && lease_err != GP_EOK)
+        answer_error(m, lease_err, "no such node: register again");
+    else if (answering && m->reply != NULL)
         answer(m, &l.attempts);
     gp_msg_clear(&msg_lease_renew_desc, &l);
 }
@@ -203,8 +227,9 @@ signal_cmd(const char *job, uint32_t attempt, int action)
                    &msg_attempt_ack_desc, &ack, 3000, detail, sizeof(detail));
 }
 
+/* log: the agent's output goes there (NULL: inherited). */
 static pid_t
-start_agent(void)
+start_agent_log(const char *log)
 {
     char  bin[512], port[32];
     char  a[14][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
@@ -219,7 +244,43 @@ start_agent(void)
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", tl_free_port());
-    return tl_spawn(argv);
+    if (log == NULL)
+        return tl_spawn(argv);
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static pid_t
+start_agent(void)
+{
+    return start_agent_log(NULL);
+}
+
+/* Does the file hold a line with every one of the words? */
+static bool
+log_has(const char *path, const char *w1, const char *w2)
+{
+    char  line[2048];
+    bool  found = false;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, w1) != NULL && (w2 == NULL || strstr(line, w2) != NULL);
+    fclose(f);
+    return found;
 }
 
 static void
@@ -246,6 +307,65 @@ test_register_and_heartbeats(void)
     T_OKM(last_hb.uplink_rtt_ms > 0 && last_hb.uplink_rtt_ms < 1000, "uplink rtt %.2f ms",
           last_hb.uplink_rtt_ms);
     T_OK(last_hb.disk == MSG_HEARTBEAT_DISK_OK && last_hb.attempts.n == 0);
+    /* Typed calls on the bus inbox, inside the node's own subtree (its NATS
+     * identity has no rights elsewhere). */
+    T_OKM(strncmp(reg_reply, "gp.node." SITE "." NODE "._reply.", 21) == 0,
+          "the register reply comes back in the node's subtree (%s)", reg_reply);
+}
+
+/* Ghost nodes: a lease answered NOTFOUND makes the agent register again at
+ * once; a registration answered DENIED stops it for good (attempts
+ * killed, process exits non-zero).  A second agent, its log captured. */
+static void
+test_ghost_node(void)
+{
+    char            log[600], detail[GP_ERRBUF_LEN] = "";
+    msg_attempt_ack ack;
+    pid_t           apid;
+    int             r0, st;
+    double          t0;
+
+    snprintf(log, sizeof(log), "%s/agent-ghost.log", tl_env("GP_STACK_DIR"));
+    lease_err = register_err = GP_EOK;
+    r0 = registered;
+    apid = start_agent_log(log);
+    t0 = tl_now();
+    while (registered == r0 && tl_now() < t0 + 10)
+        spin(0.02);
+    T_OKM(registered > r0, "a second agent registers");
+    T_EQ_INT(run_cmd("j6", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
+    r0 = registered;
+    lease_err = GP_ENOTFOUND;          /* the registry lost the node */
+    t0 = tl_now();
+    while (registered == r0 && tl_now() < t0 + LEASE_MS / 3000.0 + 3)
+        spin(0.02);
+    lease_err = GP_EOK;
+    T_OKM(registered > r0, "a lease answered NOTFOUND: registered again %.2f s later",
+          tl_now() - t0);
+    T_OKM(log_has(log, "event=agent_reregister", "reason=lease_notfound"),
+          "agent_reregister reason=lease_notfound logged");
+    T_OKM(alive(ack.pid), "its attempt keeps running");
+    spin(0.3);
+    register_err = GP_EDENIED;         /* an operator deleted the node */
+    lease_err = GP_ENOTFOUND;          /* makes it register: DENIED */
+    t0 = tl_now();
+    st = -1;
+    while (st < 0 && tl_now() < t0 + LEASE_MS / 3000.0 + 5) {   /* answering meanwhile */
+        int ws;
+
+        spin(0.02);
+        if (waitpid(apid, &ws, WNOHANG) == apid)
+            st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    }
+    T_OKM(st > 0, "a registration answered DENIED: the agent exits non-zero (status %d, %.2f s)",
+          st, tl_now() - t0);
+    T_OKM(log_has(log, "event=agent_stopped", "reason=register_DENIED"),
+          "agent_stopped reason=register_DENIED logged");
+    spin(0.3);
+    T_OKM(!alive(ack.pid), "its attempt is killed");
+    if (st < 0)
+        kill(apid, SIGTERM), tl_wait_exit(apid, 5);
+    lease_err = register_err = GP_EOK;
 }
 
 static int
@@ -396,6 +516,7 @@ main(void)
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
     spin(0.2);
     T_OKM(!alive(last_pid), "and takes its attempts with it");
+    test_ghost_node();
     for (int i = 0; i < 4; i++)
         gp_bus_sub_free(subs[i]);
     gp_msg_clear(&msg_node_register_desc, &reg);

@@ -1,9 +1,10 @@
 /* attempt.h -- one job attempt as a child process (internal to the agent).
  *
  * The command runs as /bin/sh -c in its own process group, so signals
- * reach everything it started.  Counters are cumulative: gpu_ms is wall
+ * reach everything it started.  Counters are cumulative: gpu_ms is elapsed
  * time x GPUs held (what is delivered, not how busy the job kept them),
- * energy_mj integrates the measured power of its GPUs. */
+ * energy_mj integrates the measured power of its GPUs; both count on the
+ * monotonic clock (gp/clock.h), so a step of the date bills nothing. */
 #ifndef GP_AGENT_ATTEMPT_H
 #define GP_AGENT_ATTEMPT_H
 

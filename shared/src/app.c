@@ -168,6 +168,7 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_INT("http-port", gp_common_cfg, http_port, 0, -1, 65535, "port of /metrics and /healthz (0 any, -1 off)"),
     GP_CFG_STR("log-level", gp_common_cfg, log_level, "info", "debug, info, warn or error"),
     GP_CFG_STR("instance", gp_common_cfg, instance, "", "instance name (default host-pid)"),
+    GP_CFG_STR("nats-inbox-prefix", gp_common_cfg, nats_inbox_prefix, "", "prefix of the bus' reply inbox (default _INBOX; the agent uses its own subtree)"),
     GP_CFG_UINT("request-timeout-ms", gp_common_cfg, request_timeout_ms, 5000, 10, 600000, "deadline of one request"),
     GP_CFG_UINT("redis-timeout-ms", gp_common_cfg, redis_timeout_ms, 2000, 10, 600000, "deadline of one Redis command"),
     GP_CFG_UINT("pg-timeout-ms", gp_common_cfg, pg_timeout_ms, 5000, 10, 600000, "deadline of one PostgreSQL query"),
@@ -828,6 +829,7 @@ connect_deps(gp_app *app, const gp_migration *migrations)
                       .user = c->nats_user[0] ? c->nats_user : NULL,
                       .password = c->nats_user[0] ? c->nats_password : NULL,
                       .token = c->nats_token[0] ? c->nats_token : NULL,
+                      .inbox_prefix = c->nats_inbox_prefix[0] ? c->nats_inbox_prefix : NULL,
                       .jetstream = (app->needs & GP_NEED_JS) != 0};
     gp_err      rc = gp_bus_new(app->loop, &bo, on_bus_conn, app, &app->bus);
 

@@ -61,7 +61,7 @@ all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
 deps:
 	@deploy/deps.sh
 
-$(GEN_H) $(GEN_C): $(SCHEMAS) schemas/gen.py
+$(GEN_H) $(GEN_C) &: $(SCHEMAS) schemas/gen.py
 	@mkdir -p $(BUILD)/gen
 	$(PYTHON) schemas/gen.py --schemas schemas --out $(BUILD)/gen
 

@@ -115,15 +115,16 @@ agent_attempts_running(const agent *a)
 gp_err
 agent_inbox_prefix(const char *site, const char *node, char *out, size_t n)
 {
-    const char *args[3] = {site, node, NULL};
+    const char *args[4] = {site, node, NULL, NULL};
     gp_err      rc = gp_op_pattern(GP_INBOX_NODE_INBOX, out, n, args);
-    char       *dot;
+    size_t      len = strlen(out);
 
-    /* The pattern ends in ".*" (the token the bus appends). */
-    if (rc == GP_EOK && ((dot = strrchr(out, '.')) == NULL || strcmp(dot, ".*") != 0))
+    /* The pattern ends in ".*.*": the bus appends its nuid and the request
+     * number under the prefix. */
+    if (rc == GP_EOK && (len < 4 || strcmp(out + len - 4, ".*.*") != 0))
         rc = GP_EINTERNAL;
     if (rc == GP_EOK)
-        *dot = '\0';
+        out[len - 4] = '\0';
     return rc;
 }
 

@@ -26,13 +26,21 @@
 #define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
 #define RESEED_CHUNK  500       /* nodes per reseed script call */
 
-static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
+/* State names are the schema's (NodeState.state enum), never restated. */
+#define STATE_FIELD (&msg_node_state_desc.fields[MSG_NODE_STATE__STATE])
+
+const char *
+registry_state_name(int32_t state)
+{
+    return state >= 0 && (uint32_t)state < STATE_FIELD->nenums ? STATE_FIELD->enums[state]
+                                                               : STATE_FIELD->enums[0];
+}
 
 int32_t
 registry_state_from_name(const char *s)
 {
-    for (size_t i = 0; i < GP_NELEM(state_names); i++)
-        if (s != NULL && strcmp(s, state_names[i]) == 0)
+    for (uint32_t i = 0; s != NULL && i < STATE_FIELD->nenums; i++)
+        if (strcmp(s, STATE_FIELD->enums[i]) == 0)
             return (int32_t)i;
     return MSG_NODE_STATE_STATE_UNKNOWN;
 }
@@ -70,7 +78,7 @@ flush_changes(registry *r)
     gp_buf_puts(&states, "{");
     for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
         rc = gp_buf_printf(&ids, "%s%s", i ? "," : "", r->changes[i].node);
-        rc = rc ? rc : gp_buf_printf(&states, "%s%s", i ? "," : "", state_names[r->changes[i].state]);
+        rc = rc ? rc : gp_buf_printf(&states, "%s%s", i ? "," : "", registry_state_name(r->changes[i].state));
     }
     gp_buf_puts(&ids, "}");
     gp_buf_puts(&states, "}");
@@ -129,7 +137,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     gp_log(state == MSG_NODE_STATE_STATE_STALE ? GP_LOG_WARN
            : prev == MSG_NODE_STATE_STATE_STALE ? GP_LOG_INFO : GP_LOG_DEBUG,
            "node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
-           state_names[prev], state_names[state], reason);
+           registry_state_name(prev), registry_state_name(state), reason);
     queue_change(r, node, state);
 }
 

@@ -126,8 +126,10 @@ gpu_params(const msg_node_register *q, gp_buf arr[6])
     rc = rc ? rc : gp_buf_puts(&arr[5], "{");
     for (uint32_t i = 0; i < q->gpus.n && rc == GP_EOK; i++) {
         int32_t k = g[i].interconnect;
+        const gp_field *f = &msg_gpu_desc.fields[MSG_GPU__INTERCONNECT];
+
         rc = gp_buf_printf(&arr[5], "%s%s", i ? "," : "",
-                           k >= 0 && k < 3 ? msg_gpu_desc.fields[MSG_GPU__INTERCONNECT].enums[k] : "pcie");
+                           k >= 0 && (uint32_t)k < f->nenums ? f->enums[k] : f->enums[0]);
     }
     return rc ? rc : gp_buf_puts(&arr[5], "}");
 }
@@ -256,7 +258,7 @@ set_gpus(nodeq *q, const PGresult *res)
         n->gpus.v = calloc((size_t)(r - first), sizeof(msg_gpu));
         if (n->gpus.v == NULL)
             return GP_ENOMEM;
-        for (int k = first; k < r && n->gpus.n < 16; k++) {
+        for (int k = first; k < r && n->gpus.n < MSG_NODE_GPUS_MAXITEMS; k++) {
             static const char *const f[] = {"index", "uuid", "model", "vram_mb", "serial", "interconnect"};
             msg_gpu *g = (msg_gpu *)n->gpus.v + n->gpus.n++;
 

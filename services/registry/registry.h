@@ -64,6 +64,7 @@ void registry_live_transition(registry *r, const char *site, const char *node, i
 void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
                         size_t len, double rtt_ms);
 int32_t registry_state_from_name(const char *s);
+const char *registry_state_name(int32_t state);
 /* Marks a node healthy in Redis after registration and publishes it. */
 void registry_live_register(registry *r, const char *site, const char *node);
 

@@ -177,16 +177,20 @@ static gp_err
 on_heartbeat(gp_req *req, const void *in, void *out)
 {
     const msg_heartbeat *hb = in;
-    const void          *raw;
-    size_t               len;
+    gp_buf               b;
     gp_err               rc = check_subject(req, hb->site, hb->node);
 
     (void)out;
     if (rc != GP_EOK)
         return rc;
-    raw = gp_req_body(req, &len);
-    registry_live_beat(gp_req_state(req), hb->site, hb->node, raw, len, hb->uplink_rtt_ms);
-    return GP_EOK;
+    /* The live view keeps the heartbeat as decoded, re-encoded: bounded by
+     * the schema, whatever unknown keys the body carried. */
+    gp_buf_init(&b, 0);
+    rc = gp_msg_encode(&msg_heartbeat_desc, hb, &b);
+    if (rc == GP_EOK)
+        registry_live_beat(gp_req_state(req), hb->site, hb->node, b.p, b.n, hb->uplink_rtt_ms);
+    gp_buf_fini(&b);
+    return rc;
 }
 
 static gp_err

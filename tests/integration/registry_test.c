@@ -5,11 +5,14 @@
  * healed by the next beats, pool capacity. */
 #include <hiredis/hiredis.h>
 #include <msgpack.h>
+#include <stdarg.h>
 
 #include "msg_gen.h"
 #include "testlib.h"
 
 #define HB_MS 400
+/* The live-view key of node n1 (site s1). */
+#define NODE_KEY(id) "gp:node:" id
 
 static struct ev_loop *loop;
 static gp_bus         *bus;
@@ -315,6 +318,62 @@ test_live(void)
     gp_msg_clear(&msg_node_desc, &n);
 }
 
+static redisReply *
+redis(const char *fmt, ...)
+{
+    redisContext *c = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    redisReply   *rep;
+    va_list       ap;
+
+    va_start(ap, fmt);
+    rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    redisFree(c);
+    return rep;
+}
+
+/* The live view stores the heartbeat as decoded and re-encoded, not the
+ * body: a beat carrying a large unknown key stores a small hb field. */
+static void
+test_hb_reencoded(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer  pk;
+    size_t          big = 600 * 1024;
+    char           *junk = malloc(big);
+    redisReply     *rep;
+    long long       n = -1;
+
+    beating = 0;
+    memset(junk, 'x', big);
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 6);
+    msgpack_pack_str_with_body(&pk, "sent_ms", 7);
+    msgpack_pack_uint64(&pk, (uint64_t)time(NULL) * 1000);
+    msgpack_pack_str_with_body(&pk, "site", 4);
+    msgpack_pack_str_with_body(&pk, "s1", 2);
+    msgpack_pack_str_with_body(&pk, "node", 4);
+    msgpack_pack_str_with_body(&pk, "n1", 2);
+    msgpack_pack_str_with_body(&pk, "seq", 3);
+    msgpack_pack_uint64(&pk, ++hb_seq);
+    msgpack_pack_str_with_body(&pk, "gpus", 4);
+    msgpack_pack_array(&pk, 0);
+    msgpack_pack_str_with_body(&pk, "x-unknown", 9);
+    msgpack_pack_str_with_body(&pk, junk, big);
+    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    free(junk);
+    wait_s(0.7);
+    rep = redis("HSTRLEN %s hb", NODE_KEY("n1"));
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
+        n = rep->integer;
+    freeReplyObject(rep);
+    T_OKM(n > 0 && n < 4096, "a beat with a 600 KB unknown key stores a small hb (%lld bytes)", n);
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+}
+
 static void
 test_capacity_and_delete(void)
 {
@@ -386,6 +445,7 @@ main(void)
     test_admin();
     test_register();
     test_live();
+    test_hb_reencoded();
     test_capacity_and_delete();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/kvfan.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
@@ -227,8 +228,6 @@ typedef struct nodeq {
     bool      get;            /* one node with its telemetry */
     msg_node *items;
     uint32_t  n;
-    unsigned  pending;        /* Redis replies still to come */
-    uint32_t  next;           /* item the next Redis reply is for: replies come in order */
     int       pending_limit;  /* page size asked of PostgreSQL */
     gp_err    err;
 } nodeq;
@@ -294,12 +293,14 @@ nodeq_finish(nodeq *q)
     free(q);
 }
 
-/* HMGET gp:node:<id> seen hb: last_seen for every node, telemetry for get. */
+/* HMGET gp:node:<id> seen hb: last_seen for every node, telemetry for
+ * get.  One slot per item (gp/kvfan.h): a read that fails or is not sent
+ * leaves only its own node without live data. */
 static void
-live_read(void *arg, const redisReply *rep, gp_err err)
+live_read(void *arg, size_t i, const redisReply *rep, gp_err err)
 {
     nodeq    *q = arg;
-    msg_node *n = &q->items[q->next++];
+    msg_node *n = &q->items[i];
 
     if (err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
         const redisReply *seen = rep->element[0], *hb = rep->element[1];
@@ -311,16 +312,22 @@ live_read(void *arg, const redisReply *rep, gp_err err)
             GP_SET_HAS(n, MSG_NODE__TELEMETRY);
     }
     /* Without Redis the inventory still answers; last_seen stays 0. */
-    if (--q->pending == 0)
-        nodeq_finish(q);
+}
+
+static void
+live_done(void *arg, const gp_kvfan *f)
+{
+    (void)f;
+    nodeq_finish(arg);
 }
 
 static void
 pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     nodeq *q = arg;
-    gp_kv *kv = gp_app_kv(gp_req_app(q->req));
-    int    rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    gp_kv    *kv = gp_app_kv(gp_req_app(q->req));
+    gp_kvfan *fan;
+    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
 
     (void)nres;
     if (err != GP_EOK)
@@ -343,16 +350,14 @@ pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         }
         q->err = set_gpus(q, res[1]);
     }
-    q->pending = 1;                        /* held while the reads are issued */
-    for (uint32_t i = 0; i < q->n && q->err == GP_EOK; i++) {
-        if (gp_kv_cmdf(kv, live_read, q, "HMGET gp:node:%s seen %s", q->items[i].id,
-                       q->get ? "hb" : "seen") == GP_EOK)
-            q->pending++;
-        else
-            q->next++;                     /* no reply will come for this one */
+    fan = q->err == GP_EOK ? gp_kvfan_new(kv, q->n, live_read, live_done, q) : NULL;
+    if (fan == NULL) {
+        nodeq_finish(q);                   /* no live data: the inventory still answers */
+        return;
     }
-    if (--q->pending == 0)
-        nodeq_finish(q);
+    for (uint32_t i = 0; i < q->n; i++)
+        gp_kvfan_cmdf(fan, i, "HMGET gp:node:%s seen %s", q->items[i].id, q->get ? "hb" : "seen");
+    gp_kvfan_end(fan);
 }
 
 static gp_err

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/backoff.h"
+#include "gp/dbarray.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
@@ -45,9 +47,78 @@ registry_state_from_name(const char *s)
     return MSG_NODE_STATE_STATE_UNKNOWN;
 }
 
-/* ---- state changes: published at once, written to PostgreSQL in batches ---- */
+/* ---- state changes: published at once, written to PostgreSQL in batches ----
+ *
+ * A change is never dropped for a failed write: the batch in flight is
+ * kept until PostgreSQL confirms it; refused or failed, it goes back into
+ * the queue (older than anything queued since) and is sent again after a
+ * backoff (gp/backoff.h), counted in gp_registry_state_write_retries_total.
+ * The queue is coalesced by node (only the newest state of a node is
+ * written: a batch must not name a node twice, the UPDATE would pick one of
+ * the rows at random), so it holds at most one entry per node of the
+ * fleet.  CHANGES_MAX bounds it for a fleet past the design size: a change
+ * that finds it full of other nodes is dropped, counted
+ * (gp_registry_state_changes_dropped_total) and logged; the node's next
+ * transition writes it again. */
+
+#define CHANGES_MAX  262144     /* > 2 x the 100,000 nodes of the design; 80 B each: 20 MB */
 
 static void flush_changes(registry *r);
+
+static int
+change_cmp(const void *a, const void *b)
+{
+    const state_change *x = a, *y = b;
+    int                 c = strcmp(x->node, y->node);
+
+    return c != 0 ? c : x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Keeps the newest change of each node. */
+static void
+coalesce(state_change *v, unsigned *n)
+{
+    unsigned k = 0;
+
+    if (*n < 2)
+        return;
+    qsort(v, *n, sizeof(*v), change_cmp);
+    for (unsigned i = 0; i < *n; i++) {
+        if (i + 1 < *n && strcmp(v[i].node, v[i + 1].node) == 0)
+            continue;                              /* a newer one follows */
+        v[k++] = v[i];
+    }
+    *n = k;
+}
+
+/* Appends a change; false when the queue is full of other nodes. */
+static bool
+queue_put(registry *r, const state_change *c)
+{
+    if (r->nchanges == r->capchanges && r->capchanges < CHANGES_MAX) {
+        unsigned      cap = r->capchanges ? r->capchanges * 2 : 256;
+        state_change *v;
+
+        cap = cap > CHANGES_MAX ? CHANGES_MAX : cap;
+        if ((v = realloc(r->changes, cap * sizeof(*v))) != NULL) {
+            r->changes = v;
+            r->capchanges = cap;
+        }
+    }
+    if (r->nchanges == r->capchanges)
+        coalesce(r->changes, &r->nchanges);
+    if (r->nchanges == r->capchanges) {
+        (*r->m_changes_dropped)++;
+        if (!r->overflow_logged)
+            GP_WARN("node_state_queue_full", "limit=%u node=%s state=%s "
+                    "detail=\"PostgreSQL is behind; the state of this node is written on its next change\"",
+                    (unsigned)CHANGES_MAX, c->node, registry_state_name(c->state));
+        r->overflow_logged = true;
+        return false;
+    }
+    r->changes[r->nchanges++] = *c;
+    return true;
+}
 
 static void
 changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
@@ -57,8 +128,22 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     (void)res;
     (void)nres;
     r->flushing = false;
-    if (err != GP_EOK)
-        GP_WARN("node_state_write_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    if (err != GP_EOK) {
+        unsigned delay = gp_backoff_next_ms(&r->flush_backoff);
+
+        GP_WARN("node_state_write_failed", "code=%s changes=%u retry_ms=%u detail=\"%s\"",
+                gp_err_name(err), r->ninflight, delay, detail);
+        (*r->m_write_retries)++;
+        r->flush_not_before = gp_mono_ms() + delay;
+        for (unsigned i = 0; i < r->ninflight; i++)
+            queue_put(r, &r->inflight[i]);       /* older seq: a newer queued change wins */
+        r->ninflight = 0;
+        return;
+    }
+    gp_backoff_reset(&r->flush_backoff);
+    r->flush_not_before = 0;
+    r->ninflight = 0;
+    r->overflow_logged = false;
     if (r->nchanges > 0)
         flush_changes(r);
 }
@@ -66,33 +151,53 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
 static void
 flush_changes(registry *r)
 {
-    gp_buf      ids, states;
-    const char *params[2];
-    gp_err      rc = GP_EOK;
+    gp_buf        ids, states;
+    const char   *params[2];
+    state_change *t;
+    unsigned      tn;
+    gp_err        rc = GP_EOK;
 
-    if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL)
+    if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL ||
+        gp_mono_ms() < r->flush_not_before)
         return;
+    coalesce(r->changes, &r->nchanges);
     gp_buf_init(&ids, 0);
     gp_buf_init(&states, 0);
-    gp_buf_puts(&ids, "{");
-    gp_buf_puts(&states, "{");
+    rc = gp_pgarr_begin(&ids);
+    rc = rc ? rc : gp_pgarr_begin(&states);
     for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
-        rc = gp_buf_printf(&ids, "%s%s", i ? "," : "", r->changes[i].node);
-        rc = rc ? rc : gp_buf_printf(&states, "%s%s", i ? "," : "", registry_state_name(r->changes[i].state));
+        rc = gp_pgarr_add(&ids, r->changes[i].node);
+        rc = rc ? rc : gp_pgarr_add(&states, registry_state_name(r->changes[i].state));
     }
-    gp_buf_puts(&ids, "}");
-    gp_buf_puts(&states, "}");
+    rc = rc ? rc : gp_pgarr_end(&ids);
+    rc = rc ? rc : gp_pgarr_end(&states);
     params[0] = ids.p;
     params[1] = states.p;
-    r->nchanges = 0;
-    /* ids are checked tokens, so the array literal needs no quoting */
-    if (rc == GP_EOK &&
-        gp_db_query(gp_app_db(r->app),
-                    "UPDATE nodes SET state = v.s, state_since = now() "
-                    "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
-                    "WHERE nodes.id = v.id AND nodes.state <> v.s",
-                    2, params, 0, changes_written, r) == GP_EOK)
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(r->app),
+                         "UPDATE nodes SET state = v.s, state_since = now() "
+                         "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
+                         "WHERE nodes.id = v.id AND nodes.state <> v.s",
+                         2, params, 0, changes_written, r);
+    if (rc == GP_EOK) {
+        /* the queue becomes the batch in flight; the old batch array the queue */
+        t = r->inflight;
+        tn = r->capinflight;
+        r->inflight = r->changes;
+        r->capinflight = r->capchanges;
+        r->ninflight = r->nchanges;
+        r->changes = t;
+        r->capchanges = tn;
+        r->nchanges = 0;
         r->flushing = true;
+    } else {
+        unsigned delay = gp_backoff_next_ms(&r->flush_backoff);
+
+        GP_WARN("node_state_write_failed", "code=%s changes=%u retry_ms=%u", gp_err_name(rc),
+                r->nchanges, delay);
+        (*r->m_write_retries)++;
+        r->flush_not_before = gp_mono_ms() + delay;
+    }
     gp_buf_fini(&ids);
     gp_buf_fini(&states);
 }
@@ -100,18 +205,11 @@ flush_changes(registry *r)
 static void
 queue_change(registry *r, const char *node, int32_t state)
 {
-    if (r->nchanges == r->capchanges) {
-        unsigned      cap = r->capchanges ? r->capchanges * 2 : 256;
-        state_change *c = realloc(r->changes, cap * sizeof(*c));
+    state_change c = {.state = state, .seq = ++r->change_seq};
 
-        if (c == NULL)
-            return;                      /* the next transition of this node fixes it */
-        r->changes = c;
-        r->capchanges = cap;
-    }
-    snprintf(r->changes[r->nchanges].node, sizeof(r->changes[0].node), "%s", node);
-    r->changes[r->nchanges++].state = state;
-    flush_changes(r);
+    snprintf(c.node, sizeof(c.node), "%s", node);
+    if (queue_put(r, &c))
+        flush_changes(r);
 }
 
 void
@@ -392,4 +490,11 @@ registry_live_start(registry *r)
                                           "Node state changes published");
     r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,
                                       "Times Redis was found empty and reseeded from PostgreSQL");
+    r->m_write_retries = gp_metrics_counter(m, "gp_registry_state_write_retries_total", NULL,
+                                            "Batches of node states PostgreSQL refused or did not "
+                                            "take, queued again for a retry");
+    r->m_changes_dropped = gp_metrics_counter(m, "gp_registry_state_changes_dropped_total", NULL,
+                                              "Node state changes not queued for PostgreSQL "
+                                              "(queue full of other nodes)");
+    gp_backoff_init(&r->flush_backoff, r);
 }

@@ -21,7 +21,8 @@ void
 registry_nodes_free(registry *r)
 {
     free(r->changes);
-    r->changes = NULL;
+    free(r->inflight);
+    r->changes = r->inflight = NULL;
 }
 
 /* The body must name the node of the subject gp.node.<site>.<node>.<verb>. */

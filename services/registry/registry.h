@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "gp/app.h"
+#include "gp/backoff.h"
 #include "gp/buf.h"
 #include "gp/clock.h"
 #include "gp/id.h"
@@ -28,8 +29,9 @@ extern const gp_migration registry_migrations[];   /* migrate.c */
 
 /* A node state change waiting to be written to PostgreSQL. */
 typedef struct state_change {
-    char    node[GP_MAX_ID + 1];
-    int32_t state;
+    char     node[GP_MAX_ID + 1];
+    int32_t  state;
+    uint64_t seq;                  /* queue order: the higher one is newer */
 } state_change;
 
 typedef struct registry {
@@ -42,8 +44,15 @@ typedef struct registry {
     bool                reseeding;
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;
+    state_change       *inflight;          /* the batch PostgreSQL has not confirmed */
+    unsigned            ninflight, capinflight;
+    uint64_t            change_seq;
     bool                flushing;
+    bool                overflow_logged;
+    gp_backoff          flush_backoff;     /* after a failed batch write */
+    uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
+    uint64_t           *m_write_retries, *m_changes_dropped;
 } registry;
 
 /* now, wall clock, ms since the epoch */

@@ -4,6 +4,7 @@
  * dropped, stale after missed beats and healthy again, Redis FLUSHALL
  * healed by the next beats, pool capacity. */
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 #include <msgpack.h>
 #include <stdarg.h>
 
@@ -60,19 +61,15 @@ on_state(void *arg, const gp_bus_msg *m)
 }
 
 static void
-beat(struct ev_loop *l, ev_timer *w, int revents)
+send_beat(const char *node)
 {
     msg_heartbeat     hb = {0};
     msg_gpu_telemetry g[2] = {{0}};
     gp_buf            b;
+    char              subj[128];
 
-    (void)l;
-    (void)w;
-    (void)revents;
-    if (!beating)
-        return;
     snprintf(hb.site, sizeof(hb.site), "s1");
-    snprintf(hb.node, sizeof(hb.node), "n1");
+    snprintf(hb.node, sizeof(hb.node), "%s", node);
     hb.seq = ++hb_seq;
     hb.sent_ms = (uint64_t)time(NULL) * 1000;
     hb.uplink_rtt_ms = 12.5;
@@ -86,8 +83,29 @@ beat(struct ev_loop *l, ev_timer *w, int revents)
     hb.gpus.n = 2;
     gp_buf_init(&b, 0);
     gp_msg_encode(&msg_heartbeat_desc, &hb, &b);
-    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, b.p, b.n);
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.hb", node);
+    gp_bus_pub(bus, subj, NULL, b.p, b.n);
     gp_buf_fini(&b);
+}
+
+/* Extra nodes p1..p4 beat while their bit in beating_p is set. */
+static unsigned beating_p;
+
+static void
+beat(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l;
+    (void)w;
+    (void)revents;
+    if (beating)
+        send_beat("n1");
+    for (int i = 0; i < 4; i++) {
+        char node[8];
+
+        snprintf(node, sizeof(node), "p%d", i + 1);
+        if (beating_p & (1u << i))
+            send_beat(node);
+    }
 }
 
 static void
@@ -413,6 +431,79 @@ test_capacity_and_delete(void)
     expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
 }
 
+static void
+register_node(const char *node, gp_err want)
+{
+    char                d[GP_ERRBUF_LEN] = "", subj[128];
+    msg_node_register   q = {0};
+    msg_node_registered r = {0};
+    gp_err              rc;
+
+    snprintf(q.site, sizeof(q.site), "s1");
+    snprintf(q.node, sizeof(q.node), "%s", node);
+    snprintf(q.agent_version, sizeof(q.agent_version), "test");
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", node);
+    rc = call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d);
+    expect(subj, rc, want, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
+/* "stale,stale,..." for p1..p4 from nodes.state, or "" without PostgreSQL. */
+static void
+pg_states(char *out, size_t len)
+{
+    PGconn   *c = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    PGresult *res;
+
+    out[0] = '\0';
+    if (PQstatus(c) == CONNECTION_OK) {
+        res = PQexec(c, "SELECT string_agg(state, ',' ORDER BY id) FROM nodes WHERE id LIKE 'p_'");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+            snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    PQfinish(c);
+}
+
+/* PostgreSQL stopped while nodes change state: every transition reaches
+ * nodes.state once it is back (the failed batch is retried). */
+static void
+test_pg_outage(void)
+{
+    char      states[256];
+    char     *body = NULL;
+    long long retries = 0;
+    double    t0;
+
+    for (int i = 1; i <= 4; i++) {
+        char node[8];
+
+        snprintf(node, sizeof(node), "p%d", i);
+        register_node(node, GP_EOK);
+    }
+    beating_p = 0xf;
+    wait_s(HB_MS * 2.5 / 1000);
+    pg_states(states, sizeof(states));
+    T_OKM(strcmp(states, "healthy,healthy,healthy,healthy") == 0, "p1..p4 healthy (%s)", states);
+    tl_stack("stop-pg");
+    beating_p = 0;
+    wait_s(HB_MS * 3 / 1000.0 + 1.5);           /* all four found stale, PostgreSQL down */
+    wait_s(6.0);                                /* past the 5 s query deadline */
+    tl_stack("start-pg");
+    t0 = tl_now();
+    do {
+        wait_s(0.5);
+        pg_states(states, sizeof(states));
+    } while (strcmp(states, "stale,stale,stale,stale") != 0 && tl_now() - t0 < 30);
+    T_OKM(strcmp(states, "stale,stale,stale,stale") == 0,
+          "every transition made while PostgreSQL was down is in nodes.state (%s)", states);
+    if (tl_http_get(http_port, "/metrics", &body) > 0)
+        retries = tl_metric(body, "gp_registry_state_write_retries_total");
+    free(body);
+    T_OKM(retries >= 1, "the failed batch was retried (%lld)", retries);
+    beating_p = 0;
+}
+
 int
 main(void)
 {
@@ -447,6 +538,7 @@ main(void)
     test_live();
     test_hb_reencoded();
     test_capacity_and_delete();
+    test_pg_outage();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

@@ -27,6 +27,10 @@
 
 #define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
 #define RESEED_CHUNK  500       /* nodes per reseed script call */
+/* The suffix is the version of the live view's layout: a registry that
+ * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
+ * in a Redis an older one seeded, and reseeds it from PostgreSQL. */
+#define EPOCH_KEY     "gp:epoch:v2"
 
 /* State names are the schema's (NodeState.state enum), never restated. */
 #define STATE_FIELD (&msg_node_state_desc.fields[MSG_NODE_STATE__STATE])
@@ -261,6 +265,12 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
         free(b);
         return;
     }
+    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0) {
+        (*b->r->m_hb_unknown)++;             /* not in the inventory: dropped */
+        GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s", b->site, b->node);
+        free(b);
+        return;
+    }
     prev = rep->type == REDIS_REPLY_STRING ? registry_state_from_name(rep->str)
                                            : MSG_NODE_STATE_STATE_UNKNOWN;
     if (b->registered)
@@ -415,14 +425,14 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
     r->reseeding = false;
     if (err != GP_EOK) {
         GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");     /* try again next tick */
+        gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);     /* try again next tick */
         return;
     }
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     /* One script call per chunk: 100,000 nodes are 200 commands, not
-     * 300,000 that would pass the client's in-flight cap. */
+     * 400,000 that would pass the client's in-flight cap. */
     for (int i = 0; i < rows; i += RESEED_CHUNK) {
-        const char *argv[4 + 2 * RESEED_CHUNK];
+        const char *argv[4 + 3 * RESEED_CHUNK];
         int         argc = 0;
 
         argv[argc++] = "EVAL";
@@ -432,10 +442,11 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         for (int k = i; k < rows && k < i + RESEED_CHUNK; k++) {
             argv[argc++] = PQgetvalue(res[0], k, 0);
             argv[argc++] = PQgetvalue(res[0], k, 1);
+            argv[argc++] = PQgetvalue(res[0], k, 2);
         }
         if (gp_kv_cmd(kv, NULL, NULL, argc, argv, NULL) != GP_EOK) {
             GP_WARN("reseed_failed", "code=UNAVAIL nodes_done=%d", i);
-            gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");
+            gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
             return;
         }
     }
@@ -451,10 +462,10 @@ epoch_checked(void *arg, const redisReply *rep, gp_err err)
     if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
         return;                              /* nil: the epoch was there already */
     r->reseeding = true;
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site FROM nodes WHERE state = 'healthy'", 0,
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0,
                     NULL, 0, reseeded, r) != GP_EOK) {
         r->reseeding = false;
-        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL gp:epoch");
+        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL " EPOCH_KEY);
     }
 }
 
@@ -471,7 +482,7 @@ registry_live_cron(gp_app *app, void *arg)
         return;
     }
     if (gp_db_is_connected(gp_app_db(app)))
-        gp_kv_cmdf(kv, epoch_checked, r, "SET gp:epoch %s NX", gp_app_instance(app));
+        gp_kv_cmdf(kv, epoch_checked, r, "SET " EPOCH_KEY " %s NX", gp_app_instance(app));
     sweep(r);
     flush_changes(r);
 }
@@ -490,6 +501,9 @@ registry_live_start(registry *r)
                                           "Node state changes published");
     r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,
                                       "Times Redis was found empty and reseeded from PostgreSQL");
+    r->m_hb_unknown = gp_metrics_counter(m, "gp_registry_heartbeats_unknown_node_total", NULL,
+                                         "Heartbeats dropped because the node is not in the "
+                                         "inventory (never registered, or deleted)");
     r->m_write_retries = gp_metrics_counter(m, "gp_registry_state_write_retries_total", NULL,
                                             "Batches of node states PostgreSQL refused or did not "
                                             "take, queued again for a retry");

@@ -136,19 +136,17 @@ gpu_params(const msg_node_register *q, gp_buf arr[6])
     return rc ? rc : gp_buf_puts(&arr[5], "}");
 }
 
+/* Writes the inventory once the node is known not to be deleted. */
 static gp_err
-on_register(gp_req *req, const void *in, void *out)
+register_write(gp_req *req)
 {
-    const msg_node_register *q = in;
+    const msg_node_register *q = gp_req_in(req);
     char                     cpu[16], mem[16];
     const char              *p1[7], *p2[7];
     gp_buf                   arr[6];
     gp_db_tx                *tx;
-    gp_err                   rc = check_subject(req, q->site, q->node);
+    gp_err                   rc;
 
-    (void)out;
-    if (rc != GP_EOK)
-        return rc;
     for (int i = 0; i < 6; i++)
         gp_buf_init(&arr[i], 0);
     snprintf(cpu, sizeof(cpu), "%u", q->cpu_cores);
@@ -170,6 +168,46 @@ on_register(gp_req *req, const void *in, void *out)
     }
     for (int i = 0; i < 6; i++)
         gp_buf_fini(&arr[i]);
+    return rc;
+}
+
+static void
+retired_checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
+
+    (void)nres;
+    if (err != GP_EOK)
+        err = gp_req_fail(req, err, "%s", detail);
+    else if (PQntuples(res[0]) > 0)
+        err = gp_req_fail(req, GP_EDENIED, "node '%s' was deleted by an operator at %s; "
+                          "%s lets it register again", q->node, PQgetvalue(res[0], 0, 0),
+                          GP_OP_ADMIN_NODE_READMIT->address);
+    else if ((err = register_write(req)) == GP_EOK)
+        return;                                   /* registered() ends the request */
+    else
+        err = gp_req_fail(req, err, "inventory database unavailable");
+    gp_req_done(req, err);
+}
+
+/* A node an operator deleted stays deleted: its registration is refused
+ * (DENIED) until it is re-admitted.  The check and the write are two
+ * round trips: a delete landing between them is undone by this one
+ * registration, as if the delete had come first. */
+static gp_err
+on_register(gp_req *req, const void *in, void *out)
+{
+    const msg_node_register *q = in;
+    const char              *p[1] = {q->node};
+    gp_err                   rc = check_subject(req, q->site, q->node);
+
+    (void)out;
+    if (rc != GP_EOK)
+        return rc;
+    rc = gp_db_query(gp_app_db(gp_req_app(req)),
+                     "SELECT to_char(retired_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+                     " FROM retired_nodes WHERE id = $1", 1, p, 0, retired_checked, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
@@ -195,6 +233,45 @@ on_heartbeat(gp_req *req, const void *in, void *out)
     return rc;
 }
 
+/* A lease is granted to a node the inventory has.  The 'reg' mark of its
+ * live hash says so in one Redis read; without it (never registered,
+ * deleted, or Redis flushed and not yet reseeded) PostgreSQL decides, and a
+ * node it does not have gets NOTFOUND: register again.  When neither can
+ * answer the lease is granted: an outage must not stop the fleet's work. */
+static void
+lease_grant(gp_req *req)
+{
+    fill_lease(req, &((const msg_lease_renew *)gp_req_in(req))->attempts, gp_req_out(req));
+    gp_req_done(req, GP_EOK);
+}
+
+static void
+lease_pg(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req *req = arg;
+
+    (void)nres;
+    (void)detail;
+    if (err == GP_EOK && PQntuples(res[0]) == 0)
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not in the inventory "
+                                     "(never registered, or deleted): register again",
+                                     gp_req_param(req, "node")));
+    else
+        lease_grant(req);
+}
+
+static void
+lease_kv(void *arg, const redisReply *rep, gp_err err)
+{
+    gp_req     *req = arg;
+    const char *p[2] = {gp_req_param(req, "node"), gp_req_param(req, "site")};
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_NIL ||
+        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT 1 FROM nodes WHERE id = $1 AND site = $2",
+                    2, p, 0, lease_pg, req) != GP_EOK)
+        lease_grant(req);
+}
+
 static gp_err
 on_lease(gp_req *req, const void *in, void *out)
 {
@@ -202,7 +279,10 @@ on_lease(gp_req *req, const void *in, void *out)
 
     if (!gp_id_ok(gp_req_param(req, "site")) || !gp_id_ok(gp_req_param(req, "node")))
         return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
-    fill_lease(req, &q->attempts, out);
+    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), lease_kv, req, "HGET gp:node:%s reg",
+                   gp_req_param(req, "node")) == GP_EOK)
+        return GP_EPENDING;
+    fill_lease(req, &q->attempts, out);            /* Redis away: granted */
     return GP_EOK;
 }
 
@@ -448,8 +528,45 @@ on_node_delete(gp_req *req, const void *in, void *out)
     (void)out;
     if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
-    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id, site",
+    /* remembered in retired_nodes: its registration is refused from now on */
+    rc = gp_db_query(gp_app_db(gp_req_app(req)),
+                     "WITH d AS (DELETE FROM nodes WHERE id = $1 RETURNING id, site)"
+                     " INSERT INTO retired_nodes (id, site) SELECT id, site FROM d"
+                     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, retired_at = now()"
+                     " RETURNING id, site",
                      1, p, 0, node_deleted, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+}
+
+/* Undoes an operator's delete: the node may register again. */
+static void
+node_readmitted(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req               *req = arg;
+    const msg_id_request *q = gp_req_in(req);
+
+    (void)nres;
+    if (err != GP_EOK)
+        err = gp_req_fail(req, err, "%s", detail);
+    else if (PQntuples(res[0]) == 0)
+        err = gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not deleted", q->id);
+    else
+        snprintf(((msg_id_request *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
+    gp_req_done(req, err);
+}
+
+static gp_err
+on_node_readmit(gp_req *req, const void *in, void *out)
+{
+    const msg_id_request *q = in;
+    const char           *p[1] = {q->id};
+    gp_err                rc;
+
+    (void)out;
+    if (!gp_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
+    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM retired_nodes WHERE id = $1 RETURNING id",
+                     1, p, 0, node_readmitted, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
@@ -460,5 +577,6 @@ const gp_route registry_node_routes[] = {
     {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_READMIT, on_node_readmit, GP_R_QUEUE, 0, NULL, NULL},
     {NULL},
 };

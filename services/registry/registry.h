@@ -52,7 +52,7 @@ typedef struct registry {
     gp_backoff          flush_backoff;     /* after a failed batch write */
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
-    uint64_t           *m_write_retries, *m_changes_dropped;
+    uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
 } registry;
 
 /* now, wall clock, ms since the epoch */

@@ -336,6 +336,25 @@ test_live(void)
     gp_msg_clear(&msg_node_desc, &n);
 }
 
+static char last_detail[GP_ERRBUF_LEN];
+
+static void
+register_node(const char *node, gp_err want)
+{
+    char               *d = last_detail, subj[128];
+    msg_node_register   q = {0};
+    msg_node_registered r = {0};
+    gp_err              rc;
+
+    snprintf(q.site, sizeof(q.site), "s1");
+    snprintf(q.node, sizeof(q.node), "%s", node);
+    snprintf(q.agent_version, sizeof(q.agent_version), "test");
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", node);
+    rc = call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d);
+    expect(subj, rc, want, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
 static redisReply *
 redis(const char *fmt, ...)
 {
@@ -348,6 +367,59 @@ redis(const char *fmt, ...)
     va_end(ap);
     redisFree(c);
     return rep;
+}
+
+static gp_err
+lease(const char *node, char *d)
+{
+    char                subj[128];
+    msg_lease_renew     q = {0};
+    msg_node_registered r = {0};
+    gp_err              rc;
+
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.lease", node);
+    rc = call(subj, &msg_lease_renew_desc, &q, &msg_node_registered_desc, &r, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+    return rc;
+}
+
+static long long
+redis_int(const char *fmt, const char *arg)
+{
+    redisReply *rep = redis(fmt, arg);
+    long long   v = rep != NULL && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+
+    freeReplyObject(rep);
+    return v;
+}
+
+static double
+metric(const char *series)
+{
+    char  *body = NULL;
+    double v = -1;
+
+    if (tl_http_get(http_port, "/metrics", &body) > 0)
+        v = tl_metric(body, series);
+    free(body);
+    return v;
+}
+
+/* A node the inventory does not have: its beats are dropped and counted
+ * (nothing appears in Redis), its lease is refused NOTFOUND. */
+static void
+test_ghost(void)
+{
+    char d[GP_ERRBUF_LEN] = "";
+
+    send_beat("g1");
+    send_beat("g1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("g1")) == 0, "a never-registered node's beat creates no live hash");
+    T_OKM(metric("gp_registry_heartbeats_unknown_node_total") >= 2, "its beats are counted");
+    expect("lease of a never-registered node", lease("g1", d), GP_ENOTFOUND, d);
+    T_OKM(strstr(d, "register again") != NULL, "the detail says to register again: %s", d);
+    expect("lease of a registered node", lease("n1", d), GP_EOK, d);
 }
 
 /* The live view stores the heartbeat as decoded and re-encoded, not the
@@ -429,23 +501,28 @@ test_capacity_and_delete(void)
     snprintf(id.id, sizeof(id.id), "n1");
     expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
     expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
-}
 
-static void
-register_node(const char *node, gp_err want)
-{
-    char                d[GP_ERRBUF_LEN] = "", subj[128];
-    msg_node_register   q = {0};
-    msg_node_registered r = {0};
-    gp_err              rc;
+    /* deleted by an operator: beats dropped, lease NOTFOUND, registration DENIED */
+    send_beat("n1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 0, "a beat of a deleted node recreates nothing in Redis");
+    expect("lease of a deleted node", lease("n1", d), GP_ENOTFOUND, d);
+    register_node("n1", GP_EDENIED);
+    T_OKM(strstr(last_detail, "deleted by an operator at 20") != NULL, "DENIED says when: %s", last_detail);
+    {
+        msg_id_request ra = {0};
 
-    snprintf(q.site, sizeof(q.site), "s1");
-    snprintf(q.node, sizeof(q.node), "%s", node);
-    snprintf(q.agent_version, sizeof(q.agent_version), "test");
-    snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", node);
-    rc = call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d);
-    expect(subj, rc, want, d);
-    gp_msg_clear(&msg_node_registered_desc, &r);
+        snprintf(ra.id, sizeof(ra.id), "n1");
+        expect("readmit", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_EOK, d);
+        expect("readmit again", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_ENOTFOUND, d);
+        snprintf(id.id, sizeof(id.id), "never");
+        expect("readmit a node never deleted", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_ENOTFOUND, d);
+    }
+    register_node("n1", GP_EOK);
+    send_beat("n1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 1, "re-admitted and registered, its beats count again");
+    expect("lease after re-admission", lease("n1", d), GP_EOK, d);
 }
 
 /* "stale,stale,..." for p1..p4 from nodes.state, or "" without PostgreSQL. */
@@ -535,6 +612,7 @@ main(void)
     ev_timer_start(loop, &hb);
     test_admin();
     test_register();
+    test_ghost();
     test_live();
     test_hb_reencoded();
     test_capacity_and_delete();

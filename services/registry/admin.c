@@ -17,6 +17,7 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
+#include "scripts.h"
 
 #define COL_KEY      GP_DBCOL_KEY
 #define COL_RO       GP_DBCOL_RO
@@ -319,8 +320,12 @@ sites_done(gp_req *req, msg_site *sites, uint32_t n)
         return;
     }
     *fill = (rtt_fill){.req = req, .sites = sites};
-    for (uint32_t i = 0; i < n; i++)
-        gp_kvfan_cmdf(f, i, "HVALS gp:rtt:%s", sites[i].id);
+    for (uint32_t i = 0; i < n; i++) {
+        char key[REGISTRY_KEY_LEN];
+
+        registry_rtt_key(key, sites[i].id);
+        gp_kvfan_cmdf(f, i, "HVALS %s", key);
+    }
     gp_kvfan_end(f);
 }
 

@@ -20,12 +20,12 @@
 
 #include "gp/backoff.h"
 #include "gp/dbarray.h"
+#include "gp/kvscript.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
 #include "scripts.h"
 
-#define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
 #define RESEED_CHUNK  500       /* nodes per reseed script call */
 /* The suffix is the version of the live view's layout: a registry that
  * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
@@ -259,8 +259,6 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
     int32_t prev;
 
     if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
-        if (err == GP_EOK && strncmp(rep->str, "NOSCRIPT", 8) == 0)
-            b->r->scripts_loaded = false;    /* Redis restarted: reload, this beat is lost */
         (*b->r->m_hb_bad)++;
         free(b);
         return;
@@ -287,11 +285,13 @@ static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
            double rtt_ms, bool registered)
 {
-    char        key[GP_MAX_ID + 16], now[24], rtt[32];
-    const char *argv[10];
-    size_t      argl[10];
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
+    char        now[24], rtt[32];
+    const char *keys[3] = {kn, ks, kr};
+    const char *args[5];
+    size_t      argl[5];
+    unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
-    int         i = 0;
 
     if (b == NULL)
         return;
@@ -299,22 +299,20 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     b->registered = registered;
     snprintf(b->site, sizeof(b->site), "%s", site);
     snprintf(b->node, sizeof(b->node), "%s", node);
-    snprintf(key, sizeof(key), "gp:node:%s", node);
+    registry_node_key(kn, shard, node);
+    registry_seen_key(ks, shard);
+    registry_rtt_key(kr, site);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
-    argv[i++] = r->scripts_loaded ? "EVALSHA" : "EVAL";
-    argv[i++] = r->scripts_loaded ? r->hb_sha : registry_hb_lua;
-    argv[i++] = "2";
-    argv[i++] = key;
-    argv[i++] = "gp:seen";
-    argv[i++] = now;
-    argv[i++] = raw;
-    argv[i++] = site;
-    argv[i++] = node;
-    argv[i++] = rtt;
-    for (int k = 0; k < i; k++)
-        argl[k] = k == 6 ? len : strlen(argv[k]);
-    if (gp_kv_cmd(gp_app_kv(r->app), beat_done, b, i, argv, argl) != GP_EOK) {
+    args[0] = now;
+    args[1] = raw;
+    args[2] = site;
+    args[3] = node;
+    args[4] = rtt;
+    for (int k = 0; k < 5; k++)
+        argl[k] = k == 1 ? len : strlen(args[k]);
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
+        GP_EOK) {
         (*r->m_hb_bad)++;
         free(b);
     }
@@ -345,111 +343,195 @@ registry_live_register(registry *r, const char *site, const char *node)
     live_write(r, site, node, "", 0, 0, true);
 }
 
-/* ---- cron: scripts, sweep, reseed -------------------------------------------------------- */
+/* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----
+ *
+ * Each tick walks all REGISTRY_SHARDS shards at once, one chain per shard:
+ * ZRANGEBYSCORE of the shard's seen set up to the cutoff (SWEEP_BATCH ids),
+ * then the sweep script on those nodes; a chain goes on while its read
+ * came back full and the tick's bound allows.  The next tick starts when
+ * every chain of this one has ended. */
+
+#define SWEEP_BATCH     1000     /* nodes per script call: a few ms of Redis time, so beats
+                                    queued behind one call wait little */
+#define SWEEP_TICK_MAX  200000   /* nodes one tick may look at: 2 x the 100,000-node design
+                                    fleet, so a fleet-wide outage is found in one tick, while a
+                                    fleet past the design size cannot make one tick publish
+                                    and queue without end */
+
+typedef struct sweep_chain {
+    registry *r;
+    unsigned  shard;
+} sweep_chain;
+
+static void sweep_read(sweep_chain *c);
 
 static void
-script_loaded(void *arg, const redisReply *rep, gp_err err)
+chain_end(sweep_chain *c)
 {
-    char *sha = arg;
-
-    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING && rep->len == 40)
-        memcpy(sha, rep->str, 41);
-}
-
-static void
-scripts_ready(void *arg, const redisReply *rep, gp_err err)
-{
-    registry *r = arg;
-
-    (void)rep;
-    r->scripts_loaded = err == GP_EOK && r->hb_sha[0] != '\0' && r->sweep_sha[0] != '\0';
-}
-
-static void
-load_scripts(registry *r)
-{
-    gp_kv *kv = gp_app_kv(r->app);
-
-    r->hb_sha[0] = r->sweep_sha[0] = '\0';
-    gp_kv_cmdf(kv, script_loaded, r->hb_sha, "SCRIPT LOAD %s", registry_hb_lua);
-    gp_kv_cmdf(kv, script_loaded, r->sweep_sha, "SCRIPT LOAD %s", registry_sweep_lua);
-    gp_kv_cmdf(kv, scripts_ready, r, "PING");       /* answered after both, in order */
+    c->r->sweeps_inflight--;
 }
 
 static void
 swept(void *arg, const redisReply *rep, gp_err err)
 {
-    registry *r = arg;
+    sweep_chain *c = arg;
+    registry    *r = c->r;
 
-    r->sweeping = false;
     if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY) {
-        if (err == GP_EOK && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0)
-            r->scripts_loaded = false;
+        chain_end(c);
         return;
     }
     for (size_t i = 0; i + 1 < rep->elements; i += 2)
         registry_live_transition(r, rep->element[i + 1]->str, rep->element[i]->str,
                                  MSG_NODE_STATE_STATE_HEALTHY, MSG_NODE_STATE_STATE_STALE,
                                  "missed heartbeats");
+    if (c->r->sweep_more[c->shard] && r->sweep_budget >= SWEEP_BATCH)
+        sweep_read(c);                               /* the read was full: more to look at */
+    else
+        chain_end(c);
+}
+
+static void
+sweep_ids(void *arg, const redisReply *rep, gp_err err)
+{
+    static char  keybuf[SWEEP_BATCH + 1][REGISTRY_KEY_LEN];
+    static const char *keys[SWEEP_BATCH + 1], *args[SWEEP_BATCH + 1];
+    sweep_chain *c = arg;
+    registry    *r = c->r;
+    size_t       n;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0 ||
+        rep->elements > SWEEP_BATCH) {
+        chain_end(c);
+        return;
+    }
+    n = rep->elements;
+    r->sweep_more[c->shard] = n == SWEEP_BATCH;
+    r->sweep_budget -= (unsigned)n;
+    registry_seen_key(keybuf[0], c->shard);
+    keys[0] = keybuf[0];
+    args[0] = r->sweep_cutoff;
+    for (size_t i = 0; i < n; i++) {
+        registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
+        keys[i + 1] = keybuf[i + 1];
+        args[i + 1] = rep->element[i]->str;
+    }
+    if (gp_kvscript_call(&r->sweep_script, gp_app_kv(r->app), swept, c, (int)n + 1, keys,
+                         (int)n + 1, args, NULL) != GP_EOK)
+        chain_end(c);
+}
+
+static void
+sweep_read(sweep_chain *c)
+{
+    char key[REGISTRY_KEY_LEN], batch[16];
+
+    registry_seen_key(key, c->shard);
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    if (gp_kv_cmdf(gp_app_kv(c->r->app), sweep_ids, c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %s", key,
+                   c->r->sweep_cutoff, batch) != GP_EOK)
+        chain_end(c);
 }
 
 static void
 sweep(registry *r)
 {
     uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-    uint64_t now = gp_wall_ms();
-    char     cutoff[24], batch[16];
+    uint64_t now = gp_wall_ms();      /* beats are stamped with the wall clock in Redis,
+                                         shared by every instance */
 
-    if (r->sweeping || now < window)
+    if (r->sweeps_inflight > 0 || r->chains == NULL || now < window)
         return;
-    snprintf(cutoff, sizeof(cutoff), "%llu", (unsigned long long)(now - window));
-    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    if (gp_kv_cmdf(gp_app_kv(r->app), swept, r, "EVALSHA %s 1 gp:seen %s %s", r->sweep_sha,
-                   cutoff, batch) == GP_EOK)
-        r->sweeping = true;
+    snprintf(r->sweep_cutoff, sizeof(r->sweep_cutoff), "%llu", (unsigned long long)(now - window));
+    r->sweep_budget = SWEEP_TICK_MAX;
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
+        r->chains[s] = (sweep_chain){.r = r, .shard = s};
+        r->sweep_more[s] = false;
+        r->sweeps_inflight++;
+        sweep_read(&r->chains[s]);
+    }
 }
 
 /* Redis came back empty (flushed, or restarted without persistence):
- * every node PostgreSQL calls healthy goes back into the index as seen
- * now, so it is either refreshed by its next heartbeat or found stale by
- * the sweep one window later.  Nothing is lost and no one acts. */
+ * every inventory node gets its 'reg' mark back, and every node expected
+ * to beat goes back into its shard's index as seen now, so it is either
+ * refreshed by its next heartbeat or found stale by the sweep one window
+ * later.  Nothing is lost and no one acts.  One script call per shard and
+ * chunk: 100,000 nodes are a few hundred commands. */
 static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    registry *r = arg;
-    gp_kv    *kv = gp_app_kv(r->app);
-    char      now[24];
-    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    static char        keybuf[RESEED_CHUNK + 1][REGISTRY_KEY_LEN];
+    static const char *keys[RESEED_CHUNK + 1], *args[1 + 3 * RESEED_CHUNK];
+    registry          *r = arg;
+    gp_kv             *kv = gp_app_kv(r->app);
+    char               now[24];
+    int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    int               *order = NULL;
+    unsigned          *start = NULL;
 
     (void)nres;
     r->reseeding = false;
+    if (err == GP_EOK && ((order = malloc(sizeof(int) * (size_t)(rows + 1))) == NULL ||
+                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL))
+        err = GP_ENOMEM;
     if (err != GP_EOK) {
-        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail ? detail : "");
         gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);     /* try again next tick */
+        free(order);
         return;
     }
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    /* One script call per chunk: 100,000 nodes are 200 commands, not
-     * 400,000 that would pass the client's in-flight cap. */
-    for (int i = 0; i < rows; i += RESEED_CHUNK) {
-        const char *argv[4 + 3 * RESEED_CHUNK];
-        int         argc = 0;
+    /* rows by shard (counting sort) */
+    for (int i = 0; i < rows; i++)
+        start[registry_shard(PQgetvalue(res[0], i, 1)) + 1]++;
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++)
+        start[s + 1] += start[s];
+    {
+        unsigned *fill = calloc(REGISTRY_SHARDS, sizeof(unsigned));
 
-        argv[argc++] = "EVAL";
-        argv[argc++] = registry_reseed_lua;
-        argv[argc++] = "0";
-        argv[argc++] = now;
-        for (int k = i; k < rows && k < i + RESEED_CHUNK; k++) {
-            argv[argc++] = PQgetvalue(res[0], k, 0);
-            argv[argc++] = PQgetvalue(res[0], k, 1);
-            argv[argc++] = PQgetvalue(res[0], k, 2);
-        }
-        if (gp_kv_cmd(kv, NULL, NULL, argc, argv, NULL) != GP_EOK) {
-            GP_WARN("reseed_failed", "code=UNAVAIL nodes_done=%d", i);
+        if (fill == NULL) {
+            free(order);
+            free(start);
             gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
             return;
         }
+        for (int i = 0; i < rows; i++) {
+            unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
+
+            order[start[s] + fill[s]++] = i;
+        }
+        free(fill);
     }
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
+        for (unsigned i = start[s]; i < start[s + 1]; i += RESEED_CHUNK) {
+            int nk = 1, na = 0;
+
+            registry_seen_key(keybuf[0], s);
+            keys[0] = keybuf[0];
+            args[na++] = now;
+            for (unsigned k = i; k < start[s + 1] && k < i + RESEED_CHUNK; k++) {
+                int row = order[k];
+
+                registry_node_key(keybuf[nk], s, PQgetvalue(res[0], row, 0));
+                keys[nk] = keybuf[nk];
+                nk++;
+                args[na++] = PQgetvalue(res[0], row, 0);
+                args[na++] = PQgetvalue(res[0], row, 1);
+                args[na++] = PQgetvalue(res[0], row, 2);
+            }
+            if (gp_kvscript_call(&r->reseed_script, kv, NULL, NULL, nk, keys, na, args, NULL) !=
+                GP_EOK) {
+                GP_WARN("reseed_failed", "code=UNAVAIL shard=%u", s);
+                gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
+                free(order);
+                free(start);
+                return;
+            }
+        }
+    }
+    free(order);
+    free(start);
     (*r->m_reseeds)++;
     GP_INFO("redis_reseeded", "nodes=%d", rows);
 }
@@ -462,8 +544,8 @@ epoch_checked(void *arg, const redisReply *rep, gp_err err)
     if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
         return;                              /* nil: the epoch was there already */
     r->reseeding = true;
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0,
-                    NULL, 0, reseeded, r) != GP_EOK) {
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
+                    r) != GP_EOK) {
         r->reseeding = false;
         gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL " EPOCH_KEY);
     }
@@ -477,10 +559,14 @@ registry_live_cron(gp_app *app, void *arg)
 
     if (!gp_kv_is_connected(kv))
         return;
-    if (!r->scripts_loaded) {
-        load_scripts(r);
-        return;
-    }
+    /* Loaded ahead of the first call (and again after a NOSCRIPT);
+     * gp/kvscript.h sends EVAL until then. */
+    if (r->hb_script.sha[0] == '\0')
+        gp_kvscript_load(&r->hb_script, kv);
+    if (r->sweep_script.sha[0] == '\0')
+        gp_kvscript_load(&r->sweep_script, kv);
+    if (r->reseed_script.sha[0] == '\0')
+        gp_kvscript_load(&r->reseed_script, kv);
     if (gp_db_is_connected(gp_app_db(app)))
         gp_kv_cmdf(kv, epoch_checked, r, "SET " EPOCH_KEY " %s NX", gp_app_instance(app));
     sweep(r);
@@ -511,4 +597,16 @@ registry_live_start(registry *r)
                                               "Node state changes not queued for PostgreSQL "
                                               "(queue full of other nodes)");
     gp_backoff_init(&r->flush_backoff, r);
+    gp_kvscript_init(&r->hb_script, registry_hb_lua);
+    gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
+    gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
+    r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));
+    r->sweep_more = calloc(REGISTRY_SHARDS, sizeof(*r->sweep_more));
+    if (r->chains == NULL || r->sweep_more == NULL) {
+        free(r->chains);
+        free(r->sweep_more);
+        r->chains = NULL;          /* no sweep: logged, the service still serves */
+        r->sweep_more = NULL;
+        GP_WARN("sweep_disabled", "code=NOMEM");
+    }
 }

@@ -16,13 +16,18 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
+#include "scripts.h"
 
 void
 registry_nodes_free(registry *r)
 {
     free(r->changes);
     free(r->inflight);
+    free(r->chains);
+    free(r->sweep_more);
     r->changes = r->inflight = NULL;
+    r->chains = NULL;
+    r->sweep_more = NULL;
 }
 
 /* The body must name the node of the subject gp.node.<site>.<node>.<verb>. */
@@ -276,11 +281,13 @@ static gp_err
 on_lease(gp_req *req, const void *in, void *out)
 {
     const msg_lease_renew *q = in;
+    char                   key[REGISTRY_KEY_LEN];
 
     if (!gp_id_ok(gp_req_param(req, "site")) || !gp_id_ok(gp_req_param(req, "node")))
         return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
-    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), lease_kv, req, "HGET gp:node:%s reg",
-                   gp_req_param(req, "node")) == GP_EOK)
+
+    registry_node_key(key, registry_shard(gp_req_param(req, "site")), gp_req_param(req, "node"));
+    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), lease_kv, req, "HGET %s reg", key) == GP_EOK)
         return GP_EPENDING;
     fill_lease(req, &q->attempts, out);            /* Redis away: granted */
     return GP_EOK;
@@ -436,8 +443,13 @@ pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         nodeq_finish(q);                   /* no live data: the inventory still answers */
         return;
     }
-    for (uint32_t i = 0; i < q->n; i++)
-        gp_kvfan_cmdf(fan, i, "HMGET gp:node:%s seen %s", q->items[i].id, q->get ? "hb" : "seen");
+    for (uint32_t i = 0; i < q->n; i++) {
+        char key[REGISTRY_KEY_LEN];
+
+        /* the inventory row names the site, so the key's shard */
+        registry_node_key(key, registry_shard(q->items[i].site), q->items[i].id);
+        gp_kvfan_cmdf(fan, i, "HMGET %s seen %s", key, q->get ? "hb" : "seen");
+    }
     gp_kvfan_end(fan);
 }
 
@@ -510,9 +522,17 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     } else if (PQntuples(res[0]) == 0) {
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {
-        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:node:%s", q->id);
-        gp_kv_cmdf(kv, NULL, NULL, "ZREM gp:seen %s", q->id);
-        gp_kv_cmdf(kv, NULL, NULL, "HDEL gp:rtt:%s %s", PQgetvalue(res[0], 0, 1), q->id);
+        const char *site = PQgetvalue(res[0], 0, 1);
+        unsigned    shard = registry_shard(site);
+        char        key[REGISTRY_KEY_LEN];
+
+        /* the hash goes with its 'reg' mark: the node's beats are refused now */
+        registry_node_key(key, shard, q->id);
+        gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
+        registry_seen_key(key, shard);
+        gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, q->id);
+        registry_rtt_key(key, site);
+        gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);

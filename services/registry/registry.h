@@ -12,6 +12,7 @@
 #include "gp/buf.h"
 #include "gp/clock.h"
 #include "gp/id.h"
+#include "gp/kvscript.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 
@@ -37,10 +38,12 @@ typedef struct state_change {
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    char                hb_sha[41];        /* SHA1 of the scripts once loaded */
-    char                sweep_sha[41];
-    bool                scripts_loaded;
-    bool                sweeping;
+    gp_kvscript         hb_script, sweep_script, reseed_script;
+    struct sweep_chain *chains;            /* one per shard (live.c) */
+    bool               *sweep_more;        /* per shard: its last read came back full */
+    unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
+    unsigned            sweep_budget;      /* nodes this tick may still look at */
+    char                sweep_cutoff[24];  /* wall ms, as Redis holds beats */
     bool                reseeding;
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;

@@ -10,10 +10,20 @@
 
 #include "msg_gen.h"
 #include "testlib.h"
+#include "../../services/registry/scripts.h"
 
 #define HB_MS 400
-/* The live-view key of node n1 (site s1). */
-#define NODE_KEY(id) "gp:node:" id
+/* The live-view key of a node of site s1 (the registry's layout). */
+static const char *
+NODE_KEY(const char *id)
+{
+    static char key[4][REGISTRY_KEY_LEN];
+    static int  k;
+
+    k = (k + 1) % 4;
+    registry_node_key(key[k], registry_shard("s1"), id);
+    return key[k];
+}
 
 static struct ev_loop *loop;
 static gp_bus         *bus;

@@ -1,17 +1,45 @@
 /* live.c -- live node state in Redis.
  *
- * Keys: gp:node:<id> (hash: state, seen, site, rtt, hb = the latest
- * heartbeat as received, msgpack), gp:rtt:<site> (hash: node -> last
- * uplink RTT, for the site's measured RTT), gp:seen (sorted set: node id by last
- * heartbeat, ms; only nodes not yet found stale), gp:epoch (marks a Redis
- * that has been seeded; when it is missing Redis is new or was flushed).
+ * Keys (layout and shard rule in scripts.h; {N} = the site's shard, so
+ * every key of one call is in one Redis Cluster slot):
+ *   gp:{N}:node:<id>   hash: state, seen, site, rtt, reg (the node is in the
+ *                      inventory), hb = the latest heartbeat as decoded and
+ *                      re-encoded (bounded by the schema), msgpack
+ *   gp:{N}:rtt:<site>  hash: node -> last uplink RTT (the site's measured RTT)
+ *   gp:{N}:seen        sorted set: node id by last heartbeat, ms; only nodes
+ *                      not yet found stale
+ *   gp:epoch:v2        marks a Redis seeded with this layout; when it is
+ *                      missing Redis is new, was flushed, or holds an older
+ *                      layout: every inventory node is reseeded
  *
- * A heartbeat is one EVALSHA: it updates the hash and the index and
- * returns the previous state, so registry instances share no memory and
- * any of them can take any heartbeat (NATS queue group).  The sweep is
- * one script too: it moves every node whose last beat is older than the
- * stale window out of gp:seen and returns those that were healthy, so
- * each transition is reported by exactly one instance. */
+ * A heartbeat is one script call (gp/kvscript.h): it updates the hash, the
+ * index and the site's RTT and returns the previous state, so registry
+ * instances share no memory and any of them can take any heartbeat (NATS
+ * queue group).  The sweep reads each shard's index up to the stale
+ * cutoff and runs one script on those nodes: it moves every node whose last
+ * beat is older than the stale window out of the index and returns those
+ * that were healthy, so each transition is reported by exactly one
+ * instance.
+ *
+ * Which nodes exist (ghost nodes): the inventory (PostgreSQL) decides, and
+ * the 'reg' field of the node's hash carries that into Redis.
+ *   - Registration sets it (after writing the inventory); an operator's
+ *     delete removes the whole hash (after writing retired_nodes).
+ *   - The hb script refuses a beat of a hash without it: it returns
+ *     "ghost" and writes nothing, so a never-registered or deleted node
+ *     recreates nothing; the beat is counted
+ *     (gp_registry_heartbeats_unknown_node_total) and dropped.
+ *   - A lease looks at the mark; without it PostgreSQL decides, and a node
+ *     it does not have gets NOTFOUND ("register again").  When neither
+ *     answers the lease is granted.
+ *   - After a Redis flush the marks are gone for everyone: the reseed
+ *     (next cron tick, once PostgreSQL answers) restores them for every
+ *     inventory node, whatever its state.  Beats in between are dropped
+ *     (counted), never answered, so no agent reacts to them; a lease in
+ *     between finds the node in PostgreSQL and is granted.  So a legit node
+ *     loses at most the beats of one tick and never has to re-register.
+ *   - A node an operator deleted is refused at registration (DENIED) until
+ *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <stdio.h>

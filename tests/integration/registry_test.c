@@ -110,7 +110,7 @@ beat(struct ev_loop *l, ev_timer *w, int revents)
     if (beating)
         send_beat("n1");
     for (int i = 0; i < 4; i++) {
-        char node[8];
+        char node[16];
 
         snprintf(node, sizeof(node), "p%d", i + 1);
         if (beating_p & (1u << i))
@@ -563,7 +563,7 @@ test_pg_outage(void)
     double    t0;
 
     for (int i = 1; i <= 4; i++) {
-        char node[8];
+        char node[16];
 
         snprintf(node, sizeof(node), "p%d", i);
         register_node(node, GP_EOK);

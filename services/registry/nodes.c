@@ -71,14 +71,18 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 
 /* ---- register ------------------------------------------------------------------- */
 
+/* Returns the site the node had before ('' for a new node): a node that
+ * moved leaves keys in its old site's shard, removed at once. */
 static const char upsert_node[] =
-    "INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
+    "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
+    " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
     " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy', now(), now())"
     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
     " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
     " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
     " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since ELSE now() END,"
-    " registered_at = now()";
+    " registered_at = now()"
+    " RETURNING coalesce((SELECT site FROM old), '')";
 
 static const char replace_gpus[] =
     "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
@@ -99,6 +103,22 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
     }
 }
 
+/* Removes a node's keys from its site's shard (hash with its 'reg' mark,
+ * index entry, RTT). */
+static void
+live_forget(gp_kv *kv, const char *site, const char *node)
+{
+    unsigned shard = registry_shard(site);
+    char     key[REGISTRY_KEY_LEN];
+
+    registry_node_key(key, shard, node);
+    gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
+    registry_seen_key(key, shard);
+    gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, node);
+    registry_rtt_key(key, site);
+    gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, node);
+}
+
 static void
 registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -112,6 +132,12 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
     } else if (err != GP_EOK) {
         err = gp_req_fail(req, err, "%s", detail);
     } else {
+        const char *was = nres > 0 && PQntuples(res[0]) == 1 ? PQgetvalue(res[0], 0, 0) : "";
+
+        /* sent before the registration's script, on the same connection
+         * (and, for the same shard, the same slot): in order */
+        if (was[0] != '\0' && strcmp(was, q->site) != 0)
+            live_forget(gp_app_kv(gp_req_app(req)), was, q->node);
         registry_live_register(gp_req_state(req), q->site, q->node);
         fill_lease(req, &q->attempts, gp_req_out(req));
     }
@@ -522,17 +548,8 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     } else if (PQntuples(res[0]) == 0) {
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {
-        const char *site = PQgetvalue(res[0], 0, 1);
-        unsigned    shard = registry_shard(site);
-        char        key[REGISTRY_KEY_LEN];
-
         /* the hash goes with its 'reg' mark: the node's beats are refused now */
-        registry_node_key(key, shard, q->id);
-        gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
-        registry_seen_key(key, shard);
-        gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, q->id);
-        registry_rtt_key(key, site);
-        gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, q->id);
+        live_forget(kv, PQgetvalue(res[0], 0, 1), q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);

@@ -357,20 +357,26 @@ test_live(void)
 static char last_detail[GP_ERRBUF_LEN];
 
 static void
-register_node(const char *node, gp_err want)
+register_at(const char *site, const char *node, gp_err want)
 {
     char               *d = last_detail, subj[128];
     msg_node_register   q = {0};
     msg_node_registered r = {0};
     gp_err              rc;
 
-    snprintf(q.site, sizeof(q.site), "s1");
+    snprintf(q.site, sizeof(q.site), "%s", site);
     snprintf(q.node, sizeof(q.node), "%s", node);
     snprintf(q.agent_version, sizeof(q.agent_version), "test");
-    snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", node);
+    snprintf(subj, sizeof(subj), "gp.node.%s.%s.register", site, node);
     rc = call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d);
     expect(subj, rc, want, d);
     gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
+static void
+register_node(const char *node, gp_err want)
+{
+    register_at("s1", node, want);
 }
 
 static redisReply *
@@ -599,6 +605,39 @@ test_pg_outage(void)
     beating_p = 0;
 }
 
+/* A node that registers at another site leaves nothing in its old site's
+ * shard: no hash the sweep would later call stale, no index entry. */
+static void
+test_site_move(void)
+{
+    char        d[GP_ERRBUF_LEN] = "", old_seen[REGISTRY_KEY_LEN], new_key[REGISTRY_KEY_LEN];
+    msg_site    st = {0}, sout = {0};
+    redisReply *rep;
+    int         in_old_index;
+
+    snprintf(st.id, sizeof(st.id), "s7");
+    snprintf(st.tenant, sizeof(st.tenant), "op");
+    snprintf(st.region, sizeof(st.region), "eu-west");
+    expect("create site s7", call("gp.admin.site.create", &msg_site_desc, &st, &msg_site_desc, &sout, d), GP_EOK, d);
+    gp_msg_clear(&msg_site_desc, &sout);
+    T_OKM(registry_shard("s1") != registry_shard("s7"), "s1 and s7 are in different shards");
+    register_node("mv1", GP_EOK);
+    send_beat("mv1");
+    wait_s(0.3);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("mv1")) == 1, "mv1 live at s1");
+    register_at("s7", "mv1", GP_EOK);
+    wait_s(0.3);
+    registry_seen_key(old_seen, registry_shard("s1"));
+    registry_node_key(new_key, registry_shard("s7"), "mv1");
+    rep = redis("ZSCORE %s mv1", old_seen);
+    in_old_index = rep != NULL && rep->type == REDIS_REPLY_STRING;
+    freeReplyObject(rep);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("mv1")) == 0 && !in_old_index,
+          "moved to s7: nothing left in s1's shard (hash %lld, in index %d)",
+          redis_int("EXISTS %s", NODE_KEY("mv1")), in_old_index);
+    T_OKM(redis_int("EXISTS %s", new_key) == 1, "mv1 live at s7");
+}
+
 int
 main(void)
 {
@@ -635,6 +674,7 @@ main(void)
     test_hb_reencoded();
     test_capacity_and_delete();
     test_pg_outage();
+    test_site_move();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

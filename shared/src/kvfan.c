@@ -105,15 +105,14 @@ gp_kvfan_cmd(gp_kvfan *f, size_t i, int argc, const char **argv, const size_t *a
 
 /* gp_kv has no va_list entry point: format with hiredis, then hand the
  * arguments to gp_kv_cmd as argv (so routing by key still sees them). */
-#define FAN_MAX_ARGS 64
 
 gp_err
 gp_kvfan_cmdf(gp_kvfan *f, size_t i, const char *fmt, ...)
 {
     fan_slot   *s = claim(f, i);
     char       *cmd = NULL, *p, *end;
-    const char *argv[FAN_MAX_ARGS];
-    size_t      argl[FAN_MAX_ARGS];
+    const char *argv[GP_KVFAN_MAX_ARGS];
+    size_t      argl[GP_KVFAN_MAX_ARGS];
     long        argc;
     int         len;
     va_list     ap;
@@ -129,7 +128,7 @@ gp_kvfan_cmdf(gp_kvfan *f, size_t i, const char *fmt, ...)
     /* RESP: *<argc>\r\n then $<len>\r\n<bytes>\r\n per argument */
     end = cmd + len;
     argc = strtol(cmd + 1, &p, 10);
-    if (argc <= 0 || argc > FAN_MAX_ARGS)
+    if (argc <= 0 || argc > GP_KVFAN_MAX_ARGS)
         rc = GP_EINVAL;
     for (long k = 0; k < argc && rc == GP_EOK; k++) {
         p += 2;                                   /* \r\n */

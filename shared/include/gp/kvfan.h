@@ -9,8 +9,9 @@
  *     the other slots: err OK with the server's reply; INTERNAL with the
  *     reply when it is a Redis error reply (type REDIS_REPLY_ERROR);
  *     TIMEOUT or UNAVAIL with reply NULL.  A command that could not be
- *     sent (UNAVAIL: disconnected; TOOBIG: the client's in-flight cap)
- *     gets its slot_cb at once, from inside gp_kvfan_cmd, with that error
+ *     sent (UNAVAIL: disconnected; TOOBIG: the client's in-flight cap;
+ *     INVAL: a format past GP_KVFAN_MAX_ARGS arguments; NOMEM) gets its
+ *     slot_cb at once, from inside gp_kvfan_cmd, with that error
  *     and reply NULL, and gp_kvfan_cmd returns the error.  The reply is
  *     valid only during the call.  A slot never issued gets no slot_cb;
  *     gp_kvfan_err(f, i) is UNAVAIL for it.
@@ -30,6 +31,9 @@
 
 #include "gp/err.h"
 #include "gp/kv.h"
+
+/* Arguments of one gp_kvfan_cmdf command (formatted on the stack). */
+#define GP_KVFAN_MAX_ARGS 64
 
 typedef struct gp_kvfan gp_kvfan;
 

@@ -63,6 +63,7 @@ typedef struct gp_field {
     uint32_t                  offset;     /* offsetof(struct, field) */
     uint32_t                  limit;      /* STR: max bytes; ARR: max items; BYTES: max bytes */
     uint32_t                  elem_limit; /* ARR of STR: max bytes per item */
+    uint32_t                  namelen;    /* strlen(name); 0: not given (then measured) */
     int64_t                   min, max;   /* integer bounds (GP_FF_MIN/MAX) */
     double                    fmin, fmax; /* F64 bounds (GP_FF_MIN/MAX) */
     const struct gp_msg_desc *sub;        /* OBJ, or ARR of OBJ */

@@ -4,14 +4,14 @@
  * Decode reads the msgpack bytes directly against the descriptor, filling
  * the struct as it goes (no object tree; see "decode" below): keys are found
  * by a scan that starts after the previous match, so a map written in schema
- * order (ours always is) costs one comparison per key.  Encode drives a
- * msgpack_packer whose write callback appends to the caller's gp_buf. */
+ * order (ours always is) costs one comparison per key.  Encode writes the
+ * msgpack forms msgpack-c's packer would choose straight into the caller's
+ * gp_buf (see "encode" below). */
 #include "gp/codec.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1064,31 +1064,134 @@ gp_msg_decode_reply(const gp_msg_desc *d, const void *p, size_t n, void *out, ch
 
 /* ---- encode ------------------------------------------------------------ */
 
+/* The encoder writes msgpack straight into the caller's gp_buf, in the
+ * forms msgpack-c's packer chooses (the smallest integer form, non-negative
+ * integers in the unsigned forms, str8 from 32 bytes, float64 for numbers):
+ * the bytes are those the msgpack_pack_* encoder it replaced wrote. */
+
 typedef struct ectx {
-    gp_buf          *b;
-    gp_err           rc;
-    msgpack_packer   pk;
+    gp_buf *b;
+    gp_err  rc;
+    size_t  max;            /* b->max, or its default */
 } ectx;
 
-static int
-enc_write(void *data, const char *buf, size_t len)
+static void
+enc_fail(ectx *e, gp_err rc)
 {
-    ectx   *e = data;
+    if (e->rc == GP_EOK)
+        e->rc = rc;
+}
+
+/* Room for k more bytes (and the NUL) at b->p + b->n, or NULL once the
+ * buffer refused (TOOBIG past its cap, NOMEM): nothing is written after. */
+HOT uint8_t *
+enc_room(ectx *e, size_t k)
+{
     gp_buf *b = e->b;
-    size_t  max = b->max ? b->max : (size_t)GP_MAX_MSG_BYTES * 4;
     gp_err  rc;
 
-    if (b->cap - b->n > len && max - b->n >= len) {     /* fast path: fits (cap > n) */
-        memcpy(b->p + b->n, buf, len);
-        b->n += len;
-        b->p[b->n] = '\0';
-        return 0;
+    if (b->cap - b->n > k && e->max - b->n >= k)       /* fast path: fits (cap > n) */
+        return (uint8_t *)b->p + b->n;
+    if ((rc = gp_buf_reserve(b, k)) != GP_EOK) {
+        enc_fail(e, rc);
+        return NULL;
     }
-    rc = gp_buf_append(b, buf, len);
+    return (uint8_t *)b->p + b->n;
+}
 
-    if (rc != GP_EOK && e->rc == GP_EOK)
-        e->rc = rc;
-    return rc == GP_EOK ? 0 : -1;
+HOT void
+st16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+HOT void
+st32(uint8_t *p, uint32_t v)
+{
+    v = __builtin_bswap32(v);
+    memcpy(p, &v, 4);
+}
+
+HOT void
+st64(uint8_t *p, uint64_t v)
+{
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+}
+
+/* A header: tag byte plus a w-byte big-endian value (w 0, 1, 2, 4, 8), then
+ * body bytes of len (may be NULL/0). */
+HOT void
+enc_put(ectx *e, uint8_t tag, int w, uint64_t v, const void *body, size_t len)
+{
+    uint8_t *p;
+
+    if ((p = enc_room(e, 1 + (size_t)w + len)) == NULL)
+        return;
+    p[0] = tag;
+    switch (w) {
+    case 1: p[1] = (uint8_t)v; break;
+    case 2: st16(p + 1, (uint16_t)v); break;
+    case 4: st32(p + 1, (uint32_t)v); break;
+    case 8: st64(p + 1, v); break;
+    default: break;
+    }
+    if (len > 0)
+        memcpy(p + 1 + w, body, len);
+    e->b->n += 1 + (size_t)w + len;
+}
+
+HOT void
+enc_uint(ectx *e, uint64_t u)
+{
+    if (u < 128)
+        enc_put(e, (uint8_t)u, 0, 0, NULL, 0);
+    else if (u < 256)
+        enc_put(e, 0xcc, 1, u, NULL, 0);
+    else if (u < 65536)
+        enc_put(e, 0xcd, 2, u, NULL, 0);
+    else if (u < ((uint64_t)1 << 32))
+        enc_put(e, 0xce, 4, u, NULL, 0);
+    else
+        enc_put(e, 0xcf, 8, u, NULL, 0);
+}
+
+HOT void
+enc_sint(ectx *e, int64_t v)
+{
+    if (v >= 0)
+        enc_uint(e, (uint64_t)v);               /* >= 0 in the unsigned forms */
+    else if (v >= -32)
+        enc_put(e, (uint8_t)v, 0, 0, NULL, 0);  /* negative fixint */
+    else if (v >= -128)
+        enc_put(e, 0xd0, 1, (uint64_t)v, NULL, 0);
+    else if (v >= -32768)
+        enc_put(e, 0xd1, 2, (uint64_t)v, NULL, 0);
+    else if (v >= INT32_MIN)
+        enc_put(e, 0xd2, 4, (uint64_t)v, NULL, 0);
+    else
+        enc_put(e, 0xd3, 8, (uint64_t)v, NULL, 0);
+}
+
+HOT void
+enc_len(ectx *e, uint8_t fix, uint32_t fixmax, uint8_t t8, uint8_t t16, size_t n,
+        const void *body)
+{
+    if (n < fixmax)
+        enc_put(e, (uint8_t)(fix | n), 0, 0, body, body ? n : 0);
+    else if (t8 != 0 && n < 256)
+        enc_put(e, t8, 1, n, body, body ? n : 0);
+    else if (n < 65536)
+        enc_put(e, t16, 2, n, body, body ? n : 0);
+    else
+        enc_put(e, (uint8_t)(t16 + 1), 4, n, body, body ? n : 0);
+}
+
+static void
+enc_str(ectx *e, const char *s, size_t n)
+{
+    enc_len(e, 0xa0, 32, 0xd9, 0xda, n, n ? s : NULL);
 }
 
 static bool
@@ -1127,33 +1230,50 @@ obj_empty(const gp_msg_desc *d, const void *msg)
 static void enc_obj(ectx *e, const gp_msg_desc *d, const void *msg);
 static void enc_value(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p);
 
-static void
-enc_fail(ectx *e, gp_err rc)
-{
-    if (e->rc == GP_EOK)
-        e->rc = rc;
-}
-
-static void
-enc_str(ectx *e, const char *s, size_t n)
-{
-    msgpack_pack_str(&e->pk, n);
-    msgpack_pack_str_body(&e->pk, s, n);
-}
-
-static void
+HOT void
 enc_int(ectx *e, const gp_field *f, uint8_t t, const void *p)
 {
     if (t == GP_T_U32 || t == GP_T_U64) {
         uint64_t u = t == GP_T_U32 ? *(const uint32_t *)p : *(const uint64_t *)p;
         if (!uint_ok(f, u))
             enc_fail(e, GP_ERANGE);
-        msgpack_pack_uint64(&e->pk, u);
+        enc_uint(e, u);
     } else {
         int64_t v = t == GP_T_I32 ? *(const int32_t *)p : *(const int64_t *)p;
         if (!int_ok(f, v))
             enc_fail(e, GP_ERANGE);
-        msgpack_pack_int64(&e->pk, v);
+        enc_sint(e, v);
+    }
+}
+
+HOT void
+enc_scalar(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p)
+{
+    size_t  n;
+    int32_t x;
+    double  v;
+    uint64_t bits;
+
+    if (t == GP_T_STR) {
+        if ((n = strnlen(p, (size_t)limit + 1)) > limit)
+            enc_fail(e, GP_ERANGE);
+        else
+            enc_str(e, p, n);
+    } else if (t == GP_T_BOOL) {
+        enc_put(e, *(const bool *)p ? 0xc3 : 0xc2, 0, 0, NULL, 0);
+    } else if (t == GP_T_F64) {
+        v = *(const double *)p;
+        if (!f64_ok(f, v))
+            enc_fail(e, GP_ERANGE);
+        memcpy(&bits, &v, 8);
+        enc_put(e, 0xcb, 8, bits, NULL, 0);
+    } else if (t == GP_T_ENUM) {
+        if ((x = *(const int32_t *)p) < 0 || (uint32_t)x >= f->nenums)
+            enc_fail(e, GP_ERANGE);
+        else
+            enc_str(e, f->enums[x], strlen(f->enums[x]));
+    } else {
+        enc_int(e, f, t, p);
     }
 }
 
@@ -1166,38 +1286,12 @@ enc_arr(ectx *e, const gp_field *f, const gp_arr *a)
         enc_fail(e, a->n > f->limit ? GP_ETOOBIG : GP_EINVAL);
         return;
     }
-    msgpack_pack_array(&e->pk, a->n);
-    for (uint32_t i = 0; i < a->n && e->rc == GP_EOK; i++)
-        enc_value(e, f, f->elem, f->elem_limit, (const char *)a->v + i * es);
-}
-
-static void
-enc_scalar(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p)
-{
-    size_t  n;
-    int32_t x;
-
-    if (t == GP_T_STR) {
-        if ((n = strnlen(p, (size_t)limit + 1)) > limit)
-            enc_fail(e, GP_ERANGE);
+    enc_len(e, 0x90, 16, 0, 0xdc, a->n, NULL);
+    for (uint32_t i = 0; i < a->n && e->rc == GP_EOK; i++) {
+        if (f->elem < GP_T_OBJ)
+            enc_scalar(e, f, f->elem, f->elem_limit, (const char *)a->v + i * es);
         else
-            enc_str(e, p, n);
-    } else if (t == GP_T_BOOL) {
-        if (*(const bool *)p)
-            msgpack_pack_true(&e->pk);
-        else
-            msgpack_pack_false(&e->pk);
-    } else if (t == GP_T_F64) {
-        if (!f64_ok(f, *(const double *)p))
-            enc_fail(e, GP_ERANGE);
-        msgpack_pack_double(&e->pk, *(const double *)p);
-    } else if (t == GP_T_ENUM) {
-        if ((x = *(const int32_t *)p) < 0 || (uint32_t)x >= f->nenums)
-            enc_fail(e, GP_ERANGE);
-        else
-            enc_str(e, f->enums[x], strlen(f->enums[x]));
-    } else {
-        enc_int(e, f, t, p);
+            enc_value(e, f, f->elem, f->elem_limit, (const char *)a->v + i * es);
     }
 }
 
@@ -1215,8 +1309,12 @@ enc_value(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p)
             enc_fail(e, b->n > f->limit ? GP_ERANGE : GP_EINVAL);
             return;
         }
-        msgpack_pack_bin(&e->pk, b->n);
-        msgpack_pack_bin_body(&e->pk, b->p, b->n);
+        if (b->n < 256)
+            enc_put(e, 0xc4, 1, b->n, b->p, b->n);
+        else if (b->n < 65536)
+            enc_put(e, 0xc5, 2, b->n, b->p, b->n);
+        else
+            enc_put(e, 0xc6, 4, b->n, b->p, b->n);
     } else {
         enc_scalar(e, f, t, limit, p);
     }
@@ -1236,34 +1334,44 @@ enc_obj(ectx *e, const gp_msg_desc *d, const void *msg)
             n++;
         }
     }
-    msgpack_pack_map(&e->pk, n);
+    enc_len(e, 0x80, 16, 0, 0xde, n, NULL);
     for (uint32_t i = 0; i < d->nfields && e->rc == GP_EOK; i++) {
         const gp_field *f = &d->fields[i];
         if (!((put >> i) & 1u))
             continue;
-        enc_str(e, f->name, strlen(f->name));
-        enc_value(e, f, f->type, f->limit, (const char *)msg + f->offset);
+        enc_str(e, f->name, f->namelen ? f->namelen : strlen(f->name));
+        if (f->type < GP_T_OBJ)
+            enc_scalar(e, f, f->type, f->limit, (const char *)msg + f->offset);
+        else
+            enc_value(e, f, f->type, f->limit, (const char *)msg + f->offset);
     }
+}
+
+static void
+enc_init(ectx *e, gp_buf *out)
+{
+    e->b = out;
+    e->rc = GP_EOK;
+    e->max = out->max ? out->max : (size_t)GP_MAX_MSG_BYTES * 4;
 }
 
 static gp_err
 enc_finish(ectx *e, size_t start)
 {
-    if (e->rc != GP_EOK) {
+    if (e->rc != GP_EOK)
         e->b->n = start;
-        if (e->b->p != NULL)
-            e->b->p[start] = '\0';
-    }
+    if (e->b->p != NULL)
+        e->b->p[e->b->n] = '\0';
     return e->rc;
 }
 
 gp_err
 gp_msg_encode(const gp_msg_desc *d, const void *msg, gp_buf *out)
 {
-    ectx   e = { out, GP_EOK, { NULL, NULL } };
+    ectx   e;
     size_t start = out->n;
 
-    msgpack_packer_init(&e.pk, &e, enc_write);
+    enc_init(&e, out);
     enc_obj(&e, d, msg);
     return enc_finish(&e, start);
 }
@@ -1271,7 +1379,7 @@ gp_msg_encode(const gp_msg_desc *d, const void *msg, gp_buf *out)
 gp_err
 gp_msg_encode_error(gp_err code, const char *message, gp_buf *out)
 {
-    ectx        e = { out, GP_EOK, { NULL, NULL } };
+    ectx        e;
     size_t      start = out->n;
     size_t      n = message ? strnlen(message, 257) : 0;
     const char *name = gp_err_name(code);
@@ -1281,10 +1389,10 @@ gp_msg_encode_error(gp_err code, const char *message, gp_buf *out)
         while (n > 0 && ((unsigned char)message[n] & 0xC0) == 0x80)
             n--;
     }
-    msgpack_packer_init(&e.pk, &e, enc_write);
-    msgpack_pack_map(&e.pk, 1);
+    enc_init(&e, out);
+    enc_put(&e, 0x81, 0, 0, NULL, 0);
     enc_str(&e, "error", 5);
-    msgpack_pack_map(&e.pk, 2);
+    enc_put(&e, 0x82, 0, 0, NULL, 0);
     enc_str(&e, "code", 4);
     enc_str(&e, name, strlen(name));
     enc_str(&e, "message", 7);

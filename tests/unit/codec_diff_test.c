@@ -16,7 +16,12 @@
  *   - unknown keys nested deeper than GP_MAX_DEPTH are refused with the key
  *     named, also 100,000 levels deep (no recursion on hostile depth).
  * Every input is decoded from an exact-size heap copy, so the sanitizer
- * build sees any read past the end. */
+ * build sees any read past the end.
+ * The encoder is checked against the msgpack_packer encoder it replaced
+ * (also in codec_old.h): the same bytes and the same result for every
+ * sample, every message a mutation decoded to, integers, strings, bytes
+ * and maps at each form's boundaries, invalid values, buffer caps at every
+ * size, and error maps. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +33,35 @@
 
 static long n_cmp, n_bad, n_ok;
 static long n_rc[64];
+
+static long n_enc, n_enc_bad;
+
+/* Both encoders on msg, appending to a buffer that already holds pre bytes
+ * and is capped at max (0: the default): same result, same bytes, same
+ * buffer length. */
+static bool
+enc_same(const gp_msg_desc *d, const void *msg, size_t pre, size_t max, const char *what, long k)
+{
+    gp_buf a, b;
+    gp_err ra, rb;
+    bool   ok;
+
+    gp_buf_init(&a, max);
+    gp_buf_init(&b, max);
+    for (size_t i = 0; i < pre; i++)
+        gp_buf_append(&a, "P", 1), gp_buf_append(&b, "P", 1);
+    ra = gp_msg_encode(d, msg, &a);
+    rb = old_msg_encode(d, msg, &b);
+    ok = ra == rb && a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0)
+         && (a.p == NULL || a.p[a.n] == '\0');
+    if (!ok && n_enc_bad++ < 10)
+        printf("# encode %s %s #%ld: new %s %zu bytes, old %s %zu bytes\n", d->name, what, k,
+               gp_err_name(ra), a.n, gp_err_name(rb), b.n);
+    n_enc++;
+    gp_buf_fini(&a);
+    gp_buf_fini(&b);
+    return ok;
+}
 
 static bool
 all_zero(const void *p, size_t n)
@@ -65,7 +99,7 @@ same(const gp_msg_desc *d, const uint8_t *p, size_t n, bool reply, const char *w
     if (ok && ra == GP_EOK)
         ok = gp_msg_equal(d, a, b) && gp_msg_encode(d, a, &ba) == GP_EOK
              && gp_msg_encode(d, b, &bb) == GP_EOK && ba.n == bb.n
-             && memcmp(ba.p, bb.p, ba.n) == 0;
+             && memcmp(ba.p, bb.p, ba.n) == 0 && enc_same(d, a, 0, 0, what, k);
     else if (ok)
         ok = all_zero(a, d->size);
     if (!ok && n_bad++ < 10)
@@ -84,6 +118,7 @@ same(const gp_msg_desc *d, const uint8_t *p, size_t n, bool reply, const char *w
     free(copy);
     return ok;
 }
+
 
 static const uint8_t heads[] = {
     0x00, 0x01, 0x7f, 0x80, 0x81, 0x8f, 0x90, 0x91, 0x9f, 0xa0, 0xa1, 0xa5, 0xbf, 0xc0,
@@ -424,6 +459,144 @@ test_reply(void)
     }
 }
 
+
+static void
+test_encode_samples(void)
+{
+    long bad0 = n_enc_bad;
+
+    for (const msg_sample *s = msg_all; s->desc != NULL; s++) {
+        gp_buf b = GP_BUF_INIT;
+        bool   ok = true;
+
+        T_OK(old_msg_encode(s->desc, s->sample, &b) == GP_EOK);
+        ok &= enc_same(s->desc, s->sample, 0, 0, "sample", 0);
+        ok &= enc_same(s->desc, s->sample, 5, 0, "sample after 5 bytes", 0);
+        for (size_t max = 1; max <= b.n + 8; max++)       /* every cap around its size */
+            ok &= enc_same(s->desc, s->sample, max % 3, max, "cap", (long)max);
+        T_OKM(ok, "%s: encoded as before, also under every cap up to %zu bytes", s->desc->name,
+              b.n + 8);
+        gp_buf_fini(&b);
+    }
+    T_OKM(n_enc_bad == bad0, "samples: %ld encodings differ", n_enc_bad - bad0);
+}
+
+static void
+test_encode_edges(void)
+{
+    static const int64_t ints[] = {
+        0, 1, 31, 32, 127, 128, 255, 256, 65535, 65536, 2147483647, 2147483648LL,
+        4294967295LL, 4294967296LL, INT64_MAX, -1, -31, -32, -33, -127, -128, -129,
+        -32767, -32768, -32769, INT32_MIN, (int64_t)INT32_MIN - 1, INT64_MIN };
+    static const double reals[] = { 0.0, -0.0, 1.5, -2.25, 1e300, 100.0, 100.5, -0.5 };
+    msg_echo       m;
+    msg_echo_item  items[5];
+    char           tags[5][9];
+    int64_t        nums[9];
+    double         rv[5];
+    int32_t        colors[5];
+    uint8_t        blob[17];
+    long           k = 0, bad0 = n_enc_bad;
+    bool           ok = true;
+
+    memset(items, 0, sizeof items);
+    memset(tags, 0, sizeof tags);
+    for (int i = 0; i < 9; i++)
+        nums[i] = ints[i * 3];
+    for (int i = 0; i < 5; i++) {
+        memcpy(items[i].name, "item-", 5), items[i].name[5] = (char)('0' + i);
+        items[i].temp_c = i * 1.25;
+        items[i].count = i;
+        tags[i][0] = 't', tags[i][1] = (char)('0' + i);
+        rv[i] = reals[i];
+        colors[i] = i % 3;
+    }
+    for (int i = 0; i < 17; i++)
+        blob[i] = (uint8_t)(i * 37);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        for (int f = 0; f < 5; f++) {                  /* each integer field */
+            memset(&m, 0, sizeof m);
+            snprintf(m.str, sizeof m.str, "s");
+            snprintf(m.item.name, sizeof m.item.name, "n");
+            switch (f) {
+            case 0: m.i32 = (int32_t)ints[i]; break;
+            case 1: m.i64 = ints[i]; break;
+            case 2: m.u32 = (uint32_t)ints[i]; break;
+            case 3: m.u64 = (uint64_t)ints[i]; break;
+            default: m.level = (int32_t)ints[i]; break;   /* bounded -10..10: RANGE */
+            }
+            ok &= enc_same(&msg_echo_desc, &m, 0, 0, "int", k++);
+        }
+    }
+    for (int len = 0; len <= 32; len++) {               /* fixstr / str8 */
+        memset(&m, 0, sizeof m);
+        memset(m.str, 'a' + len % 26, (size_t)len);
+        snprintf(m.item.name, sizeof m.item.name, "n");
+        ok &= enc_same(&msg_echo_desc, &m, 0, 0, "str", k++);
+    }
+    memset(&m, 0, sizeof m);                            /* longer than its limit: RANGE */
+    memset(m.str, 'x', sizeof m.str);
+    ok &= enc_same(&msg_echo_desc, &m, 0, 0, "str over limit", k++);
+    for (int all = 0; all < 2; all++) {
+        for (uint32_t n = 0; n <= 9; n++) {             /* arrays and bytes, limits passed */
+            memset(&m, 0, sizeof m);
+            m.has = all ? (uint64_t)-1 >> (64 - 17) : 0; /* all 17 fields: a map16 */
+            snprintf(m.str, sizeof m.str, "s");
+            snprintf(m.item.name, sizeof m.item.name, "n");
+            m.pct = reals[n % 8] < 0 ? 0 : reals[n % 8];
+            m.flag = n & 1;
+            m.color = (int32_t)(n % 4);                 /* 3: not an enum value: RANGE */
+            m.items = (gp_arr){items, n < 5 ? n : 5};
+            m.tags = (gp_arr){tags, n < 5 ? n : 5};
+            m.nums = (gp_arr){nums, n};
+            m.reals = (gp_arr){rv, n < 5 ? n : 5};
+            m.colors = (gp_arr){colors, n < 5 ? n : 5};
+            m.blob = (gp_bytes){blob, n * 2};
+            ok &= enc_same(&msg_echo_desc, &m, 0, 0, "arrays", k++);
+            m.items = (gp_arr){NULL, 1};                /* items but no memory: INVAL */
+            ok &= enc_same(&msg_echo_desc, &m, 0, 0, "null array", k++);
+        }
+    }
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        memset(&m, 0, sizeof m);
+        m.pct = reals[i];                               /* 0..100 */
+        ok &= enc_same(&msg_echo_desc, &m, 0, 0, "real", k++);
+    }
+    T_OKM(ok && n_enc_bad == bad0, "%ld edge messages encoded as before (%ld differ)", k,
+          n_enc_bad - bad0);
+}
+
+static void
+test_encode_error(void)
+{
+    static const size_t lens[] = { 0, 1, 31, 32, 255, 256, 257, 300 };
+    char msg[400];
+    bool ok = true;
+    int  k = 0;
+
+    for (int code = 0; code <= GP_EINTERNAL; code++) {
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+            for (int utf = 0; utf < 2; utf++) {
+                gp_buf a = GP_BUF_INIT, b = GP_BUF_INIT;
+                gp_err ra, rb;
+
+                memset(msg, 'm', lens[i]);
+                if (utf)                                /* a 2-byte char across 256 */
+                    for (size_t j = 1; j + 1 < lens[i]; j += 2)
+                        msg[j] = (char)0xc3, msg[j + 1] = (char)0xa9;
+                msg[lens[i]] = '\0';
+                ra = gp_msg_encode_error((gp_err)code, i == 0 && utf ? NULL : msg, &a);
+                rb = old_msg_encode_error((gp_err)code, i == 0 && utf ? NULL : msg, &b);
+                ok &= ra == rb && a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
+                k++;
+                gp_buf_fini(&a);
+                gp_buf_fini(&b);
+            }
+        }
+    }
+    T_OKM(ok, "%d error maps encoded as before", k);
+}
+
 int
 main(void)
 {
@@ -432,6 +605,11 @@ main(void)
     test_hostile_counts();
     test_deep_unknown();
     test_reply();
+    test_encode_samples();
+    test_encode_edges();
+    test_encode_error();
+    T_OKM(n_enc_bad == 0, "%ld encodings compared with the msgpack_packer encoder, %ld differ",
+          n_enc, n_enc_bad);
     T_OKM(n_bad == 0, "%ld comparisons with the object-tree decoder, %ld differ", n_cmp, n_bad);
     return T_DONE();
 }

@@ -1,6 +1,7 @@
-/* codec_old.h -- the object-tree decoder that shared/src/codec.c used until
- * it learned to decode straight from the bytes, kept verbatim (only its two
- * entry points renamed old_msg_decode / old_msg_decode_reply) as the oracle
+/* codec_old.h -- the object-tree decoder and the msgpack_packer encoder
+ * that shared/src/codec.c used until it learned to read and write the bytes
+ * directly, kept verbatim (only the entry points renamed old_msg_decode,
+ * old_msg_decode_reply, old_msg_encode, old_msg_encode_error) as the oracle
  * of tests/unit/codec_diff_test.c.  Not part of libgp: nothing else may
  * include it. */
 #ifndef GP_CODEC_OLD_H
@@ -639,6 +640,236 @@ old_msg_decode_reply(const gp_msg_desc *d, const void *p, size_t n, void *out, c
     if (rc != GP_EOK)
         gp_msg_clear(d, out);
     return rc;
+}
+
+/* ---- encode ------------------------------------------------------------ */
+
+typedef struct ectx {
+    gp_buf          *b;
+    gp_err           rc;
+    msgpack_packer   pk;
+} ectx;
+
+static int
+enc_write(void *data, const char *buf, size_t len)
+{
+    ectx   *e = data;
+    gp_buf *b = e->b;
+    size_t  max = b->max ? b->max : (size_t)GP_MAX_MSG_BYTES * 4;
+    gp_err  rc;
+
+    if (b->cap - b->n > len && max - b->n >= len) {     /* fast path: fits (cap > n) */
+        memcpy(b->p + b->n, buf, len);
+        b->n += len;
+        b->p[b->n] = '\0';
+        return 0;
+    }
+    rc = gp_buf_append(b, buf, len);
+
+    if (rc != GP_EOK && e->rc == GP_EOK)
+        e->rc = rc;
+    return rc == GP_EOK ? 0 : -1;
+}
+
+static bool
+obj_empty(const gp_msg_desc *d, const void *msg);
+
+static bool
+val_empty(const gp_field *f, const void *p)
+{
+    switch (f->type) {
+    case GP_T_STR:   return *(const char *)p == '\0';
+    case GP_T_BOOL:  return !*(const bool *)p;
+    case GP_T_I32:
+    case GP_T_U32:
+    case GP_T_ENUM:  return *(const int32_t *)p == 0;
+    case GP_T_I64:
+    case GP_T_U64:   return *(const int64_t *)p == 0;
+    case GP_T_F64:   return *(const double *)p == 0.0;
+    case GP_T_OBJ:   return obj_empty(f->sub, p);
+    case GP_T_ARR:   return ((const gp_arr *)p)->n == 0;
+    case GP_T_BYTES: return ((const gp_bytes *)p)->n == 0;
+    default:         return true;
+    }
+}
+
+static bool
+obj_empty(const gp_msg_desc *d, const void *msg)
+{
+    if (*(const uint64_t *)msg != 0)
+        return false;
+    for (uint32_t i = 0; i < d->nfields; i++)
+        if (!val_empty(&d->fields[i], (const char *)msg + d->fields[i].offset))
+            return false;
+    return true;
+}
+
+static void enc_obj(ectx *e, const gp_msg_desc *d, const void *msg);
+static void enc_value(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p);
+
+static void
+enc_fail(ectx *e, gp_err rc)
+{
+    if (e->rc == GP_EOK)
+        e->rc = rc;
+}
+
+static void
+enc_str(ectx *e, const char *s, size_t n)
+{
+    msgpack_pack_str(&e->pk, n);
+    msgpack_pack_str_body(&e->pk, s, n);
+}
+
+static void
+enc_int(ectx *e, const gp_field *f, uint8_t t, const void *p)
+{
+    if (t == GP_T_U32 || t == GP_T_U64) {
+        uint64_t u = t == GP_T_U32 ? *(const uint32_t *)p : *(const uint64_t *)p;
+        if (!uint_ok(f, u))
+            enc_fail(e, GP_ERANGE);
+        msgpack_pack_uint64(&e->pk, u);
+    } else {
+        int64_t v = t == GP_T_I32 ? *(const int32_t *)p : *(const int64_t *)p;
+        if (!int_ok(f, v))
+            enc_fail(e, GP_ERANGE);
+        msgpack_pack_int64(&e->pk, v);
+    }
+}
+
+static void
+enc_arr(ectx *e, const gp_field *f, const gp_arr *a)
+{
+    size_t es = elem_size(f);
+
+    if (a->n > f->limit || (a->n > 0 && a->v == NULL)) {
+        enc_fail(e, a->n > f->limit ? GP_ETOOBIG : GP_EINVAL);
+        return;
+    }
+    msgpack_pack_array(&e->pk, a->n);
+    for (uint32_t i = 0; i < a->n && e->rc == GP_EOK; i++)
+        enc_value(e, f, f->elem, f->elem_limit, (const char *)a->v + i * es);
+}
+
+static void
+enc_scalar(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p)
+{
+    size_t  n;
+    int32_t x;
+
+    if (t == GP_T_STR) {
+        if ((n = strnlen(p, (size_t)limit + 1)) > limit)
+            enc_fail(e, GP_ERANGE);
+        else
+            enc_str(e, p, n);
+    } else if (t == GP_T_BOOL) {
+        if (*(const bool *)p)
+            msgpack_pack_true(&e->pk);
+        else
+            msgpack_pack_false(&e->pk);
+    } else if (t == GP_T_F64) {
+        if (!f64_ok(f, *(const double *)p))
+            enc_fail(e, GP_ERANGE);
+        msgpack_pack_double(&e->pk, *(const double *)p);
+    } else if (t == GP_T_ENUM) {
+        if ((x = *(const int32_t *)p) < 0 || (uint32_t)x >= f->nenums)
+            enc_fail(e, GP_ERANGE);
+        else
+            enc_str(e, f->enums[x], strlen(f->enums[x]));
+    } else {
+        enc_int(e, f, t, p);
+    }
+}
+
+static void
+enc_value(ectx *e, const gp_field *f, uint8_t t, uint32_t limit, const void *p)
+{
+    const gp_bytes *b = p;
+
+    if (t == GP_T_OBJ) {
+        enc_obj(e, f->sub, p);
+    } else if (t == GP_T_ARR) {
+        enc_arr(e, f, p);
+    } else if (t == GP_T_BYTES) {
+        if (b->n > f->limit || (b->n > 0 && b->p == NULL)) {
+            enc_fail(e, b->n > f->limit ? GP_ERANGE : GP_EINVAL);
+            return;
+        }
+        msgpack_pack_bin(&e->pk, b->n);
+        msgpack_pack_bin_body(&e->pk, b->p, b->n);
+    } else {
+        enc_scalar(e, f, t, limit, p);
+    }
+}
+
+static void
+enc_obj(ectx *e, const gp_msg_desc *d, const void *msg)
+{
+    uint64_t has = *(const uint64_t *)msg, put = 0;
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < d->nfields; i++) {
+        const gp_field *f = &d->fields[i];
+        if ((f->flags & GP_FF_REQUIRED) || ((has >> i) & 1u)
+            || !val_empty(f, (const char *)msg + f->offset)) {
+            put |= (uint64_t)1 << i;
+            n++;
+        }
+    }
+    msgpack_pack_map(&e->pk, n);
+    for (uint32_t i = 0; i < d->nfields && e->rc == GP_EOK; i++) {
+        const gp_field *f = &d->fields[i];
+        if (!((put >> i) & 1u))
+            continue;
+        enc_str(e, f->name, strlen(f->name));
+        enc_value(e, f, f->type, f->limit, (const char *)msg + f->offset);
+    }
+}
+
+static gp_err
+enc_finish(ectx *e, size_t start)
+{
+    if (e->rc != GP_EOK) {
+        e->b->n = start;
+        if (e->b->p != NULL)
+            e->b->p[start] = '\0';
+    }
+    return e->rc;
+}
+
+static gp_err
+old_msg_encode(const gp_msg_desc *d, const void *msg, gp_buf *out)
+{
+    ectx   e = { out, GP_EOK, { NULL, NULL } };
+    size_t start = out->n;
+
+    msgpack_packer_init(&e.pk, &e, enc_write);
+    enc_obj(&e, d, msg);
+    return enc_finish(&e, start);
+}
+
+static gp_err
+old_msg_encode_error(gp_err code, const char *message, gp_buf *out)
+{
+    ectx        e = { out, GP_EOK, { NULL, NULL } };
+    size_t      start = out->n;
+    size_t      n = message ? strnlen(message, 257) : 0;
+    const char *name = gp_err_name(code);
+
+    if (n > 256) {                          /* Error.message maxLength; whole UTF-8 chars */
+        n = 256;
+        while (n > 0 && ((unsigned char)message[n] & 0xC0) == 0x80)
+            n--;
+    }
+    msgpack_packer_init(&e.pk, &e, enc_write);
+    msgpack_pack_map(&e.pk, 1);
+    enc_str(&e, "error", 5);
+    msgpack_pack_map(&e.pk, 2);
+    enc_str(&e, "code", 4);
+    enc_str(&e, name, strlen(name));
+    enc_str(&e, "message", 7);
+    enc_str(&e, message ? message : "", n);
+    return enc_finish(&e, start);
 }
 
 #endif

@@ -48,7 +48,7 @@ typedef struct op_rt {
     bool            served;          /* subscribed at least once (vs only declared) */
     gp_app         *app;
     struct gp_req  *spare;           /* freed request blocks of this op, for reuse */
-    unsigned        nspare;
+    int             nspare;
 } op_rt;
 
 /* Request blocks (gp_req, then the op's in and out structs: ~2 KiB, past

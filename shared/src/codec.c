@@ -1188,7 +1188,7 @@ enc_len(ectx *e, uint8_t fix, uint32_t fixmax, uint8_t t8, uint8_t t16, size_t n
         enc_put(e, (uint8_t)(t16 + 1), 4, n, body, body ? n : 0);
 }
 
-static void
+HOT void
 enc_str(ectx *e, const char *s, size_t n)
 {
     enc_len(e, 0xa0, 32, 0xd9, 0xda, n, n ? s : NULL);

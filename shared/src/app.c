@@ -20,6 +20,7 @@
 #include <ev.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,22 @@ typedef struct op_rt {
     uint64_t        suppressed;
     bool            served;          /* subscribed at least once (vs only declared) */
     gp_app         *app;
+    struct gp_req  *spare;           /* freed request blocks of this op, for reuse */
+    int             nspare;
 } op_rt;
+
+/* Request blocks (gp_req, then the op's in and out structs: ~2 KiB, past
+ * malloc's small-size cache) kept per operation for reuse, so a request
+ * costs no malloc/free; bounded.  None under AddressSanitizer, which then
+ * sees every use after free. */
+#if defined(__SANITIZE_ADDRESS__)
+# define REQ_SPARES 0
+#else
+# define REQ_SPARES 32
+#endif
+/* The reply buffer is kept between replies unless a large reply grew it
+ * past this. */
+#define REPLY_BUF_KEEP (64 * 1024)
 
 typedef struct sub_rt {
     gp_app         *app;
@@ -148,6 +164,7 @@ struct gp_app {
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
     uint64_t             spare_counter;
     double               spare_gauge;
+    gp_buf               reply_buf;    /* send_reply's, reused (loop thread only) */
 };
 
 /* The DLQ stream, declared by the chassis when a service has a durable route. */
@@ -234,8 +251,8 @@ static void durable_end(gp_req *req, gp_err rc);
 static void
 send_reply(gp_req *req, gp_err rc)
 {
-    op_rt *o = req->o;
-    gp_buf b;
+    op_rt  *o = req->o;
+    gp_buf *b;
 
     req->replied = true;
     gp_hist_observe(o->latency, gp_mono_s() - req->t0);
@@ -254,26 +271,38 @@ send_reply(gp_req *req, gp_err rc)
         send_error(req->app, req->reply, rc, req->detail);
         return;
     }
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(o->op->out, req->out, &b);
+    b = &req->app->reply_buf;
+    if (b->max == 0)
+        gp_buf_init(b, GP_MAX_MSG_BYTES);
+    gp_buf_reset(b);
+    rc = gp_msg_encode(o->op->out, req->out, b);
     if (rc == GP_EOK) {
-        gp_bus_pub(req->app->bus, req->reply, NULL, b.p, b.n);
+        gp_bus_pub(req->app->bus, req->reply, NULL, b->p, b->n);   /* copies the bytes */
     } else {
         count_error(o, rc);
         GP_ERROR("reply_encode_failed", "route=%s code=%s", o->op->pattern, gp_err_name(rc));
         send_error(req->app, req->reply, rc, "reply could not be encoded");
     }
-    gp_buf_fini(&b);
+    if (b->cap > REPLY_BUF_KEEP)
+        gp_buf_fini(b);
 }
 
 static void
 req_free(gp_req *req)
 {
+    op_rt *o = req->o;
+
     if (req->in != NULL)
-        gp_msg_clear(req->o->op->in, req->in);
-    if (req->out != NULL && req->o->op->out != NULL)
-        gp_msg_clear(req->o->op->out, req->out);
-    free(req);
+        gp_msg_clear(o->op->in, req->in);
+    if (req->out != NULL && o->op->out != NULL)
+        gp_msg_clear(o->op->out, req->out);
+    if (o->nspare < REQ_SPARES) {
+        req->next = o->spare;
+        o->spare = req;
+        o->nspare++;
+    } else {
+        free(req);
+    }
 }
 
 static void maybe_finish_drain(gp_app *app);
@@ -463,7 +492,7 @@ tokenize(gp_req *req)
 {
     char *p = req->toks;
 
-    memcpy(req->toks, req->subject, sizeof(req->toks));
+    memcpy(req->toks, req->subject, strlen(req->subject) + 1);
     req->ntok = 0;
     while (p != NULL && req->ntok < GP_MAX_TOKENS) {
         req->tok[req->ntok++] = p;
@@ -473,17 +502,37 @@ tokenize(gp_req *req)
     }
 }
 
+/* dst = src, cut to cap - 1 bytes as snprintf("%s") would. */
+static void
+copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 static gp_req *
 req_new(sub_rt *s, const char *subject, const char *reply)
 {
-    const gp_op *op = s->o->op;
+    op_rt       *o = s->o;
+    const gp_op *op = o->op;
     size_t       in_sz = op->in->size, out_sz = op->out ? op->out->size : 0;
     size_t       base = (sizeof(gp_req) + 15) & ~(size_t)15;
     size_t       in_al = (in_sz + 15) & ~(size_t)15;
-    gp_req      *req = calloc(1, base + in_al + out_sz);
+    size_t       total = base + in_al + out_sz;
+    gp_req      *req = o->spare;
 
-    if (req == NULL)
+    if (req != NULL) {
+        o->spare = req->next;
+        o->nspare--;
+    } else if ((req = malloc(total)) == NULL) {
         return NULL;
+    }
+    /* zeroed as calloc would, but for the three subject buffers, which are
+     * written just below */
+    memset(req, 0, offsetof(gp_req, reply));
+    memset((char *)req + offsetof(gp_req, tok), 0, total - offsetof(gp_req, tok));
     req->app = s->app;
     req->o = s->o;
     req->r = s->r;
@@ -491,9 +540,8 @@ req_new(sub_rt *s, const char *subject, const char *reply)
     req->deliveries = 1;
     req->in = (char *)req + base;
     req->out = out_sz ? (char *)req + base + in_al : NULL;
-    snprintf(req->subject, sizeof(req->subject), "%s", subject);
-    if (reply != NULL)
-        snprintf(req->reply, sizeof(req->reply), "%s", reply);
+    copy_str(req->subject, sizeof(req->subject), subject);
+    copy_str(req->reply, sizeof(req->reply), reply != NULL ? reply : "");
     tokenize(req);
     return req;
 }
@@ -1455,6 +1503,14 @@ gp_app_free(gp_app *app)
         ev_signal_stop(app->loop, &app->sigterm);
     }
     gp_metrics_free(app->metrics);
+    for (int i = 0; i < app->nops; i++)
+        while (app->ops[i].spare != NULL) {
+            gp_req *r = app->ops[i].spare;
+
+            app->ops[i].spare = r->next;
+            free(r);
+        }
+    gp_buf_fini(&app->reply_buf);
     free(app);
 }
 

@@ -7,6 +7,7 @@
  * outstanding), and durable (a JetStream durable consumer whose messages
  * say how to fail); and two periodic tasks, "tick" and "tock". */
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
@@ -25,19 +26,18 @@ static const gp_cfg_opt testsvc_opts[] = {
     GP_CFG_END
 };
 
+/* Moves the decoded request into the reply instead of copying it: the
+ * chassis clears both structs after the reply is sent, and a zeroed struct
+ * clears to nothing.  So the handler does no codec work of its own and
+ * make bench's chassis figure measures the chassis (decode, dispatch,
+ * counters, encode, bus) against a raw cnats responder that echoes bytes. */
 static gp_err
 on_echo(gp_req *req, const void *in, void *out)
 {
-    gp_buf b;
-    gp_err rc;
-
     (void)req;
-    gp_buf_init(&b, 0);
-    rc = gp_msg_encode(&msg_echo_desc, in, &b);
-    if (rc == GP_EOK)
-        rc = gp_msg_decode(&msg_echo_desc, b.p, b.n, out, NULL, 0);
-    gp_buf_fini(&b);
-    return rc;
+    memcpy(out, in, msg_echo_desc.size);
+    memset((void *)(uintptr_t)in, 0, msg_echo_desc.size);
+    return GP_EOK;
 }
 
 static void

@@ -329,7 +329,7 @@ test_script(gp_kv *kv)
     T_OK(run_until(p_called, &r, 5));
     T_OKM(r.err == GP_EOK && r.type == REDIS_REPLY_STRING && strlen(r.str) == 40,
           "SCRIPT LOAD -> %s", r.str);
-    snprintf(sha, sizeof(sha), "%s", r.str);
+    snprintf(sha, sizeof(sha), "%.40s", r.str);
     snprintf(q, sizeof(q), "script exists %s", sha);
     for (int i = 0; i < 3; i++)
         T_OKM(cli_int(ports[i], q) == 1, "the script is loaded on master %d", ports[i]);
@@ -571,12 +571,14 @@ test_master_down(gp_kv *kv, conn_st *cs)
     T_EQ_INT(sh("\"%s/redis_cluster.sh\" stop-node \"%s\" 2", getenv("GP_HARNESS"), cdir), 0);
     run_until(NULL, NULL, 0.3);
     for (int i = 0; i < NKEYS; i++) {
-        gp_err e = gp_kv_cmdf(kv, check_cb2, mk(&t, REDIS_REPLY_INTEGER, 1, NULL), "EXISTS k:%d",
-                              i);
+        check *c = mk(&t, REDIS_REPLY_INTEGER, 1, NULL);
+        gp_err e = gp_kv_cmdf(kv, check_cb2, c, "EXISTS k:%d", i);
 
         if (e == GP_EOK)
             sent++;
-        else if (e == GP_EUNAVAIL)
+        else
+            free(c);                       /* refused: no callback */
+        if (e == GP_EUNAVAIL)
             sync_unavail++;
     }
     w.n = sent;

@@ -430,6 +430,77 @@ pump_one(pump *p)
     p->out++;
 }
 
+/* MGETs of two keys of the moving slot, on a second client with a long
+ * deadline: while the slot is half moved they get TRYAGAIN (keys split
+ * between the two masters), retried with backoff until both are on one. */
+#define MGET_OUT 8
+
+typedef struct mpump {
+    gp_kv    *kv;
+    tally     t;
+    bool      on;
+    int       out;
+    unsigned  rng;
+} mpump;
+
+typedef struct mcheck {
+    mpump *p;
+    int    a, b;
+} mcheck;
+
+static void mget_one(mpump *p);
+
+static void
+mget_cb(void *arg, const redisReply *r, gp_err err)
+{
+    mcheck *c = arg;
+    mpump  *p = c->p;
+    char    wa[32], wb[32];
+    bool    good;
+
+    snprintf(wa, sizeof(wa), "val-%d", c->a);
+    snprintf(wb, sizeof(wb), "val-%d", c->b);
+    p->out--;
+    p->t.calls++;
+    good = err == GP_EOK && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, wa) == 0 &&
+           r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, wb) == 0;
+    if (good)
+        p->t.ok++;
+    else if (p->t.bad++ == 0)
+        snprintf(p->t.first_bad, sizeof(p->t.first_bad), "err=%s type=%d str=%.*s",
+                 gp_err_name(err), r != NULL ? r->type : -1,
+                 r != NULL && r->str != NULL ? (int)r->len : 0,
+                 r != NULL && r->str != NULL ? r->str : "");
+    free(c);
+    while (p->on && p->out < MGET_OUT)
+        mget_one(p);
+}
+
+static void
+mget_one(mpump *p)
+{
+    mcheck *c = calloc(1, sizeof(*c));
+
+    c->p = p;
+    p->rng = p->rng * 1103515245u + 12345u;
+    c->a = (int)((p->rng >> 8) % MIG_VALS);
+    c->b = (c->a + 1 + (int)((p->rng >> 20) % (MIG_VALS - 1))) % MIG_VALS;
+    if (gp_kv_cmdf(p->kv, mget_cb, c, "MGET mig:{mv}:v%d mig:{mv}:v%d", c->a, c->b) != GP_EOK) {
+        free(c);
+        p->t.bad++;
+        p->on = false;
+        return;
+    }
+    p->out++;
+}
+
+static bool
+p_mdrained(void *ctx)
+{
+    return ((mpump *)ctx)->out == 0;
+}
+
 static pid_t mover;
 static int   mover_status = -1;
 
@@ -449,8 +520,10 @@ p_drained(void *ctx)
 }
 
 static void
-test_migrate(gp_kv *kv)
+test_migrate(gp_kv *kv, gp_kv *kv2)
 {
+    mpump       mp = {.kv = kv2, .rng = 777};
+    gp_kv_stats mst;
     tally       t = {0};
     want        w = {&t, 0};
     pump        p = {.kv = kv, .rng = 12345};
@@ -484,6 +557,9 @@ test_migrate(gp_kv *kv)
     p.on = true;
     while (p.out < PUMP_OUT && p.on)
         pump_one(&p);
+    mp.on = true;
+    while (mp.out < MGET_OUT && mp.on)
+        mget_one(&mp);
     run_until(NULL, NULL, 0.3);            /* flowing before the move */
     mover = fork();
     if (mover == 0) {
@@ -508,8 +584,17 @@ test_migrate(gp_kv *kv)
     T_OKM(WIFEXITED(mover_status) && WEXITSTATUS(mover_status) == 0, "move-slot exited 0");
     run_until(NULL, NULL, 0.5);            /* and on after it */
     p.on = false;
+    mp.on = false;
     T_OK(run_until(p_drained, &p, 10));
+    T_OK(run_until(p_mdrained, &mp, 40));
     gp_kv_get_stats(kv, &st);
+    gp_kv_get_stats(kv2, &mst);
+    T_OKM(mp.t.calls > 0 && mp.t.bad == 0 && mp.t.ok == mp.t.calls,
+          "MGETs of the moving slot: %d answered, %d right (%s)", mp.t.calls, mp.t.ok,
+          mp.t.first_bad);
+    T_OKM(mst.tryagain > 0, "TRYAGAIN retried %llu times (ASK %llu, MOVED %llu)",
+          (unsigned long long)mst.tryagain, (unsigned long long)mst.ask,
+          (unsigned long long)mst.moved);
     T_OKM(p.sent > 500, "%lld commands sent during the move", p.sent);
     T_OKM(p.lost == 0 && p.t.bad == 0 && p.t.ok == p.t.calls && p.t.calls == p.sent,
           "zero lost: sent %lld, answered %d, right %d, refused %d, wrong %d (%s)", p.sent,
@@ -644,7 +729,16 @@ main(void)
     test_all_slots(kv);
     test_crossslot(kv);
     test_script(kv);
-    test_migrate(kv);
+    {
+        gp_kv  *kv2 = NULL;
+        conn_st cs2 = {0};
+
+        o.command_timeout_ms = 30000;
+        T_ERR(gp_kv_new(L, &o, conn_cb, &cs2, &kv2), GP_EOK);
+        T_OK(run_until(p_up, &cs2, 10));
+        test_migrate(kv, kv2);
+        gp_kv_free(kv2);
+    }
     test_master_down(kv, &cs);
 
     /* free with a command in flight: its callback runs once, UNAVAIL */

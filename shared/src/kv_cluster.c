@@ -43,6 +43,7 @@
 #define KVC_SLOTS    16384
 #define KVC_MAX_HOPS 16                    /* redirections followed per command */
 #define KVC_ADDR     80                    /* "host:port" */
+#define KVC_REFRESH_MIN_S 0.05             /* CLUSTER SLOTS at most every 50 ms */
 
 typedef struct kvc_node {
     char           host[64];
@@ -94,6 +95,7 @@ struct kvc {
     bool            ready;                 /* last told to conn_cb */
 
     bool            refresh_inflight, refresh_again, refresh_wanted;
+    ev_tstamp       refresh_last;          /* when the last CLUSTER SLOTS was sent */
     ev_timer        w_refresh;             /* retry of a failed refresh */
     gp_backoff      refresh_bo;
 
@@ -124,8 +126,8 @@ crc16(const char *buf, size_t len)         /* CRC16/XMODEM, poly 0x1021 */
 /* The spec's rule: if the key has a '{' and a later '}' with at least one
  * byte between the first '{' and the first '}' after it, only those bytes
  * are hashed. */
-static int
-key_slot(const char *key, size_t len)
+int
+gp_kv_key_slot(const char *key, size_t len)
 {
     size_t s, e;
 
@@ -301,7 +303,7 @@ route_of(kvc_req *c, bool *cross)
         break;
     }
     for (int i = first; i <= last && i < argc; i += step) {
-        int s = key_slot(argv[i], argl[i]);
+        int s = gp_kv_key_slot(argv[i], argl[i]);
 
         if (c->slot < 0) {
             c->slot = s;
@@ -642,6 +644,17 @@ kvc_refresh(struct kvc *cl)
         cl->refresh_again = true;
         return;
     }
+    if (cl->refresh_last > 0 && ev_now(cl->loop) - cl->refresh_last < KVC_REFRESH_MIN_S) {
+        /* a MOVED storm (or nodes that disagree while gossip converges)
+         * asks once per interval at most */
+        cl->refresh_wanted = true;
+        if (!ev_is_active(&cl->w_refresh)) {
+            ev_timer_set(&cl->w_refresh,
+                         KVC_REFRESH_MIN_S - (ev_now(cl->loop) - cl->refresh_last), 0.);
+            ev_timer_start(cl->loop, &cl->w_refresh);
+        }
+        return;
+    }
     n = node_any_up(cl);
     if (n == NULL) {
         ensure_seeds(cl);                  /* a node that connects asks again */
@@ -662,6 +675,7 @@ kvc_refresh(struct kvc *cl)
     }
     cl->outstanding++;
     cl->refresh_inflight = true;
+    cl->refresh_last = ev_now(cl->loop);
     cl->st.refreshes++;
 }
 

@@ -310,6 +310,21 @@ test_crossslot(gp_kv *kv)
     T_ERR(gp_kv_cmdf(kv, res_cb, &r, "MGET {t}a {t}b"), GP_EOK);
     T_OK(run_until(p_called, &r, 5));
     T_OKM(r.err == GP_EOK && r.type == REDIS_REPLY_ARRAY, "MGET {t}a {t}b -> array");
+    {   /* our slots are the server's (CLUSTER KEYSLOT is keyless: any master) */
+        tally t = {0};
+        want  w = {&t, 0};
+        char  key[64];
+
+        for (int i = 0; i < 500; i++) {
+            snprintf(key, sizeof(key), i % 3 == 0 ? "k:%d" : i % 3 == 1 ? "gp:{%d}:x" : "{}%d{", i);
+            w.n += gp_kv_cmdf(kv, check_cb2,
+                              mk(&t, REDIS_REPLY_INTEGER, gp_kv_key_slot(key, strlen(key)), NULL),
+                              "CLUSTER KEYSLOT %s", key) == GP_EOK;
+        }
+        T_OK(run_until(p_tally, &w, 10));
+        T_OKM(t.ok == 500, "gp_kv_key_slot == CLUSTER KEYSLOT for %d of 500 keys (%s)", t.ok,
+              t.first_bad);
+    }
     memset(&r, 0, sizeof(r));
     T_ERR(gp_kv_cmdf(kv, res_cb, &r, "PING"), GP_EOK);      /* keyless: any master */
     T_OK(run_until(p_called, &r, 5));

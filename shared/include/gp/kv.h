@@ -98,4 +98,9 @@ gp_err gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg,
 /* Same, hiredis format string ("HSET %s %s %b"). */
 gp_err gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...);
 
+/* The Redis Cluster hash slot of a key (0..16383): CRC16/XMODEM of the key,
+ * or of its hash tag -- the bytes between the first '{' and the first '}'
+ * after it, when there is at least one.  Pure. */
+int    gp_kv_key_slot(const char *key, size_t len);
+
 #endif

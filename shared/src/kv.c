@@ -617,7 +617,7 @@ gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...)
         rc = redisvFormatCommand(&buf, fmt, ap);
         va_end(ap);
         if (rc < 0 || buf == NULL)
-            return rc == -2 ? GP_EINVAL : GP_ENOMEM;
+            return GP_EINVAL;              /* bad format or out of memory, as below */
         return kvc_cmd(kv->cl, cb, arg, buf, (size_t)rc);
     }
     if ((e = kv_admit(kv)) != GP_EOK)

@@ -817,15 +817,18 @@ cmd_wait(kvc_req *c)
 {
     struct kvc *cl = c->cl;
     double      d = gp_backoff_next_ms(&c->bo) / 1000.0;
+    double      left = c->deadline - ev_now(cl->loop);
 
     if (cl->freeing) {
         cmd_finish(c, NULL, GP_EUNAVAIL);
         return;
     }
-    if (ev_now(cl->loop) + d >= c->deadline) {
+    if (left < 0.02) {                     /* no time for one more try */
         cmd_finish(c, NULL, GP_ETIMEOUT);
         return;
     }
+    if (d > left - 0.01)
+        d = left - 0.01;                   /* the last try just before the deadline */
     ev_timer_init(&c->w, cmd_wait_timer_cb, d, 0.);
     ev_timer_start(cl->loop, &c->w);
     c->waiting = true;

@@ -363,6 +363,60 @@ test_script(gp_kv *kv)
     T_ERR(gp_kv_cmdf(kv, res_cb, &r, "EVALSHA %s 2 gp:{n1}:a gp:{n2}:b x 1", sha), GP_EINVAL);
 }
 
+/* A slot left MIGRATING with one of two keys missing: a two-key command
+ * gets TRYAGAIN every time, so it retries with backoff until its deadline
+ * and then gets TIMEOUT once, near the deadline. */
+static void
+test_deadline(gp_kv *kv)
+{
+    res         r = {0};
+    gp_kv_stats st0, st;
+    int         slot, src = -1, dst = -1;
+    char        q[128], id[64] = "";
+    double      t0, took;
+    FILE       *f;
+
+    T_ERR(gp_kv_cmdf(kv, res_cb, &r, "SET {dl}a 1"), GP_EOK);
+    T_OK(run_until(p_called, &r, 5));
+    slot = gp_kv_key_slot("dl", 2);
+    snprintf(q, sizeof(q), "cluster countkeysinslot %d", slot);
+    for (int i = 0; i < 3; i++) {
+        if (cli_int(ports[i], q) > 0)
+            src = ports[i];
+        else if (dst < 0)
+            dst = ports[i];
+    }
+    T_OK(src > 0 && dst > 0);
+    snprintf(q, sizeof(q), "redis-cli -p %d cluster myid", dst);
+    f = popen(q, "r");
+    if (f != NULL) {
+        if (fgets(id, sizeof(id), f) == NULL)
+            id[0] = '\0';
+        id[strcspn(id, "\n")] = '\0';
+        pclose(f);
+    }
+    T_EQ_INT(sh("redis-cli -p %d cluster setslot %d migrating %s >/dev/null", src, slot, id), 0);
+    gp_kv_get_stats(kv, &st0);
+    memset(&r, 0, sizeof(r));
+    ev_now_update(L);                      /* the loop's clock after system() */
+    t0 = ev_time();
+    T_ERR(gp_kv_cmdf(kv, res_cb, &r, "MGET {dl}a {dl}b"), GP_EOK);
+    T_OK(run_until(p_called, &r, 10));
+    took = ev_time() - t0;
+    run_until(NULL, NULL, 0.3);
+    gp_kv_get_stats(kv, &st);
+    T_EQ_INT(r.calls, 1);
+    T_OKM(r.err == GP_ETIMEOUT, "MGET on an unstable slot -> %s", gp_err_name(r.err));
+    T_OKM(took >= 0.9 && took <= 2.5, "after its 1 s deadline, not before: %.2f s", took);
+    T_OKM(st.tryagain - st0.tryagain >= 3, "TRYAGAIN retried %llu times within it",
+          (unsigned long long)(st.tryagain - st0.tryagain));
+    T_EQ_INT(sh("redis-cli -p %d cluster setslot %d stable >/dev/null", src, slot), 0);
+    memset(&r, 0, sizeof(r));
+    T_ERR(gp_kv_cmdf(kv, res_cb, &r, "MGET {dl}a {dl}b"), GP_EOK);
+    T_OK(run_until(p_called, &r, 5));
+    T_OKM(r.err == GP_EOK && r.type == REDIS_REPLY_ARRAY, "stable again: MGET answered");
+}
+
 /* ---- a slot moved while commands flow ---------------------------------- */
 
 #define MIG_VALS  150
@@ -744,6 +798,16 @@ main(void)
     test_all_slots(kv);
     test_crossslot(kv);
     test_script(kv);
+    {
+        gp_kv  *kv1 = NULL;
+        conn_st cs1 = {0};
+
+        o.command_timeout_ms = 1000;
+        T_ERR(gp_kv_new(L, &o, conn_cb, &cs1, &kv1), GP_EOK);
+        T_OK(run_until(p_up, &cs1, 10));
+        test_deadline(kv1);
+        gp_kv_free(kv1);
+    }
     {
         gp_kv  *kv2 = NULL;
         conn_st cs2 = {0};

@@ -21,7 +21,9 @@
  *     callback runs once, after all of them answered, with the first
  *     failure (an error reply or UNAVAIL/TIMEOUT) or else the last reply
  *     (SCRIPT LOAD: the same sha everywhere);
- *   - MULTI/EXEC/DISCARD/WATCH and subscribe-mode commands: INVAL.
+ *   - MULTI/EXEC/DISCARD/WATCH/UNWATCH (no pinning to one connection),
+ *     SELECT, KEYS, SCAN (one node's view) and subscribe-mode commands:
+ *     INVAL, nothing sent.
  * Redirections are followed inside the command's one deadline, and its
  * callback still runs exactly once: MOVED updates that slot, refreshes the
  * map in the background (coalesced) and resends to the new owner; ASK sends

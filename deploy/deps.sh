@@ -12,6 +12,7 @@ pkgs=(
     python3 python3-jsonschema python3-msgpack   # schema generator, independent validator
     valgrind procps                  # valgrind_test; pgrep in updown_test
     postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
+    faketime                         # libfaketime: clock_step_test steps the agent's date
 )
 missing=()
 for p in "${pkgs[@]}"; do

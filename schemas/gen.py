@@ -923,7 +923,8 @@ class Gen:
 
     def fdesc(self, m, f):
         e = f.elem if f.kind == 'ARR' else f
-        parts = ['.name = %s' % cstr(f.name), '.type = GP_T_%s' % f.kind]
+        parts = ['.name = %s' % cstr(f.name), '.namelen = %d' % len(f.name.encode()),
+                 '.type = GP_T_%s' % f.kind]
         if f.kind == 'ARR':
             parts.append('.elem = GP_T_%s' % e.kind)
         if f.required:

@@ -6,12 +6,18 @@
 # Unit tests run as they are.  Each integration test gets a fresh private
 # stack (nats-server, redis-server, PostgreSQL on free loopback ports, in a
 # temp folder) from tests/harness/stack.sh, which is torn down afterwards
-# whatever the test did.  A test passes an assertion per "ok" line; a test
-# program that exits non-zero without a "not ok" line counts one failure.
+# whatever the test did.  A test passes an assertion per "ok" line.  Each
+# program must print exactly one TAP plan ("1..N", before or after its
+# results; "1..0 # SKIP why" for a program that has nothing to run here)
+# and exactly N "ok"/"not ok" lines: a missing plan, or a count that
+# differs from it (a program that stopped early, even with status 0),
+# fails the program (one failure if it has no "not ok" line of its own),
+# and so does a non-zero exit status without a "not ok" line.
 set -u
 build=${1:-build}
 which=${2:-all}
 here=$(cd "$(dirname "$0")" && pwd)
+src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/run_sh_test.sh points it elsewhere)
 logdir=$build/test-logs
 mkdir -p "$logdir"
 passed=0
@@ -28,6 +34,21 @@ run_one() {       # name, command...
     local ok nok
     ok=$(grep -c '^ok ' "$log")
     nok=$(grep -c '^not ok ' "$log")
+    local plans plan
+    plans=$(grep -cE '^1\.\.[0-9]+( *#.*)?$' "$log")
+    plan=$(grep -E '^1\.\.[0-9]+( *#.*)?$' "$log" | head -n 1 | sed -E 's/^1\.\.([0-9]+).*/\1/')
+    # A plan problem is one more failure, unless the program already has one
+    # (e.g. with-stack.sh's "not ok - sanitizer reports" after the plan).
+    local why=""
+    if [ "$plans" -ne 1 ]; then
+        why="printed $plans TAP plans (1..N), expected one"
+    elif [ $((ok + nok)) -ne "$plan" ]; then
+        why="planned $plan results but printed $((ok + nok))"
+    fi
+    if [ -n "$why" ]; then
+        echo "not ok - $name $why" >>"$log"
+        [ "$nok" -eq 0 ] && nok=1
+    fi
     if [ "$rc" -ne 0 ] && [ "$nok" -eq 0 ]; then
         nok=1
         echo "not ok - $name exited with status $rc" >>"$log"
@@ -47,7 +68,7 @@ if [ "$which" = unit ] || [ "$which" = all ]; then
         [ -x "$t" ] || continue
         run_one "unit/$(basename "$t")" "$t"
     done
-    for t in "$here"/unit/*_test.sh; do
+    for t in "$src"/unit/*_test.sh; do
         [ -f "$t" ] || continue
         run_one "unit/$(basename "$t" .sh)" env BUILD="$build" bash "$t"
     done
@@ -57,7 +78,7 @@ if [ "$which" = integration ] || [ "$which" = all ]; then
         [ -x "$t" ] || continue
         run_one "integration/$(basename "$t")" "$here/harness/with-stack.sh" "$build" "$t"
     done
-    for t in "$here"/integration/*_test.sh; do
+    for t in "$src"/integration/*_test.sh; do
         [ -f "$t" ] || continue
         run_one "integration/$(basename "$t" .sh)" \
             "$here/harness/with-stack.sh" "$build" bash "$t"

@@ -4,17 +4,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "attempt.h"
+#include "gp/call.h"
+#include "gp/clock.h"
 #include "gp/codec.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
-#define MAX_ATTEMPTS      64       /* = LeaseRenew.attempts maxItems */
-#define MAX_QUEUED_EVENTS 256      /* events kept while cut off */
+#define GP_MIN(x, y)      ((x) < (y) ? (x) : (y))
+/* The most attempts a node holds (running, or exited and not yet reported
+ * in a heartbeat): every message that lists them must hold them all. */
+#define MAX_ATTEMPTS      GP_MIN(GP_MIN(MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS,                  \
+                                        MSG_NODE_REGISTER_ATTEMPTS_MAXITEMS),               \
+                                 MSG_HEARTBEAT_ATTEMPTS_MAXITEMS)
+#define MAX_THROTTLE      MSG_GPU_TELEMETRY_THROTTLE_MAXITEMS
+#define MAX_QUEUED_EVENTS 256      /* events kept while cut off (the agent's own bound) */
 #define BACKOFF_MIN_MS    1000
 #define BACKOFF_MAX_MS    30000
 #define LEASE_CHECK_S     0.2
@@ -24,23 +31,25 @@ enum { REQ_NONE, REQ_REGISTER, REQ_LEASE };
 typedef struct reqctx reqctx;
 typedef struct outmsg outmsg;
 
-/* A gp_bus_request in flight: its callback may come after agent_free, so
- * the context outlives the agent and just forgets it. */
+/* One register/lease call: its callback may come after agent_free, so the
+ * context outlives the agent and just forgets it. */
 struct reqctx {
     agent   *a;
     uint64_t token;
+    int      kind;
+    uint64_t sent_ns;              /* monotonic: when handed to the bus */
     reqctx  *next;
 };
 
-/* A message held back by a node_slow / node_jitter fault. */
+/* A message held back by a node_slow / node_jitter fault, or a request the
+ * cut uplink lost (it fails with TIMEOUT when its deadline would have). */
 struct outmsg {
     ev_timer t;
     agent   *a;
     outmsg  *next;
-    reqctx  *ctx;                  /* a request via the bus inbox */
-    unsigned timeout_ms;
+    reqctx  *ctx;                  /* a register/lease call (built when sent) */
+    bool     lost;
     char     subj[GP_MAX_SUBJECT + 1];
-    char     reply[GP_MAX_SUBJECT + 1];
     size_t   len;
     char     data[];
 };
@@ -52,15 +61,14 @@ struct agent {
     agent_opts        o;
     char              s_reg[GP_MAX_SUBJECT + 1], s_hb[GP_MAX_SUBJECT + 1];
     char              s_lease[GP_MAX_SUBJECT + 1], s_att[GP_MAX_SUBJECT + 1];
-    gp_bus_sub       *reply_sub;
-    ev_timer          req_t, reqto_t, hb_t, lease_t;
-    bool              registered, ever_registered, connected, paused, cut_off;
+    ev_timer          req_t, hb_t, lease_t;
+    bool              registered, ever_registered, connected, paused, cut_off, stopped;
     unsigned          hb_ms, lease_ms, backoff_ms;
     int               req_kind;
     uint64_t          req_token;
-    double            req_sent;
-    reqctx           *ctxs;
-    double            rtt_ms, t0;
+    reqctx           *ctxs;            /* calls on the bus */
+    double            rtt_ms;
+    uint64_t          t0_ms;           /* monotonic */
     uint64_t          seq, rng, last_sample_ms;
     attempt          *atts;
     int               natts;
@@ -74,11 +82,17 @@ struct agent {
 
 static void schedule_req(agent *a, double after_s);
 static void send_event(agent *a, const msg_attempt_event *ev);
+static void on_result(agent *a, uint64_t token, uint64_t sent_ns, gp_err err, bool transport,
+                      const msg_node_registered *r, const char *detail);
+static void call_now(agent *a, reqctx *ctx);
 
+/* Durations (usage, leases, uptime, RTT) are monotonic: a step of the date
+ * must not bill an hour nor expire a lease. */
 uint64_t
 agent_now_ms(agent *a)
 {
-    return (uint64_t)(ev_now(a->loop) * 1000.0);
+    (void)a;
+    return gp_mono_ms();
 }
 
 const double *agent_gpu_power(agent *a) { return a->power; }
@@ -86,6 +100,7 @@ const char *agent_site(const agent *a) { return a->o.site; }
 const char *agent_node(const agent *a) { return a->o.node; }
 gpu_backend *agent_gpu(agent *a) { return a->gpu; }
 bool agent_is_registered(const agent *a) { return a->registered; }
+bool agent_is_stopped(const agent *a) { return a->stopped; }
 
 int
 agent_attempts_running(const agent *a)
@@ -97,13 +112,20 @@ agent_attempts_running(const agent *a)
     return n;
 }
 
-static uint64_t
-wall_ms(void)
+gp_err
+agent_inbox_prefix(const char *site, const char *node, char *out, size_t n)
 {
-    struct timespec ts;
+    const char *args[4] = {site, node, NULL, NULL};
+    gp_err      rc = gp_op_pattern(GP_INBOX_NODE_INBOX, out, n, args);
+    size_t      len = strlen(out);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    /* The pattern ends in ".*.*": the bus appends its nuid and the request
+     * number under the prefix. */
+    if (rc == GP_EOK && (len < 4 || strcmp(out + len - 4, ".*.*") != 0))
+        rc = GP_EINTERNAL;
+    if (rc == GP_EOK)
+        out[len - 4] = '\0';
+    return rc;
 }
 
 /* ---- sending (through the fault hooks) ---------------------------------- */
@@ -128,87 +150,91 @@ ctx_unlink(agent *a, reqctx *c)
         }
 }
 
-static void on_reply(agent *a, uint64_t token, gp_err err, const char *data, size_t len);
-
-static void
-ctx_cb(void *arg, gp_err err, const char *data, size_t len)
-{
-    reqctx *c = arg;
-    agent  *a = c->a;
-
-    if (a != NULL) {
-        ctx_unlink(a, c);
-        on_reply(a, c->token, err, data, len);
-    }
-    free(c);
-}
-
-static void
-transmit(agent *a, const char *subj, const char *reply, const void *p, size_t n, reqctx *ctx,
-         unsigned timeout_ms)
-{
-    gp_err rc;
-
-    if (ctx != NULL) {
-        ctx->next = a->ctxs;
-        a->ctxs = ctx;
-        rc = gp_bus_request(a->bus, subj, p, n, timeout_ms, ctx_cb, ctx);
-        if (rc != GP_EOK) {           /* not queued: the callback will not come */
-            ctx_unlink(a, ctx);
-            free(ctx);
-        }
-        return;
-    }
-    rc = gp_bus_pub(a->bus, subj, reply && reply[0] ? reply : NULL, p, n);
-    if (rc != GP_EOK)
-        GP_DEBUG("agent_publish_failed", "subject=%s code=%s", subj, gp_err_name(rc));
-}
+/* A request's deadline: how long the call waits, lease/6 at most (below). */
+static unsigned req_timeout_ms(const agent *a);
 
 static void
 outmsg_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     outmsg *m = GP_CONTAINER_OF(w, outmsg, t);
     agent  *a = m->a;
+    gp_err  rc;
 
     (void)loop;
     (void)revents;
     outmsg_unlink(a, m);
-    if (a->connected && !a->paused)
-        transmit(a, m->subj, m->reply, m->data, m->len, m->ctx, m->timeout_ms);
-    else
+    if (m->lost) {
+        on_result(a, m->ctx->token, 0, GP_ETIMEOUT, true, NULL, "lost on the cut uplink");
         free(m->ctx);
+    } else if (m->ctx != NULL) {
+        call_now(a, m->ctx);
+    } else if (a->connected && !a->paused && !a->stopped) {
+        rc = gp_bus_pub(a->bus, m->subj, NULL, m->data, m->len);
+        if (rc != GP_EOK)
+            GP_DEBUG("agent_publish_failed", "subject=%s code=%s", m->subj, gp_err_name(rc));
+    }
     free(m);
 }
 
-/* Sends now, or later under a delay fault.  ctx (a bus request) is taken. */
 static void
-agent_send(agent *a, const char *subj, const char *reply, const gp_buf *b, reqctx *ctx,
-           unsigned timeout_ms)
+outmsg_start(agent *a, outmsg *m, double after_s)
 {
-    double  delay = a->delay_ms;
-    outmsg *m;
+    ev_timer_init(&m->t, outmsg_cb, after_s, 0);
+    ev_timer_start(a->loop, &m->t);
+}
 
-    if (!a->connected || a->paused) {
+/* A request the uplink lost: it fails when its deadline would have. */
+static void
+lose_request(agent *a, reqctx *ctx)
+{
+    outmsg *m = calloc(1, sizeof(*m));
+
+    if (m == NULL) {                   /* the next req_fire retries */
         free(ctx);
-        return;
-    }
-    if (a->jitter_ms > 0)
-        delay += gp_rng_unit(&a->rng) * a->jitter_ms;
-    if (delay <= 0 || (m = malloc(sizeof(*m) + b->n)) == NULL) {
-        transmit(a, subj, reply, b->p, b->n, ctx, timeout_ms);
         return;
     }
     m->a = a;
     m->ctx = ctx;
-    m->timeout_ms = timeout_ms;
+    m->lost = true;
+    m->next = a->outq;
+    a->outq = m;
+    outmsg_start(a, m, req_timeout_ms(a) / 1000.0);
+}
+
+/* The delay of a node_slow / node_jitter fault, in seconds. */
+static double
+send_delay_s(agent *a)
+{
+    double delay = a->delay_ms;
+
+    if (a->jitter_ms > 0)
+        delay += gp_rng_unit(&a->rng) * a->jitter_ms;
+    return delay / 1000.0;
+}
+
+/* Publishes now, or later under a delay fault. */
+static void
+agent_publish(agent *a, const char *subj, const gp_buf *b)
+{
+    double  delay = send_delay_s(a);
+    outmsg *m;
+    gp_err  rc;
+
+    if (!a->connected || a->paused || a->stopped)
+        return;
+    if (delay <= 0 || (m = calloc(1, sizeof(*m) + b->n)) == NULL) {
+        rc = gp_bus_pub(a->bus, subj, NULL, b->p, b->n);
+        if (rc != GP_EOK)
+            GP_DEBUG("agent_publish_failed", "subject=%s code=%s", subj, gp_err_name(rc));
+        return;
+    }
+    m->a = a;
     snprintf(m->subj, sizeof(m->subj), "%s", subj);
-    snprintf(m->reply, sizeof(m->reply), "%s", reply ? reply : "");
     m->len = b->n;
     memcpy(m->data, b->p, b->n);
     m->next = a->outq;
     a->outq = m;
-    ev_timer_init(&m->t, outmsg_cb, delay / 1000.0, 0);
-    ev_timer_start(a->loop, &m->t);
+    outmsg_start(a, m, delay);
 }
 
 static void
@@ -218,7 +244,7 @@ publish_msg(agent *a, const char *subj, const gp_msg_desc *d, const void *msg)
 
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
     if (gp_msg_encode(d, msg, &b) == GP_EOK)
-        agent_send(a, subj, NULL, &b, NULL, 0);
+        agent_publish(a, subj, &b);
     gp_buf_fini(&b);
 }
 
@@ -259,8 +285,10 @@ host_mem_mb(void)
     return pages > 0 && psz > 0 ? (long)((long long)pages * psz >> 20) : 0;
 }
 
+static void call_cb(void *arg, gp_err err, bool transport, const void *reply, const char *detail);
+
 static gp_err
-encode_register(agent *a, gp_buf *b)
+call_register(agent *a, reqctx *ctx, unsigned timeout_ms)
 {
     msg_node_register r;
     msg_gpu           g[GPU_MAX];
@@ -290,11 +318,12 @@ encode_register(agent *a, gp_buf *b)
     r.gpus.v = g;
     r.gpus.n = (uint32_t)(n < GPU_MAX ? n : GPU_MAX);
     fill_refs(a, &r.attempts, refs);
-    return gp_msg_encode(&msg_node_register_desc, &r, b);
+    return gp_call2(a->bus, a->s_reg, &msg_node_register_desc, &r, &msg_node_registered_desc,
+                    timeout_ms, call_cb, ctx);
 }
 
 static gp_err
-encode_lease(agent *a, gp_buf *b)
+call_lease(agent *a, reqctx *ctx, unsigned timeout_ms)
 {
     msg_lease_renew r;
     msg_attempt_ref refs[MAX_ATTEMPTS];
@@ -302,54 +331,83 @@ encode_lease(agent *a, gp_buf *b)
     memset(&r, 0, sizeof(r));
     fill_refs(a, &r.attempts, refs);
     GP_SET_HAS(&r, MSG_LEASE_RENEW__ATTEMPTS);
-    return gp_msg_encode(&msg_lease_renew_desc, &r, b);
+    return gp_call2(a->bus, a->s_lease, &msg_lease_renew_desc, &r, &msg_node_registered_desc,
+                    timeout_ms, call_cb, ctx);
+}
+
+static void
+call_cb(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
+{
+    reqctx *c = arg;
+    agent  *a = c->a;
+
+    if (a != NULL) {
+        ctx_unlink(a, c);
+        on_result(a, c->token, c->sent_ns, err, transport, reply, detail);   /* may free a */
+    }
+    free(c);
+}
+
+/* Hands the call to the bus (the request is built now, so a delayed one
+ * lists what the node holds when it leaves). */
+static void
+call_now(agent *a, reqctx *ctx)
+{
+    gp_err   rc;
+    uint64_t token = ctx->token;
+
+    if (a->stopped) {
+        free(ctx);
+        return;
+    }
+    if (!a->connected || a->paused) {
+        lose_request(a, ctx);
+        return;
+    }
+    ctx->sent_ns = gp_mono_ns();
+    ctx->next = a->ctxs;
+    a->ctxs = ctx;
+    rc = ctx->kind == REQ_LEASE ? call_lease(a, ctx, req_timeout_ms(a))
+                                : call_register(a, ctx, req_timeout_ms(a));
+    if (rc != GP_EOK) {                /* not sent: the callback will not come */
+        ctx_unlink(a, ctx);
+        free(ctx);
+        on_result(a, token, 0, rc, true, NULL, gp_err_str(rc));
+    }
 }
 
 static void
 req_fire(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    agent   *a = GP_CONTAINER_OF(w, agent, req_t);
-    unsigned to = req_timeout_ms(a);
-    char     reply[GP_MAX_SUBJECT + 1] = "";
-    gp_buf   b;
-    reqctx  *ctx = NULL;
-
-    (void)revents;
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    a->req_kind = a->registered ? REQ_LEASE : REQ_REGISTER;
-    a->req_token++;
-    if ((a->req_kind == REQ_LEASE ? encode_lease(a, &b) : encode_register(a, &b)) != GP_EOK) {
-        GP_ERROR("agent_encode_failed", "node=%s", a->o.node);
-        gp_buf_fini(&b);
-        return;
-    }
-    a->req_sent = ev_now(loop);
-    if (a->o.own_inbox) {
-        char        tok[24];
-        const char *args[3] = {a->o.site, a->o.node, tok};
-
-        snprintf(tok, sizeof(tok), "%llu", (unsigned long long)a->req_token);
-        gp_op_subject(GP_INBOX_NODE_INBOX, reply, sizeof(reply), args);
-    } else if ((ctx = calloc(1, sizeof(*ctx))) != NULL) {
-        ctx->a = a;
-        ctx->token = a->req_token;
-    }
-    agent_send(a, a->req_kind == REQ_LEASE ? a->s_lease : a->s_reg, reply, &b, ctx,
-               to + a->delay_ms + a->jitter_ms);
-    gp_buf_fini(&b);
-    /* Our own deadline covers every path: dropped, delayed, bus timeout. */
-    ev_timer_set(&a->reqto_t, (to + a->delay_ms + a->jitter_ms) / 1000.0 + 0.05, 0);
-    ev_timer_start(loop, &a->reqto_t);
-}
-
-static void
-reqto_fire(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    agent *a = GP_CONTAINER_OF(w, agent, reqto_t);
+    agent  *a = GP_CONTAINER_OF(w, agent, req_t);
+    reqctx *ctx;
+    outmsg *m;
+    double  delay;
 
     (void)loop;
     (void)revents;
-    on_reply(a, a->req_token, GP_ETIMEOUT, NULL, 0);
+    if (a->stopped)
+        return;
+    a->req_kind = a->registered ? REQ_LEASE : REQ_REGISTER;
+    a->req_token++;
+    if ((ctx = calloc(1, sizeof(*ctx))) == NULL) {
+        a->req_kind = REQ_NONE;
+        schedule_req(a, 1.0);
+        return;
+    }
+    ctx->a = a;
+    ctx->token = a->req_token;
+    ctx->kind = a->req_kind;
+    delay = send_delay_s(a);
+    if (delay > 0 && a->connected && !a->paused && (m = calloc(1, sizeof(*m))) != NULL) {
+        m->a = a;
+        m->ctx = ctx;
+        m->next = a->outq;
+        a->outq = m;
+        outmsg_start(a, m, delay);
+        return;
+    }
+    call_now(a, ctx);
 }
 
 static void
@@ -377,7 +435,7 @@ apply_lists(agent *a, const msg_node_registered *r)
 
     for (uint32_t i = 0; i < r->keep.n; i++)
         if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL)
-            t->granted = ev_now(a->loop);
+            t->granted_ms = gp_mono_ms();
     for (uint32_t i = 0; i < r->kill.n; i++)
         if ((t = find_attempt(a, kill[i].job_id, kill[i].attempt)) != NULL) {
             GP_INFO("attempt_revoked", "node=%s job=%s attempt=%u", a->o.node, t->job_id, t->num);
@@ -424,15 +482,44 @@ granted(agent *a, const msg_node_registered *r, int kind)
         a->o.on_registered(a->o.cb_arg, a, first);
 }
 
+/* The control plane refused the node for good: everything stops, and the
+ * owner is told last (it may free the agent). */
 static void
-req_failed(agent *a, int kind, gp_err err, const char *detail)
+agent_stop(agent *a, gp_err why, const char *detail)
+{
+    int killed = 0;
+
+    a->stopped = true;
+    a->registered = false;
+    a->req_kind = REQ_NONE;
+    ev_timer_stop(a->loop, &a->req_t);
+    ev_timer_stop(a->loop, &a->hb_t);
+    for (attempt *t = a->atts; t != NULL; t = t->next)
+        if (!t->done) {
+            attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_KILLED, a->o.stop_grace_ms);
+            killed++;
+        }
+    a->nevq = 0;                       /* nobody will take them */
+    GP_ERROR("agent_stopped", "site=%s node=%s reason=register_%s detail=\"%s\" attempts_killed=%d",
+             a->o.site, a->o.node, gp_err_name(why), detail, killed);
+    if (a->o.on_stopped != NULL)
+        a->o.on_stopped(a->o.cb_arg, a, why, detail);
+}
+
+static void
+req_failed(agent *a, int kind, gp_err err, bool transport, const char *detail)
 {
     double j = 0.8 + 0.4 * gp_rng_unit(&a->rng);   /* a fleet must not retry in step */
 
-    if (kind == REQ_LEASE && err == GP_ENOTFOUND) {   /* the control plane forgot us */
-        GP_WARN("agent_lease_refused", "node=%s detail=\"%s\" action=register", a->o.node, detail);
+    if (!transport && kind == REQ_LEASE && err == GP_ENOTFOUND) {   /* the control plane forgot us */
+        GP_WARN("agent_reregister", "site=%s node=%s reason=lease_notfound detail=\"%s\"",
+                a->o.site, a->o.node, detail);
         a->registered = false;
-        schedule_req(a, 0.1 * j);
+        schedule_req(a, 0.1 * gp_rng_unit(&a->rng));                /* at once, spread 0.1 s */
+        return;
+    }
+    if (!transport && kind == REQ_REGISTER && err == GP_EDENIED) {  /* deleted, or not this node */
+        agent_stop(a, err, detail);
         return;
     }
     a->cut_off = kind == REQ_LEASE || a->ever_registered;
@@ -449,43 +536,28 @@ req_failed(agent *a, int kind, gp_err err, const char *detail)
     schedule_req(a, a->backoff_ms / 1000.0 * j);
 }
 
+/* The outcome of the current register/lease call (stale ones are dropped).
+ * May free a (through on_stopped). */
 static void
-on_reply(agent *a, uint64_t token, gp_err err, const char *data, size_t len)
+on_result(agent *a, uint64_t token, uint64_t sent_ns, gp_err err, bool transport,
+          const msg_node_registered *r, const char *detail)
 {
-    msg_node_registered r;
-    char                detail[GP_ERRBUF_LEN] = "";
-    int                 kind = a->req_kind;
+    int kind = a->req_kind;
 
-    if (token != a->req_token || kind == REQ_NONE || a->paused)
+    if (token != a->req_token || kind == REQ_NONE || a->paused || a->stopped)
         return;                        /* stale, or the node is frozen */
-    if (!a->connected && err == GP_EOK)
+    if (!a->connected && err == GP_EOK) {
         err = GP_ETIMEOUT;             /* the uplink is cut: the reply never arrives */
-    a->req_kind = REQ_NONE;
-    ev_timer_stop(a->loop, &a->reqto_t);
-    memset(&r, 0, sizeof(r));
-    if (err == GP_EOK && len == 0)
-        err = GP_ENOROUTE;             /* a "no responders" status on our own inbox */
-    if (err == GP_EOK) {
-        a->rtt_ms = (ev_time() - a->req_sent) * 1000.0;
-        err = gp_msg_decode_reply(&msg_node_registered_desc, data, len, &r, detail,
-                                  sizeof(detail));
+        transport = true;
+        detail = "the uplink is cut";
     }
-    if (err == GP_EOK)
-        granted(a, &r, kind);
-    else
-        req_failed(a, kind, err, detail);
-    gp_msg_clear(&msg_node_registered_desc, &r);
-}
-
-/* Replies on gp.node.<site>.<node>._reply.<token> (own_inbox). */
-static void
-reply_msg_cb(void *arg, const gp_bus_msg *m)
-{
-    agent      *a = arg;
-    const char *dot = strrchr(m->subject, '.');
-
-    if (dot != NULL)
-        on_reply(a, strtoull(dot + 1, NULL, 10), GP_EOK, m->data, m->len);
+    a->req_kind = REQ_NONE;
+    if (err == GP_EOK) {
+        a->rtt_ms = (double)(gp_mono_ns() - sent_ns) / 1e6;
+        granted(a, r, kind);
+    } else {
+        req_failed(a, kind, err, transport, detail);
+    }
 }
 
 /* ---- heartbeats ------------------------------------------------------- */
@@ -538,7 +610,7 @@ fill_gpu(const gpu_sample *s, int i, msg_gpu_telemetry *g, int32_t *thr)
     g->xids.v = (void *)s->xids;
     g->xids.n = (uint32_t)s->nxids;
     g->throttle.v = thr;
-    for (int b = 0; b < 6; b++)
+    for (int b = 0; b < 6 && g->throttle.n < MAX_THROTTLE; b++)
         if (s->throttle & (1u << b))
             thr[g->throttle.n++] = b;
 }
@@ -578,18 +650,19 @@ hb_fire(struct ev_loop *loop, ev_timer *w, int revents)
     agent            *a = GP_CONTAINER_OF(w, agent, hb_t);
     msg_heartbeat     hb;
     msg_gpu_telemetry g[GPU_MAX];
-    int32_t           thr[GPU_MAX][8];
+    int32_t           thr[GPU_MAX][MAX_THROTTLE];
     msg_attempt_usage u[MAX_ATTEMPTS];
     int               n = gpu_count(a->gpu);
 
+    (void)loop;
     (void)revents;
     sample_gpus(a);
     memset(&hb, 0, sizeof(hb));
     snprintf(hb.site, sizeof(hb.site), "%s", a->o.site);
     snprintf(hb.node, sizeof(hb.node), "%s", a->o.node);
     hb.seq = ++a->seq;
-    hb.sent_ms = wall_ms();
-    hb.uptime_s = (uint64_t)(ev_now(loop) - a->t0);
+    hb.sent_ms = gp_wall_ms();                     /* a timestamp: the wall clock */
+    hb.uptime_s = (gp_mono_ms() - a->t0_ms) / 1000;
     hb.disk = disk_state();
     GP_SET_HAS(&hb, MSG_HEARTBEAT__DISK);
     hb.uplink_rtt_ms = a->rtt_ms;
@@ -610,6 +683,8 @@ hb_fire(struct ev_loop *loop, ev_timer *w, int revents)
 static void
 send_event(agent *a, const msg_attempt_event *ev)
 {
+    if (a->stopped)
+        return;                        /* the control plane refused the node */
     if (a->cut_off || !a->connected || a->paused) {
         if (a->nevq == a->capevq && a->capevq < MAX_QUEUED_EVENTS) {
             int                cap = a->capevq ? a->capevq * 2 : 8;
@@ -645,7 +720,7 @@ emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
     snprintf(ev.job_id, sizeof(ev.job_id), "%s", job);
     ev.attempt = num;
     ev.event = event;
-    ev.at_ms = wall_ms();
+    ev.at_ms = gp_wall_ms();
     if (t != NULL && t->done) {
         ev.exit_code = t->exit_code;
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__EXIT_CODE);
@@ -681,15 +756,16 @@ agent_attempt_checkpointed(agent *a, attempt *t)
 static void
 lease_fire(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    agent *a = GP_CONTAINER_OF(w, agent, lease_t);
-    double now = ev_now(loop);
+    agent   *a = GP_CONTAINER_OF(w, agent, lease_t);
+    uint64_t now = gp_mono_ms();
 
+    (void)loop;
     (void)revents;
     for (attempt *t = a->atts; t != NULL; t = t->next) {
-        if (t->done || t->stopping || now - t->granted < t->lease_ms / 1000.0)
+        if (t->done || t->stopping || now - t->granted_ms < t->lease_ms)
             continue;
         GP_WARN("attempt_lease_expired", "node=%s job=%s attempt=%u since_grant_s=%.1f",
-                a->o.node, t->job_id, t->num, now - t->granted);
+                a->o.node, t->job_id, t->num, (now - t->granted_ms) / 1000.0);
         attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED, a->o.stop_grace_ms);
     }
 }
@@ -739,6 +815,10 @@ agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *d
 
     if (rc != GP_EOK || dup)
         return rc;
+    if (a->stopped) {
+        snprintf(detail, dlen, "the agent stopped: the control plane refused node %s", a->o.node);
+        return GP_EUNAVAIL;
+    }
     if (a->natts >= MAX_ATTEMPTS) {
         snprintf(detail, dlen, "the node runs %d attempts already", a->natts);
         return GP_EUNAVAIL;
@@ -808,9 +888,10 @@ agent_pause(agent *a, bool paused)
     if (a->paused == paused)
         return;
     a->paused = paused;
+    if (a->stopped)
+        return;                        /* nothing to freeze or resume */
     if (paused) {
         ev_timer_stop(a->loop, &a->req_t);
-        ev_timer_stop(a->loop, &a->reqto_t);
         ev_timer_stop(a->loop, &a->hb_t);
         ev_timer_stop(a->loop, &a->lease_t);
         a->req_kind = REQ_NONE;         /* what was in flight is lost */
@@ -848,10 +929,10 @@ defaults(agent *a, const agent_opts *o)
         gethostname(a->o.hostname, sizeof(a->o.hostname) - 1);
     if (a->o.version[0] == '\0')
         snprintf(a->o.version, sizeof(a->o.version), "dev");
-    a->rng = o->seed ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(ev_time() * 1e6);
+    a->rng = o->seed ^ ((uint64_t)getpid() << 32) ^ gp_mono_ns();
     if (o->seed != 0)
         a->rng = o->seed;              /* the simulator wants the same run twice */
-    s = a->rng ^ (uint64_t)(ev_time() * 1e6);
+    s = a->rng ^ gp_wall_ms() ^ gp_mono_ns();
     if (a->o.boot_id[0] == '\0')
         snprintf(a->o.boot_id, sizeof(a->o.boot_id), "%016llx%016llx",
                  (unsigned long long)gp_rng_next(&s), (unsigned long long)gp_rng_next(&s));
@@ -859,24 +940,22 @@ defaults(agent *a, const agent_opts *o)
     a->hb_ms = a->o.heartbeat_ms ? a->o.heartbeat_ms : 5000;
 }
 
-/* The node's subjects, from the contract; sub gets its reply inbox pattern. */
+/* The node's subjects, from the contract. */
 static gp_err
-subjects(agent *a, const agent_opts *o, char *sub, size_t n)
+subjects(agent *a, const agent_opts *o)
 {
     const char *args[3] = {o->site, o->node, NULL};
     gp_err      rc = gp_op_subject(GP_OP_NODE_REGISTER, a->s_reg, sizeof(a->s_reg), args);
 
     rc = rc ? rc : gp_op_subject(GP_OP_NODE_HEARTBEAT, a->s_hb, sizeof(a->s_hb), args);
     rc = rc ? rc : gp_op_subject(GP_OP_NODE_LEASE, a->s_lease, sizeof(a->s_lease), args);
-    rc = rc ? rc : gp_op_subject(GP_OP_NODE_ATTEMPT, a->s_att, sizeof(a->s_att), args);
-    return rc ? rc : gp_op_pattern(GP_INBOX_NODE_INBOX, sub, n, args);
+    return rc ? rc : gp_op_subject(GP_OP_NODE_ATTEMPT, a->s_att, sizeof(a->s_att), args);
 }
 
 agent *
 agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *gpu)
 {
     agent *a = calloc(1, sizeof(*a));
-    char   sub[GP_MAX_SUBJECT + 1];
 
     if (a == NULL)
         return NULL;
@@ -884,15 +963,13 @@ agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *g
     a->bus = bus;
     a->gpu = gpu;
     a->connected = true;
-    a->t0 = ev_now(loop);
+    a->t0_ms = gp_mono_ms();
     defaults(a, o);
-    if (subjects(a, o, sub, sizeof(sub)) != GP_EOK ||
-        (o->own_inbox && gp_bus_sub_new(bus, sub, NULL, reply_msg_cb, a, &a->reply_sub) != GP_EOK)) {
+    if (subjects(a, o) != GP_EOK) {
         free(a);
         return NULL;
     }
     ev_timer_init(&a->req_t, req_fire, 0, 0);
-    ev_timer_init(&a->reqto_t, reqto_fire, 0, 0);
     ev_timer_init(&a->hb_t, hb_fire, 0, 0);
     ev_timer_init(&a->lease_t, lease_fire, LEASE_CHECK_S, LEASE_CHECK_S);
     sample_gpus(a);
@@ -906,7 +983,6 @@ agent_free(agent *a)
     if (a == NULL)
         return;
     ev_timer_stop(a->loop, &a->req_t);
-    ev_timer_stop(a->loop, &a->reqto_t);
     ev_timer_stop(a->loop, &a->hb_t);
     ev_timer_stop(a->loop, &a->lease_t);
     for (attempt *t = a->atts, *n; t != NULL; t = n) {
@@ -922,7 +998,6 @@ agent_free(agent *a)
     }
     for (reqctx *c = a->ctxs; c != NULL; c = c->next)
         c->a = NULL;                   /* its callback frees it */
-    gp_bus_sub_free(a->reply_sub);
     free(a->evq);
     free(a);
 }

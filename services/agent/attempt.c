@@ -22,6 +22,8 @@ extern char **environ;
 
 #define CKPT_MARKER "CHECKPOINT_DONE"
 
+_Static_assert(MSG_RUN_ATTEMPT_GPUS_MAXITEMS <= GPU_MAX, "an attempt's GPUs fit attempt.gpus");
+
 typedef struct envb {
     char **v;
     int    n, cap;
@@ -72,7 +74,7 @@ env_free(envb *e)
 static gp_err
 env_build(envb *e, const msg_run_attempt *in, char *detail, size_t dlen)
 {
-    char   kv[1200];
+    char   kv[MSG_RUN_ATTEMPT_ENV_ITEM_MAXLEN + MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 64];
     size_t n = 0;
     bool   ok = true;
 
@@ -88,7 +90,7 @@ env_build(envb *e, const msg_run_attempt *in, char *detail, size_t dlen)
                               ((const int32_t *)in->gpus.v)[i]);
     ok = ok && env_add(e, kv);
     for (uint32_t i = 0; i < in->env.n && ok; i++) {
-        const char *s = (const char *)in->env.v + (size_t)i * 512;
+        const char *s = (const char *)in->env.v + (size_t)i * (MSG_RUN_ATTEMPT_ENV_ITEM_MAXLEN + 1);
 
         if (strchr(s, '=') == NULL || s[0] == '=') {
             snprintf(detail, dlen, "env[%u] is not NAME=value", i);
@@ -104,7 +106,7 @@ env_build(envb *e, const msg_run_attempt *in, char *detail, size_t dlen)
 static int
 mkdir_p(const char *dir)
 {
-    char path[256];
+    char path[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1];
 
     snprintf(path, sizeof(path), "%s", dir);
     for (char *p = path + 1; *p != '\0'; p++) {
@@ -260,7 +262,7 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
     for (int i = 0; i < t->ngpus; i++)
         t->gpus[i] = ((const int32_t *)in->gpus.v)[i];
     t->acc_ms = agent_now_ms(ag);
-    t->granted = ev_now(loop);
+    t->granted_ms = agent_now_ms(ag);
     t->lease_ms = lease_ms;
     t->end_event = -1;
     snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s", in->checkpoint_dir);

@@ -1,9 +1,10 @@
 /* attempt.h -- one job attempt as a child process (internal to the agent).
  *
  * The command runs as /bin/sh -c in its own process group, so signals
- * reach everything it started.  Counters are cumulative: gpu_ms is wall
+ * reach everything it started.  Counters are cumulative: gpu_ms is elapsed
  * time x GPUs held (what is delivered, not how busy the job kept them),
- * energy_mj integrates the measured power of its GPUs. */
+ * energy_mj integrates the measured power of its GPUs; both count on the
+ * monotonic clock (gp/clock.h), so a step of the date bills nothing. */
 #ifndef GP_AGENT_ATTEMPT_H
 #define GP_AGENT_ATTEMPT_H
 
@@ -20,15 +21,15 @@ typedef struct attempt attempt;
 struct attempt {
     attempt        *next;
     agent          *ag;
-    char            job_id[64];
+    char            job_id[MSG_RUN_ATTEMPT_JOB_ID_MAXLEN + 1];
     uint32_t        num;
     pid_t           pid;                 /* = its process group */
     int             gpus[GPU_MAX];
     int             ngpus;
     uint64_t        gpu_ms;
     uint64_t        energy_mj;
-    uint64_t        acc_ms;              /* monotonic ms counted up to */
-    double          granted;             /* monotonic s of the last grant */
+    uint64_t        acc_ms;              /* gp_mono_ms counted up to */
+    uint64_t        granted_ms;          /* gp_mono_ms of the last grant */
     unsigned        lease_ms;
     int             end_event;           /* MSG_ATTEMPT_EVENT_EVENT_*, -1: exited on its own */
     int             exit_code;
@@ -36,8 +37,8 @@ struct attempt {
     bool            done;                /* reaped; reported in one more heartbeat */
     bool            ckpt_pending;
     struct timespec ckpt_sent;           /* wall clock of the last SIGUSR1 */
-    char            ckpt_dir[256];
-    char            ckpt_file[300];
+    char            ckpt_dir[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1];
+    char            ckpt_file[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1 + 16];   /* + "/CHECKPOINT_DONE" */
     ev_child        child;
     ev_timer        kill_timer;
     ev_stat         ckpt_stat;

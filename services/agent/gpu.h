@@ -13,9 +13,13 @@
 #include <stdint.h>
 
 #include "gp/err.h"
+#include "msg_gen.h"
 
-#define GPU_MAX         16      /* per node, = Heartbeat.gpus maxItems */
-#define GPU_MAX_XIDS    16      /* per GPU per heartbeat */
+/* GPUs per node: every message that lists them (NodeRegister, Heartbeat)
+ * must hold them all. */
+#define GPU_MAX         (MSG_HEARTBEAT_GPUS_MAXITEMS < MSG_NODE_REGISTER_GPUS_MAXITEMS ?      \
+                         MSG_HEARTBEAT_GPUS_MAXITEMS : MSG_NODE_REGISTER_GPUS_MAXITEMS)
+#define GPU_MAX_XIDS    MSG_GPU_TELEMETRY_XIDS_MAXITEMS     /* per GPU per heartbeat */
 
 /* Throttle reasons, bit i = MSG_GPU_TELEMETRY_THROTTLE_* value i. */
 #define GPU_THR_THERMAL        (1u << 0)

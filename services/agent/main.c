@@ -19,8 +19,8 @@
 
 typedef struct agent_cfg {
     gp_common_cfg common;
-    char          site[64];
-    char          node[64];
+    char          site[MSG_NODE_REGISTER_SITE_MAXLEN + 1];
+    char          node[MSG_NODE_REGISTER_NODE_MAXLEN + 1];
     char          gpu_backend[8];
     unsigned      sim_gpus;
     char          sim_model[32];
@@ -35,7 +35,7 @@ static const gp_cfg_opt agent_opts_tab[] = {
     GP_CFG_STR("node", agent_cfg, node, "", "node id (required)"),
     GP_CFG_STR("gpu-backend", agent_cfg, gpu_backend, "auto",
                "auto (NVML if present, else simulated), nvml, sim"),
-    GP_CFG_UINT("sim-gpus", agent_cfg, sim_gpus, 2, 0, 16, "GPUs of the simulated backend"),
+    GP_CFG_UINT("sim-gpus", agent_cfg, sim_gpus, 2, 0, GPU_MAX, "GPUs of the simulated backend"),
     GP_CFG_STR("sim-model", agent_cfg, sim_model, "L4",
                "model of the simulated GPUs: L4, L40S, RTX 4090, A100-80G, H100"),
     GP_CFG_UINT("sim-seed", agent_cfg, sim_seed, 1, 0, 4294967295LL,
@@ -86,6 +86,25 @@ on_signal(gp_req *req, const void *in, void *out)
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
 
+/* The control plane refused this node for good (DENIED): the agent has
+ * stopped; the process exits non-zero. */
+typedef struct agent_main {
+    gp_app *app;
+    agent  *a;
+    bool    refused;
+} agent_main;
+
+static void
+on_refused(void *arg, agent *a, gp_err why, const char *detail)
+{
+    agent_main *m = arg;
+
+    (void)a;
+    GP_ERROR("agent_exit", "reason=refused code=%s detail=\"%s\"", gp_err_name(why), detail);
+    m->refused = true;
+    gp_app_stop(m->app);
+}
+
 static void
 on_stop(gp_app *app, void *arg)
 {
@@ -105,17 +124,25 @@ static int
 run(agent_cfg *c, gpu_backend *gpu)
 {
     const gp_param node[] = {{"site", c->site}, {"node", c->node}, {NULL, NULL}};
+    agent_main     m = {0};
     agent_opts     o = {.heartbeat_ms = c->heartbeat_ms, .stop_grace_ms = c->stop_grace_ms,
-                        .own_inbox = true};
+                        .on_stopped = on_refused, .cb_arg = &m};
     gp_app        *app = NULL;
     gp_binding    *cmds = NULL;
     agent         *a = NULL;
-    gp_err         rc;
+    gp_err         rc = GP_EOK;
 
     snprintf(o.site, sizeof(o.site), "%s", c->site);
     snprintf(o.node, sizeof(o.node), "%s", c->node);
     snprintf(o.version, sizeof(o.version), "%s", AGENT_VERSION);
-    rc = gp_app_new("agent", AGENT_VERSION, &c->common, 0, NULL, &app);
+    /* Replies to register/lease come into the node's own subtree: its NATS
+     * identity needs no rights outside gp.node.<site>.<node>.> */
+    if (c->common.nats_inbox_prefix[0] == '\0')
+        rc = agent_inbox_prefix(c->site, c->node, c->common.nats_inbox_prefix,
+                                sizeof(c->common.nats_inbox_prefix));
+    if (rc == GP_EOK)
+        rc = gp_app_new("agent", AGENT_VERSION, &c->common, 0, NULL, &app);
+    m.app = app;
     if (rc == GP_EOK && !c->common.print_routes &&
         (a = agent_new(gp_app_loop(app), gp_app_bus(app), &o, gpu)) == NULL)
         rc = GP_ENOMEM;
@@ -131,7 +158,7 @@ run(agent_cfg *c, gpu_backend *gpu)
         rc = gp_app_run(app);
     agent_free(a);
     gp_app_free(app);
-    return rc == GP_EOK ? 0 : 1;
+    return rc == GP_EOK && !m.refused ? 0 : 1;
 }
 
 int

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gp/call.h"
+#include "gp/cfg.h"
 #include "gp/limits.h"
 #include "gpctl.h"
 
@@ -57,6 +58,16 @@ deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
     *(int *)w->data = 1;
 }
 
+/* c->url as messages show it: a password or token in it masked. */
+static const char *
+url_shown(const gpctl *c)
+{
+    static char buf[sizeof(c->url) + 16];
+
+    gp_cfg_mask(c->url, buf, sizeof(buf));
+    return buf;
+}
+
 /* Runs the loop until *flag is set or timeout_ms passes; returns *flag. */
 static int
 run_until(gpctl *c, volatile int *flag, unsigned timeout_ms)
@@ -95,11 +106,11 @@ ctl_connect(gpctl *c)
         run_until(c, &c->connected, c->timeout_ms);
     if (rc != GP_EOK || !gp_bus_is_connected(c->bus)) {
         if (rc != GP_EOK)
-            fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): %s\n", c->url,
+            fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): %s\n", url_shown(c),
                     c->url_from, gp_err_str(rc));
         else
             fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): no server answered "
-                    "within %u ms; is the stack running (make up)?\n", c->url, c->url_from,
+                    "within %u ms; is the stack running (make up)?\n", url_shown(c), c->url_from,
                     c->timeout_ms);
         return GPCTL_UNREACHABLE;
     }
@@ -175,13 +186,13 @@ ctl_report(gpctl *c, const char *subject, gp_err err, bool transport, const char
     } else if (err == GP_ENOROUTE) {
         server_of(subject, server, sizeof(server));
         fprintf(stderr, "gpctl: no responders on %s: is %s running? (NATS %s)\n", subject,
-                server, c->url);
+                server, url_shown(c));
     } else if (err == GP_ETIMEOUT) {
         fprintf(stderr, "gpctl: no reply on %s within %u ms (timeout; try --timeout)\n",
                 subject, c->timeout_ms);
     } else {
         fprintf(stderr, "gpctl: request on %s failed: %s (NATS %s)\n", subject,
-                gp_err_str(err), c->url);
+                gp_err_str(err), url_shown(c));
     }
     return ctl_exit_code(err, transport);
 }

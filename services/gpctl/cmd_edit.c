@@ -394,3 +394,33 @@ cmd_delete(gpctl *c, int argc, char **argv)
     gp_msg_clear(&msg_deleted_desc, &del);
     return rc;
 }
+
+/* ---- readmit ------------------------------------------------------------------------ */
+
+/* gpctl readmit node NAME: lets a node an operator deleted register again
+ * (the registry refuses its registration DENIED until then). */
+int
+cmd_readmit(gpctl *c, int argc, char **argv)
+{
+    edit_args      a;
+    msg_id_request req = {0}, out = {0};
+    int            rc = parse_target("readmit", argc, argv, true, &a);
+
+    if (rc == GPCTL_OK && strcmp(a.e->name, "node") != 0)
+        rc = usage_error("readmit", "only a node can be readmitted, not a %s", a.e->name);
+    if (rc == GPCTL_OK && argc > 2)
+        rc = usage_error("readmit", "unexpected argument \"%s\"", argv[2]);
+    if (rc == GPCTL_OK && strlen(a.name) >= sizeof(req.id))
+        rc = usage_error("readmit", "node name longer than %zu bytes", sizeof(req.id) - 1);
+    if (rc == GPCTL_OK)
+        rc = ctl_connect(c);
+    if (rc != GPCTL_OK)
+        return rc;
+    snprintf(req.id, sizeof(req.id), "%s", a.name);
+    rc = ctl_call(c, GP_OP_ADMIN_NODE_READMIT->address, &msg_id_request_desc, &req,
+                  &msg_id_request_desc, &out);
+    if (rc == GPCTL_OK)
+        rc = show_result(c, a.e, &msg_id_request_desc, &out, "readmitted");
+    gp_msg_clear(&msg_id_request_desc, &out);
+    return rc;
+}

@@ -93,6 +93,7 @@ int cmd_describe(gpctl *c, int argc, char **argv);
 int cmd_create(gpctl *c, int argc, char **argv);
 int cmd_update(gpctl *c, int argc, char **argv);
 int cmd_delete(gpctl *c, int argc, char **argv);
+int cmd_readmit(gpctl *c, int argc, char **argv);
 int cmd_health(gpctl *c, int argc, char **argv);
 int cmd_summary(gpctl *c, int argc, char **argv);
 int cmd_fault(gpctl *c, int argc, char **argv);

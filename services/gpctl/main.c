@@ -54,7 +54,14 @@ static const verb verbs[] = {
      "\n"
      "  Changes only the fields given (same flags as create).\n"},
     {"delete", cmd_delete,
-     "Usage: gpctl delete site|pool|product|tenant|node NAME\n"},
+     "Usage: gpctl delete site|pool|product|tenant|node NAME\n"
+     "\n"
+     "  A deleted node is refused when it registers again (its agent stops)\n"
+     "  until it is readmitted.\n"},
+    {"readmit", cmd_readmit,
+     "Usage: gpctl readmit node NAME\n"
+     "\n"
+     "  Lets a node that an operator deleted register again.\n"},
     {"health", cmd_health,
      "Usage: gpctl health [SERVICE...] [-o json]\n"
      "\n"
@@ -85,6 +92,7 @@ static const char overview[] =
     "  create KIND NAME ...   create a site, pool, product or tenant\n"
     "  update KIND NAME ...   change fields of one\n"
     "  delete KIND NAME       delete one\n"
+    "  readmit node NAME      let a deleted node register again\n"
     "  health [SERVICE...]    health of services (default: registry)\n"
     "  summary                sites, nodes by state, GPUs by model, pool capacity\n"
     "  fault KIND ...         inject a fault into the fleet simulator\n"

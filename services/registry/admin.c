@@ -13,9 +13,11 @@
 #include <string.h>
 
 #include "gp/dbrow.h"
+#include "gp/kvfan.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
+#include "scripts.h"
 
 #define COL_KEY      GP_DBCOL_KEY
 #define COL_RO       GP_DBCOL_RO
@@ -269,24 +271,21 @@ db_error(op *o, gp_err err, const char *detail)
 
 /* ---- sites: the measured uplink RTT comes from Redis ------------------------------ */
 
+/* One HVALS per site, each reply into its own site (gp/kvfan.h). */
 typedef struct rtt_fill {
     gp_req   *req;
     msg_site *sites;
-    uint32_t  n;
-    uint32_t  next;          /* Redis answers in order */
-    unsigned  pending;
 } rtt_fill;
 
 static void
-rtt_read(void *arg, const redisReply *rep, gp_err err)
+rtt_read(void *arg, size_t i, const redisReply *rep, gp_err err)
 {
-    rtt_fill *f = arg;
-    msg_site *s = &f->sites[f->next++];
+    msg_site *s = &((rtt_fill *)arg)->sites[i];
     double    sum = 0;
     int       k = 0;
 
-    for (size_t i = 0; err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-        double v = rep->element[i]->type == REDIS_REPLY_STRING ? atof(rep->element[i]->str) : 0;
+    for (size_t e = 0; err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && e < rep->elements; e++) {
+        double v = rep->element[e]->type == REDIS_REPLY_STRING ? atof(rep->element[e]->str) : 0;
 
         if (v > 0) {
             sum += v;
@@ -294,10 +293,16 @@ rtt_read(void *arg, const redisReply *rep, gp_err err)
         }
     }
     s->uplink_rtt_ms = k > 0 ? sum / k : 0;
-    if (--f->pending == 0) {
-        gp_req_done(f->req, GP_EOK);
-        free(f);
-    }
+}
+
+static void
+rtt_done(void *arg, const gp_kvfan *f)
+{
+    rtt_fill *fill = arg;
+
+    (void)f;
+    gp_req_done(fill->req, GP_EOK);
+    free(fill);
 }
 
 /* Ends the request once every site has its RTT (or at once without Redis:
@@ -305,23 +310,23 @@ rtt_read(void *arg, const redisReply *rep, gp_err err)
 static void
 sites_done(gp_req *req, msg_site *sites, uint32_t n)
 {
-    rtt_fill *f = calloc(1, sizeof(*f));
-    gp_kv    *kv = gp_app_kv(gp_req_app(req));
+    rtt_fill *fill = malloc(sizeof(*fill));
+    gp_kvfan *f = fill != NULL ? gp_kvfan_new(gp_app_kv(gp_req_app(req)), n, rtt_read, rtt_done, fill)
+                               : NULL;
 
     if (f == NULL) {
+        free(fill);
         gp_req_done(req, GP_EOK);
         return;
     }
-    *f = (rtt_fill){.req = req, .sites = sites, .n = n, .pending = 1};
+    *fill = (rtt_fill){.req = req, .sites = sites};
     for (uint32_t i = 0; i < n; i++) {
-        if (gp_kv_cmdf(kv, rtt_read, f, "HVALS gp:rtt:%s", sites[i].id) != GP_EOK)
-            break;                       /* Redis away: the rest keep RTT 0 */
-        f->pending++;
+        char key[REGISTRY_KEY_LEN];
+
+        registry_rtt_key(key, sites[i].id);
+        gp_kvfan_cmdf(f, i, "HVALS %s", key);
     }
-    if (--f->pending == 0) {
-        gp_req_done(req, GP_EOK);
-        free(f);
-    }
+    gp_kvfan_end(f);
 }
 
 static void

@@ -1,45 +1,156 @@
 /* live.c -- live node state in Redis.
  *
- * Keys: gp:node:<id> (hash: state, seen, site, rtt, hb = the latest
- * heartbeat as received, msgpack), gp:rtt:<site> (hash: node -> last
- * uplink RTT, for the site's measured RTT), gp:seen (sorted set: node id by last
- * heartbeat, ms; only nodes not yet found stale), gp:epoch (marks a Redis
- * that has been seeded; when it is missing Redis is new or was flushed).
+ * Keys (layout and shard rule in scripts.h; {N} = the site's shard, so
+ * every key of one call is in one Redis Cluster slot):
+ *   gp:{N}:node:<id>   hash: state, seen, site, rtt, reg (the node is in the
+ *                      inventory), hb = the latest heartbeat as decoded and
+ *                      re-encoded (bounded by the schema), msgpack
+ *   gp:{N}:rtt:<site>  hash: node -> last uplink RTT (the site's measured RTT)
+ *   gp:{N}:seen        sorted set: node id by last heartbeat, ms; only nodes
+ *                      not yet found stale
+ *   gp:epoch:v2        marks a Redis seeded with this layout; when it is
+ *                      missing Redis is new, was flushed, or holds an older
+ *                      layout: every inventory node is reseeded
  *
- * A heartbeat is one EVALSHA: it updates the hash and the index and
- * returns the previous state, so registry instances share no memory and
- * any of them can take any heartbeat (NATS queue group).  The sweep is
- * one script too: it moves every node whose last beat is older than the
- * stale window out of gp:seen and returns those that were healthy, so
- * each transition is reported by exactly one instance. */
+ * A heartbeat is one script call (gp/kvscript.h): it updates the hash, the
+ * index and the site's RTT and returns the previous state, so registry
+ * instances share no memory and any of them can take any heartbeat (NATS
+ * queue group).  The sweep reads each shard's index up to the stale
+ * cutoff and runs one script on those nodes: it moves every node whose last
+ * beat is older than the stale window out of the index and returns those
+ * that were healthy, so each transition is reported by exactly one
+ * instance.
+ *
+ * Which nodes exist (ghost nodes): the inventory (PostgreSQL) decides, and
+ * the 'reg' field of the node's hash carries that into Redis.
+ *   - Registration sets it (after writing the inventory); an operator's
+ *     delete removes the whole hash (after writing retired_nodes).
+ *   - The hb script refuses a beat of a hash without it: it returns
+ *     "ghost" and writes nothing, so a never-registered or deleted node
+ *     recreates nothing; the beat is counted
+ *     (gp_registry_heartbeats_unknown_node_total) and dropped.
+ *   - A lease looks at the mark; without it PostgreSQL decides, and a node
+ *     it does not have gets NOTFOUND ("register again").  When neither
+ *     answers the lease is granted.
+ *   - After a Redis flush the marks are gone for everyone: the reseed
+ *     (next cron tick, once PostgreSQL answers) restores them for every
+ *     inventory node, whatever its state.  Beats in between are dropped
+ *     (counted), never answered, so no agent reacts to them; a lease in
+ *     between finds the node in PostgreSQL and is granted.  So a legit node
+ *     loses at most the beats of one tick and never has to re-register.
+ *   - A node an operator deleted is refused at registration (DENIED) until
+ *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/backoff.h"
+#include "gp/dbarray.h"
+#include "gp/kvscript.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
 #include "scripts.h"
 
-#define SWEEP_BATCH   2000      /* nodes one sweep call may turn stale */
 #define RESEED_CHUNK  500       /* nodes per reseed script call */
+/* The suffix is the version of the live view's layout: a registry that
+ * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
+ * in a Redis an older one seeded, and reseeds it from PostgreSQL. */
+#define EPOCH_KEY     "gp:epoch:v2"
 
-static const char *const state_names[] = {"unknown", "healthy", "stale", "draining", "quarantined"};
+/* State names are the schema's (NodeState.state enum), never restated. */
+#define STATE_FIELD (&msg_node_state_desc.fields[MSG_NODE_STATE__STATE])
+
+const char *
+registry_state_name(int32_t state)
+{
+    return state >= 0 && (uint32_t)state < STATE_FIELD->nenums ? STATE_FIELD->enums[state]
+                                                               : STATE_FIELD->enums[0];
+}
 
 int32_t
 registry_state_from_name(const char *s)
 {
-    for (size_t i = 0; i < GP_NELEM(state_names); i++)
-        if (s != NULL && strcmp(s, state_names[i]) == 0)
+    for (uint32_t i = 0; s != NULL && i < STATE_FIELD->nenums; i++)
+        if (strcmp(s, STATE_FIELD->enums[i]) == 0)
             return (int32_t)i;
     return MSG_NODE_STATE_STATE_UNKNOWN;
 }
 
-/* ---- state changes: published at once, written to PostgreSQL in batches ---- */
+/* ---- state changes: published at once, written to PostgreSQL in batches ----
+ *
+ * A change is never dropped for a failed write: the batch in flight is
+ * kept until PostgreSQL confirms it; refused or failed, it goes back into
+ * the queue (older than anything queued since) and is sent again after a
+ * backoff (gp/backoff.h), counted in gp_registry_state_write_retries_total.
+ * The queue is coalesced by node (only the newest state of a node is
+ * written: a batch must not name a node twice, the UPDATE would pick one of
+ * the rows at random), so it holds at most one entry per node of the
+ * fleet.  CHANGES_MAX bounds it for a fleet past the design size: a change
+ * that finds it full of other nodes is dropped, counted
+ * (gp_registry_state_changes_dropped_total) and logged; the node's next
+ * transition writes it again. */
+
+#define CHANGES_MAX  262144     /* > 2 x the 100,000 nodes of the design; 80 B each: 20 MB */
 
 static void flush_changes(registry *r);
+
+static int
+change_cmp(const void *a, const void *b)
+{
+    const state_change *x = a, *y = b;
+    int                 c = strcmp(x->node, y->node);
+
+    return c != 0 ? c : x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Keeps the newest change of each node. */
+static void
+coalesce(state_change *v, unsigned *n)
+{
+    unsigned k = 0;
+
+    if (*n < 2)
+        return;
+    qsort(v, *n, sizeof(*v), change_cmp);
+    for (unsigned i = 0; i < *n; i++) {
+        if (i + 1 < *n && strcmp(v[i].node, v[i + 1].node) == 0)
+            continue;                              /* a newer one follows */
+        v[k++] = v[i];
+    }
+    *n = k;
+}
+
+/* Appends a change; false when the queue is full of other nodes. */
+static bool
+queue_put(registry *r, const state_change *c)
+{
+    if (r->nchanges == r->capchanges && r->capchanges < CHANGES_MAX) {
+        unsigned      cap = r->capchanges ? r->capchanges * 2 : 256;
+        state_change *v;
+
+        cap = cap > CHANGES_MAX ? CHANGES_MAX : cap;
+        if ((v = realloc(r->changes, cap * sizeof(*v))) != NULL) {
+            r->changes = v;
+            r->capchanges = cap;
+        }
+    }
+    if (r->nchanges == r->capchanges)
+        coalesce(r->changes, &r->nchanges);
+    if (r->nchanges == r->capchanges) {
+        (*r->m_changes_dropped)++;
+        if (!r->overflow_logged)
+            GP_WARN("node_state_queue_full", "limit=%u node=%s state=%s "
+                    "detail=\"PostgreSQL is behind; the state of this node is written on its next change\"",
+                    (unsigned)CHANGES_MAX, c->node, registry_state_name(c->state));
+        r->overflow_logged = true;
+        return false;
+    }
+    r->changes[r->nchanges++] = *c;
+    return true;
+}
 
 static void
 changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
@@ -49,8 +160,22 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     (void)res;
     (void)nres;
     r->flushing = false;
-    if (err != GP_EOK)
-        GP_WARN("node_state_write_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    if (err != GP_EOK) {
+        unsigned delay = gp_backoff_next_ms(&r->flush_backoff);
+
+        GP_WARN("node_state_write_failed", "code=%s changes=%u retry_ms=%u detail=\"%s\"",
+                gp_err_name(err), r->ninflight, delay, detail);
+        (*r->m_write_retries)++;
+        r->flush_not_before = gp_mono_ms() + delay;
+        for (unsigned i = 0; i < r->ninflight; i++)
+            queue_put(r, &r->inflight[i]);       /* older seq: a newer queued change wins */
+        r->ninflight = 0;
+        return;
+    }
+    gp_backoff_reset(&r->flush_backoff);
+    r->flush_not_before = 0;
+    r->ninflight = 0;
+    r->overflow_logged = false;
     if (r->nchanges > 0)
         flush_changes(r);
 }
@@ -58,33 +183,53 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
 static void
 flush_changes(registry *r)
 {
-    gp_buf      ids, states;
-    const char *params[2];
-    gp_err      rc = GP_EOK;
+    gp_buf        ids, states;
+    const char   *params[2];
+    state_change *t;
+    unsigned      tn;
+    gp_err        rc = GP_EOK;
 
-    if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL)
+    if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL ||
+        gp_mono_ms() < r->flush_not_before)
         return;
+    coalesce(r->changes, &r->nchanges);
     gp_buf_init(&ids, 0);
     gp_buf_init(&states, 0);
-    gp_buf_puts(&ids, "{");
-    gp_buf_puts(&states, "{");
+    rc = gp_pgarr_begin(&ids);
+    rc = rc ? rc : gp_pgarr_begin(&states);
     for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
-        rc = gp_buf_printf(&ids, "%s%s", i ? "," : "", r->changes[i].node);
-        rc = rc ? rc : gp_buf_printf(&states, "%s%s", i ? "," : "", state_names[r->changes[i].state]);
+        rc = gp_pgarr_add(&ids, r->changes[i].node);
+        rc = rc ? rc : gp_pgarr_add(&states, registry_state_name(r->changes[i].state));
     }
-    gp_buf_puts(&ids, "}");
-    gp_buf_puts(&states, "}");
+    rc = rc ? rc : gp_pgarr_end(&ids);
+    rc = rc ? rc : gp_pgarr_end(&states);
     params[0] = ids.p;
     params[1] = states.p;
-    r->nchanges = 0;
-    /* ids are checked tokens, so the array literal needs no quoting */
-    if (rc == GP_EOK &&
-        gp_db_query(gp_app_db(r->app),
-                    "UPDATE nodes SET state = v.s, state_since = now() "
-                    "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
-                    "WHERE nodes.id = v.id AND nodes.state <> v.s",
-                    2, params, 0, changes_written, r) == GP_EOK)
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(r->app),
+                         "UPDATE nodes SET state = v.s, state_since = now() "
+                         "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
+                         "WHERE nodes.id = v.id AND nodes.state <> v.s",
+                         2, params, 0, changes_written, r);
+    if (rc == GP_EOK) {
+        /* the queue becomes the batch in flight; the old batch array the queue */
+        t = r->inflight;
+        tn = r->capinflight;
+        r->inflight = r->changes;
+        r->capinflight = r->capchanges;
+        r->ninflight = r->nchanges;
+        r->changes = t;
+        r->capchanges = tn;
+        r->nchanges = 0;
         r->flushing = true;
+    } else {
+        unsigned delay = gp_backoff_next_ms(&r->flush_backoff);
+
+        GP_WARN("node_state_write_failed", "code=%s changes=%u retry_ms=%u", gp_err_name(rc),
+                r->nchanges, delay);
+        (*r->m_write_retries)++;
+        r->flush_not_before = gp_mono_ms() + delay;
+    }
     gp_buf_fini(&ids);
     gp_buf_fini(&states);
 }
@@ -92,18 +237,11 @@ flush_changes(registry *r)
 static void
 queue_change(registry *r, const char *node, int32_t state)
 {
-    if (r->nchanges == r->capchanges) {
-        unsigned      cap = r->capchanges ? r->capchanges * 2 : 256;
-        state_change *c = realloc(r->changes, cap * sizeof(*c));
+    state_change c = {.state = state, .seq = ++r->change_seq};
 
-        if (c == NULL)
-            return;                      /* the next transition of this node fixes it */
-        r->changes = c;
-        r->capchanges = cap;
-    }
-    snprintf(r->changes[r->nchanges].node, sizeof(r->changes[0].node), "%s", node);
-    r->changes[r->nchanges++].state = state;
-    flush_changes(r);
+    snprintf(c.node, sizeof(c.node), "%s", node);
+    if (queue_put(r, &c))
+        flush_changes(r);
 }
 
 void
@@ -129,7 +267,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     gp_log(state == MSG_NODE_STATE_STATE_STALE ? GP_LOG_WARN
            : prev == MSG_NODE_STATE_STATE_STALE ? GP_LOG_INFO : GP_LOG_DEBUG,
            "node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
-           state_names[prev], state_names[state], reason);
+           registry_state_name(prev), registry_state_name(state), reason);
     queue_change(r, node, state);
 }
 
@@ -149,9 +287,13 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
     int32_t prev;
 
     if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
-        if (err == GP_EOK && strncmp(rep->str, "NOSCRIPT", 8) == 0)
-            b->r->scripts_loaded = false;    /* Redis restarted: reload, this beat is lost */
         (*b->r->m_hb_bad)++;
+        free(b);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0) {
+        (*b->r->m_hb_unknown)++;             /* not in the inventory: dropped */
+        GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s", b->site, b->node);
         free(b);
         return;
     }
@@ -171,11 +313,13 @@ static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
            double rtt_ms, bool registered)
 {
-    char        key[GP_MAX_ID + 16], now[24], rtt[32];
-    const char *argv[10];
-    size_t      argl[10];
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
+    char        now[24], rtt[32];
+    const char *keys[3] = {kn, ks, kr};
+    const char *args[5];
+    size_t      argl[5];
+    unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
-    int         i = 0;
 
     if (b == NULL)
         return;
@@ -183,22 +327,20 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     b->registered = registered;
     snprintf(b->site, sizeof(b->site), "%s", site);
     snprintf(b->node, sizeof(b->node), "%s", node);
-    snprintf(key, sizeof(key), "gp:node:%s", node);
+    registry_node_key(kn, shard, node);
+    registry_seen_key(ks, shard);
+    registry_rtt_key(kr, site);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
-    argv[i++] = r->scripts_loaded ? "EVALSHA" : "EVAL";
-    argv[i++] = r->scripts_loaded ? r->hb_sha : registry_hb_lua;
-    argv[i++] = "2";
-    argv[i++] = key;
-    argv[i++] = "gp:seen";
-    argv[i++] = now;
-    argv[i++] = raw;
-    argv[i++] = site;
-    argv[i++] = node;
-    argv[i++] = rtt;
-    for (int k = 0; k < i; k++)
-        argl[k] = k == 6 ? len : strlen(argv[k]);
-    if (gp_kv_cmd(gp_app_kv(r->app), beat_done, b, i, argv, argl) != GP_EOK) {
+    args[0] = now;
+    args[1] = raw;
+    args[2] = site;
+    args[3] = node;
+    args[4] = rtt;
+    for (int k = 0; k < 5; k++)
+        argl[k] = k == 1 ? len : strlen(args[k]);
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
+        GP_EOK) {
         (*r->m_hb_bad)++;
         free(b);
     }
@@ -229,110 +371,195 @@ registry_live_register(registry *r, const char *site, const char *node)
     live_write(r, site, node, "", 0, 0, true);
 }
 
-/* ---- cron: scripts, sweep, reseed -------------------------------------------------------- */
+/* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----
+ *
+ * Each tick walks all REGISTRY_SHARDS shards at once, one chain per shard:
+ * ZRANGEBYSCORE of the shard's seen set up to the cutoff (SWEEP_BATCH ids),
+ * then the sweep script on those nodes; a chain goes on while its read
+ * came back full and the tick's bound allows.  The next tick starts when
+ * every chain of this one has ended. */
+
+#define SWEEP_BATCH     1000     /* nodes per script call: a few ms of Redis time, so beats
+                                    queued behind one call wait little */
+#define SWEEP_TICK_MAX  200000   /* nodes one tick may look at: 2 x the 100,000-node design
+                                    fleet, so a fleet-wide outage is found in one tick, while a
+                                    fleet past the design size cannot make one tick publish
+                                    and queue without end */
+
+typedef struct sweep_chain {
+    registry *r;
+    unsigned  shard;
+} sweep_chain;
+
+static void sweep_read(sweep_chain *c);
 
 static void
-script_loaded(void *arg, const redisReply *rep, gp_err err)
+chain_end(sweep_chain *c)
 {
-    char *sha = arg;
-
-    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING && rep->len == 40)
-        memcpy(sha, rep->str, 41);
-}
-
-static void
-scripts_ready(void *arg, const redisReply *rep, gp_err err)
-{
-    registry *r = arg;
-
-    (void)rep;
-    r->scripts_loaded = err == GP_EOK && r->hb_sha[0] != '\0' && r->sweep_sha[0] != '\0';
-}
-
-static void
-load_scripts(registry *r)
-{
-    gp_kv *kv = gp_app_kv(r->app);
-
-    r->hb_sha[0] = r->sweep_sha[0] = '\0';
-    gp_kv_cmdf(kv, script_loaded, r->hb_sha, "SCRIPT LOAD %s", registry_hb_lua);
-    gp_kv_cmdf(kv, script_loaded, r->sweep_sha, "SCRIPT LOAD %s", registry_sweep_lua);
-    gp_kv_cmdf(kv, scripts_ready, r, "PING");       /* answered after both, in order */
+    c->r->sweeps_inflight--;
 }
 
 static void
 swept(void *arg, const redisReply *rep, gp_err err)
 {
-    registry *r = arg;
+    sweep_chain *c = arg;
+    registry    *r = c->r;
 
-    r->sweeping = false;
     if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY) {
-        if (err == GP_EOK && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0)
-            r->scripts_loaded = false;
+        chain_end(c);
         return;
     }
     for (size_t i = 0; i + 1 < rep->elements; i += 2)
         registry_live_transition(r, rep->element[i + 1]->str, rep->element[i]->str,
                                  MSG_NODE_STATE_STATE_HEALTHY, MSG_NODE_STATE_STATE_STALE,
                                  "missed heartbeats");
+    if (c->r->sweep_more[c->shard] && r->sweep_budget >= SWEEP_BATCH)
+        sweep_read(c);                               /* the read was full: more to look at */
+    else
+        chain_end(c);
+}
+
+static void
+sweep_ids(void *arg, const redisReply *rep, gp_err err)
+{
+    static char  keybuf[SWEEP_BATCH + 1][REGISTRY_KEY_LEN];
+    static const char *keys[SWEEP_BATCH + 1], *args[SWEEP_BATCH + 1];
+    sweep_chain *c = arg;
+    registry    *r = c->r;
+    size_t       n;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0 ||
+        rep->elements > SWEEP_BATCH) {
+        chain_end(c);
+        return;
+    }
+    n = rep->elements;
+    r->sweep_more[c->shard] = n == SWEEP_BATCH;
+    r->sweep_budget -= (unsigned)n;
+    registry_seen_key(keybuf[0], c->shard);
+    keys[0] = keybuf[0];
+    args[0] = r->sweep_cutoff;
+    for (size_t i = 0; i < n; i++) {
+        registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
+        keys[i + 1] = keybuf[i + 1];
+        args[i + 1] = rep->element[i]->str;
+    }
+    if (gp_kvscript_call(&r->sweep_script, gp_app_kv(r->app), swept, c, (int)n + 1, keys,
+                         (int)n + 1, args, NULL) != GP_EOK)
+        chain_end(c);
+}
+
+static void
+sweep_read(sweep_chain *c)
+{
+    char key[REGISTRY_KEY_LEN], batch[16];
+
+    registry_seen_key(key, c->shard);
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    if (gp_kv_cmdf(gp_app_kv(c->r->app), sweep_ids, c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %s", key,
+                   c->r->sweep_cutoff, batch) != GP_EOK)
+        chain_end(c);
 }
 
 static void
 sweep(registry *r)
 {
     uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-    uint64_t now = gp_wall_ms();
-    char     cutoff[24], batch[16];
+    uint64_t now = gp_wall_ms();      /* beats are stamped with the wall clock in Redis,
+                                         shared by every instance */
 
-    if (r->sweeping || now < window)
+    if (r->sweeps_inflight > 0 || r->chains == NULL || now < window)
         return;
-    snprintf(cutoff, sizeof(cutoff), "%llu", (unsigned long long)(now - window));
-    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    if (gp_kv_cmdf(gp_app_kv(r->app), swept, r, "EVALSHA %s 1 gp:seen %s %s", r->sweep_sha,
-                   cutoff, batch) == GP_EOK)
-        r->sweeping = true;
+    snprintf(r->sweep_cutoff, sizeof(r->sweep_cutoff), "%llu", (unsigned long long)(now - window));
+    r->sweep_budget = SWEEP_TICK_MAX;
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
+        r->chains[s] = (sweep_chain){.r = r, .shard = s};
+        r->sweep_more[s] = false;
+        r->sweeps_inflight++;
+        sweep_read(&r->chains[s]);
+    }
 }
 
 /* Redis came back empty (flushed, or restarted without persistence):
- * every node PostgreSQL calls healthy goes back into the index as seen
- * now, so it is either refreshed by its next heartbeat or found stale by
- * the sweep one window later.  Nothing is lost and no one acts. */
+ * every inventory node gets its 'reg' mark back, and every node expected
+ * to beat goes back into its shard's index as seen now, so it is either
+ * refreshed by its next heartbeat or found stale by the sweep one window
+ * later.  Nothing is lost and no one acts.  One script call per shard and
+ * chunk: 100,000 nodes are a few hundred commands. */
 static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    registry *r = arg;
-    gp_kv    *kv = gp_app_kv(r->app);
-    char      now[24];
-    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    static char        keybuf[RESEED_CHUNK + 1][REGISTRY_KEY_LEN];
+    static const char *keys[RESEED_CHUNK + 1], *args[1 + 3 * RESEED_CHUNK];
+    registry          *r = arg;
+    gp_kv             *kv = gp_app_kv(r->app);
+    char               now[24];
+    int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    int               *order = NULL;
+    unsigned          *start = NULL;
 
     (void)nres;
     r->reseeding = false;
+    if (err == GP_EOK && ((order = malloc(sizeof(int) * (size_t)(rows + 1))) == NULL ||
+                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL))
+        err = GP_ENOMEM;
     if (err != GP_EOK) {
-        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");     /* try again next tick */
+        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail ? detail : "");
+        gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);     /* try again next tick */
+        free(order);
         return;
     }
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    /* One script call per chunk: 100,000 nodes are 200 commands, not
-     * 300,000 that would pass the client's in-flight cap. */
-    for (int i = 0; i < rows; i += RESEED_CHUNK) {
-        const char *argv[4 + 2 * RESEED_CHUNK];
-        int         argc = 0;
+    /* rows by shard (counting sort) */
+    for (int i = 0; i < rows; i++)
+        start[registry_shard(PQgetvalue(res[0], i, 1)) + 1]++;
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++)
+        start[s + 1] += start[s];
+    {
+        unsigned *fill = calloc(REGISTRY_SHARDS, sizeof(unsigned));
 
-        argv[argc++] = "EVAL";
-        argv[argc++] = registry_reseed_lua;
-        argv[argc++] = "0";
-        argv[argc++] = now;
-        for (int k = i; k < rows && k < i + RESEED_CHUNK; k++) {
-            argv[argc++] = PQgetvalue(res[0], k, 0);
-            argv[argc++] = PQgetvalue(res[0], k, 1);
-        }
-        if (gp_kv_cmd(kv, NULL, NULL, argc, argv, NULL) != GP_EOK) {
-            GP_WARN("reseed_failed", "code=UNAVAIL nodes_done=%d", i);
-            gp_kv_cmdf(kv, NULL, NULL, "DEL gp:epoch");
+        if (fill == NULL) {
+            free(order);
+            free(start);
+            gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
             return;
         }
+        for (int i = 0; i < rows; i++) {
+            unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
+
+            order[start[s] + fill[s]++] = i;
+        }
+        free(fill);
     }
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
+        for (unsigned i = start[s]; i < start[s + 1]; i += RESEED_CHUNK) {
+            int nk = 1, na = 0;
+
+            registry_seen_key(keybuf[0], s);
+            keys[0] = keybuf[0];
+            args[na++] = now;
+            for (unsigned k = i; k < start[s + 1] && k < i + RESEED_CHUNK; k++) {
+                int row = order[k];
+
+                registry_node_key(keybuf[nk], s, PQgetvalue(res[0], row, 0));
+                keys[nk] = keybuf[nk];
+                nk++;
+                args[na++] = PQgetvalue(res[0], row, 0);
+                args[na++] = PQgetvalue(res[0], row, 1);
+                args[na++] = PQgetvalue(res[0], row, 2);
+            }
+            if (gp_kvscript_call(&r->reseed_script, kv, NULL, NULL, nk, keys, na, args, NULL) !=
+                GP_EOK) {
+                GP_WARN("reseed_failed", "code=UNAVAIL shard=%u", s);
+                gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
+                free(order);
+                free(start);
+                return;
+            }
+        }
+    }
+    free(order);
+    free(start);
     (*r->m_reseeds)++;
     GP_INFO("redis_reseeded", "nodes=%d", rows);
 }
@@ -345,10 +572,10 @@ epoch_checked(void *arg, const redisReply *rep, gp_err err)
     if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
         return;                              /* nil: the epoch was there already */
     r->reseeding = true;
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site FROM nodes WHERE state = 'healthy'", 0,
-                    NULL, 0, reseeded, r) != GP_EOK) {
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
+                    r) != GP_EOK) {
         r->reseeding = false;
-        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL gp:epoch");
+        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL " EPOCH_KEY);
     }
 }
 
@@ -360,12 +587,16 @@ registry_live_cron(gp_app *app, void *arg)
 
     if (!gp_kv_is_connected(kv))
         return;
-    if (!r->scripts_loaded) {
-        load_scripts(r);
-        return;
-    }
+    /* Loaded ahead of the first call (and again after a NOSCRIPT);
+     * gp/kvscript.h sends EVAL until then. */
+    if (r->hb_script.sha[0] == '\0')
+        gp_kvscript_load(&r->hb_script, kv);
+    if (r->sweep_script.sha[0] == '\0')
+        gp_kvscript_load(&r->sweep_script, kv);
+    if (r->reseed_script.sha[0] == '\0')
+        gp_kvscript_load(&r->reseed_script, kv);
     if (gp_db_is_connected(gp_app_db(app)))
-        gp_kv_cmdf(kv, epoch_checked, r, "SET gp:epoch %s NX", gp_app_instance(app));
+        gp_kv_cmdf(kv, epoch_checked, r, "SET " EPOCH_KEY " %s NX", gp_app_instance(app));
     sweep(r);
     flush_changes(r);
 }
@@ -384,4 +615,26 @@ registry_live_start(registry *r)
                                           "Node state changes published");
     r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,
                                       "Times Redis was found empty and reseeded from PostgreSQL");
+    r->m_hb_unknown = gp_metrics_counter(m, "gp_registry_heartbeats_unknown_node_total", NULL,
+                                         "Heartbeats dropped because the node is not in the "
+                                         "inventory (never registered, or deleted)");
+    r->m_write_retries = gp_metrics_counter(m, "gp_registry_state_write_retries_total", NULL,
+                                            "Batches of node states PostgreSQL refused or did not "
+                                            "take, queued again for a retry");
+    r->m_changes_dropped = gp_metrics_counter(m, "gp_registry_state_changes_dropped_total", NULL,
+                                              "Node state changes not queued for PostgreSQL "
+                                              "(queue full of other nodes)");
+    gp_backoff_init(&r->flush_backoff, r);
+    gp_kvscript_init(&r->hb_script, registry_hb_lua);
+    gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
+    gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
+    r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));
+    r->sweep_more = calloc(REGISTRY_SHARDS, sizeof(*r->sweep_more));
+    if (r->chains == NULL || r->sweep_more == NULL) {
+        free(r->chains);
+        free(r->sweep_more);
+        r->chains = NULL;          /* no sweep: logged, the service still serves */
+        r->sweep_more = NULL;
+        GP_WARN("sweep_disabled", "code=NOMEM");
+    }
 }

@@ -91,7 +91,16 @@ static const char step1_sql[] =
     "  WHERE cardinality(p.models) = 0 OR g.model = ANY(p.models);\n"
 ;
 
+/* Step 2: nodes an operator deleted (gp.admin.node.delete).  Their
+ * registration is refused until gp.admin.node.readmit removes the row. */
+static const char step2_sql[] =
+    "CREATE TABLE IF NOT EXISTS retired_nodes (\n"
+    "  id text PRIMARY KEY CHECK (id ~ '^[A-Za-z0-9_-]{1,63}$'),\n"
+    "  site text NOT NULL DEFAULT '',\n"
+    "  retired_at timestamptz NOT NULL DEFAULT now());\n";
+
 const gp_migration registry_migrations[] = {
     {1, "initial schema", step1_sql},
+    {2, "retired nodes", step2_sql},
     GP_MIGRATION_END
 };

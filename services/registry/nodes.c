@@ -12,15 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/kvfan.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "registry.h"
+#include "scripts.h"
 
 void
 registry_nodes_free(registry *r)
 {
     free(r->changes);
-    r->changes = NULL;
+    free(r->inflight);
+    free(r->chains);
+    free(r->sweep_more);
+    r->changes = r->inflight = NULL;
+    r->chains = NULL;
+    r->sweep_more = NULL;
 }
 
 /* The body must name the node of the subject gp.node.<site>.<node>.<verb>. */
@@ -64,14 +71,18 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 
 /* ---- register ------------------------------------------------------------------- */
 
+/* Returns the site the node had before ('' for a new node): a node that
+ * moved leaves keys in its old site's shard, removed at once. */
 static const char upsert_node[] =
-    "INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
+    "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
+    " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
     " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy', now(), now())"
     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
     " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
     " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
     " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since ELSE now() END,"
-    " registered_at = now()";
+    " registered_at = now()"
+    " RETURNING coalesce((SELECT site FROM old), '')";
 
 static const char replace_gpus[] =
     "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
@@ -92,6 +103,22 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
     }
 }
 
+/* Removes a node's keys from its site's shard (hash with its 'reg' mark,
+ * index entry, RTT). */
+static void
+live_forget(gp_kv *kv, const char *site, const char *node)
+{
+    unsigned shard = registry_shard(site);
+    char     key[REGISTRY_KEY_LEN];
+
+    registry_node_key(key, shard, node);
+    gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
+    registry_seen_key(key, shard);
+    gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, node);
+    registry_rtt_key(key, site);
+    gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, node);
+}
+
 static void
 registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -105,6 +132,12 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
     } else if (err != GP_EOK) {
         err = gp_req_fail(req, err, "%s", detail);
     } else {
+        const char *was = nres > 0 && PQntuples(res[0]) == 1 ? PQgetvalue(res[0], 0, 0) : "";
+
+        /* sent before the registration's script, on the same connection
+         * (and, for the same shard, the same slot): in order */
+        if (was[0] != '\0' && strcmp(was, q->site) != 0)
+            live_forget(gp_app_kv(gp_req_app(req)), was, q->node);
         registry_live_register(gp_req_state(req), q->site, q->node);
         fill_lease(req, &q->attempts, gp_req_out(req));
     }
@@ -126,25 +159,25 @@ gpu_params(const msg_node_register *q, gp_buf arr[6])
     rc = rc ? rc : gp_buf_puts(&arr[5], "{");
     for (uint32_t i = 0; i < q->gpus.n && rc == GP_EOK; i++) {
         int32_t k = g[i].interconnect;
+        const gp_field *f = &msg_gpu_desc.fields[MSG_GPU__INTERCONNECT];
+
         rc = gp_buf_printf(&arr[5], "%s%s", i ? "," : "",
-                           k >= 0 && k < 3 ? msg_gpu_desc.fields[MSG_GPU__INTERCONNECT].enums[k] : "pcie");
+                           k >= 0 && (uint32_t)k < f->nenums ? f->enums[k] : f->enums[0]);
     }
     return rc ? rc : gp_buf_puts(&arr[5], "}");
 }
 
+/* Writes the inventory once the node is known not to be deleted. */
 static gp_err
-on_register(gp_req *req, const void *in, void *out)
+register_write(gp_req *req)
 {
-    const msg_node_register *q = in;
+    const msg_node_register *q = gp_req_in(req);
     char                     cpu[16], mem[16];
     const char              *p1[7], *p2[7];
     gp_buf                   arr[6];
     gp_db_tx                *tx;
-    gp_err                   rc = check_subject(req, q->site, q->node);
+    gp_err                   rc;
 
-    (void)out;
-    if (rc != GP_EOK)
-        return rc;
     for (int i = 0; i < 6; i++)
         gp_buf_init(&arr[i], 0);
     snprintf(cpu, sizeof(cpu), "%u", q->cpu_cores);
@@ -166,6 +199,46 @@ on_register(gp_req *req, const void *in, void *out)
     }
     for (int i = 0; i < 6; i++)
         gp_buf_fini(&arr[i]);
+    return rc;
+}
+
+static void
+retired_checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
+
+    (void)nres;
+    if (err != GP_EOK)
+        err = gp_req_fail(req, err, "%s", detail);
+    else if (PQntuples(res[0]) > 0)
+        err = gp_req_fail(req, GP_EDENIED, "node '%s' was deleted by an operator at %s; "
+                          "%s lets it register again", q->node, PQgetvalue(res[0], 0, 0),
+                          GP_OP_ADMIN_NODE_READMIT->address);
+    else if ((err = register_write(req)) == GP_EOK)
+        return;                                   /* registered() ends the request */
+    else
+        err = gp_req_fail(req, err, "inventory database unavailable");
+    gp_req_done(req, err);
+}
+
+/* A node an operator deleted stays deleted: its registration is refused
+ * (DENIED) until it is re-admitted.  The check and the write are two
+ * round trips: a delete landing between them is undone by this one
+ * registration, as if the delete had come first. */
+static gp_err
+on_register(gp_req *req, const void *in, void *out)
+{
+    const msg_node_register *q = in;
+    const char              *p[1] = {q->node};
+    gp_err                   rc = check_subject(req, q->site, q->node);
+
+    (void)out;
+    if (rc != GP_EOK)
+        return rc;
+    rc = gp_db_query(gp_app_db(gp_req_app(req)),
+                     "SELECT to_char(retired_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+                     " FROM retired_nodes WHERE id = $1", 1, p, 0, retired_checked, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
@@ -175,26 +248,74 @@ static gp_err
 on_heartbeat(gp_req *req, const void *in, void *out)
 {
     const msg_heartbeat *hb = in;
-    const void          *raw;
-    size_t               len;
+    gp_buf               b;
     gp_err               rc = check_subject(req, hb->site, hb->node);
 
     (void)out;
     if (rc != GP_EOK)
         return rc;
-    raw = gp_req_body(req, &len);
-    registry_live_beat(gp_req_state(req), hb->site, hb->node, raw, len, hb->uplink_rtt_ms);
-    return GP_EOK;
+    /* The live view keeps the heartbeat as decoded, re-encoded: bounded by
+     * the schema, whatever unknown keys the body carried. */
+    gp_buf_init(&b, 0);
+    rc = gp_msg_encode(&msg_heartbeat_desc, hb, &b);
+    if (rc == GP_EOK)
+        registry_live_beat(gp_req_state(req), hb->site, hb->node, b.p, b.n, hb->uplink_rtt_ms);
+    gp_buf_fini(&b);
+    return rc;
+}
+
+/* A lease is granted to a node the inventory has.  The 'reg' mark of its
+ * live hash says so in one Redis read; without it (never registered,
+ * deleted, or Redis flushed and not yet reseeded) PostgreSQL decides, and a
+ * node it does not have gets NOTFOUND: register again.  When neither can
+ * answer the lease is granted: an outage must not stop the fleet's work. */
+static void
+lease_grant(gp_req *req)
+{
+    fill_lease(req, &((const msg_lease_renew *)gp_req_in(req))->attempts, gp_req_out(req));
+    gp_req_done(req, GP_EOK);
+}
+
+static void
+lease_pg(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req *req = arg;
+
+    (void)nres;
+    (void)detail;
+    if (err == GP_EOK && PQntuples(res[0]) == 0)
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not in the inventory "
+                                     "(never registered, or deleted): register again",
+                                     gp_req_param(req, "node")));
+    else
+        lease_grant(req);
+}
+
+static void
+lease_kv(void *arg, const redisReply *rep, gp_err err)
+{
+    gp_req     *req = arg;
+    const char *p[2] = {gp_req_param(req, "node"), gp_req_param(req, "site")};
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_NIL ||
+        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT 1 FROM nodes WHERE id = $1 AND site = $2",
+                    2, p, 0, lease_pg, req) != GP_EOK)
+        lease_grant(req);
 }
 
 static gp_err
 on_lease(gp_req *req, const void *in, void *out)
 {
     const msg_lease_renew *q = in;
+    char                   key[REGISTRY_KEY_LEN];
 
     if (!gp_id_ok(gp_req_param(req, "site")) || !gp_id_ok(gp_req_param(req, "node")))
         return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
-    fill_lease(req, &q->attempts, out);
+
+    registry_node_key(key, registry_shard(gp_req_param(req, "site")), gp_req_param(req, "node"));
+    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), lease_kv, req, "HGET %s reg", key) == GP_EOK)
+        return GP_EPENDING;
+    fill_lease(req, &q->attempts, out);            /* Redis away: granted */
     return GP_EOK;
 }
 
@@ -221,8 +342,6 @@ typedef struct nodeq {
     bool      get;            /* one node with its telemetry */
     msg_node *items;
     uint32_t  n;
-    unsigned  pending;        /* Redis replies still to come */
-    uint32_t  next;           /* item the next Redis reply is for: replies come in order */
     int       pending_limit;  /* page size asked of PostgreSQL */
     gp_err    err;
 } nodeq;
@@ -256,7 +375,7 @@ set_gpus(nodeq *q, const PGresult *res)
         n->gpus.v = calloc((size_t)(r - first), sizeof(msg_gpu));
         if (n->gpus.v == NULL)
             return GP_ENOMEM;
-        for (int k = first; k < r && n->gpus.n < 16; k++) {
+        for (int k = first; k < r && n->gpus.n < MSG_NODE_GPUS_MAXITEMS; k++) {
             static const char *const f[] = {"index", "uuid", "model", "vram_mb", "serial", "interconnect"};
             msg_gpu *g = (msg_gpu *)n->gpus.v + n->gpus.n++;
 
@@ -288,12 +407,14 @@ nodeq_finish(nodeq *q)
     free(q);
 }
 
-/* HMGET gp:node:<id> seen hb: last_seen for every node, telemetry for get. */
+/* HMGET gp:node:<id> seen hb: last_seen for every node, telemetry for
+ * get.  One slot per item (gp/kvfan.h): a read that fails or is not sent
+ * leaves only its own node without live data. */
 static void
-live_read(void *arg, const redisReply *rep, gp_err err)
+live_read(void *arg, size_t i, const redisReply *rep, gp_err err)
 {
     nodeq    *q = arg;
-    msg_node *n = &q->items[q->next++];
+    msg_node *n = &q->items[i];
 
     if (err == GP_EOK && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
         const redisReply *seen = rep->element[0], *hb = rep->element[1];
@@ -305,16 +426,22 @@ live_read(void *arg, const redisReply *rep, gp_err err)
             GP_SET_HAS(n, MSG_NODE__TELEMETRY);
     }
     /* Without Redis the inventory still answers; last_seen stays 0. */
-    if (--q->pending == 0)
-        nodeq_finish(q);
+}
+
+static void
+live_done(void *arg, const gp_kvfan *f)
+{
+    (void)f;
+    nodeq_finish(arg);
 }
 
 static void
 pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     nodeq *q = arg;
-    gp_kv *kv = gp_app_kv(gp_req_app(q->req));
-    int    rows = err == GP_EOK ? PQntuples(res[0]) : 0;
+    gp_kv    *kv = gp_app_kv(gp_req_app(q->req));
+    gp_kvfan *fan;
+    int       rows = err == GP_EOK ? PQntuples(res[0]) : 0;
 
     (void)nres;
     if (err != GP_EOK)
@@ -337,16 +464,19 @@ pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         }
         q->err = set_gpus(q, res[1]);
     }
-    q->pending = 1;                        /* held while the reads are issued */
-    for (uint32_t i = 0; i < q->n && q->err == GP_EOK; i++) {
-        if (gp_kv_cmdf(kv, live_read, q, "HMGET gp:node:%s seen %s", q->items[i].id,
-                       q->get ? "hb" : "seen") == GP_EOK)
-            q->pending++;
-        else
-            q->next++;                     /* no reply will come for this one */
+    fan = q->err == GP_EOK ? gp_kvfan_new(kv, q->n, live_read, live_done, q) : NULL;
+    if (fan == NULL) {
+        nodeq_finish(q);                   /* no live data: the inventory still answers */
+        return;
     }
-    if (--q->pending == 0)
-        nodeq_finish(q);
+    for (uint32_t i = 0; i < q->n; i++) {
+        char key[REGISTRY_KEY_LEN];
+
+        /* the inventory row names the site, so the key's shard */
+        registry_node_key(key, registry_shard(q->items[i].site), q->items[i].id);
+        gp_kvfan_cmdf(fan, i, "HMGET %s seen %s", key, q->get ? "hb" : "seen");
+    }
+    gp_kvfan_end(fan);
 }
 
 static gp_err
@@ -418,9 +548,8 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     } else if (PQntuples(res[0]) == 0) {
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {
-        gp_kv_cmdf(kv, NULL, NULL, "DEL gp:node:%s", q->id);
-        gp_kv_cmdf(kv, NULL, NULL, "ZREM gp:seen %s", q->id);
-        gp_kv_cmdf(kv, NULL, NULL, "HDEL gp:rtt:%s %s", PQgetvalue(res[0], 0, 1), q->id);
+        /* the hash goes with its 'reg' mark: the node's beats are refused now */
+        live_forget(kv, PQgetvalue(res[0], 0, 1), q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);
@@ -436,8 +565,45 @@ on_node_delete(gp_req *req, const void *in, void *out)
     (void)out;
     if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
-    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM nodes WHERE id = $1 RETURNING id, site",
+    /* remembered in retired_nodes: its registration is refused from now on */
+    rc = gp_db_query(gp_app_db(gp_req_app(req)),
+                     "WITH d AS (DELETE FROM nodes WHERE id = $1 RETURNING id, site)"
+                     " INSERT INTO retired_nodes (id, site) SELECT id, site FROM d"
+                     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, retired_at = now()"
+                     " RETURNING id, site",
                      1, p, 0, node_deleted, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+}
+
+/* Undoes an operator's delete: the node may register again. */
+static void
+node_readmitted(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req               *req = arg;
+    const msg_id_request *q = gp_req_in(req);
+
+    (void)nres;
+    if (err != GP_EOK)
+        err = gp_req_fail(req, err, "%s", detail);
+    else if (PQntuples(res[0]) == 0)
+        err = gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not deleted", q->id);
+    else
+        snprintf(((msg_id_request *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
+    gp_req_done(req, err);
+}
+
+static gp_err
+on_node_readmit(gp_req *req, const void *in, void *out)
+{
+    const msg_id_request *q = in;
+    const char           *p[1] = {q->id};
+    gp_err                rc;
+
+    (void)out;
+    if (!gp_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
+    rc = gp_db_query(gp_app_db(gp_req_app(req)), "DELETE FROM retired_nodes WHERE id = $1 RETURNING id",
+                     1, p, 0, node_readmitted, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
@@ -448,5 +614,6 @@ const gp_route registry_node_routes[] = {
     {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_READMIT, on_node_readmit, GP_R_QUEUE, 0, NULL, NULL},
     {NULL},
 };

@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 #include "gp/app.h"
+#include "gp/backoff.h"
 #include "gp/buf.h"
 #include "gp/clock.h"
 #include "gp/id.h"
+#include "gp/kvscript.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 
@@ -28,22 +30,32 @@ extern const gp_migration registry_migrations[];   /* migrate.c */
 
 /* A node state change waiting to be written to PostgreSQL. */
 typedef struct state_change {
-    char    node[GP_MAX_ID + 1];
-    int32_t state;
+    char     node[GP_MAX_ID + 1];
+    int32_t  state;
+    uint64_t seq;                  /* queue order: the higher one is newer */
 } state_change;
 
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    char                hb_sha[41];        /* SHA1 of the scripts once loaded */
-    char                sweep_sha[41];
-    bool                scripts_loaded;
-    bool                sweeping;
+    gp_kvscript         hb_script, sweep_script, reseed_script;
+    struct sweep_chain *chains;            /* one per shard (live.c) */
+    bool               *sweep_more;        /* per shard: its last read came back full */
+    unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
+    unsigned            sweep_budget;      /* nodes this tick may still look at */
+    char                sweep_cutoff[24];  /* wall ms, as Redis holds beats */
     bool                reseeding;
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;
+    state_change       *inflight;          /* the batch PostgreSQL has not confirmed */
+    unsigned            ninflight, capinflight;
+    uint64_t            change_seq;
     bool                flushing;
+    bool                overflow_logged;
+    gp_backoff          flush_backoff;     /* after a failed batch write */
+    uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
+    uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
 } registry;
 
 /* now, wall clock, ms since the epoch */
@@ -64,6 +76,7 @@ void registry_live_transition(registry *r, const char *site, const char *node, i
 void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
                         size_t len, double rtt_ms);
 int32_t registry_state_from_name(const char *s);
+const char *registry_state_name(int32_t state);
 /* Marks a node healthy in Redis after registration and publishes it. */
 void registry_live_register(registry *r, const char *site, const char *node);
 

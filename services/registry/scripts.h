@@ -1,48 +1,122 @@
-/* scripts.h -- the registry's Redis scripts, in a header so that the
- * heartbeat benchmark runs redis-benchmark on exactly the script the
- * registry runs (tests/bench/hb_bench.c). */
+/* scripts.h -- the registry's Redis key layout and Lua scripts, in a header
+ * so that the heartbeat benchmark runs redis-benchmark on exactly the
+ * script the registry runs (tests/bench/hb_bench.c).
+ *
+ * Redis Cluster ready: every script declares every key it touches in
+ * KEYS, and the keys of one call share a hash tag, so they are in one
+ * slot.  The tag is the site's shard {N}, N = FNV-1a of the site id mod
+ * REGISTRY_SHARDS:
+ *
+ *     gp:{N}:node:<id>    hash of one node (its site's shard)
+ *     gp:{N}:seen         sorted set: the shard's nodes by last beat
+ *     gp:{N}:rtt:<site>   hash: node -> last uplink RTT
+ *     gp:epoch:v2         alone in its calls (no tag needed)
+ *
+ * REGISTRY_SHARDS is fixed (it is part of the layout: changing it moves
+ * every key, so it comes with a new epoch key).  256: the live view can
+ * spread over up to 256 slots (far more masters than a 100,000-node fleet
+ * needs), each shard holds ~400 nodes of such a fleet, and the sweep's one
+ * read per shard per tick is 256 small commands a second at the default
+ * sweep interval. */
 #ifndef REGISTRY_SCRIPTS_H
 #define REGISTRY_SCRIPTS_H
 
-/* One heartbeat: KEYS gp:node:<id>, gp:seen; ARGV now_ms, raw heartbeat
- * (or "" at registration), site, node, rtt.  Returns the previous state. */
+#include <stdint.h>
+#include <stdio.h>
+
+#define REGISTRY_SHARDS 256u
+
+/* The shard of a site: FNV-1a (32 bit) of its id mod REGISTRY_SHARDS. */
+static inline unsigned
+registry_shard(const char *site)
+{
+    uint32_t h = 2166136261u;
+
+    for (const unsigned char *p = (const unsigned char *)site; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % REGISTRY_SHARDS;
+}
+
+/* Key buffers: "gp:{255}:rtt:" + a 63-byte id + NUL fit in 96. */
+#define REGISTRY_KEY_LEN 96
+
+static inline void
+registry_node_key(char *out, unsigned shard, const char *node)
+{
+    snprintf(out, REGISTRY_KEY_LEN, "gp:{%u}:node:%s", shard, node);
+}
+
+static inline void
+registry_seen_key(char *out, unsigned shard)
+{
+    snprintf(out, REGISTRY_KEY_LEN, "gp:{%u}:seen", shard);
+}
+
+static inline void
+registry_rtt_key(char *out, const char *site)
+{
+    snprintf(out, REGISTRY_KEY_LEN, "gp:{%u}:rtt:%s", registry_shard(site), site);
+}
+
+/* One heartbeat: KEYS node, seen, rtt (one shard); ARGV now_ms, heartbeat
+ * (msgpack, re-encoded; "" at registration), site, node, rtt.  Returns the
+ * previous state, or "ghost" (and writes nothing) for a beat of a node
+ * whose hash lacks the 'reg' mark: registration sets it, the reseed
+ * restores it for every inventory node, delete removes the hash. */
 static const char registry_hb_lua[] =
+    "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
+    "if ARGV[2] ~= '' and not reg then return 'ghost' end\n"
     "local prev = redis.call('HGET', KEYS[1], 'state')\n"
     "if prev == 'draining' or prev == 'quarantined' then\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3])\n"
+    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'reg', '1')\n"
     "else\n"
-    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy')\n"
+    "  redis.call('HSET', KEYS[1], 'seen', ARGV[1], 'site', ARGV[3], 'state', 'healthy', 'reg', '1')\n"
     "end\n"
     "if ARGV[2] ~= '' then\n"
     "  redis.call('HSET', KEYS[1], 'hb', ARGV[2], 'rtt', ARGV[5])\n"
-    "  redis.call('HSET', 'gp:rtt:' .. ARGV[3], ARGV[4], ARGV[5])\n"
+    "  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])\n"
     "end\n"
     "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])\n"
     "return prev\n";
 
+/* The second half of the sweep of one shard (the first is a plain
+ * ZRANGEBYSCORE of the shard's seen set up to the cutoff): KEYS seen, then
+ * the node keys of the ids read; ARGV cutoff, then those ids, in KEYS
+ * order.  A node whose score is still at or below the cutoff leaves the
+ * index (a beat since the read moved it on: skipped); a healthy one turns
+ * stale and is returned (id, site), so exactly one caller reports it. */
 static const char registry_sweep_lua[] =
-    "local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))\n"
     "local out = {}\n"
-    "for _, id in ipairs(ids) do\n"
-    "  redis.call('ZREM', KEYS[1], id)\n"
-    "  local k = 'gp:node:' .. id\n"
-    "  if redis.call('HGET', k, 'state') == 'healthy' then\n"
-    "    redis.call('HSET', k, 'state', 'stale')\n"
-    "    out[#out + 1] = id\n"
-    "    out[#out + 1] = redis.call('HGET', k, 'site') or ''\n"
+    "local cutoff = tonumber(ARGV[1])\n"
+    "for i = 2, #KEYS do\n"
+    "  local id = ARGV[i]\n"
+    "  local score = redis.call('ZSCORE', KEYS[1], id)\n"
+    "  if score and tonumber(score) <= cutoff then\n"
+    "    redis.call('ZREM', KEYS[1], id)\n"
+    "    if redis.call('HGET', KEYS[i], 'state') == 'healthy' then\n"
+    "      redis.call('HSET', KEYS[i], 'state', 'stale')\n"
+    "      out[#out + 1] = id\n"
+    "      out[#out + 1] = redis.call('HGET', KEYS[i], 'site') or ''\n"
+    "    end\n"
     "  end\n"
     "end\n"
     "return out\n";
 
-/* Re-seeding after Redis lost its data: ARGV now_ms, then id, site pairs.
- * A node a heartbeat already brought back is left as it is. */
+/* Re-seeding after Redis lost its data, one shard per call: KEYS seen,
+ * then node keys; ARGV now_ms, then id, site, state of each node, in KEYS
+ * order.  Restores the 'reg' mark (so the node's beats are taken again)
+ * and, for a node expected to beat, its place in the index; a node a
+ * registration already brought back keeps its state. */
 static const char registry_reseed_lua[] =
-    "for i = 2, #ARGV, 2 do\n"
-    "  local k = 'gp:node:' .. ARGV[i]\n"
-    "  redis.call('HSETNX', k, 'state', 'healthy')\n"
-    "  redis.call('HSETNX', k, 'site', ARGV[i + 1])\n"
-    "  redis.call('ZADD', 'gp:seen', 'NX', ARGV[1], ARGV[i])\n"
+    "for i = 2, #KEYS do\n"
+    "  local a = 2 + (i - 2) * 3\n"
+    "  redis.call('HSETNX', KEYS[i], 'state', ARGV[a + 2])\n"
+    "  redis.call('HSETNX', KEYS[i], 'site', ARGV[a + 1])\n"
+    "  redis.call('HSET', KEYS[i], 'reg', '1')\n"
+    "  if ARGV[a + 2] ~= 'stale' and ARGV[a + 2] ~= 'unknown' then\n"
+    "    redis.call('ZADD', KEYS[1], 'NX', ARGV[1], ARGV[a])\n"
+    "  end\n"
     "end\n"
-    "return #ARGV\n";
+    "return #KEYS - 1\n";
 
 #endif

@@ -357,6 +357,10 @@ apply_gpu(sim *s, int i, const msg_sim_fault *f, char *detail, size_t dlen)
         snprintf(detail, dlen, "node %s has %d GPUs", n->id, n->ngpus);
         return GP_ENOTFOUND;
     }
+    if (n->gpu == NULL) {              /* a fault before the agents start (admin phase) */
+        snprintf(detail, dlen, "node %s is not started yet", n->id);
+        return GP_EUNAVAIL;
+    }
     return gpu_inject(n->gpu, f->gpu, map[f->kind], arg,
                       (f->duration_ms ? f->duration_ms : DEFAULT_OUTAGE_MS) / 1000.0);
 }

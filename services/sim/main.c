@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/clock.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "sim.h"
@@ -60,9 +61,24 @@ on_registered(void *arg, agent *a, bool first)
     if (++s->nregistered == s->f.nnodes && !s->summary_done) {
         s->summary_done = true;
         printf("sim: registered %d nodes at %d sites in %.2f s\n", s->f.nnodes, s->f.nsites,
-               ev_time() - s->t_agents);
+               gp_mono_s() - s->t_agents);
         fflush(stdout);
     }
+}
+
+/* The registry refused the node for good (deleted by an operator): the
+ * agent stopped; the node goes down (routes unbound, agent freed) until a
+ * fault script or an operator powers it on again. */
+static void
+on_stopped(void *arg, agent *a, gp_err why, const char *detail)
+{
+    sim *s = arg;
+    int  i = fleet_find_node(&s->f, agent_node(a));
+
+    GP_WARN("sim_node_refused", "node=%s code=%s detail=\"%s\" action=down", agent_node(a),
+            gp_err_name(why), detail);
+    if (i >= 0 && s->f.nodes[i].ag == a)
+        sim_node_down(s, i);          /* frees a: the agent's last act was this call */
 }
 
 void
@@ -82,6 +98,7 @@ sim_node_up(sim *s, int i, double delay_s)
     o.start_delay_s = delay_s;
     o.seed = n->seed;
     o.on_registered = on_registered;
+    o.on_stopped = on_stopped;
     o.cb_arg = s;
     n->ag = agent_new(s->loop, s->bus, &o, n->gpu);
     if (n->ag == NULL) {
@@ -177,7 +194,7 @@ start_agents(sim *s, sim_script *script)
 {
     uint64_t rng = s->f.seed ^ 0x7370726561640000ull;
 
-    s->t_agents = ev_time();
+    s->t_agents = gp_mono_s();
     for (int i = 0; i < s->f.nnodes; i++) {
         sim_node *n = &s->f.nodes[i];
 
@@ -243,7 +260,7 @@ call_done(void *arg, gp_err err, const void *reply, const char *detail)
 
     (void)reply;
     if ((err == GP_ENOROUTE || err == GP_ETIMEOUT || err == GP_EUNAVAIL) && !ad->absent &&
-        ev_time() < ad->deadline) {
+        gp_mono_s() < ad->deadline) {
         ev_timer_init(&c->retry, retry_cb, 0.5, 0);     /* the registry is not up yet */
         ev_timer_start(ad->s->loop, &c->retry);
         return;
@@ -314,7 +331,7 @@ pump(admin *ad)
     }
     printf("sim: inventory in registry: %d created, %d existed, %d failed%s in %.2f s\n",
            ad->created, ad->existed, ad->failed, ad->absent ? " (no registry)" : "",
-           ev_time() - ad->s->t_start);
+           gp_mono_s() - ad->s->t_start);
     fflush(stdout);
     start_agents(ad->s, ad->script);
 }
@@ -363,7 +380,7 @@ run(sim_cfg *c, sim *s, sim_script *script)
         rc = rc ? rc : gp_app_serve(s->app, s, sim_routes, NULL);
     }
     if (rc == GP_EOK) {
-        ad.deadline = ev_time() + c->admin_wait_ms / 1000.0;
+        ad.deadline = gp_mono_s() + c->admin_wait_ms / 1000.0;
         ad.phase = c->admin ? PH_TENANTS : PH_DONE;
         ad.total = phase_total(&ad);
         if (!c->common.print_routes)
@@ -391,7 +408,7 @@ main(int argc, char **argv)
         return code;
     gp_log_setup("sim", cfg.common.log_level, -1);
     memset(&s, 0, sizeof(s));
-    s.t_start = ev_time();
+    s.t_start = gp_mono_s();
     s.heartbeat_ms = cfg.heartbeat_ms;
     s.spread_s = cfg.spread_ms / 1000.0;
     if (cfg.faults[0] != '\0' && (script = faults_load(cfg.faults, err, sizeof(err))) == NULL) {

@@ -100,7 +100,7 @@ typedef struct sim {
     fleet           f;
     unsigned        heartbeat_ms;
     double          spread_s;
-    double          t_start, t_agents;
+    double          t_start, t_agents;   /* gp_mono_s */
     int             nregistered;
     bool            summary_done;
     sim_undo       *undos;

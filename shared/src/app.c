@@ -20,6 +20,7 @@
 #include <ev.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,22 @@ typedef struct op_rt {
     uint64_t        suppressed;
     bool            served;          /* subscribed at least once (vs only declared) */
     gp_app         *app;
+    struct gp_req  *spare;           /* freed request blocks of this op, for reuse */
+    int             nspare;
 } op_rt;
+
+/* Request blocks (gp_req, then the op's in and out structs: ~2 KiB, past
+ * malloc's small-size cache) kept per operation for reuse, so a request
+ * costs no malloc/free; bounded.  None under AddressSanitizer, which then
+ * sees every use after free. */
+#if defined(__SANITIZE_ADDRESS__)
+# define REQ_SPARES 0
+#else
+# define REQ_SPARES 32
+#endif
+/* The reply buffer is kept between replies unless a large reply grew it
+ * past this. */
+#define REPLY_BUF_KEEP (64 * 1024)
 
 typedef struct sub_rt {
     gp_app         *app;
@@ -148,6 +164,7 @@ struct gp_app {
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
     uint64_t             spare_counter;
     double               spare_gauge;
+    gp_buf               reply_buf;    /* send_reply's, reused (loop thread only) */
 };
 
 /* The DLQ stream, declared by the chassis when a service has a durable route. */
@@ -159,8 +176,8 @@ static const gp_stream_cfg dlq_stream = {
 const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_STR("nats-url", gp_common_cfg, nats_url, "nats://127.0.0.1:4222", "NATS server URL(s), comma separated"),
     GP_CFG_STR("nats-user", gp_common_cfg, nats_user, "", "NATS user (with nats-password)"),
-    GP_CFG_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
-    GP_CFG_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
+    GP_CFG_SECRET_STR("nats-password", gp_common_cfg, nats_password, "", "NATS password"),
+    GP_CFG_SECRET_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
     GP_CFG_STR("redis-host", gp_common_cfg, redis_host, "127.0.0.1", "Redis address (numeric)"),
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
     GP_CFG_BOOL("redis-cluster", gp_common_cfg, redis_cluster, 0, "Redis Cluster: route by hash slot, follow MOVED/ASK"),
@@ -170,6 +187,7 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_INT("http-port", gp_common_cfg, http_port, 0, -1, 65535, "port of /metrics and /healthz (0 any, -1 off)"),
     GP_CFG_STR("log-level", gp_common_cfg, log_level, "info", "debug, info, warn or error"),
     GP_CFG_STR("instance", gp_common_cfg, instance, "", "instance name (default host-pid)"),
+    GP_CFG_STR("nats-inbox-prefix", gp_common_cfg, nats_inbox_prefix, "", "prefix of the bus' reply inbox (default _INBOX; the agent uses its own subtree)"),
     GP_CFG_UINT("request-timeout-ms", gp_common_cfg, request_timeout_ms, 5000, 10, 600000, "deadline of one request"),
     GP_CFG_UINT("redis-timeout-ms", gp_common_cfg, redis_timeout_ms, 2000, 10, 600000, "deadline of one Redis command"),
     GP_CFG_UINT("pg-timeout-ms", gp_common_cfg, pg_timeout_ms, 5000, 10, 600000, "deadline of one PostgreSQL query"),
@@ -235,8 +253,8 @@ static void durable_end(gp_req *req, gp_err rc);
 static void
 send_reply(gp_req *req, gp_err rc)
 {
-    op_rt *o = req->o;
-    gp_buf b;
+    op_rt  *o = req->o;
+    gp_buf *b;
 
     req->replied = true;
     gp_hist_observe(o->latency, gp_mono_s() - req->t0);
@@ -255,26 +273,38 @@ send_reply(gp_req *req, gp_err rc)
         send_error(req->app, req->reply, rc, req->detail);
         return;
     }
-    gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(o->op->out, req->out, &b);
+    b = &req->app->reply_buf;
+    if (b->max == 0)
+        gp_buf_init(b, GP_MAX_MSG_BYTES);
+    gp_buf_reset(b);
+    rc = gp_msg_encode(o->op->out, req->out, b);
     if (rc == GP_EOK) {
-        gp_bus_pub(req->app->bus, req->reply, NULL, b.p, b.n);
+        gp_bus_pub(req->app->bus, req->reply, NULL, b->p, b->n);   /* copies the bytes */
     } else {
         count_error(o, rc);
         GP_ERROR("reply_encode_failed", "route=%s code=%s", o->op->pattern, gp_err_name(rc));
         send_error(req->app, req->reply, rc, "reply could not be encoded");
     }
-    gp_buf_fini(&b);
+    if (b->cap > REPLY_BUF_KEEP)
+        gp_buf_fini(b);
 }
 
 static void
 req_free(gp_req *req)
 {
+    op_rt *o = req->o;
+
     if (req->in != NULL)
-        gp_msg_clear(req->o->op->in, req->in);
-    if (req->out != NULL && req->o->op->out != NULL)
-        gp_msg_clear(req->o->op->out, req->out);
-    free(req);
+        gp_msg_clear(o->op->in, req->in);
+    if (req->out != NULL && o->op->out != NULL)
+        gp_msg_clear(o->op->out, req->out);
+    if (o->nspare < REQ_SPARES) {
+        req->next = o->spare;
+        o->spare = req;
+        o->nspare++;
+    } else {
+        free(req);
+    }
 }
 
 static void maybe_finish_drain(gp_app *app);
@@ -464,7 +494,7 @@ tokenize(gp_req *req)
 {
     char *p = req->toks;
 
-    memcpy(req->toks, req->subject, sizeof(req->toks));
+    memcpy(req->toks, req->subject, strlen(req->subject) + 1);
     req->ntok = 0;
     while (p != NULL && req->ntok < GP_MAX_TOKENS) {
         req->tok[req->ntok++] = p;
@@ -474,17 +504,37 @@ tokenize(gp_req *req)
     }
 }
 
+/* dst = src, cut to cap - 1 bytes as snprintf("%s") would. */
+static void
+copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 static gp_req *
 req_new(sub_rt *s, const char *subject, const char *reply)
 {
-    const gp_op *op = s->o->op;
+    op_rt       *o = s->o;
+    const gp_op *op = o->op;
     size_t       in_sz = op->in->size, out_sz = op->out ? op->out->size : 0;
     size_t       base = (sizeof(gp_req) + 15) & ~(size_t)15;
     size_t       in_al = (in_sz + 15) & ~(size_t)15;
-    gp_req      *req = calloc(1, base + in_al + out_sz);
+    size_t       total = base + in_al + out_sz;
+    gp_req      *req = o->spare;
 
-    if (req == NULL)
+    if (req != NULL) {
+        o->spare = req->next;
+        o->nspare--;
+    } else if ((req = malloc(total)) == NULL) {
         return NULL;
+    }
+    /* zeroed as calloc would, but for the three subject buffers, which are
+     * written just below */
+    memset(req, 0, offsetof(gp_req, reply));
+    memset((char *)req + offsetof(gp_req, tok), 0, total - offsetof(gp_req, tok));
     req->app = s->app;
     req->o = s->o;
     req->r = s->r;
@@ -492,9 +542,8 @@ req_new(sub_rt *s, const char *subject, const char *reply)
     req->deliveries = 1;
     req->in = (char *)req + base;
     req->out = out_sz ? (char *)req + base + in_al : NULL;
-    snprintf(req->subject, sizeof(req->subject), "%s", subject);
-    if (reply != NULL)
-        snprintf(req->reply, sizeof(req->reply), "%s", reply);
+    copy_str(req->subject, sizeof(req->subject), subject);
+    copy_str(req->reply, sizeof(req->reply), reply != NULL ? reply : "");
     tokenize(req);
     return req;
 }
@@ -830,6 +879,7 @@ connect_deps(gp_app *app, const gp_migration *migrations)
                       .user = c->nats_user[0] ? c->nats_user : NULL,
                       .password = c->nats_user[0] ? c->nats_password : NULL,
                       .token = c->nats_token[0] ? c->nats_token : NULL,
+                      .inbox_prefix = c->nats_inbox_prefix[0] ? c->nats_inbox_prefix : NULL,
                       .jetstream = (app->needs & GP_NEED_JS) != 0};
     gp_err      rc = gp_bus_new(app->loop, &bo, on_bus_conn, app, &app->bus);
 
@@ -1456,6 +1506,14 @@ gp_app_free(gp_app *app)
         ev_signal_stop(app->loop, &app->sigterm);
     }
     gp_metrics_free(app->metrics);
+    for (int i = 0; i < app->nops; i++)
+        while (app->ops[i].spare != NULL) {
+            gp_req *r = app->ops[i].spare;
+
+            app->ops[i].spare = r->next;
+            free(r);
+        }
+    gp_buf_fini(&app->reply_buf);
     free(app);
 }
 

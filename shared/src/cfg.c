@@ -6,8 +6,13 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gp/limits.h"
+
+/* The longest string value --check-config and --help show (longer ones
+ * are cut: only shown, never stored so). */
+#define GP_CFG_SHOWN_MAX 1024
 
 typedef void opt_visit(const gp_cfg_opt *o, void *slot, void *arg);
 
@@ -243,13 +248,144 @@ apply_env(const gp_cfg_opt *o, void *slot, void *arg)
         p->rc = set_value(o, slot, v, p->errbuf, p->errlen);
 }
 
+/* Output of gp_cfg_mask: a byte at a time, always NUL-terminated. */
+typedef struct mask_out {
+    char   *p;
+    size_t  n, cap;
+} mask_out;
+
+static void
+put(mask_out *m, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && m->n + 1 < m->cap; i++)
+        m->p[m->n++] = s[i];
+    if (m->cap > 0)
+        m->p[m->n] = '\0';
+}
+
+static const char MASK[] = "****";
+
+/* At in[i] == ':' of "://": masks the userinfo of the authority after it,
+ * if any.  Returns the index to go on from. */
+static size_t
+mask_userinfo(const char *in, size_t i, size_t scheme_at, mask_out *m)
+{
+    size_t a = i + 3, at = 0, colon = 0, j;
+    bool   token;
+
+    put(m, in + i, 3);
+    for (j = a; in[j] != '\0' && strchr("/?# \t\r\n\"',", in[j]) == NULL; j++) {
+        if (in[j] == '@')
+            at = j;                 /* the last '@' ends the userinfo */
+        else if (in[j] == ':' && colon == 0)
+            colon = j;
+    }
+    if (at == 0)
+        return a;
+    if (colon != 0 && colon < at) {
+        put(m, in + a, colon + 1 - a);          /* user: */
+        put(m, MASK, 4);
+    } else {
+        token = false;
+        for (const char *const *s = (const char *const[]){"nats", "tls", "ws", "wss", NULL}; *s; s++)
+            if (i - scheme_at == strlen(*s) && strncasecmp(in + scheme_at, *s, i - scheme_at) == 0)
+                token = true;
+        if (token)
+            put(m, MASK, 4);
+        else
+            put(m, in + a, at - a);             /* a user name alone is no secret */
+    }
+    put(m, "@", 1);
+    return at + 1;
+}
+
+/* At in[i], "password" (any case) was matched: if an '=' follows, masks
+ * the value.  Returns the index to go on from. */
+static size_t
+mask_keyword(const char *in, size_t i, mask_out *m)
+{
+    size_t j = i + 8, v;
+    bool   query = i > 0 && (in[i - 1] == '?' || in[i - 1] == '&');
+
+    while (in[j] == ' ' || in[j] == '\t')
+        j++;
+    if (in[j] != '=') {
+        put(m, in + i, 8);
+        return i + 8;
+    }
+    j++;
+    while (!query && (in[j] == ' ' || in[j] == '\t'))
+        j++;
+    put(m, in + i, j - i);                      /* password = */
+    v = j;
+    if (in[j] == '\'') {                        /* 'quoted \' value' */
+        for (j++; in[j] != '\0' && in[j] != '\''; j++)
+            if (in[j] == '\\' && in[j + 1] != '\0')
+                j++;
+        if (in[j] == '\'')
+            j++;
+    } else {
+        while (in[j] != '\0' && !isspace((unsigned char)in[j]) && in[j] != '"' &&
+               !(query && (in[j] == '&' || in[j] == '#')))
+            j++;
+    }
+    if (j > v)
+        put(m, MASK, 4);
+    return j;
+}
+
+size_t
+gp_cfg_mask(const char *in, char *out, size_t outlen)
+{
+    mask_out m = {out, 0, outlen};
+    size_t   i = 0, scheme_at = 0, start = 0;
+
+    if (outlen == 0)
+        return 0;
+    out[0] = '\0';
+    while (in[i] != '\0') {
+        if (in[i] == ':' && in[i + 1] == '/' && in[i + 2] == '/' && scheme_at < i) {
+            put(&m, in + start, i - start);
+            start = i = mask_userinfo(in, i, scheme_at, &m);
+            scheme_at = i;
+            continue;
+        }
+        if ((in[i] == 'p' || in[i] == 'P') && strncasecmp(in + i, "password", 8) == 0) {
+            put(&m, in + start, i - start);
+            start = i = mask_keyword(in, i, &m);
+            scheme_at = i;
+            continue;
+        }
+        if (!isalnum((unsigned char)in[i]) && in[i] != '+' && in[i] != '-' && in[i] != '.')
+            scheme_at = i + 1;                  /* where a URL scheme would start */
+        i++;
+    }
+    put(&m, in + start, i - start);
+    return m.n;
+}
+
+/* A string option's value as it may be shown. */
+static const char *
+shown(const gp_cfg_opt *o, const char *v, char *buf, size_t len)
+{
+    if (v == NULL || *v == '\0')
+        return "";
+    if (o->flags & GP_CFG_F_SECRET)
+        return MASK;
+    gp_cfg_mask(v, buf, len);
+    return buf;
+}
+
 static void
 print_one(const gp_cfg_opt *o, void *slot, void *arg)
 {
     FILE *out = arg;
+    char  buf[GP_CFG_SHOWN_MAX];
 
     switch (o->type) {
-    case GP_CFG_T_STR:  fprintf(out, "%s=%s\n", o->name, (const char *)slot); break;
+    case GP_CFG_T_STR:
+        fprintf(out, "%s=%s\n", o->name, shown(o, slot, buf, sizeof(buf)));
+        break;
     case GP_CFG_T_INT:  fprintf(out, "%s=%d\n", o->name, *(int *)slot); break;
     case GP_CFG_T_UINT: fprintf(out, "%s=%u\n", o->name, *(unsigned *)slot); break;
     case GP_CFG_T_BOOL: fprintf(out, "%s=%s\n", o->name, *(bool *)slot ? "true" : "false"); break;
@@ -268,16 +404,19 @@ help_one(const gp_cfg_opt *o, void *slot, void *arg)
 {
     FILE *out = arg;
     char  env[128];
-    char  def[64];
+    char  def[GP_CFG_SHOWN_MAX];
 
     (void)slot;
     gp_cfg_env_name(o->name, env, sizeof(env));
-    if (o->type == GP_CFG_T_STR)
-        snprintf(def, sizeof(def), "%s", o->def_str ? o->def_str : "");
-    else if (o->type == GP_CFG_T_BOOL)
+    if (o->type == GP_CFG_T_STR) {
+        const char *d = shown(o, o->def_str, def, sizeof(def));
+        if (d != def)
+            snprintf(def, sizeof(def), "%s", d);
+    } else if (o->type == GP_CFG_T_BOOL) {
         snprintf(def, sizeof(def), "%s", o->def_num ? "true" : "false");
-    else
+    } else {
         snprintf(def, sizeof(def), "%lld [%lld..%lld]", o->def_num, o->min, o->max);
+    }
     fprintf(out, "  --%-22s %s\n  %-24s   env %s, default %s\n", o->name, o->doc, "", env, def);
 }
 
@@ -305,6 +444,15 @@ config_path(int argc, char **argv)
     return getenv("GP_CONFIG");
 }
 
+static bool
+is_bool(const gp_cfg_opt *opts, void *cfg, const char *name)
+{
+    void             *slot = NULL;
+    const gp_cfg_opt *o = find(opts, cfg, name, &slot);
+
+    return o != NULL && o->type == GP_CFG_T_BOOL;
+}
+
 static gp_err
 apply_flags(const char *prog, const gp_cfg_opt *opts, void *cfg, int argc, char **argv,
             int *argi, bool *check, bool *help, char *errbuf, size_t errlen)
@@ -328,6 +476,10 @@ apply_flags(const char *prog, const gp_cfg_opt *opts, void *cfg, int argc, char 
         snprintf(name, sizeof(name), "%.*s", (int)(eq ? eq - a - 2 : (long)strlen(a) - 2), a + 2);
         if (eq != NULL) {
             v = eq + 1;
+        } else if (is_bool(opts, cfg, name)) {
+            bool b;
+            /* a bare bool flag is true; a bool word after it is its value */
+            v = i + 1 < argc && parse_bool(argv[i + 1], &b) == GP_EOK ? argv[++i] : "true";
         } else if (i + 1 < argc) {
             v = argv[++i];
         } else {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/cfg.h"
 #include "gp/limits.h"
 
 /* Written once by gp_log_setup() before any thread starts; read-only after. */
@@ -54,6 +55,7 @@ void
 gp_log(gp_log_level lvl, const char *event, const char *fmt, ...)
 {
     char           line[GP_LOG_LINE];
+    char           fields[GP_LOG_LINE];
     struct timeval tv;
     struct tm      tm;
     size_t         n;
@@ -70,10 +72,12 @@ gp_log(gp_log_level lvl, const char *event, const char *fmt, ...)
     if (len > 0)
         n += (size_t)len < sizeof(line) - n ? (size_t)len : sizeof(line) - n - 1;
     va_start(ap, fmt);
-    len = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+    len = vsnprintf(fields, sizeof(fields), fmt, ap);
     va_end(ap);
+    /* Credentials never reach a log: a URL's password or token, a
+     * conninfo's password=... (gp_cfg_mask). */
     if (len > 0)
-        n += (size_t)len < sizeof(line) - n ? (size_t)len : sizeof(line) - n - 1;
+        n += gp_cfg_mask(fields, line + n, sizeof(line) - n);
     /* One event, one line: a newline inside a value would forge a line. */
     for (size_t i = 0; i < n; i++)
         if (line[i] == '\n' || line[i] == '\r')

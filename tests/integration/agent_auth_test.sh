@@ -38,8 +38,9 @@ G="$B/bin/gpctl --nats-url $ctl --timeout 10000"
     --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
 echo $! >"$D/pids/registry.pid"
 for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
-$G create tenant op --kind operator >/dev/null
-$G create site s1 --tenant op --region r1 >/dev/null
+check "the registry answers health as the control user" sh -c "$G health >/dev/null"
+$G create tenant op --kind operator >/dev/null && $G create site s1 --tenant op --region r1 >/dev/null
+check "a tenant and a site are created" test $? -eq 0
 
 agent() {   # node-id log
     "$B/bin/gridpool-agent" --site s1 --node "$1" --gpu-backend sim --sim-gpus 1 \
@@ -54,8 +55,10 @@ for _ in $(seq 1 100); do
 done
 check "the agent registers and heartbeats with a node-only identity" \
     sh -c "$G get nodes n1 -o json | grep -q '\"state\":\"healthy\"'"
-check "no permission violation for the agent's own traffic" \
-    sh -c "! grep -i 'violation' '$D/auth-nats.log'"
+# The server's log must be there and be the server's (it says it is ready)
+# for "no violation in it" to mean anything.
+check "no permission violation for the agent's own traffic (in the server's log)" \
+    sh -c "grep -q 'Server is ready' '$D/auth-nats.log' && ! grep -i 'violation' '$D/auth-nats.log'"
 check "the agent's /healthz says NATS is up (its health route is in its own subtree)" /usr/bin/python3 -c "
 import re, sys, urllib.request
 port = re.search(r'http_port=(\d+)', open('$D/agent-n1.log').read()).group(1)
@@ -66,10 +69,21 @@ agent n2 agent-n2.log           # n1's credentials, pretending to be n2
 sleep 2
 check "the same credentials cannot register another node (nats-server refuses)" \
     grep -q 'Violation.*gp.node.s1.n2' "$D/auth-nats.log"
-check "and that node never appears" sh -c "! $G get nodes n2 >/dev/null 2>&1"
-check "a wrong password is refused" sh -c "
-    $B/bin/gpctl --nats-url nats://control:wrong@127.0.0.1:$port --timeout 1500 get sites >/dev/null 2>&1
-    test \$? = 3"
+$G get nodes n2 >"$D/n2.out" 2>"$D/n2.err"
+rc=$?
+sed 's/^/#   /' "$D/n2.err"
+check "and that node never appears (exit 1, NOTFOUND; got $rc)" \
+    sh -c "test $rc -eq 1 && grep -q '^gpctl: NOTFOUND: ' '$D/n2.err'"
+$G get nodes n1 >/dev/null 2>&1
+check "while n1 is still found with the same command" test $? -eq 0
+$B/bin/gpctl --nats-url "nats://control:wrong@127.0.0.1:$port" --timeout 1500 get sites \
+    >"$D/wrong.out" 2>"$D/wrong.err"
+rc=$?
+sed 's/^/#   /' "$D/wrong.err"
+check "a wrong password is refused (exit 3, cannot connect; got $rc)" \
+    sh -c "test $rc -eq 3 && grep -q 'cannot connect to NATS at nats://control:\*\*\*\*@127' '$D/wrong.err'"
+check "and gpctl's message does not show that password" sh -c "! grep -q 'control:wrong' '$D/wrong.err' && test -s '$D/wrong.err'"
+check "and nats-server says why (authentication error for user control)" grep -q 'authentication error - User "control"' "$D/auth-nats.log"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

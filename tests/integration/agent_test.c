@@ -1,8 +1,11 @@
 /* agent_test.c -- gridpool-agent against a real NATS, with this test as
  * its control plane (no registry): registration, heartbeats, attempts and
  * their counters, fencing, lease expiry while cut off, kill lists,
- * checkpoints.  Real time is bounded: about 25 s. */
+ * checkpoints; replies in the node's own subtree; ghost nodes (a lease
+ * NOTFOUND re-registers, a registration DENIED stops the agent, and
+ * gridpool-sim takes a refused node down).  Real time: about 40 s. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "msg_gen.h"
@@ -35,6 +38,21 @@ static double            last_grant_at;
 static msg_attempt_ref   kill_list[4];
 static int               nkill;
 static int               lease_seen_attempts;
+static char              reg_reply[GP_MAX_SUBJECT + 1];   /* reply subject of the last register */
+static gp_err            lease_err, register_err;        /* answer with this error instead */
+static int               nregister_req;
+
+/* The registry's error reply (ghost nodes: NOTFOUND, DENIED). */
+static void
+answer_error(const gp_bus_msg *m, gp_err code, const char *message)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_encode_error(code, message, &b);
+    gp_bus_pub(bus, m->reply, NULL, b.p, b.n);
+    gp_buf_fini(&b);
+}
 
 static void
 answer(const gp_bus_msg *m, const gp_arr *attempts)
@@ -63,6 +81,12 @@ on_register(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_node_register_desc, &reg);
     if (gp_msg_decode(&msg_node_register_desc, m->data, m->len, &reg, NULL, 0) != GP_EOK)
         return;
+    nregister_req++;
+    snprintf(reg_reply, sizeof(reg_reply), "%s", m->reply ? m->reply : "");
+    if (answering && m->reply != NULL && register_err != GP_EOK) {
+        answer_error(m, register_err, "node deleted by an operator");
+        return;
+    }
     if (answering && m->reply != NULL) {
         answer(m, &reg.attempts);
         registered++;
@@ -78,7 +102,9 @@ on_lease(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_lease_renew_desc, m->data, m->len, &l, NULL, 0) != GP_EOK)
         return;
     lease_seen_attempts = (int)l.attempts.n;
-    if (answering && m->reply != NULL)
+    if (answering && m->reply != NULL && lease_err != GP_EOK)
+        answer_error(m, lease_err, "no such node: register again");
+    else if (answering && m->reply != NULL)
         answer(m, &l.attempts);
     gp_msg_clear(&msg_lease_renew_desc, &l);
 }
@@ -203,8 +229,9 @@ signal_cmd(const char *job, uint32_t attempt, int action)
                    &msg_attempt_ack_desc, &ack, 3000, detail, sizeof(detail));
 }
 
+/* log: the agent's output goes there (NULL: inherited). */
 static pid_t
-start_agent(void)
+start_agent_log(const char *log)
 {
     char  bin[512], port[32];
     char  a[14][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
@@ -219,7 +246,43 @@ start_agent(void)
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", tl_free_port());
-    return tl_spawn(argv);
+    if (log == NULL)
+        return tl_spawn(argv);
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static pid_t
+start_agent(void)
+{
+    return start_agent_log(NULL);
+}
+
+/* Does the file hold a line with every one of the words? */
+static bool
+log_has(const char *path, const char *w1, const char *w2)
+{
+    char  line[2048];
+    bool  found = false;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, w1) != NULL && (w2 == NULL || strstr(line, w2) != NULL);
+    fclose(f);
+    return found;
 }
 
 static void
@@ -246,6 +309,65 @@ test_register_and_heartbeats(void)
     T_OKM(last_hb.uplink_rtt_ms > 0 && last_hb.uplink_rtt_ms < 1000, "uplink rtt %.2f ms",
           last_hb.uplink_rtt_ms);
     T_OK(last_hb.disk == MSG_HEARTBEAT_DISK_OK && last_hb.attempts.n == 0);
+    /* Typed calls on the bus inbox, inside the node's own subtree (its NATS
+     * identity has no rights elsewhere). */
+    T_OKM(strncmp(reg_reply, "gp.node." SITE "." NODE "._reply.", 21) == 0,
+          "the register reply comes back in the node's subtree (%s)", reg_reply);
+}
+
+/* Ghost nodes: a lease answered NOTFOUND makes the agent register again at
+ * once; a registration answered DENIED stops it for good (attempts
+ * killed, process exits non-zero).  A second agent, its log captured. */
+static void
+test_ghost_node(void)
+{
+    char            log[600], detail[GP_ERRBUF_LEN] = "";
+    msg_attempt_ack ack;
+    pid_t           apid;
+    int             r0, st;
+    double          t0;
+
+    snprintf(log, sizeof(log), "%s/agent-ghost.log", tl_env("GP_STACK_DIR"));
+    lease_err = register_err = GP_EOK;
+    r0 = registered;
+    apid = start_agent_log(log);
+    t0 = tl_now();
+    while (registered == r0 && tl_now() < t0 + 10)
+        spin(0.02);
+    T_OKM(registered > r0, "a second agent registers");
+    T_EQ_INT(run_cmd("j6", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
+    r0 = registered;
+    lease_err = GP_ENOTFOUND;          /* the registry lost the node */
+    t0 = tl_now();
+    while (registered == r0 && tl_now() < t0 + LEASE_MS / 3000.0 + 3)
+        spin(0.02);
+    lease_err = GP_EOK;
+    T_OKM(registered > r0, "a lease answered NOTFOUND: registered again %.2f s later",
+          tl_now() - t0);
+    T_OKM(log_has(log, "event=agent_reregister", "reason=lease_notfound"),
+          "agent_reregister reason=lease_notfound logged");
+    T_OKM(alive(ack.pid), "its attempt keeps running");
+    spin(0.3);
+    register_err = GP_EDENIED;         /* an operator deleted the node */
+    lease_err = GP_ENOTFOUND;          /* makes it register: DENIED */
+    t0 = tl_now();
+    st = -1;
+    while (st < 0 && tl_now() < t0 + LEASE_MS / 3000.0 + 5) {   /* answering meanwhile */
+        int ws;
+
+        spin(0.02);
+        if (waitpid(apid, &ws, WNOHANG) == apid)
+            st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    }
+    T_OKM(st > 0, "a registration answered DENIED: the agent exits non-zero (status %d, %.2f s)",
+          st, tl_now() - t0);
+    T_OKM(log_has(log, "event=agent_stopped", "reason=register_DENIED"),
+          "agent_stopped reason=register_DENIED logged");
+    spin(0.3);
+    T_OKM(!alive(ack.pid), "its attempt is killed");
+    if (st < 0)
+        kill(apid, SIGTERM), tl_wait_exit(apid, 5);
+    lease_err = register_err = GP_EOK;
 }
 
 static int
@@ -330,7 +452,7 @@ test_kill_list(void)
     T_OKM(e != NULL, "an attempt on a reply's kill list is stopped");
     T_OKM(e != NULL && e->exit_code == 128 + SIGTERM, "by SIGTERM (exit_code %d)",
           e ? e->exit_code : -1);
-    T_OK(!alive(ack.pid));
+    T_OKM(ack.pid > 0 && !alive(ack.pid), "the killed attempt (pid %d) is gone", (int)ack.pid);
 }
 
 static void
@@ -366,6 +488,161 @@ test_checkpoint_env_exit(void)
     T_OKM(e != NULL && e->exit_code == 3, "exited with its exit code (%d)", e ? e->exit_code : -1);
 }
 
+/* ---- the simulator's side of a refusal -------------------------------------- */
+
+static char sim_victim_site[64], sim_victim[64];  /* the node this "registry" refuses */
+static bool sim_ghost;                            /* refuse it now */
+static int  sim_registered, sim_denied, sim_victim_hb;
+
+/* "gp.node.<site>.<node>.<verb>" -> node (and site). */
+static void
+subj_node(const char *subj, char *site, char *node, size_t n)
+{
+    const char *p = subj + strlen("gp.node."), *q = strchr(p, '.'), *r = q ? strchr(q + 1, '.') : NULL;
+
+    site[0] = node[0] = '\0';
+    if (strncmp(subj, "gp.node.", 8) != 0 || q == NULL || r == NULL)
+        return;
+    snprintf(site, n, "%.*s", (int)(q - p), p);
+    snprintf(node, n, "%.*s", (int)(r - q - 1), q + 1);
+}
+
+static void
+sim_answer(const gp_bus_msg *m, const gp_arr *attempts)
+{
+    msg_node_registered r;
+    gp_buf              b;
+
+    memset(&r, 0, sizeof(r));
+    r.heartbeat_ms = 300;
+    r.lease_ms = 1500;
+    r.keep = *attempts;
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_encode(&msg_node_registered_desc, &r, &b);
+    gp_bus_pub(bus, m->reply, NULL, b.p, b.n);
+    gp_buf_fini(&b);
+}
+
+static void
+sim_on_register(void *arg, const gp_bus_msg *m)
+{
+    msg_node_register r;
+
+    (void)arg;
+    memset(&r, 0, sizeof(r));
+    if (m->reply == NULL || gp_msg_decode(&msg_node_register_desc, m->data, m->len, &r, NULL, 0) != GP_EOK)
+        return;
+    if (sim_victim[0] == '\0') {
+        snprintf(sim_victim_site, sizeof(sim_victim_site), "%s", r.site);
+        snprintf(sim_victim, sizeof(sim_victim), "%s", r.node);
+    }
+    if (sim_ghost && strcmp(r.node, sim_victim) == 0) {
+        answer_error(m, GP_EDENIED, "node deleted by an operator");
+        sim_denied++;
+    } else {
+        sim_answer(m, &r.attempts);
+        sim_registered++;
+    }
+    gp_msg_clear(&msg_node_register_desc, &r);
+}
+
+static void
+sim_on_lease(void *arg, const gp_bus_msg *m)
+{
+    msg_lease_renew l;
+    char            site[64], node[64];
+
+    (void)arg;
+    memset(&l, 0, sizeof(l));
+    subj_node(m->subject, site, node, sizeof(node));
+    if (m->reply == NULL || gp_msg_decode(&msg_lease_renew_desc, m->data, m->len, &l, NULL, 0) != GP_EOK)
+        return;
+    if (sim_ghost && strcmp(node, sim_victim) == 0)
+        answer_error(m, GP_ENOTFOUND, "no such node: register again");
+    else
+        sim_answer(m, &l.attempts);
+    gp_msg_clear(&msg_lease_renew_desc, &l);
+}
+
+static void
+sim_on_hb(void *arg, const gp_bus_msg *m)
+{
+    char site[64], node[64];
+
+    (void)arg;
+    subj_node(m->subject, site, node, sizeof(node));
+    sim_victim_hb += sim_victim[0] != '\0' && strcmp(node, sim_victim) == 0;
+}
+
+/* gridpool-sim with this test as its registry: one node is refused (a
+ * lease NOTFOUND, then its registration DENIED): the simulator takes that
+ * node down (no heartbeats, its command routes unbound) and runs on. */
+static void
+test_sim_refused(void)
+{
+    char            bin[512], log[600], subj[GP_MAX_SUBJECT + 1], detail[GP_ERRBUF_LEN] = "";
+    char            a[12][16] = {"--sites", "1", "--seed", "7", "--admin=false", "--spread-ms", "0",
+                                 "--heartbeat-ms", "300", "--http-port", "0", ""};
+    char           *argv[13];
+    gp_bus_sub     *subs[3];
+    msg_run_attempt r;
+    msg_attempt_ack ack;
+    pid_t           pid;
+    double          t0;
+    int             hb0, ws;
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-sim", tl_env("GP_BUILD"));
+    snprintf(log, sizeof(log), "%s/sim-refused.log", tl_env("GP_STACK_DIR"));
+    argv[0] = bin;
+    for (int i = 0; i < 11; i++)
+        argv[i + 1] = a[i];
+    argv[12] = NULL;
+    gp_bus_sub_new(bus, "gp.node.*.*.register", NULL, sim_on_register, NULL, &subs[0]);
+    gp_bus_sub_new(bus, "gp.node.*.*.lease", NULL, sim_on_lease, NULL, &subs[1]);
+    gp_bus_sub_new(bus, "gp.node.*.*.hb", NULL, sim_on_hb, NULL, &subs[2]);
+    spin(0.2);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    t0 = tl_now();
+    while (sim_victim_hb < 2 && tl_now() < t0 + 15)
+        spin(0.02);
+    T_OKM(sim_victim_hb >= 2, "simulated node %s registers and heartbeats", sim_victim);
+    sim_ghost = true;                  /* an operator deleted it */
+    t0 = tl_now();
+    while (sim_denied == 0 && tl_now() < t0 + 5)
+        spin(0.02);
+    T_OKM(sim_denied > 0, "its lease NOTFOUND, its registration DENIED (%.2f s)", tl_now() - t0);
+    spin(0.5);
+    hb0 = sim_victim_hb;
+    spin(1.5);
+    T_OKM(sim_victim_hb == hb0, "the simulator stops that node's heartbeats (%d more)",
+          sim_victim_hb - hb0);
+    memset(&r, 0, sizeof(r));
+    snprintf(r.job_id, sizeof(r.job_id), "j9");
+    r.attempt = 1;
+    snprintf(r.command, sizeof(r.command), "true");
+    snprintf(subj, sizeof(subj), "gp.node.%s.%s.cmd.run", sim_victim_site, sim_victim);
+    T_EQ_INT(tl_call(loop, bus, subj, &msg_run_attempt_desc, &r, &msg_attempt_ack_desc, &ack, 1000,
+                     detail, sizeof(detail)), GP_ENOROUTE);
+    T_OKM(log_has(log, "event=agent_stopped", "reason=register_DENIED") &&
+              log_has(log, "event=sim_node_refused", sim_victim),
+          "agent_stopped and sim_node_refused logged");
+    T_OKM(waitpid(pid, &ws, WNOHANG) == 0, "the simulator runs on");
+    kill(pid, SIGTERM);
+    T_OKM(tl_wait_exit(pid, 10) == 0, "and stops on SIGTERM with status 0");
+    for (int i = 0; i < 3; i++)
+        gp_bus_sub_free(subs[i]);
+}
+
 int
 main(void)
 {
@@ -395,7 +672,9 @@ main(void)
     kill(agent_pid, SIGTERM);
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
     spin(0.2);
-    T_OKM(!alive(last_pid), "and takes its attempts with it");
+    T_OKM(last_pid > 0 && !alive(last_pid), "and takes its attempts with it (pid %d)", last_pid);
+    test_ghost_node();
+    test_sim_refused();
     for (int i = 0; i < 4; i++)
         gp_bus_sub_free(subs[i]);
     gp_msg_clear(&msg_node_register_desc, &reg);

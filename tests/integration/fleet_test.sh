@@ -4,7 +4,9 @@
 # per site and per pool match the simulator's own inventory, describe
 # shows telemetry, FLUSHALL heals within two heartbeat intervals, and a
 # stopped node goes stale after the configured missed beats and healthy
-# again when it resumes.  Run by tests/run.sh through with-stack.sh.
+# again when it resumes; a node an operator deletes is refused when its
+# agent comes back (lease NOTFOUND, re-registration DENIED) and its agent
+# stops, until the operator readmits it.  Run by tests/run.sh through with-stack.sh.
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR
@@ -21,7 +23,7 @@ now() { date +%s.%N; }
 py() { /usr/bin/python3 -c "$@"; }
 
 "$B/bin/gridpool-registry" --config "$D/gp.env" --heartbeat-ms $HB_MS --stale-beats 3 \
-    --sweep-ms 250 --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
+    --lease-ms 6000 --sweep-ms 250 --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
 echo $! >"$D/pids/registry.pid"
 for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
 check "registry healthy" $G health
@@ -102,8 +104,37 @@ for _ in $(seq 1 100); do
 done
 took=$(py "print(round($(now) - $resumed, 1))")
 check "healthy again ${took} s after it resumes" py "import sys; sys.exit(not ($took <= 4.0))"
-check "registry logged no errors" \
-    py "import sys; sys.exit('level=error' in open('$D/registry.log').read())"
+# An operator deletes a live node: its next beats are dropped, its lease
+# renewal (every lease/3 = 2 s) gets NOTFOUND, it registers again and is
+# refused DENIED, and its agent stops.
+second=$(py "import json; print(json.load(open('$D/nodes.json'))[1]['id'])")
+check "gpctl delete node $second" $G delete node "$second"
+deleted=$(now)
+for _ in $(seq 1 150); do
+    grep -q "event=agent_stopped .*node=$second reason=register_DENIED" "$D/sim.log" && break
+    sleep 0.1
+done
+took=$(py "print(round($(now) - $deleted, 1))")
+check "the deleted node's agent re-registered, was refused DENIED and stopped (${took} s)" \
+    grep -q "event=agent_stopped .*node=$second reason=register_DENIED" "$D/sim.log"
+check "it re-registered because its lease renewal said NOTFOUND" \
+    grep -q "event=agent_reregister .*node=$second reason=lease_notfound" "$D/sim.log"
+sleep $((HB_MS / 1000 + 1))
+$G get nodes "$second" >"$D/deleted.out" 2>&1
+rc=$?
+check "and it stays deleted: gpctl get nodes $second exits 1 NOTFOUND (rc $rc)" \
+    py "import sys; sys.exit(not ($rc == 1 and 'NOTFOUND' in open('$D/deleted.out').read()))"
+check "gpctl readmit node $second" $G readmit node "$second"
+$G readmit node "$second" >"$D/readmit2.out" 2>&1
+rc=$?
+check "a second readmit: exit 1 NOTFOUND, it is not deleted any more (rc $rc)" \
+    py "import sys; sys.exit(not ($rc == 1 and 'NOTFOUND' in open('$D/readmit2.out').read()))"
+$G readmit site "$second" >/dev/null 2>&1
+rc=$?
+check "readmit of anything but a node is a usage error (rc $rc)" test "$rc" = 2
+
+check "registry logged no errors (and its log is there: it logged its start)" \
+    py "import sys; t = open('$D/registry.log').read(); sys.exit('level=error' in t or 'event=starting' not in t)"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

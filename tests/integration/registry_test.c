@@ -4,12 +4,26 @@
  * dropped, stale after missed beats and healthy again, Redis FLUSHALL
  * healed by the next beats, pool capacity. */
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 #include <msgpack.h>
+#include <stdarg.h>
 
 #include "msg_gen.h"
 #include "testlib.h"
+#include "../../services/registry/scripts.h"
 
 #define HB_MS 400
+/* The live-view key of a node of site s1 (the registry's layout). */
+static const char *
+NODE_KEY(const char *id)
+{
+    static char key[4][REGISTRY_KEY_LEN];
+    static int  k;
+
+    k = (k + 1) % 4;
+    registry_node_key(key[k], registry_shard("s1"), id);
+    return key[k];
+}
 
 static struct ev_loop *loop;
 static gp_bus         *bus;
@@ -57,19 +71,15 @@ on_state(void *arg, const gp_bus_msg *m)
 }
 
 static void
-beat(struct ev_loop *l, ev_timer *w, int revents)
+send_beat(const char *node)
 {
     msg_heartbeat     hb = {0};
     msg_gpu_telemetry g[2] = {{0}};
     gp_buf            b;
+    char              subj[128];
 
-    (void)l;
-    (void)w;
-    (void)revents;
-    if (!beating)
-        return;
     snprintf(hb.site, sizeof(hb.site), "s1");
-    snprintf(hb.node, sizeof(hb.node), "n1");
+    snprintf(hb.node, sizeof(hb.node), "%s", node);
     hb.seq = ++hb_seq;
     hb.sent_ms = (uint64_t)time(NULL) * 1000;
     hb.uplink_rtt_ms = 12.5;
@@ -83,8 +93,29 @@ beat(struct ev_loop *l, ev_timer *w, int revents)
     hb.gpus.n = 2;
     gp_buf_init(&b, 0);
     gp_msg_encode(&msg_heartbeat_desc, &hb, &b);
-    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, b.p, b.n);
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.hb", node);
+    gp_bus_pub(bus, subj, NULL, b.p, b.n);
     gp_buf_fini(&b);
+}
+
+/* Extra nodes p1..p4 beat while their bit in beating_p is set. */
+static unsigned beating_p;
+
+static void
+beat(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l;
+    (void)w;
+    (void)revents;
+    if (beating)
+        send_beat("n1");
+    for (int i = 0; i < 4; i++) {
+        char node[16];
+
+        snprintf(node, sizeof(node), "p%d", i + 1);
+        if (beating_p & (1u << i))
+            send_beat(node);
+    }
 }
 
 static void
@@ -249,6 +280,8 @@ bad_heartbeats(void)
     free(body);
 }
 
+static gp_err lease(const char *node, char *d);
+
 static void
 test_live(void)
 {
@@ -290,6 +323,12 @@ test_live(void)
     freeReplyObject(rep);
     redisFree(rc2);
     seen = (uint64_t)time(NULL) * 1000;
+    {
+        char d[GP_ERRBUF_LEN] = "";
+
+        /* its 'reg' mark is gone until the reseed: PostgreSQL vouches for it */
+        expect("lease of a registered node right after FLUSHALL", lease("n1", d), GP_EOK, d);
+    }
     wait_s(HB_MS * 2 / 1000.0);
     n = get_node(&rc);
     T_OKM(rc == GP_EOK && n.last_seen_ms >= seen - 1000 && GP_HAS(&n, MSG_NODE__TELEMETRY),
@@ -313,6 +352,140 @@ test_live(void)
     n = get_node(&rc);
     T_OKM(n.state == MSG_NODE_STATE_STATE_HEALTHY, "and healthy again when it beats");
     gp_msg_clear(&msg_node_desc, &n);
+}
+
+static char last_detail[GP_ERRBUF_LEN];
+
+static void
+register_at(const char *site, const char *node, gp_err want)
+{
+    char               *d = last_detail, subj[128];
+    msg_node_register   q = {0};
+    msg_node_registered r = {0};
+    gp_err              rc;
+
+    snprintf(q.site, sizeof(q.site), "%s", site);
+    snprintf(q.node, sizeof(q.node), "%s", node);
+    snprintf(q.agent_version, sizeof(q.agent_version), "test");
+    snprintf(subj, sizeof(subj), "gp.node.%s.%s.register", site, node);
+    rc = call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d);
+    expect(subj, rc, want, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
+static void
+register_node(const char *node, gp_err want)
+{
+    register_at("s1", node, want);
+}
+
+static redisReply *
+redis(const char *fmt, ...)
+{
+    redisContext *c = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    redisReply   *rep;
+    va_list       ap;
+
+    va_start(ap, fmt);
+    rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    redisFree(c);
+    return rep;
+}
+
+static gp_err
+lease(const char *node, char *d)
+{
+    char                subj[128];
+    msg_lease_renew     q = {0};
+    msg_node_registered r = {0};
+    gp_err              rc;
+
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.lease", node);
+    rc = call(subj, &msg_lease_renew_desc, &q, &msg_node_registered_desc, &r, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+    return rc;
+}
+
+static long long
+redis_int(const char *fmt, const char *arg)
+{
+    redisReply *rep = redis(fmt, arg);
+    long long   v = rep != NULL && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+
+    freeReplyObject(rep);
+    return v;
+}
+
+static double
+metric(const char *series)
+{
+    char  *body = NULL;
+    double v = -1;
+
+    if (tl_http_get(http_port, "/metrics", &body) > 0)
+        v = tl_metric(body, series);
+    free(body);
+    return v;
+}
+
+/* A node the inventory does not have: its beats are dropped and counted
+ * (nothing appears in Redis), its lease is refused NOTFOUND. */
+static void
+test_ghost(void)
+{
+    char d[GP_ERRBUF_LEN] = "";
+
+    send_beat("g1");
+    send_beat("g1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("g1")) == 0, "a never-registered node's beat creates no live hash");
+    T_OKM(metric("gp_registry_heartbeats_unknown_node_total") >= 2, "its beats are counted");
+    expect("lease of a never-registered node", lease("g1", d), GP_ENOTFOUND, d);
+    T_OKM(strstr(d, "register again") != NULL, "the detail says to register again: %s", d);
+    expect("lease of a registered node", lease("n1", d), GP_EOK, d);
+}
+
+/* The live view stores the heartbeat as decoded and re-encoded, not the
+ * body: a beat carrying a large unknown key stores a small hb field. */
+static void
+test_hb_reencoded(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer  pk;
+    size_t          big = 600 * 1024;
+    char           *junk = malloc(big);
+    redisReply     *rep;
+    long long       n = -1;
+
+    beating = 0;
+    memset(junk, 'x', big);
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 6);
+    msgpack_pack_str_with_body(&pk, "sent_ms", 7);
+    msgpack_pack_uint64(&pk, (uint64_t)time(NULL) * 1000);
+    msgpack_pack_str_with_body(&pk, "site", 4);
+    msgpack_pack_str_with_body(&pk, "s1", 2);
+    msgpack_pack_str_with_body(&pk, "node", 4);
+    msgpack_pack_str_with_body(&pk, "n1", 2);
+    msgpack_pack_str_with_body(&pk, "seq", 3);
+    msgpack_pack_uint64(&pk, ++hb_seq);
+    msgpack_pack_str_with_body(&pk, "gpus", 4);
+    msgpack_pack_array(&pk, 0);
+    msgpack_pack_str_with_body(&pk, "x-unknown", 9);
+    msgpack_pack_str_with_body(&pk, junk, big);
+    gp_bus_pub(bus, "gp.node.s1.n1.hb", NULL, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    free(junk);
+    wait_s(0.7);
+    rep = redis("HSTRLEN %s hb", NODE_KEY("n1"));
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
+        n = rep->integer;
+    freeReplyObject(rep);
+    T_OKM(n > 0 && n < 4096, "a beat with a 600 KB unknown key stores a small hb (%lld bytes)", n);
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
 }
 
 static void
@@ -352,6 +525,117 @@ test_capacity_and_delete(void)
     snprintf(id.id, sizeof(id.id), "n1");
     expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
     expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
+
+    /* deleted by an operator: beats dropped, lease NOTFOUND, registration DENIED */
+    send_beat("n1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 0, "a beat of a deleted node recreates nothing in Redis");
+    expect("lease of a deleted node", lease("n1", d), GP_ENOTFOUND, d);
+    register_node("n1", GP_EDENIED);
+    T_OKM(strstr(last_detail, "deleted by an operator at 20") != NULL, "DENIED says when: %s", last_detail);
+    {
+        msg_id_request ra = {0};
+
+        snprintf(ra.id, sizeof(ra.id), "n1");
+        expect("readmit", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_EOK, d);
+        expect("readmit again", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_ENOTFOUND, d);
+        snprintf(id.id, sizeof(id.id), "never");
+        expect("readmit a node never deleted", call("gp.admin.node.readmit", &msg_id_request_desc, &id, &msg_id_request_desc, &ra, d), GP_ENOTFOUND, d);
+    }
+    register_node("n1", GP_EOK);
+    send_beat("n1");
+    wait_s(0.5);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 1, "re-admitted and registered, its beats count again");
+    expect("lease after re-admission", lease("n1", d), GP_EOK, d);
+}
+
+/* "stale,stale,..." for p1..p4 from nodes.state, or "" without PostgreSQL. */
+static void
+pg_states(char *out, size_t len)
+{
+    PGconn   *c = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    PGresult *res;
+
+    out[0] = '\0';
+    if (PQstatus(c) == CONNECTION_OK) {
+        res = PQexec(c, "SELECT string_agg(state, ',' ORDER BY id) FROM nodes WHERE id LIKE 'p_'");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+            snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    PQfinish(c);
+}
+
+/* PostgreSQL stopped while nodes change state: every transition reaches
+ * nodes.state once it is back (the failed batch is retried). */
+static void
+test_pg_outage(void)
+{
+    char      states[256];
+    char     *body = NULL;
+    long long retries = 0;
+    double    t0;
+
+    for (int i = 1; i <= 4; i++) {
+        char node[16];
+
+        snprintf(node, sizeof(node), "p%d", i);
+        register_node(node, GP_EOK);
+    }
+    beating_p = 0xf;
+    wait_s(HB_MS * 2.5 / 1000);
+    pg_states(states, sizeof(states));
+    T_OKM(strcmp(states, "healthy,healthy,healthy,healthy") == 0, "p1..p4 healthy (%s)", states);
+    tl_stack("stop-pg");
+    beating_p = 0;
+    wait_s(HB_MS * 3 / 1000.0 + 1.5);           /* all four found stale, PostgreSQL down */
+    wait_s(6.0);                                /* past the 5 s query deadline */
+    tl_stack("start-pg");
+    t0 = tl_now();
+    do {
+        wait_s(0.5);
+        pg_states(states, sizeof(states));
+    } while (strcmp(states, "stale,stale,stale,stale") != 0 && tl_now() - t0 < 30);
+    T_OKM(strcmp(states, "stale,stale,stale,stale") == 0,
+          "every transition made while PostgreSQL was down is in nodes.state (%s)", states);
+    if (tl_http_get(http_port, "/metrics", &body) > 0)
+        retries = tl_metric(body, "gp_registry_state_write_retries_total");
+    free(body);
+    T_OKM(retries >= 1, "the failed batch was retried (%lld)", retries);
+    beating_p = 0;
+}
+
+/* A node that registers at another site leaves nothing in its old site's
+ * shard: no hash the sweep would later call stale, no index entry. */
+static void
+test_site_move(void)
+{
+    char        d[GP_ERRBUF_LEN] = "", old_seen[REGISTRY_KEY_LEN], new_key[REGISTRY_KEY_LEN];
+    msg_site    st = {0}, sout = {0};
+    redisReply *rep;
+    int         in_old_index;
+
+    snprintf(st.id, sizeof(st.id), "s7");
+    snprintf(st.tenant, sizeof(st.tenant), "op");
+    snprintf(st.region, sizeof(st.region), "eu-west");
+    expect("create site s7", call("gp.admin.site.create", &msg_site_desc, &st, &msg_site_desc, &sout, d), GP_EOK, d);
+    gp_msg_clear(&msg_site_desc, &sout);
+    T_OKM(registry_shard("s1") != registry_shard("s7"), "s1 and s7 are in different shards");
+    register_node("mv1", GP_EOK);
+    send_beat("mv1");
+    wait_s(0.3);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("mv1")) == 1, "mv1 live at s1");
+    register_at("s7", "mv1", GP_EOK);
+    wait_s(0.3);
+    registry_seen_key(old_seen, registry_shard("s1"));
+    registry_node_key(new_key, registry_shard("s7"), "mv1");
+    rep = redis("ZSCORE %s mv1", old_seen);
+    in_old_index = rep != NULL && rep->type == REDIS_REPLY_STRING;
+    freeReplyObject(rep);
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("mv1")) == 0 && !in_old_index,
+          "moved to s7: nothing left in s1's shard (hash %lld, in index %d)",
+          redis_int("EXISTS %s", NODE_KEY("mv1")), in_old_index);
+    T_OKM(redis_int("EXISTS %s", new_key) == 1, "mv1 live at s7");
 }
 
 int
@@ -385,8 +669,12 @@ main(void)
     ev_timer_start(loop, &hb);
     test_admin();
     test_register();
+    test_ghost();
     test_live();
+    test_hb_reencoded();
     test_capacity_and_delete();
+    test_pg_outage();
+    test_site_move();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

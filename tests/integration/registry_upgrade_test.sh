@@ -73,7 +73,7 @@ ok "first start on an empty database" $?
         >/dev/null 2>&1
 ok "rows written" $?
 stop
-[ "$(sql "DROP TABLE gp_migrations")" = "" ] &&
+[ "$(sql "DROP TABLE gp_migrations; DROP TABLE retired_nodes")" = "" ] &&
     [ "$(sql "SELECT to_regclass('gp_migrations') IS NULL AND to_regclass('sites') IS NOT NULL")" = t ]
 ok "database as the unversioned registry left it: tables, rows, no gp_migrations" $?
 
@@ -81,10 +81,10 @@ ok "database as the unversioned registry left it: tables, rows, no gp_migrations
 start
 healthy
 ok "registry starts on it" $?
-grep -q 'event=pg_schema service=registry version=1 applied=1' "$tmp/reg.log"
-ok "log: step 1 applied (adopted)" $?
-[ "$(sql "SELECT string_agg(version || ' ' || name, ',') FROM gp_migrations WHERE service = 'registry'")" = "1 initial schema" ]
-ok "gp_migrations: step 1 recorded once" $?
+grep -q 'event=pg_schema service=registry version=2 applied=2' "$tmp/reg.log"
+ok "log: step 1 applied (adopted) and step 2 (retired nodes) run" $?
+[ "$(sql "SELECT string_agg(version || ' ' || name, ',') FROM gp_migrations WHERE service = 'registry'")" = "1 initial schema,2 retired nodes" ]
+ok "gp_migrations: steps 1 and 2 recorded once" $?
 "$GPCTL" get site s1 -o json >"$tmp/site.json" 2>&1 &&
     /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/site.json')); d = d[0] if isinstance(d, list) else d; sys.exit(0 if d['tenant'] == 'op' and d['power_prices'][1]['price_micros_per_kwh'] == 250000 else 1)"
 ok "the site is intact, read through the registry" $?
@@ -95,15 +95,18 @@ stop
 start
 healthy
 ok "restart" $?
-grep -q 'event=pg_schema service=registry version=1 applied=0' "$tmp/reg.log" &&
+grep -q 'event=pg_schema service=registry version=2 applied=0' "$tmp/reg.log" &&
     ! grep -q 'event=pg_migrate_step' "$tmp/reg.log"
 ok "log: nothing applied" $?
-[ "$(sql "SELECT applied_at FROM gp_migrations WHERE service = 'registry'")" = "$before" ]
-ok "the record is untouched" $?
+# $before must be a timestamp: two equal error messages (or two empty
+# answers) must not pass for an untouched record.
+after=$(sql "SELECT applied_at FROM gp_migrations WHERE service = 'registry'")
+echo "$before" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+' && [ "$after" = "$before" ]
+ok "the record is untouched ($before)" $?
 stop
 
 # ---- 4. newer than known: refused ----------------------------------------------------
-sql "INSERT INTO gp_migrations (service, version, name) VALUES ('registry', 2, 'from a newer build')" >/dev/null
+sql "INSERT INTO gp_migrations (service, version, name) VALUES ('registry', 3, 'from a newer build')" >/dev/null
 start
 rc=
 for _ in $(seq 1 150); do
@@ -117,9 +120,9 @@ for _ in $(seq 1 150); do
 done
 [ -n "$rc" ] && [ "$rc" -ne 0 ]
 ok "registry exits non-zero (rc=${rc:-still running})" $?
-grep -q 'event=pg_schema_refused service=registry err=CONFLICT detail="database has registry schema version 2, this build knows up to version 1' "$tmp/reg.log"
+grep -q 'event=pg_schema_refused service=registry err=CONFLICT detail="database has registry schema version 3, this build knows up to version 2' "$tmp/reg.log"
 ok "log: pg_schema_refused names both versions" $?
-[ "$(sql "SELECT count(*) FROM gp_migrations WHERE service = 'registry'")" = 2 ]
+[ "$(sql "SELECT count(*) FROM gp_migrations WHERE service = 'registry'")" = 3 ]
 ok "nothing recorded or removed" $?
 
 echo "1..$n"

@@ -132,7 +132,7 @@ test_determinism(const char *dir)
     tb = slurp(b);
     tc = slurp(c);
     T_OKM(ta[0] != '\0' && strcmp(ta, tb) == 0, "the same seed builds the same fleet");
-    T_OKM(strcmp(ta, tc) != 0, "another seed another one");
+    T_OKM(tc[0] != '\0' && strcmp(ta, tc) != 0, "another seed another one");
     if ((p = strstr(ta, "\"nodes\":")) != NULL && strstr(p + 1, "\"nodes\":") == NULL)
         nodes = atoi(p + 8);
     else if ((p = strstr(ta, "],\n\"nodes\":")) != NULL)

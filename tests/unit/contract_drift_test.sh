@@ -3,7 +3,7 @@
 # schemas/asyncapi.json says, both ways.
 #
 # Every service binary prints the operations it serves, declares or binds
-# (--print-routes true: "<service> <operation id> <subject pattern>") and
+# (--print-routes, a bare bool flag: "<service> <operation id> <subject pattern>") and
 # exits without serving.  Fails when a service serves an operation that is
 # not in the contract or that the contract does not give to it
 # (x-gp-service), when a receive operation of the contract is served by
@@ -53,7 +53,7 @@ for s in $services; do
     # and databases are not reachable and need not be.
     extra=()
     [ "$s" = agent ] && extra=(--site s0001 --node s0001-n1 --gpu-backend sim)
-    if GP_NATS_URL=nats://127.0.0.1:1 timeout 20 "$b" --print-routes true --http-port -1 \
+    if GP_NATS_URL=nats://127.0.0.1:1 timeout 20 "$b" --print-routes --http-port -1 \
             "${extra[@]}" >"$tmp/$s.routes" 2>"$tmp/$s.err"; then
         ok "$s --print-routes exits 0"
     else
@@ -106,11 +106,15 @@ fi
 # No contract subject as a string literal in services/: every subject of
 # gridpool starts with "gp." (or is a NATS inbox), so a quoted "gp. or
 # "_INBOX in services/ is a hand-written subject.
-hits=$(grep -rnE '"(gp\.|_INBOX)' "$here/services" --include='*.c' --include='*.h' || true)
-if [ -z "$hits" ]; then
+# grep: 1 is "no match"; 2 (no services/ folder, unreadable file) must not
+# pass for a clean tree, and neither may a tree without C files.
+hits=$(grep -rnE '"(gp\.|_INBOX)' "$here/services" --include='*.c' --include='*.h')
+grc=$?
+nfiles=$(find "$here/services" -name '*.c' 2>/dev/null | wc -l)
+if [ "$grc" -eq 1 ] && [ "$nfiles" -gt 0 ]; then
     ok "no contract subject is a string literal in services/"
 else
-    nok "no contract subject is a string literal in services/"
+    nok "no contract subject is a string literal in services/ (grep status $grc, $nfiles C files)"
     printf '%s\n' "$hits" | sed 's/^/# /' | head -20
 fi
 echo "1..$n"

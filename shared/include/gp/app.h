@@ -45,6 +45,7 @@ typedef struct gp_common_cfg {
     int      http_port;              /* 0 = any free port, -1 = no HTTP endpoint */
     char     log_level[8];
     char     instance[64];           /* "" = <hostname>-<pid> */
+    char     nats_inbox_prefix[128]; /* reply inbox prefix of the bus; "" = _INBOX */
     unsigned request_timeout_ms;     /* deadline of a request handler */
     unsigned redis_timeout_ms;
     unsigned pg_timeout_ms;

@@ -30,8 +30,11 @@
  * measured by bus_test's test_pub_stall under a SIGSTOPped nats-server,
  * the loop stalls 0.5 s once (write deadline), then about 1 s per
  * reconnect attempt (attempts back off from 100 ms to 5 s).  A server that
- * is down (connection refused) costs no stall.  Handing publishes to a
- * thread while disconnected would remove these stalls; not done yet. */
+ * is down (connection refused) costs no stall.  `make bench` (pub_bench)
+ * puts the same figures next to a publish on an idle connection (well
+ * under 10 us), against a fake server that stops reading.  Handing
+ * publishes to a thread would remove these stalls at the price of a
+ * hand-off and a copy on every reply; not done. */
 #ifndef GP_BUS_H
 #define GP_BUS_H
 

@@ -63,6 +63,7 @@ typedef struct gp_field {
     uint32_t                  offset;     /* offsetof(struct, field) */
     uint32_t                  limit;      /* STR: max bytes; ARR: max items; BYTES: max bytes */
     uint32_t                  elem_limit; /* ARR of STR: max bytes per item */
+    uint32_t                  namelen;    /* strlen(name); 0: not given (then measured) */
     int64_t                   min, max;   /* integer bounds (GP_FF_MIN/MAX) */
     double                    fmin, fmax; /* F64 bounds (GP_FF_MIN/MAX) */
     const struct gp_msg_desc *sub;        /* OBJ, or ARR of OBJ */
@@ -88,9 +89,13 @@ gp_err gp_msg_encode(const gp_msg_desc *d, const void *msg, gp_buf *out);
 /* Decodes exactly one msgpack map from p[0..n) into out, which is cleared
  * first.  On failure out is left cleared and, when errbuf is not NULL, a
  * detail naming the field ("gpus[2].temp_c: expected number") is written.
- * DECODE: not msgpack / not a map / trailing bytes; TYPE: wrong type;
- * MISSING: required field absent; RANGE: bound, enum or length violated;
- * TOOBIG: more items than allowed. */
+ * DECODE: not msgpack / not a map / trailing bytes / a count the bytes
+ * cannot hold (refused before anything is allocated) / nested deeper than
+ * GP_MAX_DEPTH, also inside unknown keys; TYPE: wrong type; MISSING:
+ * required field absent; RANGE: bound, enum or length violated; TOOBIG:
+ * more items than allowed.  A framing error anywhere in the message takes
+ * precedence over a field error.  Reads the bytes directly: never past
+ * p + n, no recursion deeper than GP_MAX_DEPTH. */
 gp_err gp_msg_decode(const gp_msg_desc *d, const void *p, size_t n, void *out,
                      char *errbuf, size_t errlen);
 

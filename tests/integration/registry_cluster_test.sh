@@ -76,9 +76,18 @@ done
 line=$(grep '^sim: registered' "$D/sim.log")
 check "the fleet registered: ${line:-no} (wall $(py "print(round($(now) - $t0, 1))") s)" test -n "$line"
 check "a slot moved while the fleet registered ($(tr '\n' ' ' <"$D/move1.log"))" wait $mover
-check "... and it has a new owner" test "$(wc -l <"$D/move1.log")" -ge 2
+moved_ok() {    # log: "slot S key K" then "SRC_PORT DST_PORT"; keys now on DST only
+    local slot src dst
+    slot=$(awk 'NR == 1 {print $2}' "$1")
+    read -r src dst < <(sed -n 2p "$1")
+    [ -n "$slot" ] && [ -n "$dst" ] &&
+        [ "$(redis-cli -p "$dst" cluster countkeysinslot "$slot")" -gt 0 ] &&
+        [ "$(redis-cli -p "$src" cluster countkeysinslot "$slot")" = 0 ]
+}
+check "... its keys are on the new owner only" moved_ok "$D/move1.log"
 move_one "$D/move2.log"
 check "a slot moved while heartbeats flow ($(tr '\n' ' ' <"$D/move2.log"))" test $? = 0
+check "... its keys are on the new owner only" moved_ok "$D/move2.log"
 nodes=$(py "import json; print(json.load(open('$D/inv.json'))['nodes'])")
 check "about 3 nodes per site ($nodes nodes at $SITES sites)" \
     py "import sys; sys.exit(not (2.0 * $SITES <= $nodes <= 4.5 * $SITES))"

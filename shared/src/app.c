@@ -180,6 +180,8 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_SECRET_STR("nats-token", gp_common_cfg, nats_token, "", "NATS token (instead of user and password)"),
     GP_CFG_STR("redis-host", gp_common_cfg, redis_host, "127.0.0.1", "Redis address (numeric)"),
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
+    GP_CFG_BOOL("redis-cluster", gp_common_cfg, redis_cluster, 0, "Redis Cluster: route by hash slot, follow MOVED/ASK"),
+    GP_CFG_STR("redis-seeds", gp_common_cfg, redis_seeds, "", "cluster seeds host:port,host:port (empty: redis-host:redis-port)"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),
     GP_CFG_STR("http-host", gp_common_cfg, http_host, "127.0.0.1", "address of the /metrics and /healthz endpoint"),
     GP_CFG_INT("http-port", gp_common_cfg, http_port, 0, -1, 65535, "port of /metrics and /healthz (0 any, -1 off)"),
@@ -883,7 +885,8 @@ connect_deps(gp_app *app, const gp_migration *migrations)
 
     if (rc == GP_EOK && (app->needs & GP_NEED_REDIS)) {
         gp_kv_opts ko = {.host = app->cfg.redis_host, .port = app->cfg.redis_port,
-                         .command_timeout_ms = app->cfg.redis_timeout_ms};
+                         .command_timeout_ms = app->cfg.redis_timeout_ms,
+                         .cluster = app->cfg.redis_cluster, .seeds = app->cfg.redis_seeds};
         rc = gp_kv_new(app->loop, &ko, NULL, NULL, &app->kv);
     }
     if (rc == GP_EOK && (app->needs & GP_NEED_PG)) {

@@ -52,6 +52,7 @@
 #include "gp/backoff.h"
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "kv_int.h"
 
 enum kv_state { KV_CLOSED, KV_CONNECTING, KV_CONNECTED };
 
@@ -92,6 +93,7 @@ struct gp_kv {
     uint64_t           timeout_seq;        /* seqs below this timed out */
 
     gp_kv_stats        st;
+    struct kvc        *cl;                 /* cluster mode: all of it is there */
 };
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -380,7 +382,10 @@ gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb,
 
     if (out != NULL)
         *out = NULL;
-    if (loop == NULL || opts == NULL || out == NULL || opts->port <= 0 || opts->port > 65535)
+    if (loop == NULL || opts == NULL || out == NULL)
+        return GP_EINVAL;
+    if ((!opts->cluster || opts->seeds == NULL || opts->seeds[0] == '\0') &&
+        (opts->port <= 0 || opts->port > 65535))
         return GP_EINVAL;
     kv = calloc(1, sizeof(*kv));
     if (kv == NULL)
@@ -397,6 +402,17 @@ gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb,
     kv->conn_cb = conn_cb;
     kv->conn_arg = conn_arg;
     kv->state = KV_CLOSED;
+    if (opts->cluster) {
+        gp_err e = kvc_new(loop, opts, conn_cb, conn_arg, kv, &kv->cl);
+
+        if (e != GP_EOK) {
+            free(kv->host);
+            free(kv);
+            return e;
+        }
+        *out = kv;
+        return GP_EOK;
+    }
     gp_backoff_init(&kv->backoff, kv);
     ev_timer_init(&kv->w_conn, kv_conn_timer_cb, 0., 0.);
     ev_timer_init(&kv->w_cmd, kv_cmd_timer_cb, 0., 0.);
@@ -415,6 +431,11 @@ gp_kv_free(gp_kv *kv)
 {
     if (kv == NULL || kv->freeing)
         return;
+    if (kv->cl != NULL) {
+        kv->freeing = true;
+        kvc_free(kv->cl);                  /* releases the shell when done */
+        return;
+    }
     kv_enter(kv);
     kv->freeing = true;
     ev_timer_stop(kv->loop, &kv->w_conn);
@@ -440,6 +461,8 @@ gp_kv_free(gp_kv *kv)
 bool
 gp_kv_is_connected(const gp_kv *kv)
 {
+    if (kv != NULL && kv->cl != NULL)
+        return !kv->freeing && kvc_is_connected(kv->cl);
     return kv != NULL && kv->state == KV_CONNECTED && !kv->dying && !kv->freeing;
 }
 
@@ -450,6 +473,10 @@ gp_kv_get_stats(const gp_kv *kv, gp_kv_stats *out)
         return;
     if (kv == NULL) {
         memset(out, 0, sizeof(*out));
+        return;
+    }
+    if (kv->cl != NULL) {
+        kvc_stats(kv->cl, out);
         return;
     }
     *out = kv->st;
@@ -487,17 +514,18 @@ kv_admit(gp_kv *kv)
 }
 
 static void
-kv_commit(gp_kv *kv, gp_kv_cb *cb, void *arg)
+kv_commit(gp_kv *kv, gp_kv_cb *cb, void *arg, ev_tstamp deadline)
 {
     kv_rec *r = &kv->ring[kv->tail & (kv->ring_cap - 1)];
+    double  in = deadline - ev_now(kv->loop);
 
     r->cb = cb;
     r->arg = arg;
-    r->deadline = ev_now(kv->loop) + kv->command_timeout;
+    r->deadline = deadline;
     kv->tail++;
     kv->st.commands++;
     if (!ev_is_active(&kv->w_cmd)) {
-        ev_timer_set(&kv->w_cmd, kv->command_timeout, 0.);
+        ev_timer_set(&kv->w_cmd, in > 0 ? in : 0., 0.);
         ev_timer_start(kv->loop, &kv->w_cmd);
     }
 }
@@ -522,13 +550,50 @@ gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg, int argc, const char **argv,
         return GP_EINVAL;
     if (is_sub_cmd(argv[0], argvlen != NULL ? argvlen[0] : strlen(argv[0])))
         return GP_EINVAL;
+    if (kv->cl != NULL) {
+        char *buf = NULL;
+        int   n = redisFormatCommandArgv(&buf, argc, argv, argvlen);
+
+        if (n < 0 || buf == NULL)
+            return GP_ENOMEM;
+        return kvc_cmd(kv->cl, cb, arg, buf, (size_t)n);
+    }
     if ((e = kv_admit(kv)) != GP_EOK)
         return e;
     if (redisAsyncCommandArgv(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, argc, argv,
                               argvlen) != REDIS_OK)
         return kv_send_failed(kv);
-    kv_commit(kv, cb, arg);
+    kv_commit(kv, cb, arg, ev_now(kv->loop) + kv->command_timeout);
     return GP_EOK;
+}
+
+gp_err
+gp_kv__send(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *cmd, size_t len, double deadline)
+{
+    gp_err e;
+
+    if (kv == NULL || cmd == NULL || kv->cl != NULL)
+        return GP_EINVAL;
+    if ((e = kv_admit(kv)) != GP_EOK)
+        return e;
+    if (redisAsyncFormattedCommand(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, cmd,
+                                   len) != REDIS_OK)
+        return kv_send_failed(kv);
+    kv_commit(kv, cb, arg, deadline);
+    return GP_EOK;
+}
+
+double
+gp_kv__timeout(const gp_kv *kv)
+{
+    return kv->command_timeout;
+}
+
+void
+gp_kv__release_shell(gp_kv *kv)
+{
+    free(kv->host);
+    free(kv);
 }
 
 gp_err
@@ -545,6 +610,16 @@ gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...)
     n = strcspn(fmt, " ");
     if (is_sub_cmd(fmt, n))
         return GP_EINVAL;
+    if (kv->cl != NULL) {
+        char *buf = NULL;
+
+        va_start(ap, fmt);
+        rc = redisvFormatCommand(&buf, fmt, ap);
+        va_end(ap);
+        if (rc < 0 || buf == NULL)
+            return GP_EINVAL;              /* bad format or out of memory, as below */
+        return kvc_cmd(kv->cl, cb, arg, buf, (size_t)rc);
+    }
     if ((e = kv_admit(kv)) != GP_EOK)
         return e;
     va_start(ap, fmt);
@@ -552,6 +627,6 @@ gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...)
     va_end(ap);
     if (rc != REDIS_OK)
         return kv_send_failed(kv);
-    kv_commit(kv, cb, arg);
+    kv_commit(kv, cb, arg, ev_now(kv->loop) + kv->command_timeout);
     return GP_EOK;
 }

@@ -38,6 +38,8 @@ typedef struct gp_common_cfg {
     char     nats_token[256];        /* instead of user/password */
     char     redis_host[128];
     int      redis_port;
+    bool     redis_cluster;          /* Redis Cluster mode (gp/kv.h) */
+    char     redis_seeds[512];       /* cluster seeds "h:p,h:p"; "" = redis-host:redis-port */
     char     pg_conninfo[512];
     char     http_host[64];
     int      http_port;              /* 0 = any free port, -1 = no HTTP endpoint */

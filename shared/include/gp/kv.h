@@ -6,6 +6,34 @@
  * (pipelined) by hiredis.  While disconnected, commands fail at once with
  * UNAVAIL rather than queueing without bound.
  *
+ * Cluster mode (opts.cluster, shared/src/kv_cluster.c): the same API over a
+ * Redis Cluster.  At connect CLUSTER SLOTS from a seed gives the 16,384-slot
+ * table; one connection (an inner single-node gp_kv) per master.  Each
+ * command goes to the owner of the hash slot of its key (CRC16/XMODEM of
+ * the key, or of its {hash tag}):
+ *   - ordinary commands: the key is argv[1]; DEL/MGET/MSET/RENAME/...:
+ *     every key must be in one slot, else INVAL (counted in crossslot) and
+ *     nothing is sent;
+ *   - EVAL/EVALSHA(_RO)/FCALL: the KEYS (argv[3..3+numkeys)); no key: any
+ *     master;
+ *   - keyless commands (PING, INFO, TIME, CLUSTER, ...): any master;
+ *   - SCRIPT (LOAD/FLUSH/EXISTS...), FLUSHALL, FLUSHDB: EVERY master; the
+ *     callback runs once, after all of them answered, with the first
+ *     failure (an error reply or UNAVAIL/TIMEOUT) or else the last reply
+ *     (SCRIPT LOAD: the same sha everywhere);
+ *   - MULTI/EXEC/DISCARD/WATCH/UNWATCH (no pinning to one connection),
+ *     SELECT, KEYS, SCAN (one node's view) and subscribe-mode commands:
+ *     INVAL, nothing sent.
+ * Redirections are followed inside the command's one deadline, and its
+ * callback still runs exactly once: MOVED updates that slot, refreshes the
+ * map in the background (coalesced) and resends to the new owner; ASK sends
+ * ASKING + the command to the target once, without touching the map;
+ * TRYAGAIN / CLUSTERDOWN wait (gp/backoff.h) and retry.  A master that is
+ * down fails only its own commands (UNAVAIL at once, or in the callback for
+ * those in flight); the map is refreshed and its connection retried with
+ * backoff.  Connected = the map covers every slot and every master in it is
+ * connected.
+ *
  * All functions and callbacks: loop thread only. */
 #ifndef GP_KV_H
 #define GP_KV_H
@@ -26,6 +54,8 @@ typedef struct gp_kv_opts {
     int         port;
     unsigned    connect_timeout_ms;        /* 0 = 2000 */
     unsigned    command_timeout_ms;        /* 0 = 2000 */
+    bool        cluster;                   /* Redis Cluster mode (see above) */
+    const char *seeds;                     /* cluster: "h:p,h:p"; NULL/"" = host:port */
 } gp_kv_opts;
 
 /* Called exactly once per command, on the loop thread.  On OK reply is the
@@ -43,6 +73,13 @@ typedef struct gp_kv_stats {
     uint64_t timeouts;
     uint64_t reconnects;
     uint32_t inflight;
+    /* cluster mode only (0 otherwise) */
+    uint64_t moved;                        /* MOVED redirections followed */
+    uint64_t ask;                          /* ASK redirections followed */
+    uint64_t tryagain;                     /* TRYAGAIN / CLUSTERDOWN retries */
+    uint64_t crossslot;                    /* commands refused: keys in several slots */
+    uint64_t refreshes;                    /* CLUSTER SLOTS sent */
+    uint32_t masters;                      /* masters in the current map */
 } gp_kv_stats;
 
 /* Starts connecting (returns at once; OK even if Redis is down). */
@@ -62,5 +99,10 @@ gp_err gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg,
 
 /* Same, hiredis format string ("HSET %s %s %b"). */
 gp_err gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...);
+
+/* The Redis Cluster hash slot of a key (0..16383): CRC16/XMODEM of the key,
+ * or of its hash tag -- the bytes between the first '{' and the first '}'
+ * after it, when there is at least one.  Pure. */
+int    gp_kv_key_slot(const char *key, size_t len);
 
 #endif

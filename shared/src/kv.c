@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "gp/backoff.h"
+#include "gp/clock.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "kv_int.h"
@@ -59,7 +60,7 @@ enum kv_state { KV_CLOSED, KV_CONNECTING, KV_CONNECTED };
 typedef struct kv_rec {                    /* one command in flight */
     gp_kv_cb  *cb;
     void      *arg;
-    ev_tstamp  deadline;                   /* ev_now() timebase */
+    ev_tstamp  deadline;                   /* gp_mono_s() timebase (monotonic) */
 } kv_rec;
 
 #define KV_RING_MIN 256u
@@ -193,7 +194,7 @@ kv_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     if (reply == NULL) {
         kv->dying = true;                  /* hiredis is freeing ac */
         if (!kv->freeing &&
-            (seq < kv->timeout_seq || rec.deadline <= ev_now(kv->loop))) {
+            (seq < kv->timeout_seq || rec.deadline <= gp_mono_s())) {
             err = GP_ETIMEOUT;
             kv->st.timeouts++;
         } else {
@@ -349,7 +350,7 @@ static void
 kv_cmd_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     gp_kv    *kv = GP_CONTAINER_OF(w, gp_kv, w_cmd);
-    ev_tstamp now = ev_now(loop) + 0.0005; /* timer and ev_now clocks differ a hair */
+    ev_tstamp now = gp_mono_s() + 0.0005; /* timer and clock reads differ a hair */
     uint64_t  s;
 
     (void)revents;
@@ -357,7 +358,7 @@ kv_cmd_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     s = kv->head;
     if (kv->ring[s & (kv->ring_cap - 1)].deadline > now) {
-        ev_timer_set(w, kv->ring[s & (kv->ring_cap - 1)].deadline - ev_now(loop), 0.);
+        ev_timer_set(w, kv->ring[s & (kv->ring_cap - 1)].deadline - gp_mono_s(), 0.);
         ev_timer_start(loop, w);
         return;
     }
@@ -517,7 +518,7 @@ static void
 kv_commit(gp_kv *kv, gp_kv_cb *cb, void *arg, ev_tstamp deadline)
 {
     kv_rec *r = &kv->ring[kv->tail & (kv->ring_cap - 1)];
-    double  in = deadline - ev_now(kv->loop);
+    double  in = deadline - gp_mono_s();
 
     r->cb = cb;
     r->arg = arg;
@@ -563,7 +564,7 @@ gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg, int argc, const char **argv,
     if (redisAsyncCommandArgv(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, argc, argv,
                               argvlen) != REDIS_OK)
         return kv_send_failed(kv);
-    kv_commit(kv, cb, arg, ev_now(kv->loop) + kv->command_timeout);
+    kv_commit(kv, cb, arg, gp_mono_s() + kv->command_timeout);
     return GP_EOK;
 }
 
@@ -627,6 +628,6 @@ gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...)
     va_end(ap);
     if (rc != REDIS_OK)
         return kv_send_failed(kv);
-    kv_commit(kv, cb, arg, ev_now(kv->loop) + kv->command_timeout);
+    kv_commit(kv, cb, arg, gp_mono_s() + kv->command_timeout);
     return GP_EOK;
 }

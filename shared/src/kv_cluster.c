@@ -36,6 +36,7 @@
 #include <strings.h>
 
 #include "gp/backoff.h"
+#include "gp/clock.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "kv_int.h"
@@ -644,13 +645,13 @@ kvc_refresh(struct kvc *cl)
         cl->refresh_again = true;
         return;
     }
-    if (cl->refresh_last > 0 && ev_now(cl->loop) - cl->refresh_last < KVC_REFRESH_MIN_S) {
+    if (cl->refresh_last > 0 && gp_mono_s() - cl->refresh_last < KVC_REFRESH_MIN_S) {
         /* a MOVED storm (or nodes that disagree while gossip converges)
          * asks once per interval at most */
         cl->refresh_wanted = true;
         if (!ev_is_active(&cl->w_refresh)) {
             ev_timer_set(&cl->w_refresh,
-                         KVC_REFRESH_MIN_S - (ev_now(cl->loop) - cl->refresh_last), 0.);
+                         KVC_REFRESH_MIN_S - (gp_mono_s() - cl->refresh_last), 0.);
             ev_timer_start(cl->loop, &cl->w_refresh);
         }
         return;
@@ -675,7 +676,7 @@ kvc_refresh(struct kvc *cl)
     }
     cl->outstanding++;
     cl->refresh_inflight = true;
-    cl->refresh_last = ev_now(cl->loop);
+    cl->refresh_last = gp_mono_s();
     cl->st.refreshes++;
 }
 
@@ -817,7 +818,7 @@ cmd_wait(kvc_req *c)
 {
     struct kvc *cl = c->cl;
     double      d = gp_backoff_next_ms(&c->bo) / 1000.0;
-    double      left = c->deadline - ev_now(cl->loop);
+    double      left = c->deadline - gp_mono_s();
 
     if (cl->freeing) {
         cmd_finish(c, NULL, GP_EUNAVAIL);
@@ -849,7 +850,7 @@ cmd_resend(kvc_req *c)
         cmd_finish(c, NULL, GP_EUNAVAIL);
         return;
     }
-    if (ev_now(cl->loop) >= c->deadline) {
+    if (gp_mono_s() >= c->deadline) {
         cmd_finish(c, NULL, GP_ETIMEOUT);
         return;
     }
@@ -1022,7 +1023,7 @@ kvc_cmd(struct kvc *cl, gp_kv_cb *cb, void *arg, char *buf, size_t len)
         return e;
     }
     gp_backoff_init(&c->bo, c);
-    c->deadline = ev_now(cl->loop) + cl->timeout;
+    c->deadline = gp_mono_s() + cl->timeout;
     kvc_enter(cl);
     e = cmd_send(c);
     if (e != GP_EOK) {

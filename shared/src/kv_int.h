@@ -8,7 +8,7 @@
 struct kvc;
 
 /* One connection: sends an already formatted (RESP) command, binary safe,
- * with an explicit deadline on ev_now()'s timebase.  Same results as
+ * with an explicit deadline on gp_mono_s()'s timebase.  Same results as
  * gp_kv_cmd (UNAVAIL/TOOBIG/INVAL synchronously, no callback then). */
 gp_err gp_kv__send(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *cmd, size_t len,
                    double deadline);

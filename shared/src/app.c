@@ -161,6 +161,7 @@ struct gp_app {
     uint64_t            *m_inflight_rejects;
     double              *m_inflight, *m_up_nats, *m_up_redis, *m_up_pg;
     uint64_t            *m_bus_dropped, *m_bus_reconnects, *m_kv_timeouts, *m_kv_reconnects;
+    uint64_t            *m_kv_moved, *m_kv_ask, *m_kv_tryagain, *m_kv_crossslot;
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
     uint64_t             spare_counter;
     double               spare_gauge;
@@ -775,6 +776,10 @@ collect(void *arg)
         *app->m_kv_timeouts = ks.timeouts;
         *app->m_kv_reconnects = ks.reconnects;
         *app->m_kv_errors = ks.errors;
+        *app->m_kv_moved = ks.moved;
+        *app->m_kv_ask = ks.ask;
+        *app->m_kv_tryagain = ks.tryagain;
+        *app->m_kv_crossslot = ks.crossslot;
         *app->m_up_redis = gp_kv_is_connected(app->kv);
     }
     if (app->db != NULL) {
@@ -827,6 +832,10 @@ register_metrics(gp_app *app)
     C(m_kv_timeouts, "gp_redis_timeouts_total", "Redis commands past their deadline");
     C(m_kv_reconnects, "gp_redis_reconnects_total", "Redis reconnects");
     C(m_kv_errors, "gp_redis_errors_total", "Redis commands that failed");
+    C(m_kv_moved, "gp_redis_cluster_moved_total", "Redis Cluster MOVED redirections followed");
+    C(m_kv_ask, "gp_redis_cluster_ask_total", "Redis Cluster ASK redirections followed");
+    C(m_kv_tryagain, "gp_redis_cluster_tryagain_total", "Redis Cluster TRYAGAIN/CLUSTERDOWN retries");
+    C(m_kv_crossslot, "gp_redis_cluster_crossslot_total", "Redis commands refused: keys in several slots");
     C(m_db_timeouts, "gp_pg_timeouts_total", "PostgreSQL queries past their deadline");
     C(m_db_reconnects, "gp_pg_reconnects_total", "PostgreSQL reconnects");
     C(m_db_errors, "gp_pg_errors_total", "PostgreSQL queries that failed");

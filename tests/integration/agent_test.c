@@ -156,34 +156,6 @@ wait_event(const char *job, int event, double timeout_s)
     return find_event(job, event);
 }
 
-static void
-spin(double s)
-{
-    double end = tl_now() + s;
-
-    while (tl_now() < end)
-        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
-}
-
-/* Running (a zombie whose parent is gone may wait a while for init). */
-static bool
-alive(int pid)
-{
-    char  path[64], buf[256] = "";
-    FILE *f;
-    char *p;
-
-    if (pid <= 0 || kill(pid, 0) != 0)
-        return false;
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    if ((f = fopen(path, "r")) == NULL)
-        return false;
-    (void)!fgets(buf, sizeof(buf), f);
-    fclose(f);
-    p = strrchr(buf, ')');
-    return p == NULL || p[1] == '\0' || p[2] != 'Z';
-}
-
 static const msg_attempt_usage *
 usage_of(const char *job)
 {
@@ -297,7 +269,7 @@ test_register_and_heartbeats(void)
     T_OK(reg.gpus.n == 2 && strcmp(((msg_gpu *)reg.gpus.v)[0].model, "L40S") == 0);
     T_OK(reg.boot_id[0] != '\0' && reg.cpu_cores > 0 && reg.mem_mb > 0);
     n0 = nhb;
-    spin(HB_MS * 5.5 / 1000.0);
+    tl_spin(loop, HB_MS * 5.5 / 1000.0);
     T_OKM(nhb - n0 >= 4 && nhb - n0 <= 7, "heartbeats at the granted interval (%d in %.1f s)",
           nhb - n0, HB_MS * 5.5 / 1000.0);
     span = hb_at[(nhb - 1) % 256] - hb_at[(nhb - 4) % 256];
@@ -333,21 +305,21 @@ test_ghost_node(void)
     apid = start_agent_log(log);
     t0 = tl_now();
     while (registered == r0 && tl_now() < t0 + 10)
-        spin(0.02);
+        tl_spin(loop, 0.02);
     T_OKM(registered > r0, "a second agent registers");
     T_EQ_INT(run_cmd("j6", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
     r0 = registered;
     lease_err = GP_ENOTFOUND;          /* the registry lost the node */
     t0 = tl_now();
     while (registered == r0 && tl_now() < t0 + LEASE_MS / 3000.0 + 3)
-        spin(0.02);
+        tl_spin(loop, 0.02);
     lease_err = GP_EOK;
     T_OKM(registered > r0, "a lease answered NOTFOUND: registered again %.2f s later",
           tl_now() - t0);
     T_OKM(log_has(log, "event=agent_reregister", "reason=lease_notfound"),
           "agent_reregister reason=lease_notfound logged");
-    T_OKM(alive(ack.pid), "its attempt keeps running");
-    spin(0.3);
+    T_OKM(tl_alive(ack.pid), "its attempt keeps running");
+    tl_spin(loop, 0.3);
     register_err = GP_EDENIED;         /* an operator deleted the node */
     lease_err = GP_ENOTFOUND;          /* makes it register: DENIED */
     t0 = tl_now();
@@ -355,7 +327,7 @@ test_ghost_node(void)
     while (st < 0 && tl_now() < t0 + LEASE_MS / 3000.0 + 5) {   /* answering meanwhile */
         int ws;
 
-        spin(0.02);
+        tl_spin(loop, 0.02);
         if (waitpid(apid, &ws, WNOHANG) == apid)
             st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     }
@@ -363,8 +335,8 @@ test_ghost_node(void)
           st, tl_now() - t0);
     T_OKM(log_has(log, "event=agent_stopped", "reason=register_DENIED"),
           "agent_stopped reason=register_DENIED logged");
-    spin(0.3);
-    T_OKM(!alive(ack.pid), "its attempt is killed");
+    tl_spin(loop, 0.3);
+    T_OKM(!tl_alive(ack.pid), "its attempt is killed");
     if (st < 0)
         kill(apid, SIGTERM), tl_wait_exit(apid, 5);
     lease_err = register_err = GP_EOK;
@@ -381,19 +353,19 @@ test_attempt_and_counters(void)
 
     T_EQ_INT(run_cmd("j1", 2, "sleep 30", NULL, &ack, detail), GP_EOK);
     pid = ack.pid;
-    T_OKM(pid > 0 && alive(pid) && strcmp(ack.job_id, "j1") == 0, "attempt runs as pid %d", pid);
+    T_OKM(pid > 0 && tl_alive(pid) && strcmp(ack.job_id, "j1") == 0, "attempt runs as pid %d", pid);
     T_OKM(getpgid(pid) == pid, "in its own process group");
     T_OK(wait_event("j1", MSG_ATTEMPT_EVENT_EVENT_STARTED, 2) != NULL);
     T_EQ_INT(run_cmd("j1", 1, "sleep 30", NULL, &ack2, detail), GP_ECONFLICT);
     T_OKM(strstr(detail, "stale") != NULL, "stale attempt refused: %s", detail);
     T_EQ_INT(run_cmd("j1", 2, "sleep 30", NULL, &ack2, detail), GP_EOK);
     T_OKM(ack2.pid == pid, "a repeated RunAttempt is the same attempt");
-    spin(HB_MS * 1.5 / 1000.0);
+    tl_spin(loop, HB_MS * 1.5 / 1000.0);
     u = usage_of("j1");
     T_OK(u != NULL && u->attempt == 2 && u->state == MSG_ATTEMPT_USAGE_STATE_RUNNING);
     g1 = u ? u->gpu_ms : 0;
     e1 = u ? u->energy_mj : 0;
-    spin(HB_MS * 3.0 / 1000.0);
+    tl_spin(loop, HB_MS * 3.0 / 1000.0);
     u = usage_of("j1");
     T_OKM(u != NULL && u->gpu_ms > g1 + 2 * HB_MS && u->gpu_ms < g1 + 2 * 4 * HB_MS,
           "gpu_ms grows by wall time x 2 GPUs (%llu -> %llu)", (unsigned long long)g1,
@@ -412,22 +384,22 @@ test_lease(int pid)
     double        t0, died = 0;
 
     answering = 0;                     /* a short outage: less than the lease */
-    spin(LEASE_MS * 0.5 / 1000.0);
+    tl_spin(loop, LEASE_MS * 0.5 / 1000.0);
     answering = 1;
-    spin(LEASE_MS * 0.7 / 1000.0);
-    T_OKM(alive(pid) && find_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED) == NULL,
+    tl_spin(loop, LEASE_MS * 0.7 / 1000.0);
+    T_OKM(tl_alive(pid) && find_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED) == NULL,
           "an outage shorter than the lease keeps the attempt");
     answering = 0;                     /* a long one */
-    spin(0.05);
+    tl_spin(loop, 0.05);
     t0 = last_grant_at;
     while (tl_now() < t0 + LEASE_MS / 1000.0 + 3 && died == 0) {
-        spin(0.02);
-        if (!alive(pid))
+        tl_spin(loop, 0.02);
+        if (!tl_alive(pid))
             died = tl_now();
     }
     T_OKM(died > 0 && died - t0 > LEASE_MS / 1000.0 - 0.3 && died - t0 < LEASE_MS / 1000.0 + 1.0,
           "killed %.2f s after the last grant (lease %.1f s)", died - t0, LEASE_MS / 1000.0);
-    spin(0.5);
+    tl_spin(loop, 0.5);
     T_OKM(find_event("j1", MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED) == NULL,
           "lease_expired is held while cut off");
     answering = 1;
@@ -452,7 +424,7 @@ test_kill_list(void)
     T_OKM(e != NULL, "an attempt on a reply's kill list is stopped");
     T_OKM(e != NULL && e->exit_code == 128 + SIGTERM, "by SIGTERM (exit_code %d)",
           e ? e->exit_code : -1);
-    T_OKM(ack.pid > 0 && !alive(ack.pid), "the killed attempt (pid %d) is gone", (int)ack.pid);
+    T_OKM(ack.pid > 0 && !tl_alive(ack.pid), "the killed attempt (pid %d) is gone", (int)ack.pid);
 }
 
 static void
@@ -470,7 +442,7 @@ test_checkpoint_env_exit(void)
              "trap 'touch \"$GP_CHECKPOINT_DIR/CHECKPOINT_DONE\"' USR1; "
              "while :; do sleep 0.1; done", dir);
     T_EQ_INT(run_cmd("j3", 1, cmd, dir, &ack, detail), GP_EOK);
-    spin(0.5);
+    tl_spin(loop, 0.5);
     snprintf(path, sizeof(path), "%s.env", dir);
     if ((f = fopen(path, "r")) != NULL) {
         (void)!fgets(line, sizeof(line), f);
@@ -600,7 +572,7 @@ test_sim_refused(void)
     gp_bus_sub_new(bus, "gp.node.*.*.register", NULL, sim_on_register, NULL, &subs[0]);
     gp_bus_sub_new(bus, "gp.node.*.*.lease", NULL, sim_on_lease, NULL, &subs[1]);
     gp_bus_sub_new(bus, "gp.node.*.*.hb", NULL, sim_on_hb, NULL, &subs[2]);
-    spin(0.2);
+    tl_spin(loop, 0.2);
     pid = fork();
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -614,16 +586,16 @@ test_sim_refused(void)
     }
     t0 = tl_now();
     while (sim_victim_hb < 2 && tl_now() < t0 + 15)
-        spin(0.02);
+        tl_spin(loop, 0.02);
     T_OKM(sim_victim_hb >= 2, "simulated node %s registers and heartbeats", sim_victim);
     sim_ghost = true;                  /* an operator deleted it */
     t0 = tl_now();
     while (sim_denied == 0 && tl_now() < t0 + 5)
-        spin(0.02);
+        tl_spin(loop, 0.02);
     T_OKM(sim_denied > 0, "its lease NOTFOUND, its registration DENIED (%.2f s)", tl_now() - t0);
-    spin(0.5);
+    tl_spin(loop, 0.5);
     hb0 = sim_victim_hb;
-    spin(1.5);
+    tl_spin(loop, 1.5);
     T_OKM(sim_victim_hb == hb0, "the simulator stops that node's heartbeats (%d more)",
           sim_victim_hb - hb0);
     memset(&r, 0, sizeof(r));
@@ -660,7 +632,7 @@ main(void)
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".lease", NULL, on_lease, NULL, &subs[1]);
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".hb", NULL, on_hb, NULL, &subs[2]);
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".attempt", NULL, on_attempt, NULL, &subs[3]);
-    spin(0.3);
+    tl_spin(loop, 0.3);
     agent_pid = start_agent();
     test_register_and_heartbeats();
     pid = test_attempt_and_counters();
@@ -671,8 +643,8 @@ main(void)
     last_pid = ack.pid;
     kill(agent_pid, SIGTERM);
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
-    spin(0.2);
-    T_OKM(last_pid > 0 && !alive(last_pid), "and takes its attempts with it (pid %d)", last_pid);
+    tl_spin(loop, 0.2);
+    T_OKM(last_pid > 0 && !tl_alive(last_pid), "and takes its attempts with it (pid %d)", last_pid);
     test_ghost_node();
     test_sim_refused();
     for (int i = 0; i < 4; i++)

@@ -144,33 +144,6 @@ on_attempt(void *arg, const gp_bus_msg *m)
     }
 }
 
-static void
-spin(double s)
-{
-    double end = tl_now() + s;
-
-    while (tl_now() < end)
-        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
-}
-
-static bool
-alive(int pid)
-{
-    char  path[64], buf[256] = "";
-    FILE *f;
-    char *p;
-
-    if (pid <= 0 || kill(pid, 0) != 0)
-        return false;
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    if ((f = fopen(path, "r")) == NULL)
-        return false;
-    (void)!fgets(buf, sizeof(buf), f);
-    fclose(f);
-    p = strrchr(buf, ')');
-    return p == NULL || p[1] == '\0' || p[2] != 'Z';
-}
-
 /* The agent's date offset: written whole, then renamed over the file, so
  * libfaketime (re-reading it at every call) never sees half of it. */
 static bool
@@ -268,7 +241,7 @@ step(const char *name, const char *off, long long step_ms, int pid)
         return;
     a = *last_j1();
     T_OKM(set_offset(off), "%s: date offset %s written", name, off);
-    spin(LEASE_MS * 1.6 / 1000.0);
+    tl_spin(loop, LEASE_MS * 1.6 / 1000.0);
     T_OKM(last_j1() != NULL && last_j1()->at > a.at, "%s: heartbeats go on", name);
     b = *last_j1();
     el_ms = (b.at - a.at) * 1000.0;
@@ -277,8 +250,8 @@ step(const char *name, const char *off, long long step_ms, int pid)
     T_OKM(llabs(moved - step_ms - (long long)el_ms) < 2000,
           "%s: the agent's date moved by the step (sent_ms %+lld ms in %.0f ms)", name, moved,
           el_ms);
-    T_OKM(bad_events == 0 && alive(pid), "%s: the attempt is not killed (events %d, alive %d)",
-          name, bad_events, alive(pid));
+    T_OKM(bad_events == 0 && tl_alive(pid), "%s: the attempt is not killed (events %d, alive %d)",
+          name, bad_events, tl_alive(pid));
     dg = b.gpu_ms - a.gpu_ms;
     T_OKM(b.gpu_ms >= a.gpu_ms && dg > 0.5 * NGPUS * el_ms && dg < 1.5 * NGPUS * el_ms + 1000,
           "%s: gpu_ms grew %llu in %.0f ms x %d GPUs (monotonic)", name, (unsigned long long)dg,
@@ -315,12 +288,12 @@ main(void)
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".lease", NULL, on_lease, NULL, &subs[1]);
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".hb", NULL, on_hb, NULL, &subs[2]);
     gp_bus_sub_new(bus, "gp.node." SITE "." NODE ".attempt", NULL, on_attempt, NULL, &subs[3]);
-    spin(0.3);
+    tl_spin(loop, 0.3);
     agent_pid = start_agent();
     T_OKM(tl_run_until(loop, &registered, 15), "the agent (under libfaketime) registers");
     T_EQ_INT(run_j1(&ack), GP_EOK);
-    spin(HB_MS * 4 / 1000.0);
-    T_OKM(started == 1 && alive(ack.pid), "attempt j1 runs (pid %d)", ack.pid);
+    tl_spin(loop, HB_MS * 4 / 1000.0);
+    T_OKM(started == 1 && tl_alive(ack.pid), "attempt j1 runs (pid %d)", ack.pid);
 
     step("forward", "+" "3600", (long long)STEP_S * 1000, ack.pid);
     step("back", "+0", -(long long)STEP_S * 1000, ack.pid);
@@ -329,8 +302,8 @@ main(void)
 
     kill(agent_pid, SIGTERM);
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "the agent stops on SIGTERM with status 0");
-    spin(0.2);
-    T_OKM(!alive(ack.pid), "and takes its attempt with it");
+    tl_spin(loop, 0.2);
+    T_OKM(!tl_alive(ack.pid), "and takes its attempt with it");
     for (int i = 0; i < 4; i++)
         gp_bus_sub_free(subs[i]);
     gp_bus_free(bus);

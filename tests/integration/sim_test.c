@@ -68,15 +68,6 @@ wait_text(const char *path, const char *needle, double timeout_s)
     return t;
 }
 
-static void
-spin(double s)
-{
-    double end = tl_now() + s;
-
-    while (tl_now() < end)
-        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
-}
-
 static gp_err
 fault(const char *kind, const char *site, const char *node, uint32_t dur_ms, uint32_t *applied)
 {
@@ -155,11 +146,11 @@ test_faults(void)
     T_EQ_INT(fault("node_crash", "", "nope-n01", 0, &applied), GP_ENOTFOUND);
     T_EQ_INT(fault("uplink_cut", "s0001", "", 2500, &applied), GP_EOK);
     T_OKM(applied >= 1, "uplink_cut applies to every node of the site (%u)", applied);
-    spin(0.6);
+    tl_spin(loop, 0.6);
     n0 = hb_s1;
-    spin(1.2);
+    tl_spin(loop, 1.2);
     T_OKM(hb_s1 == n0, "no heartbeat from a site whose uplink is cut");
-    spin(2.0);
+    tl_spin(loop, 2.0);
     T_OKM(hb_s1 > n0, "heartbeats are back after the cut (%d)", hb_s1 - n0);
 }
 
@@ -262,7 +253,7 @@ main(void)
     fclose(f);
     test_determinism(dir);
     reg = spawn_to(rargv, "/dev/null");
-    spin(1.0);
+    tl_spin(loop, 1.0);
     sim = start_sim(dir, out, script, inv);
     t = wait_text(out, "sim: registered", 20);
     T_OKM(strstr(t, "sim: registered") != NULL, "all nodes register: %s", t);
@@ -278,10 +269,10 @@ main(void)
     test_faults();
     test_command();
     test_unreachable();
-    spin(2.5);                         /* the script's crash ends by now */
+    tl_spin(loop, 2.5);                         /* the script's crash ends by now */
     T_OKM(reg_s2n1 >= 2, "a crashed node registers again when it comes back (%d)", reg_s2n1);
     got = hb_s2n1;
-    spin(1.2);
+    tl_spin(loop, 1.2);
     T_OKM(hb_s2n1 > got, "and heartbeats again");
     /* A second simulator on the same registry: everything exists already. */
     kill(sim, SIGTERM);

@@ -8,6 +8,7 @@
 #include <ev.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,35 @@ tl_stack(const char *what)
              tl_env("GP_STACK_DIR"));
     if (system(cmd) != 0)
         printf("# stack command failed: %s\n", cmd);
+}
+
+/* Runs loop without blocking until s seconds have passed. */
+static inline void
+tl_spin(struct ev_loop *loop, double s)
+{
+    double end = tl_now() + s;
+
+    while (tl_now() < end)
+        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(1000);
+}
+
+/* pid is running (a zombie whose parent is gone may wait a while for init). */
+static inline bool
+tl_alive(int pid)
+{
+    char  path[64], buf[256] = "";
+    FILE *f;
+    char *p;
+
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return false;
+    (void)!fgets(buf, sizeof(buf), f);
+    fclose(f);
+    p = strrchr(buf, ')');
+    return p == NULL || p[1] == '\0' || p[2] != 'Z';
 }
 
 #endif

@@ -435,7 +435,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     }
     n = rep->elements;
     r->sweep_more[c->shard] = n == SWEEP_BATCH;
-    r->sweep_budget -= (unsigned)n;
+    r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
     args[0] = r->sweep_cutoff;

@@ -495,7 +495,11 @@ apply_flags(const char *prog, const gp_cfg_opt *opts, void *cfg, int argc, char 
     if (argi != NULL) {
         *argi = i;
     } else if (i < argc) {
-        snprintf(errbuf, errlen, "%s: unexpected argument '%s'", prog, argv[i]);
+        char shown[GP_CFG_SHOWN_MAX];
+
+        /* it may be a secret given to a bare bool flag by mistake */
+        gp_cfg_mask(argv[i], shown, sizeof(shown));
+        snprintf(errbuf, errlen, "%s: unexpected argument '%s'", prog, shown);
         return GP_EINVAL;
     }
     return GP_EOK;

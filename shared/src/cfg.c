@@ -499,7 +499,7 @@ apply_flags(const char *prog, const gp_cfg_opt *opts, void *cfg, int argc, char 
 
         /* it may be a secret given to a bare bool flag by mistake */
         gp_cfg_mask(argv[i], shown, sizeof(shown));
-        snprintf(errbuf, errlen, "%s: unexpected argument '%s'", prog, shown);
+        snprintf(errbuf, errlen, "%s: unexpected argument '%.200s'", prog, shown);
         return GP_EINVAL;
     }
     return GP_EOK;

@@ -34,10 +34,12 @@
  *     answers the lease is granted.
  *   - After a Redis flush the marks are gone for everyone: the reseed
  *     (next cron tick, once PostgreSQL answers) restores them for every
- *     inventory node, whatever its state.  Beats in between are dropped
- *     (counted), never answered, so no agent reacts to them; a lease in
- *     between finds the node in PostgreSQL and is granted.  So a legit node
- *     loses at most the beats of one tick and never has to re-register.
+ *     inventory node, whatever its state, and is retried until every chunk
+ *     of it succeeded (only then is the epoch written).  Beats in between
+ *     are dropped (counted), never answered, so no agent reacts to them; a
+ *     lease in between finds the node in PostgreSQL, is granted, and
+ *     restores that node's entry.  So a legit node loses at most the beats
+ *     until the reseed took and never has to re-register.
  *   - A node an operator deleted is refused at registration (DENIED) until
  *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
@@ -59,6 +61,10 @@
  * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
  * in a Redis an older one seeded, and reseeds it from PostgreSQL. */
 #define EPOCH_KEY     "gp:epoch:v2"
+/* Held by the instance reseeding; expires if it dies half way.  Longer than
+ * the inventory read (5 s deadline) plus a few hundred script calls. */
+#define RESEED_LOCK_KEY "gp:reseed:lock:v2"
+#define RESEED_LOCK_MS  15000
 
 /* State names are the schema's (NodeState.state enum), never restated. */
 #define STATE_FIELD (&msg_node_state_desc.fields[MSG_NODE_STATE__STATE])
@@ -485,7 +491,88 @@ sweep(registry *r)
  * to beat goes back into its shard's index as seen now, so it is either
  * refreshed by its next heartbeat or found stale by the sweep one window
  * later.  Nothing is lost and no one acts.  One script call per shard and
- * chunk: 100,000 nodes are a few hundred commands. */
+ * chunk: 100,000 nodes are a few hundred commands.
+ *
+ * Who reseeds, and when it counts as done: the epoch key is written only
+ * after every chunk of a reseed succeeded, so a reseed that failed half
+ * way (a chunk timed out, a failover) or whose instance died leaves the
+ * epoch missing and the next tick reseeds again.  The instances elect one
+ * reseeder with a lock key (SET NX PX RESEED_LOCK_MS): a failed reseed
+ * drops it at once, a dead instance's lock expires.  A reseed that outlives
+ * its lock only lets a second instance reseed as well, which is harmless
+ * (the script is idempotent).  Failed attempts back off (gp/backoff.h), so a
+ * Redis that keeps refusing is not sent the inventory every tick. */
+
+static void
+reseed_unlock(registry *r)
+{
+    const char *keys[1] = {RESEED_LOCK_KEY};
+    const char *args[1] = {gp_app_instance(r->app)};
+
+    gp_kvscript_call(&r->unlock_script, gp_app_kv(r->app), NULL, NULL, 1, keys, 1, args, NULL);
+}
+
+static void
+reseed_failed(registry *r, const char *code, const char *detail)
+{
+    unsigned delay = gp_backoff_next_ms(&r->reseed_backoff);
+
+    GP_WARN("reseed_failed", "code=%s retry_ms=%u detail=\"%s\"", code, delay,
+            detail ? detail : "");
+    (*r->m_reseed_failures)++;
+    r->reseed_not_before = gp_mono_ms() + delay;
+    reseed_unlock(r);
+    r->reseeding = false;
+}
+
+static void
+epoch_set(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
+        reseed_failed(r, err != GP_EOK ? gp_err_name(err) : "REDIS", "epoch not written");
+        return;
+    }
+    gp_backoff_reset(&r->reseed_backoff);
+    r->reseed_not_before = 0;
+    (*r->m_reseeds)++;
+    GP_INFO("redis_reseeded", "nodes=%d", r->reseed_rows);
+    reseed_unlock(r);
+    r->reseeding = false;
+}
+
+/* Every chunk answered (or was never sent): the epoch only when all took. */
+static void
+reseed_chunk_end(registry *r)
+{
+    if (--r->reseed_pending > 0)
+        return;
+    if (r->reseed_bad > 0) {
+        char detail[64];
+
+        snprintf(detail, sizeof(detail), "%u chunk(s) failed", r->reseed_bad);
+        reseed_failed(r, "UNAVAIL", detail);
+    } else if (gp_kv_cmdf(gp_app_kv(r->app), epoch_set, r, "SET " EPOCH_KEY " %s",
+                          gp_app_instance(r->app)) != GP_EOK) {
+        reseed_failed(r, "UNAVAIL", "epoch not written");
+    }
+}
+
+static void
+reseed_chunk_done(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
+        if (r->reseed_bad++ == 0)
+            GP_WARN("reseed_chunk_failed", "code=%s detail=\"%s\"",
+                    err != GP_EOK ? gp_err_name(err) : "REDIS",
+                    err == GP_EOK ? rep->str : "");
+    }
+    reseed_chunk_end(r);
+}
+
 static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -496,17 +583,17 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
     char               now[24];
     int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
     int               *order = NULL;
-    unsigned          *start = NULL;
+    unsigned          *start = NULL, *fill = NULL;
 
     (void)nres;
-    r->reseeding = false;
     if (err == GP_EOK && ((order = malloc(sizeof(int) * (size_t)(rows + 1))) == NULL ||
-                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL))
+                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL ||
+                          (fill = calloc(REGISTRY_SHARDS, sizeof(unsigned))) == NULL))
         err = GP_ENOMEM;
     if (err != GP_EOK) {
-        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail ? detail : "");
-        gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);     /* try again next tick */
+        reseed_failed(r, gp_err_name(err), detail);
         free(order);
+        free(start);
         return;
     }
     /* rows by shard (counting sort) */
@@ -514,25 +601,18 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         start[registry_shard(PQgetvalue(res[0], i, 1)) + 1]++;
     for (unsigned s = 0; s < REGISTRY_SHARDS; s++)
         start[s + 1] += start[s];
-    {
-        unsigned *fill = calloc(REGISTRY_SHARDS, sizeof(unsigned));
+    for (int i = 0; i < rows; i++) {
+        unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
 
-        if (fill == NULL) {
-            free(order);
-            free(start);
-            gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
-            return;
-        }
-        for (int i = 0; i < rows; i++) {
-            unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
-
-            order[start[s] + fill[s]++] = i;
-        }
-        free(fill);
+        order[start[s] + fill[s]++] = i;
     }
+    free(fill);
+    r->reseed_rows = rows;
+    r->reseed_bad = 0;
+    r->reseed_pending = 1;                  /* this loop's own: no end before it is done */
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
-        for (unsigned i = start[s]; i < start[s + 1]; i += RESEED_CHUNK) {
+    for (unsigned s = 0; s < REGISTRY_SHARDS && r->reseed_bad == 0; s++) {
+        for (unsigned i = start[s]; i < start[s + 1] && r->reseed_bad == 0; i += RESEED_CHUNK) {
             int nk = 1, na = 0;
 
             registry_seen_key(keybuf[0], s);
@@ -548,35 +628,74 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
                 args[na++] = PQgetvalue(res[0], row, 1);
                 args[na++] = PQgetvalue(res[0], row, 2);
             }
-            if (gp_kvscript_call(&r->reseed_script, kv, NULL, NULL, nk, keys, na, args, NULL) !=
-                GP_EOK) {
-                GP_WARN("reseed_failed", "code=UNAVAIL shard=%u", s);
-                gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
-                free(order);
-                free(start);
-                return;
+            r->reseed_pending++;
+            if (gp_kvscript_call(&r->reseed_script, kv, reseed_chunk_done, r, nk, keys, na, args,
+                                 NULL) != GP_EOK) {
+                r->reseed_pending--;
+                r->reseed_bad++;            /* not sent: the chunks in flight still end */
             }
         }
     }
     free(order);
     free(start);
-    (*r->m_reseeds)++;
-    GP_INFO("redis_reseeded", "nodes=%d", rows);
+    reseed_chunk_end(r);
+}
+
+static void
+reseed_locked(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS) {
+        r->reseeding = false;                /* nil: another instance is reseeding */
+        return;
+    }
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
+                    r) != GP_EOK)
+        reseed_failed(r, "UNAVAIL", "inventory database unavailable");
 }
 
 static void
 epoch_checked(void *arg, const redisReply *rep, gp_err err)
 {
     registry *r = arg;
+    char      ttl[16];
 
-    if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
-        return;                              /* nil: the epoch was there already */
+    if (err != GP_EOK || rep->type != REDIS_REPLY_INTEGER || rep->integer != 0 || r->reseeding)
+        return;                              /* 1: the epoch is there */
     r->reseeding = true;
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
-                    r) != GP_EOK) {
+    snprintf(ttl, sizeof(ttl), "%u", (unsigned)RESEED_LOCK_MS);
+    if (gp_kv_cmdf(gp_app_kv(r->app), reseed_locked, r, "SET " RESEED_LOCK_KEY " %s NX PX %s",
+                   gp_app_instance(r->app), ttl) != GP_EOK)
         r->reseeding = false;
-        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL " EPOCH_KEY);
-    }
+}
+
+/* The lease path found a node PostgreSQL has but whose live hash lacks its
+ * 'reg' mark (a reseed that has not run or not reached it): that one node
+ * is restored at once with the reseed script, so its beats count again. */
+static void
+restored(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR)
+        GP_DEBUG("live_restore_failed", "code=%s", err != GP_EOK ? gp_err_name(err) : "REDIS");
+    else
+        (*r->m_restored)++;
+}
+
+void
+registry_live_restore(registry *r, const char *site, const char *node, const char *state)
+{
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], now[24];
+    const char *keys[2] = {ks, kn};
+    const char *args[4] = {now, node, site, state};
+    unsigned    shard = registry_shard(site);
+
+    registry_seen_key(ks, shard);
+    registry_node_key(kn, shard, node);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 4, args, NULL);
 }
 
 void
@@ -595,8 +714,8 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->sweep_script, kv);
     if (r->reseed_script.sha[0] == '\0')
         gp_kvscript_load(&r->reseed_script, kv);
-    if (gp_db_is_connected(gp_app_db(app)))
-        gp_kv_cmdf(kv, epoch_checked, r, "SET " EPOCH_KEY " %s NX", gp_app_instance(app));
+    if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
+        gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
     sweep(r);
     flush_changes(r);
 }
@@ -624,7 +743,15 @@ registry_live_start(registry *r)
     r->m_changes_dropped = gp_metrics_counter(m, "gp_registry_state_changes_dropped_total", NULL,
                                               "Node state changes not queued for PostgreSQL "
                                               "(queue full of other nodes)");
+    r->m_reseed_failures = gp_metrics_counter(m, "gp_registry_redis_reseed_failures_total", NULL,
+                                              "Reseeds of Redis that failed (a chunk or the "
+                                              "inventory read), retried after a backoff");
+    r->m_restored = gp_metrics_counter(m, "gp_registry_live_restored_total", NULL,
+                                       "Nodes whose missing live entry a lease restored "
+                                       "from PostgreSQL");
     gp_backoff_init(&r->flush_backoff, r);
+    gp_backoff_init(&r->reseed_backoff, &r->reseed_backoff);
+    gp_kvscript_init(&r->unlock_script, registry_unlock_lua);
     gp_kvscript_init(&r->hb_script, registry_hb_lua);
     gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);

@@ -283,12 +283,18 @@ lease_pg(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
 
     (void)nres;
     (void)detail;
-    if (err == GP_EOK && PQntuples(res[0]) == 0)
+    if (err == GP_EOK && PQntuples(res[0]) == 0) {
         gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not in the inventory "
                                      "(never registered, or deleted): register again",
                                      gp_req_param(req, "node")));
-    else
-        lease_grant(req);
+        return;
+    }
+    /* In the inventory but not in the live view: restored now rather than
+     * left invisible (beats dropped, never stale) until a reseed. */
+    if (err == GP_EOK)
+        registry_live_restore(gp_req_state(req), gp_req_param(req, "site"),
+                              gp_req_param(req, "node"), PQgetvalue(res[0], 0, 0));
+    lease_grant(req);
 }
 
 static void
@@ -298,7 +304,7 @@ lease_kv(void *arg, const redisReply *rep, gp_err err)
     const char *p[2] = {gp_req_param(req, "node"), gp_req_param(req, "site")};
 
     if (err != GP_EOK || rep->type != REDIS_REPLY_NIL ||
-        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT 1 FROM nodes WHERE id = $1 AND site = $2",
+        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT state FROM nodes WHERE id = $1 AND site = $2",
                     2, p, 0, lease_pg, req) != GP_EOK)
         lease_grant(req);
 }

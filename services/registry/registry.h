@@ -38,13 +38,18 @@ typedef struct state_change {
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    gp_kvscript         hb_script, sweep_script, reseed_script;
+    gp_kvscript         hb_script, sweep_script, reseed_script, unlock_script;
     struct sweep_chain *chains;            /* one per shard (live.c) */
     bool               *sweep_more;        /* per shard: its last read came back full */
     unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
     unsigned            sweep_budget;      /* nodes this tick may still look at */
     char                sweep_cutoff[24];  /* wall ms, as Redis holds beats */
-    bool                reseeding;
+    bool                reseeding;         /* this instance holds the reseed lock or seeks it */
+    unsigned            reseed_pending;    /* chunks of the reseed in flight (+1 while sending) */
+    unsigned            reseed_bad;        /* chunks of the reseed that failed */
+    int                 reseed_rows;
+    gp_backoff          reseed_backoff;    /* after a failed reseed */
+    uint64_t            reseed_not_before; /* gp_mono_ms */
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;
     state_change       *inflight;          /* the batch PostgreSQL has not confirmed */
@@ -56,6 +61,7 @@ typedef struct registry {
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
+    uint64_t           *m_reseed_failures, *m_restored;
 } registry;
 
 /* now, wall clock, ms since the epoch */
@@ -77,6 +83,9 @@ void registry_live_beat(registry *r, const char *site, const char *node, const v
                         size_t len, double rtt_ms);
 int32_t registry_state_from_name(const char *s);
 const char *registry_state_name(int32_t state);
+/* Restores one inventory node's live entry (its 'reg' mark, its place in
+ * the index) as the reseed does, for a node a lease found without it. */
+void registry_live_restore(registry *r, const char *site, const char *node, const char *state);
 /* Marks a node healthy in Redis after registration and publishes it. */
 void registry_live_register(registry *r, const char *site, const char *node);
 

@@ -11,6 +11,7 @@
  *     gp:{N}:seen         sorted set: the shard's nodes by last beat
  *     gp:{N}:rtt:<site>   hash: node -> last uplink RTT
  *     gp:epoch:v2         alone in its calls (no tag needed)
+ *     gp:reseed:lock:v2   the reseeder's lock, alone in its calls
  *
  * REGISTRY_SHARDS is fixed (it is part of the layout: changing it moves
  * every key, so it comes with a new epoch key).  256: the live view can
@@ -118,5 +119,10 @@ static const char registry_reseed_lua[] =
     "  end\n"
     "end\n"
     "return #KEYS - 1\n";
+
+/* Drops the reseed lock (KEYS[1]) only if ARGV[1] (this instance) holds it. */
+static const char registry_unlock_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n";
 
 #endif

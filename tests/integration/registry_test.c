@@ -429,6 +429,73 @@ metric(const char *series)
     return v;
 }
 
+static long long
+reg_mark(const char *node)
+{
+    return redis_int("HEXISTS %s reg", NODE_KEY(node));
+}
+
+/* Polls until node's 'reg' mark is there (1) or not (0), up to s seconds. */
+static bool
+wait_reg_mark(const char *node, long long want, double s)
+{
+    double t0 = tl_now();
+
+    while (reg_mark(node) != want && tl_now() - t0 < s)
+        wait_s(0.1);
+    return reg_mark(node) == want;
+}
+
+/* A reseed whose script calls fail (ACL refuses HSETNX, which only the
+ * reseed script uses) leaves the epoch unset, and is tried again until it
+ * succeeds: the node's 'reg' mark comes back and its beats count again.
+ * (Before: the epoch was set first and failed chunks were never retried,
+ * so n1 stayed a ghost forever.) */
+static void
+test_reseed_retry(void)
+{
+    redisReply *rep;
+    double      fails;
+
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(reg_mark("n1") == 1, "n1 is in the live view before the flush");
+    rep = redis("ACL SETUSER default -hsetnx");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses HSETNX");
+    freeReplyObject(rep);
+    freeReplyObject(redis("FLUSHALL"));
+    wait_s(1.5);
+    T_OKM(reg_mark("n1") == 0, "while every reseed fails n1 has no 'reg' mark");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 0, "a failed reseed leaves no epoch");
+    fails = metric("gp_registry_redis_reseed_failures_total");
+    T_OKM(fails >= 2, "the failed reseed was tried again (%.0f failures)", fails);
+    freeReplyObject(redis("ACL SETUSER default +hsetnx"));
+    T_OKM(wait_reg_mark("n1", 1, 10), "once Redis takes the reseed, n1's 'reg' mark is back");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and the epoch is written");
+    T_OKM(redis_int("EXISTS %s", "gp:reseed:lock:v2") == 0, "and the reseed lock released");
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
+}
+
+/* A lease of a node PostgreSQL has but whose live hash lost its 'reg'
+ * mark (with the epoch there, so no reseed comes) restores it at once. */
+static void
+test_lease_restores(void)
+{
+    char d[GP_ERRBUF_LEN] = "";
+
+    beating = 0;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "the epoch is there: no reseed will run");
+    freeReplyObject(redis("DEL %s", NODE_KEY("n1")));
+    expect("lease of a node missing from the live view", lease("n1", d), GP_EOK, d);
+    T_OKM(wait_reg_mark("n1", 1, 2), "the lease restored n1's 'reg' mark");
+    T_OKM(metric("gp_registry_live_restored_total") >= 1, "restores are counted");
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
+}
+
 /* A node the inventory does not have: its beats are dropped and counted
  * (nothing appears in Redis), its lease is refused NOTFOUND. */
 static void
@@ -671,6 +738,8 @@ main(void)
     test_register();
     test_ghost();
     test_live();
+    test_reseed_retry();
+    test_lease_restores();
     test_hb_reencoded();
     test_capacity_and_delete();
     test_pg_outage();

@@ -280,11 +280,21 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
 /* ---- heartbeats ------------------------------------------------------------------- */
 
 typedef struct beat {
-    registry *r;
-    char      site[GP_MAX_ID + 1];
-    char      node[GP_MAX_ID + 1];
-    bool      registered;
+    registry                 *r;
+    char                      site[GP_MAX_ID + 1];
+    char                      node[GP_MAX_ID + 1];
+    bool                      registered;
+    registry_live_written_cb *done;        /* registration: told how the write went */
+    void                     *done_arg;
 } beat;
+
+static void
+beat_free(beat *b, gp_err err)
+{
+    if (b->done != NULL)
+        b->done(b->done_arg, err);
+    free(b);
+}
 
 static void
 beat_done(void *arg, const redisReply *rep, gp_err err)
@@ -294,13 +304,17 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
 
     if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
         (*b->r->m_hb_bad)++;
-        free(b);
+        if (b->registered)
+            GP_WARN("register_live_write_failed", "site=%s node=%s code=%s detail=\"%s\"",
+                    b->site, b->node, err != GP_EOK ? gp_err_name(err) : "REDIS",
+                    err == GP_EOK ? rep->str : "");
+        beat_free(b, err != GP_EOK ? err : GP_EUNAVAIL);
         return;
     }
     if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0) {
         (*b->r->m_hb_unknown)++;             /* not in the inventory: dropped */
         GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s", b->site, b->node);
-        free(b);
+        beat_free(b, GP_ENOTFOUND);
         return;
     }
     prev = rep->type == REDIS_REPLY_STRING ? registry_state_from_name(rep->str)
@@ -312,12 +326,13 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
              prev != MSG_NODE_STATE_STATE_QUARANTINED)
         registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
                                  "heartbeat");
-    free(b);
+    beat_free(b, GP_EOK);
 }
 
+/* done (may be NULL) is called exactly once, maybe before this returns. */
 static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
-           double rtt_ms, bool registered)
+           double rtt_ms, bool registered, registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
     char        now[24], rtt[32];
@@ -327,10 +342,15 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
 
-    if (b == NULL)
+    if (b == NULL) {
+        if (done != NULL)
+            done(done_arg, GP_ENOMEM);
         return;
+    }
     b->r = r;
     b->registered = registered;
+    b->done = done;
+    b->done_arg = done_arg;
     snprintf(b->site, sizeof(b->site), "%s", site);
     snprintf(b->node, sizeof(b->node), "%s", node);
     registry_node_key(kn, shard, node);
@@ -348,7 +368,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
-        free(b);
+        beat_free(b, GP_EUNAVAIL);
     }
 }
 
@@ -368,13 +388,14 @@ registry_live_beat(registry *r, const char *site, const char *node, const void *
         return;
     }
     (*r->m_hb)++;
-    live_write(r, site, node, raw, len, rtt_ms, false);
+    live_write(r, site, node, raw, len, rtt_ms, false, NULL, NULL);
 }
 
 void
-registry_live_register(registry *r, const char *site, const char *node)
+registry_live_register(registry *r, const char *site, const char *node,
+                       registry_live_written_cb *done, void *arg)
 {
-    live_write(r, site, node, "", 0, 0, true);
+    live_write(r, site, node, "", 0, 0, true, done, arg);
 }
 
 /* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----

@@ -119,6 +119,26 @@ live_forget(gp_kv *kv, const char *site, const char *node)
     gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, node);
 }
 
+/* The registration ends when Redis took its write (the node's 'reg'
+ * mark): replied before, the agent's first beat could reach another
+ * instance first and be dropped as a ghost; failed, the node would stay
+ * out of the live view.  A failed write is UNAVAIL: the agent registers
+ * again. */
+static void
+live_registered(void *arg, gp_err err)
+{
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
+
+    if (err != GP_EOK) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "the live view (Redis) did not take the "
+                                     "registration (%s): register again", gp_err_name(err)));
+        return;
+    }
+    fill_lease(req, &q->attempts, gp_req_out(req));
+    gp_req_done(req, GP_EOK);
+}
+
 static void
 registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -138,8 +158,8 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
          * (and, for the same shard, the same slot): in order */
         if (was[0] != '\0' && strcmp(was, q->site) != 0)
             live_forget(gp_app_kv(gp_req_app(req)), was, q->node);
-        registry_live_register(gp_req_state(req), q->site, q->node);
-        fill_lease(req, &q->attempts, gp_req_out(req));
+        registry_live_register(gp_req_state(req), q->site, q->node, live_registered, req);
+        return;                                   /* live_registered() ends the request */
     }
     gp_req_done(req, err);
 }

@@ -86,8 +86,12 @@ const char *registry_state_name(int32_t state);
 /* Restores one inventory node's live entry (its 'reg' mark, its place in
  * the index) as the reseed does, for a node a lease found without it. */
 void registry_live_restore(registry *r, const char *site, const char *node, const char *state);
-/* Marks a node healthy in Redis after registration and publishes it. */
-void registry_live_register(registry *r, const char *site, const char *node);
+/* Marks a node healthy in Redis after registration (its 'reg' mark) and
+ * publishes it; done is called exactly once (maybe at once) with OK once
+ * Redis took the write, or the error: the registration ends there. */
+typedef void registry_live_written_cb(void *arg, gp_err err);
+void registry_live_register(registry *r, const char *site, const char *node,
+                            registry_live_written_cb *done, void *arg);
 
 /* nodes.c */
 void registry_nodes_free(registry *r);

@@ -705,6 +705,25 @@ test_site_move(void)
     T_OKM(redis_int("EXISTS %s", new_key) == 1, "mv1 live at s7");
 }
 
+/* Registration ends only when Redis took its write: a write that fails
+ * (here: the node's key is of the wrong type, so the script errors) is
+ * UNAVAIL, and a successful one has set the 'reg' mark by the time the
+ * reply arrives.  (Before: OK whatever became of the write.) */
+static void
+test_register_live_write(void)
+{
+    char key[REGISTRY_KEY_LEN];
+
+    registry_node_key(key, registry_shard("s7"), "w1");
+    freeReplyObject(redis("SET %s not-a-hash", key));
+    register_at("s7", "w1", GP_EUNAVAIL);
+    T_OKM(strstr(last_detail, "register again") != NULL, "UNAVAIL says to register again: %s",
+          last_detail);
+    freeReplyObject(redis("DEL %s", key));
+    register_at("s7", "w1", GP_EOK);
+    T_OKM(redis_int("HEXISTS %s reg", key) == 1, "the 'reg' mark is set when the reply comes");
+}
+
 int
 main(void)
 {
@@ -744,6 +763,7 @@ main(void)
     test_capacity_and_delete();
     test_pg_outage();
     test_site_move();
+    test_register_live_write();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

@@ -279,6 +279,8 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
 
 /* ---- heartbeats ------------------------------------------------------------------- */
 
+static void forget_cancel(registry *r, const char *site, const char *node);
+
 typedef struct beat {
     registry                 *r;
     char                      site[GP_MAX_ID + 1];
@@ -395,6 +397,7 @@ void
 registry_live_register(registry *r, const char *site, const char *node,
                        registry_live_written_cb *done, void *arg)
 {
+    forget_cancel(r, site, node);
     live_write(r, site, node, "", 0, 0, true, done, arg);
 }
 
@@ -719,6 +722,149 @@ registry_live_restore(registry *r, const char *site, const char *node, const cha
     gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 4, args, NULL);
 }
 
+/* ---- removing a node from a shard, checked and retried ----
+ *
+ * A removal that failed would leave a deleted node's 'reg' mark (its beats
+ * taken) or, after a site move, a healthy hash in the old shard that the
+ * sweep would later report stale.  So each one is kept in r->forgets until
+ * Redis confirmed it, and a failed one is sent again from the cron after
+ * its own backoff.  A registration of the same (site, node) cancels a
+ * pending one: sent before the registration's script on the same
+ * connection, one in flight lands first; one waiting is dropped, so a
+ * late retry cannot remove the node that just registered. */
+
+enum { FORGET_FREE, FORGET_WAIT, FORGET_FLIGHT, FORGET_CANCELLED };
+
+static void forget_send(live_forget *f);
+
+static void
+forget_release(live_forget *f)
+{
+    f->st = FORGET_FREE;
+    f->r->nforgets--;
+    *f->r->m_forget_pending = f->r->nforgets;
+}
+
+static void
+forget_retry_later(live_forget *f, const char *code)
+{
+    unsigned delay = gp_backoff_next_ms(&f->backoff);
+
+    (*f->r->m_forget_failures)++;
+    GP_WARN("live_forget_failed", "site=%s node=%s code=%s retry_ms=%u", f->site, f->node, code,
+            delay);
+    f->st = FORGET_WAIT;
+    f->not_before = gp_mono_ms() + delay;
+}
+
+static void
+forget_done(void *arg, const redisReply *rep, gp_err err)
+{
+    live_forget *f = arg;
+
+    if (f->again) {                          /* asked for again since this was sent */
+        f->again = false;
+        forget_send(f);
+    } else if (f->st == FORGET_CANCELLED || (err == GP_EOK && rep->type != REDIS_REPLY_ERROR))
+        forget_release(f);
+    else
+        forget_retry_later(f, err != GP_EOK ? gp_err_name(err) : "REDIS");
+}
+
+static gp_err
+forget_call(registry *r, const char *site, const char *node, gp_kv_cb *cb, void *arg)
+{
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
+    const char *keys[3] = {kn, ks, kr};
+    const char *args[1] = {node};
+    unsigned    shard = registry_shard(site);
+
+    registry_node_key(kn, shard, node);
+    registry_seen_key(ks, shard);
+    registry_rtt_key(kr, site);
+    return gp_kvscript_call(&r->forget_script, gp_app_kv(r->app), cb, arg, 3, keys, 1, args,
+                            NULL);
+}
+
+static void
+forget_send(live_forget *f)
+{
+    f->st = FORGET_FLIGHT;
+    if (forget_call(f->r, f->site, f->node, forget_done, f) != GP_EOK)
+        forget_retry_later(f, "UNAVAIL");
+}
+
+static live_forget *
+forget_find(registry *r, const char *site, const char *node)
+{
+    for (unsigned i = 0; r->forgets != NULL && i < REGISTRY_FORGET_MAX; i++) {
+        live_forget *f = &r->forgets[i];
+
+        if (f->st != FORGET_FREE && strcmp(f->site, site) == 0 && strcmp(f->node, node) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+void
+registry_live_forget(registry *r, const char *site, const char *node)
+{
+    live_forget *f = forget_find(r, site, node);
+
+    for (unsigned i = 0; f == NULL && r->forgets != NULL && i < REGISTRY_FORGET_MAX; i++) {
+        if (r->forgets[i].st == FORGET_FREE) {
+            f = &r->forgets[i];
+            f->r = r;
+            snprintf(f->site, sizeof(f->site), "%s", site);
+            snprintf(f->node, sizeof(f->node), "%s", node);
+            gp_backoff_init(&f->backoff, f);
+            f->again = false;
+            r->nforgets++;
+            *r->m_forget_pending = r->nforgets;
+            f->st = FORGET_WAIT;
+        }
+    }
+    if (f == NULL) {                         /* the list is full: once, unchecked */
+        (*r->m_forget_dropped)++;
+        GP_WARN("live_forget_unchecked", "site=%s node=%s limit=%u", site, node,
+                (unsigned)REGISTRY_FORGET_MAX);
+        forget_call(r, site, node, NULL, NULL);
+        return;
+    }
+    if (f->st == FORGET_CANCELLED) {
+        f->st = FORGET_FLIGHT;               /* a registration came after the one in flight: */
+        f->again = true;                     /* sent again once it answered */
+    } else if (f->st == FORGET_WAIT)
+        forget_send(f);
+}
+
+/* A registration of (site, node) is being sent: a pending removal of the
+ * same keys must not follow it. */
+static void
+forget_cancel(registry *r, const char *site, const char *node)
+{
+    live_forget *f = r->nforgets > 0 ? forget_find(r, site, node) : NULL;
+
+    if (f == NULL)
+        return;
+    if (f->st == FORGET_WAIT)
+        forget_release(f);
+    else if (f->st == FORGET_FLIGHT) {
+        f->st = FORGET_CANCELLED;
+        f->again = false;
+    }
+}
+
+static void
+forget_cron(registry *r)
+{
+    uint64_t now = gp_mono_ms();
+
+    for (unsigned i = 0; r->nforgets > 0 && i < REGISTRY_FORGET_MAX; i++)
+        if (r->forgets[i].st == FORGET_WAIT && now >= r->forgets[i].not_before)
+            forget_send(&r->forgets[i]);
+}
+
 void
 registry_live_cron(gp_app *app, void *arg)
 {
@@ -737,6 +883,7 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->reseed_script, kv);
     if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
         gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
+    forget_cron(r);
     sweep(r);
     flush_changes(r);
 }
@@ -773,6 +920,19 @@ registry_live_start(registry *r)
     gp_backoff_init(&r->flush_backoff, r);
     gp_backoff_init(&r->reseed_backoff, &r->reseed_backoff);
     gp_kvscript_init(&r->unlock_script, registry_unlock_lua);
+    gp_kvscript_init(&r->forget_script, registry_forget_lua);
+    r->m_forget_failures = gp_metrics_counter(m, "gp_registry_live_cleanup_failures_total", NULL,
+                                              "Removals of a node from a Redis shard (delete, "
+                                              "site move) that failed, retried with backoff");
+    r->m_forget_dropped = gp_metrics_counter(m, "gp_registry_live_cleanup_unchecked_total", NULL,
+                                             "Removals sent unchecked because the retry list "
+                                             "was full");
+    r->m_forget_pending = gp_metrics_gauge(m, "gp_registry_live_cleanup_pending", NULL,
+                                           "Removals of a node from a Redis shard not yet "
+                                           "confirmed");
+    r->forgets = calloc(REGISTRY_FORGET_MAX, sizeof(*r->forgets));
+    if (r->forgets == NULL)
+        GP_WARN("live_forget_unchecked", "code=NOMEM");
     gp_kvscript_init(&r->hb_script, registry_hb_lua);
     gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);

@@ -25,6 +25,8 @@ registry_nodes_free(registry *r)
     free(r->inflight);
     free(r->chains);
     free(r->sweep_more);
+    free(r->forgets);
+    r->forgets = NULL;
     r->changes = r->inflight = NULL;
     r->chains = NULL;
     r->sweep_more = NULL;
@@ -103,22 +105,6 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
     }
 }
 
-/* Removes a node's keys from its site's shard (hash with its 'reg' mark,
- * index entry, RTT). */
-static void
-live_forget(gp_kv *kv, const char *site, const char *node)
-{
-    unsigned shard = registry_shard(site);
-    char     key[REGISTRY_KEY_LEN];
-
-    registry_node_key(key, shard, node);
-    gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
-    registry_seen_key(key, shard);
-    gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, node);
-    registry_rtt_key(key, site);
-    gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, node);
-}
-
 /* The registration ends when Redis took its write (the node's 'reg'
  * mark): replied before, the agent's first beat could reach another
  * instance first and be dropped as a ghost; failed, the node would stay
@@ -157,7 +143,7 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         /* sent before the registration's script, on the same connection
          * (and, for the same shard, the same slot): in order */
         if (was[0] != '\0' && strcmp(was, q->site) != 0)
-            live_forget(gp_app_kv(gp_req_app(req)), was, q->node);
+            registry_live_forget(gp_req_state(req), was, q->node);
         registry_live_register(gp_req_state(req), q->site, q->node, live_registered, req);
         return;                                   /* live_registered() ends the request */
     }
@@ -566,7 +552,6 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
 {
     gp_req               *req = arg;
     const msg_id_request *q = gp_req_in(req);
-    gp_kv                *kv = gp_app_kv(gp_req_app(req));
 
     (void)nres;
     if (err != GP_EOK) {
@@ -575,7 +560,7 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {
         /* the hash goes with its 'reg' mark: the node's beats are refused now */
-        live_forget(kv, PQgetvalue(res[0], 0, 1), q->id);
+        registry_live_forget(gp_req_state(req), PQgetvalue(res[0], 0, 1), q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);

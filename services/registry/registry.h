@@ -35,10 +35,24 @@ typedef struct state_change {
     uint64_t seq;                  /* queue order: the higher one is newer */
 } state_change;
 
+/* A node's keys to remove from a shard, kept until Redis confirmed it
+ * (live.c: registry_live_forget). */
+typedef struct live_forget {
+    struct registry *r;
+    char             site[GP_MAX_ID + 1];
+    char             node[GP_MAX_ID + 1];
+    int              st;                 /* FORGET_* in live.c */
+    bool             again;              /* asked for again while in flight: resend */
+    gp_backoff       backoff;
+    uint64_t         not_before;         /* gp_mono_ms of the next try */
+} live_forget;
+
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    gp_kvscript         hb_script, sweep_script, reseed_script, unlock_script;
+    gp_kvscript         hb_script, sweep_script, reseed_script, unlock_script, forget_script;
+    live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */
+    unsigned            nforgets;          /* entries in use */
     struct sweep_chain *chains;            /* one per shard (live.c) */
     bool               *sweep_more;        /* per shard: its last read came back full */
     unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
@@ -62,6 +76,8 @@ typedef struct registry {
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
     uint64_t           *m_reseed_failures, *m_restored;
+    uint64_t           *m_forget_failures, *m_forget_dropped;
+    double             *m_forget_pending;
 } registry;
 
 /* now, wall clock, ms since the epoch */
@@ -86,6 +102,13 @@ const char *registry_state_name(int32_t state);
 /* Restores one inventory node's live entry (its 'reg' mark, its place in
  * the index) as the reseed does, for a node a lease found without it. */
 void registry_live_restore(registry *r, const char *site, const char *node, const char *state);
+/* Removes a node's keys from a site's shard (hash with its 'reg' mark,
+ * index entry, RTT): after a delete, and in the old site after a move.
+ * Checked: a failed removal is retried from the cron with backoff until
+ * Redis confirms it (at most REGISTRY_FORGET_MAX pending; past that it is
+ * sent once unchecked and counted). */
+#define REGISTRY_FORGET_MAX 1024
+void registry_live_forget(registry *r, const char *site, const char *node);
 /* Marks a node healthy in Redis after registration (its 'reg' mark) and
  * publishes it; done is called exactly once (maybe at once) with OK once
  * Redis took the write, or the error: the registration ends there. */

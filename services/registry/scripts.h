@@ -120,6 +120,15 @@ static const char registry_reseed_lua[] =
     "end\n"
     "return #KEYS - 1\n";
 
+/* Removes a node from a shard (delete, or the old site's shard after a
+ * move): KEYS node, seen, rtt (one shard); ARGV node.  One call, so one
+ * reply says whether all of it happened. */
+static const char registry_forget_lua[] =
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('HDEL', KEYS[3], ARGV[1])\n"
+    "return 1\n";
+
 /* Drops the reseed lock (KEYS[1]) only if ARGV[1] (this instance) holds it. */
 static const char registry_unlock_lua[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"

@@ -724,6 +724,49 @@ test_register_live_write(void)
     T_OKM(redis_int("HEXISTS %s reg", key) == 1, "the 'reg' mark is set when the reply comes");
 }
 
+/* Removing a node from a shard (delete; the old shard after a site move)
+ * that Redis refuses (ACL: no DEL) is retried until it lands: the deleted
+ * node's 'reg' mark and the moved node's old hash are gone once Redis
+ * takes DEL again.  (Before: sent unchecked, they stayed for good.) */
+static void
+test_forget_retry(void)
+{
+    char           d[GP_ERRBUF_LEN] = "", kd[REGISTRY_KEY_LEN], km[REGISTRY_KEY_LEN];
+    msg_id_request id = {0};
+    msg_deleted    del = {0};
+    redisReply    *rep;
+    double         t0;
+
+    registry_node_key(kd, registry_shard("s7"), "d1");
+    registry_node_key(km, registry_shard("s7"), "m2");
+    register_at("s7", "d1", GP_EOK);
+    register_at("s7", "m2", GP_EOK);
+    rep = redis("ACL SETUSER default -del");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses DEL");
+    freeReplyObject(rep);
+    snprintf(id.id, sizeof(id.id), "d1");
+    expect("delete d1", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc,
+                             &del, d), GP_EOK, d);
+    register_at("s1", "m2", GP_EOK);              /* moves: s7's shard must lose it */
+    wait_s(0.6);
+    T_OKM(redis_int("EXISTS %s", kd) == 1 && redis_int("EXISTS %s", km) == 1,
+          "while DEL is refused the removals fail (d1 %lld, m2 at s7 %lld)",
+          redis_int("EXISTS %s", kd), redis_int("EXISTS %s", km));
+    T_OKM(metric("gp_registry_live_cleanup_failures_total") >= 2, "failed removals are counted");
+    T_OKM(metric("gp_registry_live_cleanup_pending") == 2, "two removals pending (%.0f)",
+          metric("gp_registry_live_cleanup_pending"));
+    freeReplyObject(redis("ACL SETUSER default +del"));
+    t0 = tl_now();
+    while ((redis_int("EXISTS %s", kd) != 0 || redis_int("EXISTS %s", km) != 0) &&
+           tl_now() - t0 < 10)
+        wait_s(0.1);
+    T_OKM(redis_int("EXISTS %s", kd) == 0, "the deleted node's hash and 'reg' mark are gone");
+    T_OKM(redis_int("EXISTS %s", km) == 0, "the moved node's old hash is gone");
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("m2")) == 1, "the moved node is live at s1");
+    wait_s(0.3);
+    T_OKM(metric("gp_registry_live_cleanup_pending") == 0, "nothing left pending");
+}
+
 int
 main(void)
 {
@@ -764,6 +807,7 @@ main(void)
     test_pg_outage();
     test_site_move();
     test_register_live_write();
+    test_forget_retry();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

@@ -337,10 +337,10 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
            double rtt_ms, bool registered, registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
-    char        now[24], rtt[32];
+    char        rtt[32];
     const char *keys[3] = {kn, ks, kr};
-    const char *args[5];
-    size_t      argl[5];
+    const char *args[4];
+    size_t      argl[4];
     unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
 
@@ -358,16 +358,14 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     registry_node_key(kn, shard, node);
     registry_seen_key(ks, shard);
     registry_rtt_key(kr, site);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
-    args[0] = now;
-    args[1] = raw;
-    args[2] = site;
-    args[3] = node;
-    args[4] = rtt;
-    for (int k = 0; k < 5; k++)
-        argl[k] = k == 1 ? len : strlen(args[k]);
-    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
+    args[0] = raw;                    /* stamped with Redis's time by the script */
+    args[1] = site;
+    args[2] = node;
+    args[3] = rtt;
+    for (int k = 0; k < 4; k++)
+        argl[k] = k == 0 ? len : strlen(args[k]);
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 4, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
         beat_free(b, GP_EUNAVAIL);
@@ -404,8 +402,9 @@ registry_live_register(registry *r, const char *site, const char *node,
 /* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----
  *
  * Each tick walks all REGISTRY_SHARDS shards at once, one chain per shard:
- * ZRANGEBYSCORE of the shard's seen set up to the cutoff (SWEEP_BATCH ids),
- * then the sweep script on those nodes; a chain goes on while its read
+ * a read script (ZRANGEBYSCORE of the shard's seen set up to Redis's time
+ * less the stale window, SWEEP_BATCH ids), then the sweep script on those
+ * nodes (which takes the cutoff from Redis's time again); a chain goes on while its read
  * came back full and the tick's bound allows.  The next tick starts when
  * every chain of this one has ended. */
 
@@ -468,7 +467,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
-    args[0] = r->sweep_cutoff;
+    args[0] = r->sweep_window;
     for (size_t i = 0; i < n; i++) {
         registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
         keys[i + 1] = keybuf[i + 1];
@@ -482,12 +481,14 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
 static void
 sweep_read(sweep_chain *c)
 {
-    char key[REGISTRY_KEY_LEN], batch[16];
+    char        key[REGISTRY_KEY_LEN], batch[16];
+    const char *keys[1] = {key};
+    const char *args[2] = {c->r->sweep_window, batch};
 
     registry_seen_key(key, c->shard);
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    if (gp_kv_cmdf(gp_app_kv(c->r->app), sweep_ids, c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %s", key,
-                   c->r->sweep_cutoff, batch) != GP_EOK)
+    if (gp_kvscript_call(&c->r->sweep_read_script, gp_app_kv(c->r->app), sweep_ids, c, 1, keys, 2,
+                         args, NULL) != GP_EOK)
         chain_end(c);
 }
 
@@ -495,12 +496,13 @@ static void
 sweep(registry *r)
 {
     uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-    uint64_t now = gp_wall_ms();      /* beats are stamped with the wall clock in Redis,
-                                         shared by every instance */
 
-    if (r->sweeps_inflight > 0 || r->chains == NULL || now < window)
+    /* The cutoff is Redis's time less the window, computed by the scripts
+     * on the shard's master: beats are stamped with that clock too, so no
+     * registry host's wall clock enters into it. */
+    if (r->sweeps_inflight > 0 || r->chains == NULL)
         return;
-    snprintf(r->sweep_cutoff, sizeof(r->sweep_cutoff), "%llu", (unsigned long long)(now - window));
+    snprintf(r->sweep_window, sizeof(r->sweep_window), "%llu", (unsigned long long)window);
     r->sweep_budget = SWEEP_TICK_MAX;
     for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
         r->chains[s] = (sweep_chain){.r = r, .shard = s};
@@ -601,10 +603,9 @@ static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     static char        keybuf[RESEED_CHUNK + 1][REGISTRY_KEY_LEN];
-    static const char *keys[RESEED_CHUNK + 1], *args[1 + 3 * RESEED_CHUNK];
+    static const char *keys[RESEED_CHUNK + 1], *args[3 * RESEED_CHUNK];
     registry          *r = arg;
     gp_kv             *kv = gp_app_kv(r->app);
-    char               now[24];
     int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
     int               *order = NULL;
     unsigned          *start = NULL, *fill = NULL;
@@ -634,14 +635,12 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
     r->reseed_rows = rows;
     r->reseed_bad = 0;
     r->reseed_pending = 1;                  /* this loop's own: no end before it is done */
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     for (unsigned s = 0; s < REGISTRY_SHARDS && r->reseed_bad == 0; s++) {
         for (unsigned i = start[s]; i < start[s + 1] && r->reseed_bad == 0; i += RESEED_CHUNK) {
             int nk = 1, na = 0;
 
             registry_seen_key(keybuf[0], s);
             keys[0] = keybuf[0];
-            args[na++] = now;
             for (unsigned k = i; k < start[s + 1] && k < i + RESEED_CHUNK; k++) {
                 int row = order[k];
 
@@ -711,15 +710,14 @@ restored(void *arg, const redisReply *rep, gp_err err)
 void
 registry_live_restore(registry *r, const char *site, const char *node, const char *state)
 {
-    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], now[24];
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN];
     const char *keys[2] = {ks, kn};
-    const char *args[4] = {now, node, site, state};
+    const char *args[3] = {node, site, state};
     unsigned    shard = registry_shard(site);
 
     registry_seen_key(ks, shard);
     registry_node_key(kn, shard, node);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 4, args, NULL);
+    gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 3, args, NULL);
 }
 
 /* ---- removing a node from a shard, checked and retried ----
@@ -879,6 +877,8 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->hb_script, kv);
     if (r->sweep_script.sha[0] == '\0')
         gp_kvscript_load(&r->sweep_script, kv);
+    if (r->sweep_read_script.sha[0] == '\0')
+        gp_kvscript_load(&r->sweep_read_script, kv);
     if (r->reseed_script.sha[0] == '\0')
         gp_kvscript_load(&r->reseed_script, kv);
     if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
@@ -935,6 +935,7 @@ registry_live_start(registry *r)
         GP_WARN("live_forget_unchecked", "code=NOMEM");
     gp_kvscript_init(&r->hb_script, registry_hb_lua);
     gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
+    gp_kvscript_init(&r->sweep_read_script, registry_sweep_read_lua);
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
     r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));
     r->sweep_more = calloc(REGISTRY_SHARDS, sizeof(*r->sweep_more));

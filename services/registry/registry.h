@@ -50,14 +50,15 @@ typedef struct live_forget {
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    gp_kvscript         hb_script, sweep_script, reseed_script, unlock_script, forget_script;
+    gp_kvscript         hb_script, sweep_script, sweep_read_script, reseed_script, unlock_script;
+    gp_kvscript         forget_script;
     live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */
     unsigned            nforgets;          /* entries in use */
     struct sweep_chain *chains;            /* one per shard (live.c) */
     bool               *sweep_more;        /* per shard: its last read came back full */
     unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
     unsigned            sweep_budget;      /* nodes this tick may still look at */
-    char                sweep_cutoff[24];  /* wall ms, as Redis holds beats */
+    char                sweep_window[24];  /* stale window, ms (the scripts take Redis's time) */
     bool                reseeding;         /* this instance holds the reseed lock or seeks it */
     unsigned            reseed_pending;    /* chunks of the reseed in flight (+1 while sending) */
     unsigned            reseed_bad;        /* chunks of the reseed that failed */

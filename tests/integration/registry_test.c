@@ -30,6 +30,7 @@ static gp_bus         *bus;
 static int             http_port;
 static int             beating;
 static int             stale_events, healthy_events;
+static int             stale_p_events;       /* of p1..p4 */
 static uint64_t        hb_seq;
 
 static gp_err
@@ -67,6 +68,8 @@ on_state(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &ev, NULL, 0) != GP_EOK)
         return;
     stale_events += ev.state == MSG_NODE_STATE_STATE_STALE;
+    stale_p_events += ev.state == MSG_NODE_STATE_STATE_STALE && ev.node[0] == 'p' &&
+                      ev.node[1] >= '1' && ev.node[1] <= '4' && ev.node[2] == '\0';
     healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
 }
 
@@ -767,6 +770,88 @@ test_forget_retry(void)
     T_OKM(metric("gp_registry_live_cleanup_pending") == 0, "nothing left pending");
 }
 
+/* A second registry whose wall clock is off by offset ("+1h", "-1h";
+ * libfaketime, wall clock only), in the same queue group. */
+static pid_t
+start_faked_registry(const char *offset, int port)
+{
+    static const char FAKETIME_LIB[] = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    char        ports[16], hb[16], bin[512];
+    const char *argv[] = {bin, "--http-port", ports, "--heartbeat-ms", hb, "--stale-beats", "3",
+                          "--sweep-ms", "100", NULL};
+    pid_t       pid;
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
+    snprintf(ports, sizeof(ports), "%d", port);
+    snprintf(hb, sizeof(hb), "%d", HB_MS);
+    pid = fork();
+    if (pid == 0) {
+        const char *asan = getenv("ASAN_OPTIONS");
+        char        opts[1024];
+
+        snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan ? asan : "",
+                 asan && asan[0] ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+        setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+        setenv("FAKETIME", offset, 1);
+        setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static double
+metric_at(int port, const char *series)
+{
+    char  *body = NULL;
+    double v = -1;
+
+    if (tl_http_get(port, "/metrics", &body) > 0)
+        v = tl_metric(body, series);
+    free(body);
+    return v;
+}
+
+/* Beat stamps and the stale cutoff come from Redis's clock: a registry
+ * whose wall clock is an hour ahead (as after a forward step) or behind
+ * shares the work with a normal one, and nodes that keep beating are never
+ * found stale; nodes that stop are, once each.  (Before: the instance an
+ * hour ahead found every node stale at once, the one behind stamped beats
+ * an hour old, so the other found them stale.) */
+static void
+test_clock_skew(void)
+{
+    static const char *const offsets[] = {"+1h", "-1h"};
+
+    beating_p = 0xf;
+    wait_s(HB_MS * 2.5 / 1000);
+    for (int k = 0; k < 2; k++) {
+        int    port = tl_free_port(), s0;
+        pid_t  b = start_faked_registry(offsets[k], port);
+        double t0 = tl_now(), hb0;
+
+        while (metric_at(port, "gp_registry_heartbeats_total") < 0 && tl_now() - t0 < 15)
+            wait_s(0.2);
+        hb0 = metric_at(port, "gp_registry_heartbeats_total");
+        T_OKM(hb0 >= 0, "a registry with its wall clock at %s is up", offsets[k]);
+        s0 = stale_p_events;
+        wait_s(HB_MS * 3 * 3 / 1000.0);         /* three stale windows */
+        T_OKM(metric_at(port, "gp_registry_heartbeats_total") > hb0 + 4,
+              "it took part of the beats (%.0f)", metric_at(port, "gp_registry_heartbeats_total"));
+        T_OKM(stale_p_events == s0, "with a registry at %s, beating nodes are never stale (%d "
+              "stale events)", offsets[k], stale_p_events - s0);
+        if (k == 1) {                           /* and stopped nodes still are, once each */
+            beating_p = 0;
+            wait_s(HB_MS * 3 / 1000.0 + 1.5);
+            T_OKM(stale_p_events - s0 == 4, "p1..p4 stopped beating: 4 stale events (%d)",
+                  stale_p_events - s0);
+        }
+        kill(b, SIGTERM);
+        T_EQ_INT(tl_wait_exit(b, 10), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -808,6 +893,7 @@ main(void)
     test_site_move();
     test_register_live_write();
     test_forget_retry();
+    test_clock_skew();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

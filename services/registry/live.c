@@ -749,8 +749,10 @@ forget_retry_later(live_forget *f, const char *code)
     unsigned delay = gp_backoff_next_ms(&f->backoff);
 
     (*f->r->m_forget_failures)++;
-    GP_WARN("live_forget_failed", "site=%s node=%s code=%s retry_ms=%u", f->site, f->node, code,
-            delay);
+    f->fails++;
+    if ((f->fails & (f->fails - 1)) == 0)    /* 1st, 2nd, 4th, 8th...: a long outage logs little */
+        GP_WARN("live_forget_failed", "site=%s node=%s code=%s failures=%u retry_ms=%u", f->site,
+                f->node, code, f->fails, delay);
     f->st = FORGET_WAIT;
     f->not_before = gp_mono_ms() + delay;
 }
@@ -817,6 +819,7 @@ registry_live_forget(registry *r, const char *site, const char *node)
             snprintf(f->node, sizeof(f->node), "%s", node);
             gp_backoff_init(&f->backoff, f);
             f->again = false;
+            f->fails = 0;
             r->nforgets++;
             *r->m_forget_pending = r->nforgets;
             f->st = FORGET_WAIT;

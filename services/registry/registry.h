@@ -43,6 +43,7 @@ typedef struct live_forget {
     char             node[GP_MAX_ID + 1];
     int              st;                 /* FORGET_* in live.c */
     bool             again;              /* asked for again while in flight: resend */
+    unsigned         fails;              /* failed tries so far */
     gp_backoff       backoff;
     uint64_t         not_before;         /* gp_mono_ms of the next try */
 } live_forget;

@@ -480,6 +480,32 @@ test_reseed_retry(void)
     T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
 }
 
+/* A reseeder that died after taking the lock: nobody reseeds while its
+ * lock holds, and once it expires another instance (here: the one
+ * registry) reseeds; the epoch was never written, so nothing is skipped. */
+static void
+test_reseed_lock_expiry(void)
+{
+    redisContext *c = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    redisReply   *rep;
+
+    beating = 1;
+    T_OKM(c != NULL && c->err == 0, "redis connection");
+    freeReplyObject(redisCommand(c, "MULTI"));
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    freeReplyObject(redisCommand(c, "SET gp:reseed:lock:v2 dead-instance PX 2500"));
+    rep = redisCommand(c, "EXEC");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2,
+          "flushed, with a dead reseeder's lock in place");
+    freeReplyObject(rep);
+    redisFree(c);
+    wait_s(1.2);
+    T_OKM(reg_mark("n1") == 0 && redis_int("EXISTS %s", "gp:epoch:v2") == 0,
+          "no reseed while the dead reseeder's lock holds");
+    T_OKM(wait_reg_mark("n1", 1, 6), "once its lock expired, another instance reseeded");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and wrote the epoch");
+}
+
 /* A lease of a node PostgreSQL has but whose live hash lost its 'reg'
  * mark (with the epoch there, so no reseed comes) restores it at once. */
 static void
@@ -886,6 +912,7 @@ main(void)
     test_ghost();
     test_live();
     test_reseed_retry();
+    test_reseed_lock_expiry();
     test_lease_restores();
     test_hb_reencoded();
     test_capacity_and_delete();

@@ -34,10 +34,12 @@
  *     answers the lease is granted.
  *   - After a Redis flush the marks are gone for everyone: the reseed
  *     (next cron tick, once PostgreSQL answers) restores them for every
- *     inventory node, whatever its state.  Beats in between are dropped
- *     (counted), never answered, so no agent reacts to them; a lease in
- *     between finds the node in PostgreSQL and is granted.  So a legit node
- *     loses at most the beats of one tick and never has to re-register.
+ *     inventory node, whatever its state, and is retried until every chunk
+ *     of it succeeded (only then is the epoch written).  Beats in between
+ *     are dropped (counted), never answered, so no agent reacts to them; a
+ *     lease in between finds the node in PostgreSQL, is granted, and
+ *     restores that node's entry.  So a legit node loses at most the beats
+ *     until the reseed took and never has to re-register.
  *   - A node an operator deleted is refused at registration (DENIED) until
  *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
@@ -59,6 +61,10 @@
  * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
  * in a Redis an older one seeded, and reseeds it from PostgreSQL. */
 #define EPOCH_KEY     "gp:epoch:v2"
+/* Held by the instance reseeding; expires if it dies half way.  Longer than
+ * the inventory read (5 s deadline) plus a few hundred script calls. */
+#define RESEED_LOCK_KEY "gp:reseed:lock:v2"
+#define RESEED_LOCK_MS  15000
 
 /* State names are the schema's (NodeState.state enum), never restated. */
 #define STATE_FIELD (&msg_node_state_desc.fields[MSG_NODE_STATE__STATE])
@@ -273,12 +279,24 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
 
 /* ---- heartbeats ------------------------------------------------------------------- */
 
+static void forget_cancel(registry *r, const char *site, const char *node);
+
 typedef struct beat {
-    registry *r;
-    char      site[GP_MAX_ID + 1];
-    char      node[GP_MAX_ID + 1];
-    bool      registered;
+    registry                 *r;
+    char                      site[GP_MAX_ID + 1];
+    char                      node[GP_MAX_ID + 1];
+    bool                      registered;
+    registry_live_written_cb *done;        /* registration: told how the write went */
+    void                     *done_arg;
 } beat;
+
+static void
+beat_free(beat *b, gp_err err)
+{
+    if (b->done != NULL)
+        b->done(b->done_arg, err);
+    free(b);
+}
 
 static void
 beat_done(void *arg, const redisReply *rep, gp_err err)
@@ -288,13 +306,17 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
 
     if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
         (*b->r->m_hb_bad)++;
-        free(b);
+        if (b->registered)
+            GP_WARN("register_live_write_failed", "site=%s node=%s code=%s detail=\"%s\"",
+                    b->site, b->node, err != GP_EOK ? gp_err_name(err) : "REDIS",
+                    err == GP_EOK ? rep->str : "");
+        beat_free(b, err != GP_EOK ? err : GP_EUNAVAIL);
         return;
     }
     if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0) {
         (*b->r->m_hb_unknown)++;             /* not in the inventory: dropped */
         GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s", b->site, b->node);
-        free(b);
+        beat_free(b, GP_ENOTFOUND);
         return;
     }
     prev = rep->type == REDIS_REPLY_STRING ? registry_state_from_name(rep->str)
@@ -306,43 +328,47 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
              prev != MSG_NODE_STATE_STATE_QUARANTINED)
         registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
                                  "heartbeat");
-    free(b);
+    beat_free(b, GP_EOK);
 }
 
+/* done (may be NULL) is called exactly once, maybe before this returns. */
 static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
-           double rtt_ms, bool registered)
+           double rtt_ms, bool registered, registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
-    char        now[24], rtt[32];
+    char        rtt[32];
     const char *keys[3] = {kn, ks, kr};
-    const char *args[5];
-    size_t      argl[5];
+    const char *args[4];
+    size_t      argl[4];
     unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
 
-    if (b == NULL)
+    if (b == NULL) {
+        if (done != NULL)
+            done(done_arg, GP_ENOMEM);
         return;
+    }
     b->r = r;
     b->registered = registered;
+    b->done = done;
+    b->done_arg = done_arg;
     snprintf(b->site, sizeof(b->site), "%s", site);
     snprintf(b->node, sizeof(b->node), "%s", node);
     registry_node_key(kn, shard, node);
     registry_seen_key(ks, shard);
     registry_rtt_key(kr, site);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
-    args[0] = now;
-    args[1] = raw;
-    args[2] = site;
-    args[3] = node;
-    args[4] = rtt;
-    for (int k = 0; k < 5; k++)
-        argl[k] = k == 1 ? len : strlen(args[k]);
-    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
+    args[0] = raw;                    /* stamped with Redis's time by the script */
+    args[1] = site;
+    args[2] = node;
+    args[3] = rtt;
+    for (int k = 0; k < 4; k++)
+        argl[k] = k == 0 ? len : strlen(args[k]);
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 4, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
-        free(b);
+        beat_free(b, GP_EUNAVAIL);
     }
 }
 
@@ -362,20 +388,23 @@ registry_live_beat(registry *r, const char *site, const char *node, const void *
         return;
     }
     (*r->m_hb)++;
-    live_write(r, site, node, raw, len, rtt_ms, false);
+    live_write(r, site, node, raw, len, rtt_ms, false, NULL, NULL);
 }
 
 void
-registry_live_register(registry *r, const char *site, const char *node)
+registry_live_register(registry *r, const char *site, const char *node,
+                       registry_live_written_cb *done, void *arg)
 {
-    live_write(r, site, node, "", 0, 0, true);
+    forget_cancel(r, site, node);
+    live_write(r, site, node, "", 0, 0, true, done, arg);
 }
 
 /* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----
  *
  * Each tick walks all REGISTRY_SHARDS shards at once, one chain per shard:
- * ZRANGEBYSCORE of the shard's seen set up to the cutoff (SWEEP_BATCH ids),
- * then the sweep script on those nodes; a chain goes on while its read
+ * a read script (ZRANGEBYSCORE of the shard's seen set up to Redis's time
+ * less the stale window, SWEEP_BATCH ids), then the sweep script on those
+ * nodes (which takes the cutoff from Redis's time again); a chain goes on while its read
  * came back full and the tick's bound allows.  The next tick starts when
  * every chain of this one has ended. */
 
@@ -438,7 +467,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
-    args[0] = r->sweep_cutoff;
+    args[0] = r->sweep_window;
     for (size_t i = 0; i < n; i++) {
         registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
         keys[i + 1] = keybuf[i + 1];
@@ -452,12 +481,14 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
 static void
 sweep_read(sweep_chain *c)
 {
-    char key[REGISTRY_KEY_LEN], batch[16];
+    char        key[REGISTRY_KEY_LEN], batch[16];
+    const char *keys[1] = {key};
+    const char *args[2] = {c->r->sweep_window, batch};
 
     registry_seen_key(key, c->shard);
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    if (gp_kv_cmdf(gp_app_kv(c->r->app), sweep_ids, c, "ZRANGEBYSCORE %s -inf %s LIMIT 0 %s", key,
-                   c->r->sweep_cutoff, batch) != GP_EOK)
+    if (gp_kvscript_call(&c->r->sweep_read_script, gp_app_kv(c->r->app), sweep_ids, c, 1, keys, 2,
+                         args, NULL) != GP_EOK)
         chain_end(c);
 }
 
@@ -465,12 +496,13 @@ static void
 sweep(registry *r)
 {
     uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-    uint64_t now = gp_wall_ms();      /* beats are stamped with the wall clock in Redis,
-                                         shared by every instance */
 
-    if (r->sweeps_inflight > 0 || r->chains == NULL || now < window)
+    /* The cutoff is Redis's time less the window, computed by the scripts
+     * on the shard's master: beats are stamped with that clock too, so no
+     * registry host's wall clock enters into it. */
+    if (r->sweeps_inflight > 0 || r->chains == NULL)
         return;
-    snprintf(r->sweep_cutoff, sizeof(r->sweep_cutoff), "%llu", (unsigned long long)(now - window));
+    snprintf(r->sweep_window, sizeof(r->sweep_window), "%llu", (unsigned long long)window);
     r->sweep_budget = SWEEP_TICK_MAX;
     for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
         r->chains[s] = (sweep_chain){.r = r, .shard = s};
@@ -485,28 +517,108 @@ sweep(registry *r)
  * to beat goes back into its shard's index as seen now, so it is either
  * refreshed by its next heartbeat or found stale by the sweep one window
  * later.  Nothing is lost and no one acts.  One script call per shard and
- * chunk: 100,000 nodes are a few hundred commands. */
+ * chunk: 100,000 nodes are a few hundred commands.
+ *
+ * Who reseeds, and when it counts as done: the epoch key is written only
+ * after every chunk of a reseed succeeded, so a reseed that failed half
+ * way (a chunk timed out, a failover) or whose instance died leaves the
+ * epoch missing and the next tick reseeds again.  The instances elect one
+ * reseeder with a lock key (SET NX PX RESEED_LOCK_MS): a failed reseed
+ * drops it at once, a dead instance's lock expires.  A reseed that outlives
+ * its lock only lets a second instance reseed as well, which is harmless
+ * (the script is idempotent).  Failed attempts back off (gp/backoff.h), so a
+ * Redis that keeps refusing is not sent the inventory every tick. */
+
+static void
+reseed_unlock(registry *r)
+{
+    const char *keys[1] = {RESEED_LOCK_KEY};
+    const char *args[1] = {gp_app_instance(r->app)};
+
+    gp_kvscript_call(&r->unlock_script, gp_app_kv(r->app), NULL, NULL, 1, keys, 1, args, NULL);
+}
+
+static void
+reseed_failed(registry *r, const char *code, const char *detail)
+{
+    unsigned delay = gp_backoff_next_ms(&r->reseed_backoff);
+
+    GP_WARN("reseed_failed", "code=%s retry_ms=%u detail=\"%s\"", code, delay,
+            detail ? detail : "");
+    (*r->m_reseed_failures)++;
+    r->reseed_not_before = gp_mono_ms() + delay;
+    reseed_unlock(r);
+    r->reseeding = false;
+}
+
+static void
+epoch_set(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
+        reseed_failed(r, err != GP_EOK ? gp_err_name(err) : "REDIS", "epoch not written");
+        return;
+    }
+    gp_backoff_reset(&r->reseed_backoff);
+    r->reseed_not_before = 0;
+    (*r->m_reseeds)++;
+    GP_INFO("redis_reseeded", "nodes=%d", r->reseed_rows);
+    reseed_unlock(r);
+    r->reseeding = false;
+}
+
+/* Every chunk answered (or was never sent): the epoch only when all took. */
+static void
+reseed_chunk_end(registry *r)
+{
+    if (--r->reseed_pending > 0)
+        return;
+    if (r->reseed_bad > 0) {
+        char detail[64];
+
+        snprintf(detail, sizeof(detail), "%u chunk(s) failed", r->reseed_bad);
+        reseed_failed(r, "UNAVAIL", detail);
+    } else if (gp_kv_cmdf(gp_app_kv(r->app), epoch_set, r, "SET " EPOCH_KEY " %s",
+                          gp_app_instance(r->app)) != GP_EOK) {
+        reseed_failed(r, "UNAVAIL", "epoch not written");
+    }
+}
+
+static void
+reseed_chunk_done(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
+        if (r->reseed_bad++ == 0)
+            GP_WARN("reseed_chunk_failed", "code=%s detail=\"%s\"",
+                    err != GP_EOK ? gp_err_name(err) : "REDIS",
+                    err == GP_EOK ? rep->str : "");
+    }
+    reseed_chunk_end(r);
+}
+
 static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     static char        keybuf[RESEED_CHUNK + 1][REGISTRY_KEY_LEN];
-    static const char *keys[RESEED_CHUNK + 1], *args[1 + 3 * RESEED_CHUNK];
+    static const char *keys[RESEED_CHUNK + 1], *args[3 * RESEED_CHUNK];
     registry          *r = arg;
     gp_kv             *kv = gp_app_kv(r->app);
-    char               now[24];
     int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
     int               *order = NULL;
-    unsigned          *start = NULL;
+    unsigned          *start = NULL, *fill = NULL;
 
     (void)nres;
-    r->reseeding = false;
     if (err == GP_EOK && ((order = malloc(sizeof(int) * (size_t)(rows + 1))) == NULL ||
-                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL))
+                          (start = calloc(REGISTRY_SHARDS + 1, sizeof(unsigned))) == NULL ||
+                          (fill = calloc(REGISTRY_SHARDS, sizeof(unsigned))) == NULL))
         err = GP_ENOMEM;
     if (err != GP_EOK) {
-        GP_WARN("reseed_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail ? detail : "");
-        gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);     /* try again next tick */
+        reseed_failed(r, gp_err_name(err), detail);
         free(order);
+        free(start);
         return;
     }
     /* rows by shard (counting sort) */
@@ -514,30 +626,21 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         start[registry_shard(PQgetvalue(res[0], i, 1)) + 1]++;
     for (unsigned s = 0; s < REGISTRY_SHARDS; s++)
         start[s + 1] += start[s];
-    {
-        unsigned *fill = calloc(REGISTRY_SHARDS, sizeof(unsigned));
+    for (int i = 0; i < rows; i++) {
+        unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
 
-        if (fill == NULL) {
-            free(order);
-            free(start);
-            gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
-            return;
-        }
-        for (int i = 0; i < rows; i++) {
-            unsigned s = registry_shard(PQgetvalue(res[0], i, 1));
-
-            order[start[s] + fill[s]++] = i;
-        }
-        free(fill);
+        order[start[s] + fill[s]++] = i;
     }
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
-        for (unsigned i = start[s]; i < start[s + 1]; i += RESEED_CHUNK) {
+    free(fill);
+    r->reseed_rows = rows;
+    r->reseed_bad = 0;
+    r->reseed_pending = 1;                  /* this loop's own: no end before it is done */
+    for (unsigned s = 0; s < REGISTRY_SHARDS && r->reseed_bad == 0; s++) {
+        for (unsigned i = start[s]; i < start[s + 1] && r->reseed_bad == 0; i += RESEED_CHUNK) {
             int nk = 1, na = 0;
 
             registry_seen_key(keybuf[0], s);
             keys[0] = keybuf[0];
-            args[na++] = now;
             for (unsigned k = i; k < start[s + 1] && k < i + RESEED_CHUNK; k++) {
                 int row = order[k];
 
@@ -548,35 +651,219 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
                 args[na++] = PQgetvalue(res[0], row, 1);
                 args[na++] = PQgetvalue(res[0], row, 2);
             }
-            if (gp_kvscript_call(&r->reseed_script, kv, NULL, NULL, nk, keys, na, args, NULL) !=
-                GP_EOK) {
-                GP_WARN("reseed_failed", "code=UNAVAIL shard=%u", s);
-                gp_kv_cmdf(kv, NULL, NULL, "DEL " EPOCH_KEY);
-                free(order);
-                free(start);
-                return;
+            r->reseed_pending++;
+            if (gp_kvscript_call(&r->reseed_script, kv, reseed_chunk_done, r, nk, keys, na, args,
+                                 NULL) != GP_EOK) {
+                r->reseed_pending--;
+                r->reseed_bad++;            /* not sent: the chunks in flight still end */
             }
         }
     }
     free(order);
     free(start);
-    (*r->m_reseeds)++;
-    GP_INFO("redis_reseeded", "nodes=%d", rows);
+    reseed_chunk_end(r);
+}
+
+static void
+reseed_locked(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS) {
+        r->reseeding = false;                /* nil: another instance is reseeding */
+        return;
+    }
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
+                    r) != GP_EOK)
+        reseed_failed(r, "UNAVAIL", "inventory database unavailable");
 }
 
 static void
 epoch_checked(void *arg, const redisReply *rep, gp_err err)
 {
     registry *r = arg;
+    char      ttl[16];
 
-    if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS || r->reseeding)
-        return;                              /* nil: the epoch was there already */
+    if (err != GP_EOK || rep->type != REDIS_REPLY_INTEGER || rep->integer != 0 || r->reseeding)
+        return;                              /* 1: the epoch is there */
     r->reseeding = true;
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
-                    r) != GP_EOK) {
+    snprintf(ttl, sizeof(ttl), "%u", (unsigned)RESEED_LOCK_MS);
+    if (gp_kv_cmdf(gp_app_kv(r->app), reseed_locked, r, "SET " RESEED_LOCK_KEY " %s NX PX %s",
+                   gp_app_instance(r->app), ttl) != GP_EOK)
         r->reseeding = false;
-        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL " EPOCH_KEY);
+}
+
+/* The lease path found a node PostgreSQL has but whose live hash lacks its
+ * 'reg' mark (a reseed that has not run or not reached it): that one node
+ * is restored at once with the reseed script, so its beats count again. */
+static void
+restored(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+
+    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR)
+        GP_DEBUG("live_restore_failed", "code=%s", err != GP_EOK ? gp_err_name(err) : "REDIS");
+    else
+        (*r->m_restored)++;
+}
+
+void
+registry_live_restore(registry *r, const char *site, const char *node, const char *state)
+{
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN];
+    const char *keys[2] = {ks, kn};
+    const char *args[3] = {node, site, state};
+    unsigned    shard = registry_shard(site);
+
+    registry_seen_key(ks, shard);
+    registry_node_key(kn, shard, node);
+    gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 3, args, NULL);
+}
+
+/* ---- removing a node from a shard, checked and retried ----
+ *
+ * A removal that failed would leave a deleted node's 'reg' mark (its beats
+ * taken) or, after a site move, a healthy hash in the old shard that the
+ * sweep would later report stale.  So each one is kept in r->forgets until
+ * Redis confirmed it, and a failed one is sent again from the cron after
+ * its own backoff.  A registration of the same (site, node) cancels a
+ * pending one: sent before the registration's script on the same
+ * connection, one in flight lands first; one waiting is dropped, so a
+ * late retry cannot remove the node that just registered. */
+
+enum { FORGET_FREE, FORGET_WAIT, FORGET_FLIGHT, FORGET_CANCELLED };
+
+static void forget_send(live_forget *f);
+
+static void
+forget_release(live_forget *f)
+{
+    f->st = FORGET_FREE;
+    f->r->nforgets--;
+    *f->r->m_forget_pending = f->r->nforgets;
+}
+
+static void
+forget_retry_later(live_forget *f, const char *code)
+{
+    unsigned delay = gp_backoff_next_ms(&f->backoff);
+
+    (*f->r->m_forget_failures)++;
+    f->fails++;
+    if ((f->fails & (f->fails - 1)) == 0)    /* 1st, 2nd, 4th, 8th...: a long outage logs little */
+        GP_WARN("live_forget_failed", "site=%s node=%s code=%s failures=%u retry_ms=%u", f->site,
+                f->node, code, f->fails, delay);
+    f->st = FORGET_WAIT;
+    f->not_before = gp_mono_ms() + delay;
+}
+
+static void
+forget_done(void *arg, const redisReply *rep, gp_err err)
+{
+    live_forget *f = arg;
+
+    if (f->again) {                          /* asked for again since this was sent */
+        f->again = false;
+        forget_send(f);
+    } else if (f->st == FORGET_CANCELLED || (err == GP_EOK && rep->type != REDIS_REPLY_ERROR))
+        forget_release(f);
+    else
+        forget_retry_later(f, err != GP_EOK ? gp_err_name(err) : "REDIS");
+}
+
+static gp_err
+forget_call(registry *r, const char *site, const char *node, gp_kv_cb *cb, void *arg)
+{
+    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
+    const char *keys[3] = {kn, ks, kr};
+    const char *args[1] = {node};
+    unsigned    shard = registry_shard(site);
+
+    registry_node_key(kn, shard, node);
+    registry_seen_key(ks, shard);
+    registry_rtt_key(kr, site);
+    return gp_kvscript_call(&r->forget_script, gp_app_kv(r->app), cb, arg, 3, keys, 1, args,
+                            NULL);
+}
+
+static void
+forget_send(live_forget *f)
+{
+    f->st = FORGET_FLIGHT;
+    if (forget_call(f->r, f->site, f->node, forget_done, f) != GP_EOK)
+        forget_retry_later(f, "UNAVAIL");
+}
+
+static live_forget *
+forget_find(registry *r, const char *site, const char *node)
+{
+    for (unsigned i = 0; r->forgets != NULL && i < REGISTRY_FORGET_MAX; i++) {
+        live_forget *f = &r->forgets[i];
+
+        if (f->st != FORGET_FREE && strcmp(f->site, site) == 0 && strcmp(f->node, node) == 0)
+            return f;
     }
+    return NULL;
+}
+
+void
+registry_live_forget(registry *r, const char *site, const char *node)
+{
+    live_forget *f = forget_find(r, site, node);
+
+    for (unsigned i = 0; f == NULL && r->forgets != NULL && i < REGISTRY_FORGET_MAX; i++) {
+        if (r->forgets[i].st == FORGET_FREE) {
+            f = &r->forgets[i];
+            f->r = r;
+            snprintf(f->site, sizeof(f->site), "%s", site);
+            snprintf(f->node, sizeof(f->node), "%s", node);
+            gp_backoff_init(&f->backoff, f);
+            f->again = false;
+            f->fails = 0;
+            r->nforgets++;
+            *r->m_forget_pending = r->nforgets;
+            f->st = FORGET_WAIT;
+        }
+    }
+    if (f == NULL) {                         /* the list is full: once, unchecked */
+        (*r->m_forget_dropped)++;
+        GP_WARN("live_forget_unchecked", "site=%s node=%s limit=%u", site, node,
+                (unsigned)REGISTRY_FORGET_MAX);
+        forget_call(r, site, node, NULL, NULL);
+        return;
+    }
+    if (f->st == FORGET_CANCELLED) {
+        f->st = FORGET_FLIGHT;               /* a registration came after the one in flight: */
+        f->again = true;                     /* sent again once it answered */
+    } else if (f->st == FORGET_WAIT)
+        forget_send(f);
+}
+
+/* A registration of (site, node) is being sent: a pending removal of the
+ * same keys must not follow it. */
+static void
+forget_cancel(registry *r, const char *site, const char *node)
+{
+    live_forget *f = r->nforgets > 0 ? forget_find(r, site, node) : NULL;
+
+    if (f == NULL)
+        return;
+    if (f->st == FORGET_WAIT)
+        forget_release(f);
+    else if (f->st == FORGET_FLIGHT) {
+        f->st = FORGET_CANCELLED;
+        f->again = false;
+    }
+}
+
+static void
+forget_cron(registry *r)
+{
+    uint64_t now = gp_mono_ms();
+
+    for (unsigned i = 0; r->nforgets > 0 && i < REGISTRY_FORGET_MAX; i++)
+        if (r->forgets[i].st == FORGET_WAIT && now >= r->forgets[i].not_before)
+            forget_send(&r->forgets[i]);
 }
 
 void
@@ -593,10 +880,13 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->hb_script, kv);
     if (r->sweep_script.sha[0] == '\0')
         gp_kvscript_load(&r->sweep_script, kv);
+    if (r->sweep_read_script.sha[0] == '\0')
+        gp_kvscript_load(&r->sweep_read_script, kv);
     if (r->reseed_script.sha[0] == '\0')
         gp_kvscript_load(&r->reseed_script, kv);
-    if (gp_db_is_connected(gp_app_db(app)))
-        gp_kv_cmdf(kv, epoch_checked, r, "SET " EPOCH_KEY " %s NX", gp_app_instance(app));
+    if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
+        gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
+    forget_cron(r);
     sweep(r);
     flush_changes(r);
 }
@@ -624,9 +914,31 @@ registry_live_start(registry *r)
     r->m_changes_dropped = gp_metrics_counter(m, "gp_registry_state_changes_dropped_total", NULL,
                                               "Node state changes not queued for PostgreSQL "
                                               "(queue full of other nodes)");
+    r->m_reseed_failures = gp_metrics_counter(m, "gp_registry_redis_reseed_failures_total", NULL,
+                                              "Reseeds of Redis that failed (a chunk or the "
+                                              "inventory read), retried after a backoff");
+    r->m_restored = gp_metrics_counter(m, "gp_registry_live_restored_total", NULL,
+                                       "Nodes whose missing live entry a lease restored "
+                                       "from PostgreSQL");
     gp_backoff_init(&r->flush_backoff, r);
+    gp_backoff_init(&r->reseed_backoff, &r->reseed_backoff);
+    gp_kvscript_init(&r->unlock_script, registry_unlock_lua);
+    gp_kvscript_init(&r->forget_script, registry_forget_lua);
+    r->m_forget_failures = gp_metrics_counter(m, "gp_registry_live_cleanup_failures_total", NULL,
+                                              "Removals of a node from a Redis shard (delete, "
+                                              "site move) that failed, retried with backoff");
+    r->m_forget_dropped = gp_metrics_counter(m, "gp_registry_live_cleanup_unchecked_total", NULL,
+                                             "Removals sent unchecked because the retry list "
+                                             "was full");
+    r->m_forget_pending = gp_metrics_gauge(m, "gp_registry_live_cleanup_pending", NULL,
+                                           "Removals of a node from a Redis shard not yet "
+                                           "confirmed");
+    r->forgets = calloc(REGISTRY_FORGET_MAX, sizeof(*r->forgets));
+    if (r->forgets == NULL)
+        GP_WARN("live_forget_unchecked", "code=NOMEM");
     gp_kvscript_init(&r->hb_script, registry_hb_lua);
     gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
+    gp_kvscript_init(&r->sweep_read_script, registry_sweep_read_lua);
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
     r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));
     r->sweep_more = calloc(REGISTRY_SHARDS, sizeof(*r->sweep_more));

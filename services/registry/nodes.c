@@ -25,6 +25,8 @@ registry_nodes_free(registry *r)
     free(r->inflight);
     free(r->chains);
     free(r->sweep_more);
+    free(r->forgets);
+    r->forgets = NULL;
     r->changes = r->inflight = NULL;
     r->chains = NULL;
     r->sweep_more = NULL;
@@ -103,20 +105,24 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
     }
 }
 
-/* Removes a node's keys from its site's shard (hash with its 'reg' mark,
- * index entry, RTT). */
+/* The registration ends when Redis took its write (the node's 'reg'
+ * mark): replied before, the agent's first beat could reach another
+ * instance first and be dropped as a ghost; failed, the node would stay
+ * out of the live view.  A failed write is UNAVAIL: the agent registers
+ * again. */
 static void
-live_forget(gp_kv *kv, const char *site, const char *node)
+live_registered(void *arg, gp_err err)
 {
-    unsigned shard = registry_shard(site);
-    char     key[REGISTRY_KEY_LEN];
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
 
-    registry_node_key(key, shard, node);
-    gp_kv_cmdf(kv, NULL, NULL, "DEL %s", key);
-    registry_seen_key(key, shard);
-    gp_kv_cmdf(kv, NULL, NULL, "ZREM %s %s", key, node);
-    registry_rtt_key(key, site);
-    gp_kv_cmdf(kv, NULL, NULL, "HDEL %s %s", key, node);
+    if (err != GP_EOK) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "the live view (Redis) did not take the "
+                                     "registration (%s): register again", gp_err_name(err)));
+        return;
+    }
+    fill_lease(req, &q->attempts, gp_req_out(req));
+    gp_req_done(req, GP_EOK);
 }
 
 static void
@@ -137,9 +143,9 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         /* sent before the registration's script, on the same connection
          * (and, for the same shard, the same slot): in order */
         if (was[0] != '\0' && strcmp(was, q->site) != 0)
-            live_forget(gp_app_kv(gp_req_app(req)), was, q->node);
-        registry_live_register(gp_req_state(req), q->site, q->node);
-        fill_lease(req, &q->attempts, gp_req_out(req));
+            registry_live_forget(gp_req_state(req), was, q->node);
+        registry_live_register(gp_req_state(req), q->site, q->node, live_registered, req);
+        return;                                   /* live_registered() ends the request */
     }
     gp_req_done(req, err);
 }
@@ -283,12 +289,18 @@ lease_pg(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
 
     (void)nres;
     (void)detail;
-    if (err == GP_EOK && PQntuples(res[0]) == 0)
+    if (err == GP_EOK && PQntuples(res[0]) == 0) {
         gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not in the inventory "
                                      "(never registered, or deleted): register again",
                                      gp_req_param(req, "node")));
-    else
-        lease_grant(req);
+        return;
+    }
+    /* In the inventory but not in the live view: restored now rather than
+     * left invisible (beats dropped, never stale) until a reseed. */
+    if (err == GP_EOK)
+        registry_live_restore(gp_req_state(req), gp_req_param(req, "site"),
+                              gp_req_param(req, "node"), PQgetvalue(res[0], 0, 0));
+    lease_grant(req);
 }
 
 static void
@@ -298,7 +310,7 @@ lease_kv(void *arg, const redisReply *rep, gp_err err)
     const char *p[2] = {gp_req_param(req, "node"), gp_req_param(req, "site")};
 
     if (err != GP_EOK || rep->type != REDIS_REPLY_NIL ||
-        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT 1 FROM nodes WHERE id = $1 AND site = $2",
+        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT state FROM nodes WHERE id = $1 AND site = $2",
                     2, p, 0, lease_pg, req) != GP_EOK)
         lease_grant(req);
 }
@@ -540,7 +552,6 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
 {
     gp_req               *req = arg;
     const msg_id_request *q = gp_req_in(req);
-    gp_kv                *kv = gp_app_kv(gp_req_app(req));
 
     (void)nres;
     if (err != GP_EOK) {
@@ -549,7 +560,7 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {
         /* the hash goes with its 'reg' mark: the node's beats are refused now */
-        live_forget(kv, PQgetvalue(res[0], 0, 1), q->id);
+        registry_live_forget(gp_req_state(req), PQgetvalue(res[0], 0, 1), q->id);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);

@@ -35,16 +35,37 @@ typedef struct state_change {
     uint64_t seq;                  /* queue order: the higher one is newer */
 } state_change;
 
+/* A node's keys to remove from a shard, kept until Redis confirmed it
+ * (live.c: registry_live_forget). */
+typedef struct live_forget {
+    struct registry *r;
+    char             site[GP_MAX_ID + 1];
+    char             node[GP_MAX_ID + 1];
+    int              st;                 /* FORGET_* in live.c */
+    bool             again;              /* asked for again while in flight: resend */
+    unsigned         fails;              /* failed tries so far */
+    gp_backoff       backoff;
+    uint64_t         not_before;         /* gp_mono_ms of the next try */
+} live_forget;
+
 typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
-    gp_kvscript         hb_script, sweep_script, reseed_script;
+    gp_kvscript         hb_script, sweep_script, sweep_read_script, reseed_script, unlock_script;
+    gp_kvscript         forget_script;
+    live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */
+    unsigned            nforgets;          /* entries in use */
     struct sweep_chain *chains;            /* one per shard (live.c) */
     bool               *sweep_more;        /* per shard: its last read came back full */
     unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
     unsigned            sweep_budget;      /* nodes this tick may still look at */
-    char                sweep_cutoff[24];  /* wall ms, as Redis holds beats */
-    bool                reseeding;
+    char                sweep_window[24];  /* stale window, ms (the scripts take Redis's time) */
+    bool                reseeding;         /* this instance holds the reseed lock or seeks it */
+    unsigned            reseed_pending;    /* chunks of the reseed in flight (+1 while sending) */
+    unsigned            reseed_bad;        /* chunks of the reseed that failed */
+    int                 reseed_rows;
+    gp_backoff          reseed_backoff;    /* after a failed reseed */
+    uint64_t            reseed_not_before; /* gp_mono_ms */
     state_change       *changes;           /* batched nodes.state updates */
     unsigned            nchanges, capchanges;
     state_change       *inflight;          /* the batch PostgreSQL has not confirmed */
@@ -56,6 +77,9 @@ typedef struct registry {
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
+    uint64_t           *m_reseed_failures, *m_restored;
+    uint64_t           *m_forget_failures, *m_forget_dropped;
+    double             *m_forget_pending;
 } registry;
 
 /* now, wall clock, ms since the epoch */
@@ -77,8 +101,22 @@ void registry_live_beat(registry *r, const char *site, const char *node, const v
                         size_t len, double rtt_ms);
 int32_t registry_state_from_name(const char *s);
 const char *registry_state_name(int32_t state);
-/* Marks a node healthy in Redis after registration and publishes it. */
-void registry_live_register(registry *r, const char *site, const char *node);
+/* Restores one inventory node's live entry (its 'reg' mark, its place in
+ * the index) as the reseed does, for a node a lease found without it. */
+void registry_live_restore(registry *r, const char *site, const char *node, const char *state);
+/* Removes a node's keys from a site's shard (hash with its 'reg' mark,
+ * index entry, RTT): after a delete, and in the old site after a move.
+ * Checked: a failed removal is retried from the cron with backoff until
+ * Redis confirms it (at most REGISTRY_FORGET_MAX pending; past that it is
+ * sent once unchecked and counted). */
+#define REGISTRY_FORGET_MAX 1024
+void registry_live_forget(registry *r, const char *site, const char *node);
+/* Marks a node healthy in Redis after registration (its 'reg' mark) and
+ * publishes it; done is called exactly once (maybe at once) with OK once
+ * Redis took the write, or the error: the registration ends there. */
+typedef void registry_live_written_cb(void *arg, gp_err err);
+void registry_live_register(registry *r, const char *site, const char *node,
+                            registry_live_written_cb *done, void *arg);
 
 /* nodes.c */
 void registry_nodes_free(registry *r);

@@ -30,6 +30,7 @@ static gp_bus         *bus;
 static int             http_port;
 static int             beating;
 static int             stale_events, healthy_events;
+static int             stale_p_events;       /* of p1..p4 */
 static uint64_t        hb_seq;
 
 static gp_err
@@ -67,6 +68,8 @@ on_state(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &ev, NULL, 0) != GP_EOK)
         return;
     stale_events += ev.state == MSG_NODE_STATE_STATE_STALE;
+    stale_p_events += ev.state == MSG_NODE_STATE_STATE_STALE && ev.node[0] == 'p' &&
+                      ev.node[1] >= '1' && ev.node[1] <= '4' && ev.node[2] == '\0';
     healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
 }
 
@@ -429,6 +432,99 @@ metric(const char *series)
     return v;
 }
 
+static long long
+reg_mark(const char *node)
+{
+    return redis_int("HEXISTS %s reg", NODE_KEY(node));
+}
+
+/* Polls until node's 'reg' mark is there (1) or not (0), up to s seconds. */
+static bool
+wait_reg_mark(const char *node, long long want, double s)
+{
+    double t0 = tl_now();
+
+    while (reg_mark(node) != want && tl_now() - t0 < s)
+        wait_s(0.1);
+    return reg_mark(node) == want;
+}
+
+/* A reseed whose script calls fail (ACL refuses HSETNX, which only the
+ * reseed script uses) leaves the epoch unset, and is tried again until it
+ * succeeds: the node's 'reg' mark comes back and its beats count again.
+ * (Before: the epoch was set first and failed chunks were never retried,
+ * so n1 stayed a ghost forever.) */
+static void
+test_reseed_retry(void)
+{
+    redisReply *rep;
+    double      fails;
+
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(reg_mark("n1") == 1, "n1 is in the live view before the flush");
+    rep = redis("ACL SETUSER default -hsetnx");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses HSETNX");
+    freeReplyObject(rep);
+    freeReplyObject(redis("FLUSHALL"));
+    wait_s(1.5);
+    T_OKM(reg_mark("n1") == 0, "while every reseed fails n1 has no 'reg' mark");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 0, "a failed reseed leaves no epoch");
+    fails = metric("gp_registry_redis_reseed_failures_total");
+    T_OKM(fails >= 2, "the failed reseed was tried again (%.0f failures)", fails);
+    freeReplyObject(redis("ACL SETUSER default +hsetnx"));
+    T_OKM(wait_reg_mark("n1", 1, 10), "once Redis takes the reseed, n1's 'reg' mark is back");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and the epoch is written");
+    T_OKM(redis_int("EXISTS %s", "gp:reseed:lock:v2") == 0, "and the reseed lock released");
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
+}
+
+/* A reseeder that died after taking the lock: nobody reseeds while its
+ * lock holds, and once it expires another instance (here: the one
+ * registry) reseeds; the epoch was never written, so nothing is skipped. */
+static void
+test_reseed_lock_expiry(void)
+{
+    redisContext *c = redisConnect(tl_env("GP_REDIS_HOST"), atoi(tl_env("GP_REDIS_PORT")));
+    redisReply   *rep;
+
+    beating = 1;
+    T_OKM(c != NULL && c->err == 0, "redis connection");
+    freeReplyObject(redisCommand(c, "MULTI"));
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    freeReplyObject(redisCommand(c, "SET gp:reseed:lock:v2 dead-instance PX 2500"));
+    rep = redisCommand(c, "EXEC");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2,
+          "flushed, with a dead reseeder's lock in place");
+    freeReplyObject(rep);
+    redisFree(c);
+    wait_s(1.2);
+    T_OKM(reg_mark("n1") == 0 && redis_int("EXISTS %s", "gp:epoch:v2") == 0,
+          "no reseed while the dead reseeder's lock holds");
+    T_OKM(wait_reg_mark("n1", 1, 6), "once its lock expired, another instance reseeded");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and wrote the epoch");
+}
+
+/* A lease of a node PostgreSQL has but whose live hash lost its 'reg'
+ * mark (with the epoch there, so no reseed comes) restores it at once. */
+static void
+test_lease_restores(void)
+{
+    char d[GP_ERRBUF_LEN] = "";
+
+    beating = 0;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "the epoch is there: no reseed will run");
+    freeReplyObject(redis("DEL %s", NODE_KEY("n1")));
+    expect("lease of a node missing from the live view", lease("n1", d), GP_EOK, d);
+    T_OKM(wait_reg_mark("n1", 1, 2), "the lease restored n1's 'reg' mark");
+    T_OKM(metric("gp_registry_live_restored_total") >= 1, "restores are counted");
+    beating = 1;
+    wait_s(HB_MS * 1.5 / 1000);
+    T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
+}
+
 /* A node the inventory does not have: its beats are dropped and counted
  * (nothing appears in Redis), its lease is refused NOTFOUND. */
 static void
@@ -638,6 +734,150 @@ test_site_move(void)
     T_OKM(redis_int("EXISTS %s", new_key) == 1, "mv1 live at s7");
 }
 
+/* Registration ends only when Redis took its write: a write that fails
+ * (here: the node's key is of the wrong type, so the script errors) is
+ * UNAVAIL, and a successful one has set the 'reg' mark by the time the
+ * reply arrives.  (Before: OK whatever became of the write.) */
+static void
+test_register_live_write(void)
+{
+    char key[REGISTRY_KEY_LEN];
+
+    registry_node_key(key, registry_shard("s7"), "w1");
+    freeReplyObject(redis("SET %s not-a-hash", key));
+    register_at("s7", "w1", GP_EUNAVAIL);
+    T_OKM(strstr(last_detail, "register again") != NULL, "UNAVAIL says to register again: %s",
+          last_detail);
+    freeReplyObject(redis("DEL %s", key));
+    register_at("s7", "w1", GP_EOK);
+    T_OKM(redis_int("HEXISTS %s reg", key) == 1, "the 'reg' mark is set when the reply comes");
+}
+
+/* Removing a node from a shard (delete; the old shard after a site move)
+ * that Redis refuses (ACL: no DEL) is retried until it lands: the deleted
+ * node's 'reg' mark and the moved node's old hash are gone once Redis
+ * takes DEL again.  (Before: sent unchecked, they stayed for good.) */
+static void
+test_forget_retry(void)
+{
+    char           d[GP_ERRBUF_LEN] = "", kd[REGISTRY_KEY_LEN], km[REGISTRY_KEY_LEN];
+    msg_id_request id = {0};
+    msg_deleted    del = {0};
+    redisReply    *rep;
+    double         t0;
+
+    registry_node_key(kd, registry_shard("s7"), "d1");
+    registry_node_key(km, registry_shard("s7"), "m2");
+    register_at("s7", "d1", GP_EOK);
+    register_at("s7", "m2", GP_EOK);
+    rep = redis("ACL SETUSER default -del");
+    T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses DEL");
+    freeReplyObject(rep);
+    snprintf(id.id, sizeof(id.id), "d1");
+    expect("delete d1", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc,
+                             &del, d), GP_EOK, d);
+    register_at("s1", "m2", GP_EOK);              /* moves: s7's shard must lose it */
+    wait_s(0.6);
+    T_OKM(redis_int("EXISTS %s", kd) == 1 && redis_int("EXISTS %s", km) == 1,
+          "while DEL is refused the removals fail (d1 %lld, m2 at s7 %lld)",
+          redis_int("EXISTS %s", kd), redis_int("EXISTS %s", km));
+    T_OKM(metric("gp_registry_live_cleanup_failures_total") >= 2, "failed removals are counted");
+    T_OKM(metric("gp_registry_live_cleanup_pending") == 2, "two removals pending (%.0f)",
+          metric("gp_registry_live_cleanup_pending"));
+    freeReplyObject(redis("ACL SETUSER default +del"));
+    t0 = tl_now();
+    while ((redis_int("EXISTS %s", kd) != 0 || redis_int("EXISTS %s", km) != 0) &&
+           tl_now() - t0 < 10)
+        wait_s(0.1);
+    T_OKM(redis_int("EXISTS %s", kd) == 0, "the deleted node's hash and 'reg' mark are gone");
+    T_OKM(redis_int("EXISTS %s", km) == 0, "the moved node's old hash is gone");
+    T_OKM(redis_int("EXISTS %s", NODE_KEY("m2")) == 1, "the moved node is live at s1");
+    wait_s(0.3);
+    T_OKM(metric("gp_registry_live_cleanup_pending") == 0, "nothing left pending");
+}
+
+/* A second registry whose wall clock is off by offset ("+1h", "-1h";
+ * libfaketime, wall clock only), in the same queue group. */
+static pid_t
+start_faked_registry(const char *offset, int port)
+{
+    static const char FAKETIME_LIB[] = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    char        ports[16], hb[16], bin[512];
+    const char *argv[] = {bin, "--http-port", ports, "--heartbeat-ms", hb, "--stale-beats", "3",
+                          "--sweep-ms", "100", NULL};
+    pid_t       pid;
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
+    snprintf(ports, sizeof(ports), "%d", port);
+    snprintf(hb, sizeof(hb), "%d", HB_MS);
+    pid = fork();
+    if (pid == 0) {
+        const char *asan = getenv("ASAN_OPTIONS");
+        char        opts[1024];
+
+        snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan ? asan : "",
+                 asan && asan[0] ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+        setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+        setenv("FAKETIME", offset, 1);
+        setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static double
+metric_at(int port, const char *series)
+{
+    char  *body = NULL;
+    double v = -1;
+
+    if (tl_http_get(port, "/metrics", &body) > 0)
+        v = tl_metric(body, series);
+    free(body);
+    return v;
+}
+
+/* Beat stamps and the stale cutoff come from Redis's clock: a registry
+ * whose wall clock is an hour ahead (as after a forward step) or behind
+ * shares the work with a normal one, and nodes that keep beating are never
+ * found stale; nodes that stop are, once each.  (Before: the instance an
+ * hour ahead found every node stale at once, the one behind stamped beats
+ * an hour old, so the other found them stale.) */
+static void
+test_clock_skew(void)
+{
+    static const char *const offsets[] = {"+1h", "-1h"};
+
+    beating_p = 0xf;
+    wait_s(HB_MS * 2.5 / 1000);
+    for (int k = 0; k < 2; k++) {
+        int    port = tl_free_port(), s0;
+        pid_t  b = start_faked_registry(offsets[k], port);
+        double t0 = tl_now(), hb0;
+
+        while (metric_at(port, "gp_registry_heartbeats_total") < 0 && tl_now() - t0 < 15)
+            wait_s(0.2);
+        hb0 = metric_at(port, "gp_registry_heartbeats_total");
+        T_OKM(hb0 >= 0, "a registry with its wall clock at %s is up", offsets[k]);
+        s0 = stale_p_events;
+        wait_s(HB_MS * 3 * 3 / 1000.0);         /* three stale windows */
+        T_OKM(metric_at(port, "gp_registry_heartbeats_total") > hb0 + 4,
+              "it took part of the beats (%.0f)", metric_at(port, "gp_registry_heartbeats_total"));
+        T_OKM(stale_p_events == s0, "with a registry at %s, beating nodes are never stale (%d "
+              "stale events)", offsets[k], stale_p_events - s0);
+        if (k == 1) {                           /* and stopped nodes still are, once each */
+            beating_p = 0;
+            wait_s(HB_MS * 3 / 1000.0 + 1.5);
+            T_OKM(stale_p_events - s0 == 4, "p1..p4 stopped beating: 4 stale events (%d)",
+                  stale_p_events - s0);
+        }
+        kill(b, SIGTERM);
+        T_EQ_INT(tl_wait_exit(b, 10), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -671,10 +911,16 @@ main(void)
     test_register();
     test_ghost();
     test_live();
+    test_reseed_retry();
+    test_reseed_lock_expiry();
+    test_lease_restores();
     test_hb_reencoded();
     test_capacity_and_delete();
     test_pg_outage();
     test_site_move();
+    test_register_live_write();
+    test_forget_retry();
+    test_clock_skew();
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

@@ -97,7 +97,18 @@ registry_state_from_name(const char *s)
  * fleet.  CHANGES_MAX bounds it for a fleet past the design size: a change
  * that finds it full of other nodes is dropped, counted
  * (gp_registry_state_changes_dropped_total) and logged; the node's next
- * transition writes it again. */
+ * transition writes it again.
+ *
+ * Order across instances: each change carries the wall time of the
+ * transition it reports (at_ms, the NodeState's), and the row takes it
+ * only when it is newer than the row's state_since, which it then becomes
+ * (also for the same state: the node left it and came back meanwhile).  So
+ * an older transition that reaches PostgreSQL late (a batch retried after
+ * a backoff on one instance while another wrote the node's next one) never
+ * overwrites a newer one.  Equal times: the first written wins (a batch
+ * written twice changes nothing).  Instances' clocks are NTP-synchronised;
+ * skew between them bounds how close two transitions may be and still be
+ * ordered right. */
 
 #define CHANGES_MAX  262144     /* > 2 x the 100,000 nodes of the design; 80 B each: 20 MB */
 
@@ -189,8 +200,8 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
 static void
 flush_changes(registry *r)
 {
-    gp_buf        ids, states;
-    const char   *params[2];
+    gp_buf        ids, states, ats;
+    const char   *params[3];
     state_change *t;
     unsigned      tn;
     gp_err        rc = GP_EOK;
@@ -201,22 +212,34 @@ flush_changes(registry *r)
     coalesce(r->changes, &r->nchanges);
     gp_buf_init(&ids, 0);
     gp_buf_init(&states, 0);
+    gp_buf_init(&ats, 0);
     rc = gp_pgarr_begin(&ids);
     rc = rc ? rc : gp_pgarr_begin(&states);
+    rc = rc ? rc : gp_pgarr_begin(&ats);
     for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
+        char at[24];
+
+        snprintf(at, sizeof(at), "%llu", (unsigned long long)r->changes[i].at_ms);
         rc = gp_pgarr_add(&ids, r->changes[i].node);
         rc = rc ? rc : gp_pgarr_add(&states, registry_state_name(r->changes[i].state));
+        rc = rc ? rc : gp_pgarr_add(&ats, at);
     }
     rc = rc ? rc : gp_pgarr_end(&ids);
     rc = rc ? rc : gp_pgarr_end(&states);
+    rc = rc ? rc : gp_pgarr_end(&ats);
     params[0] = ids.p;
     params[1] = states.p;
+    params[2] = ats.p;
+    /* at_ms to timestamptz exactly (no float); a NULL state_since (never
+     * in this schema) counts as older than anything */
     if (rc == GP_EOK)
         rc = gp_db_query(gp_app_db(r->app),
-                         "UPDATE nodes SET state = v.s, state_since = now() "
-                         "FROM unnest($1::text[], $2::text[]) AS v(id, s) "
-                         "WHERE nodes.id = v.id AND nodes.state <> v.s",
-                         2, params, 0, changes_written, r);
+                         "UPDATE nodes SET state = v.s, state_since = v.t "
+                         "FROM (SELECT id, s, timestamptz 'epoch' + at * interval '1 millisecond' AS t"
+                         " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, s, at)) AS v "
+                         "WHERE nodes.id = v.id"
+                         " AND (nodes.state_since IS NULL OR nodes.state_since < v.t)",
+                         3, params, 0, changes_written, r);
     if (rc == GP_EOK) {
         /* the queue becomes the batch in flight; the old batch array the queue */
         t = r->inflight;
@@ -238,12 +261,13 @@ flush_changes(registry *r)
     }
     gp_buf_fini(&ids);
     gp_buf_fini(&states);
+    gp_buf_fini(&ats);
 }
 
 static void
-queue_change(registry *r, const char *node, int32_t state)
+queue_change(registry *r, const char *node, int32_t state, uint64_t at_ms)
 {
-    state_change c = {.state = state, .seq = ++r->change_seq};
+    state_change c = {.state = state, .seq = ++r->change_seq, .at_ms = at_ms};
 
     snprintf(c.node, sizeof(c.node), "%s", node);
     if (queue_put(r, &c))
@@ -274,7 +298,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
            : prev == MSG_NODE_STATE_STATE_STALE ? GP_LOG_INFO : GP_LOG_DEBUG,
            "node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
            registry_state_name(prev), registry_state_name(state), reason);
-    queue_change(r, node, state);
+    queue_change(r, node, state, ev.at_ms);
 }
 
 /* ---- heartbeats ------------------------------------------------------------------- */
@@ -891,6 +915,15 @@ registry_live_cron(gp_app *app, void *arg)
     flush_changes(r);
 }
 
+static void
+collect_changes(void *arg)
+{
+    registry *r = arg;
+
+    if (r->m_changes_pending != NULL)
+        *r->m_changes_pending = (double)r->nchanges + (double)r->ninflight;
+}
+
 void
 registry_live_start(registry *r)
 {
@@ -920,6 +953,10 @@ registry_live_start(registry *r)
     r->m_restored = gp_metrics_counter(m, "gp_registry_live_restored_total", NULL,
                                        "Nodes whose missing live entry a lease restored "
                                        "from PostgreSQL");
+    r->m_changes_pending = gp_metrics_gauge(m, "gp_registry_state_changes_pending", NULL,
+                                            "Node state changes not yet confirmed by PostgreSQL "
+                                            "(queued or in flight)");
+    gp_metrics_on_collect(m, collect_changes, r);
     gp_backoff_init(&r->flush_backoff, r);
     gp_backoff_init(&r->reseed_backoff, &r->reseed_backoff);
     gp_kvscript_init(&r->unlock_script, registry_unlock_lua);

@@ -74,15 +74,19 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 /* ---- register ------------------------------------------------------------------- */
 
 /* Returns the site the node had before ('' for a new node): a node that
- * moved leaves keys in its old site's shard, removed at once. */
+ * moved leaves keys in its old site's shard, removed at once.  state_since
+ * is the registry's wall time ($8, ms), the clock of the state changes
+ * written later (live.c), which apply only when newer than it. */
 static const char upsert_node[] =
     "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
     " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
-    " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy', now(), now())"
+    " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy',"
+    " timestamptz 'epoch' + $8::bigint * interval '1 millisecond', now())"
     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
     " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
     " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
-    " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since ELSE now() END,"
+    " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since"
+    " ELSE EXCLUDED.state_since END,"
     " registered_at = now()"
     " RETURNING coalesce((SELECT site FROM old), '')";
 
@@ -178,8 +182,8 @@ static gp_err
 register_write(gp_req *req)
 {
     const msg_node_register *q = gp_req_in(req);
-    char                     cpu[16], mem[16];
-    const char              *p1[7], *p2[7];
+    char                     cpu[16], mem[16], now[24];
+    const char              *p1[8], *p2[7];
     gp_buf                   arr[6];
     gp_db_tx                *tx;
     gp_err                   rc;
@@ -190,13 +194,15 @@ register_write(gp_req *req)
     snprintf(mem, sizeof(mem), "%u", q->mem_mb);
     p1[0] = q->node; p1[1] = q->site; p1[2] = q->hostname; p1[3] = q->agent_version;
     p1[4] = q->boot_id; p1[5] = cpu; p1[6] = mem;
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    p1[7] = now;
     rc = gpu_params(q, arr);
     p2[0] = q->node;
     for (int i = 0; i < 6; i++)
         p2[i + 1] = arr[i].p ? arr[i].p : "{}";
     tx = rc == GP_EOK ? gp_db_tx_new(gp_app_db(gp_req_app(req))) : NULL;
     if (tx != NULL) {
-        gp_db_tx_add(tx, upsert_node, 7, p1);
+        gp_db_tx_add(tx, upsert_node, 8, p1);
         gp_db_tx_add(tx, "DELETE FROM gpus WHERE node = $1", 1, p2);
         gp_db_tx_add(tx, replace_gpus, 7, p2);
         rc = gp_db_tx_run(tx, 0, registered, req);

@@ -33,6 +33,8 @@ typedef struct state_change {
     char     node[GP_MAX_ID + 1];
     int32_t  state;
     uint64_t seq;                  /* queue order: the higher one is newer */
+    uint64_t at_ms;                /* wall ms of the transition (NodeState.at_ms): the row
+                                      takes it only when newer than its state_since */
 } state_change;
 
 /* A node's keys to remove from a shard, kept until Redis confirmed it
@@ -80,6 +82,7 @@ typedef struct registry {
     uint64_t           *m_reseed_failures, *m_restored;
     uint64_t           *m_forget_failures, *m_forget_dropped;
     double             *m_forget_pending;
+    double             *m_changes_pending;  /* queued + in flight, set at each scrape */
 } registry;
 
 /* now, wall clock, ms since the epoch */

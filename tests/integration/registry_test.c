@@ -2,7 +2,8 @@
  * PostgreSQL: admin requests with typed errors, node registration and
  * refusals, heartbeats into the live view, bad heartbeats counted and
  * dropped, stale after missed beats and healthy again, Redis FLUSHALL
- * healed by the next beats, pool capacity. */
+ * healed by the next beats, pool capacity; state writes of two instances
+ * landing out of order keep the newer state. */
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <msgpack.h>
@@ -29,8 +30,9 @@ static struct ev_loop *loop;
 static gp_bus         *bus;
 static int             http_port;
 static int             beating;
-static int             stale_events, healthy_events;
+static int             stale_events, healthy_events, q1_stale;
 static int             stale_p_events;       /* of p1..p4 */
+static const char     *beating_q;     /* one more node that beats, or NULL */
 static uint64_t        hb_seq;
 
 static gp_err
@@ -47,16 +49,22 @@ expect(const char *what, gp_err got, gp_err want, const char *detail)
 }
 
 static pid_t
-start_registry(void)
+start_registry_at(int http)
 {
     char        port[16], hb[16], bin[512];
     const char *argv[] = {bin, "--http-port", port, "--heartbeat-ms", hb, "--stale-beats", "3",
                           "--sweep-ms", "100", NULL};
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
-    snprintf(port, sizeof(port), "%d", http_port);
+    snprintf(port, sizeof(port), "%d", http);
     snprintf(hb, sizeof(hb), "%d", HB_MS);
     return tl_spawn((char *const *)argv);
+}
+
+static pid_t
+start_registry(void)
+{
+    return start_registry_at(http_port);
 }
 
 static void
@@ -70,6 +78,7 @@ on_state(void *arg, const gp_bus_msg *m)
     stale_events += ev.state == MSG_NODE_STATE_STATE_STALE;
     stale_p_events += ev.state == MSG_NODE_STATE_STATE_STALE && ev.node[0] == 'p' &&
                       ev.node[1] >= '1' && ev.node[1] <= '4' && ev.node[2] == '\0';
+    q1_stale += ev.state == MSG_NODE_STATE_STATE_STALE && strcmp(ev.node, "q1") == 0;
     healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
 }
 
@@ -112,6 +121,8 @@ beat(struct ev_loop *l, ev_timer *w, int revents)
     (void)revents;
     if (beating)
         send_beat("n1");
+    if (beating_q != NULL)
+        send_beat(beating_q);
     for (int i = 0; i < 4; i++) {
         char node[16];
 
@@ -701,6 +712,123 @@ test_pg_outage(void)
     beating_p = 0;
 }
 
+static bool
+pg_exec(const char *sql)
+{
+    PGconn   *c = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    PGresult *res = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+    bool      ok = res != NULL && (PQresultStatus(res) == PGRES_COMMAND_OK ||
+                                   PQresultStatus(res) == PGRES_TUPLES_OK);
+
+    if (!ok)
+        printf("# pg_exec: %s\n", c != NULL ? PQerrorMessage(c) : "no connection");
+    PQclear(res);
+    PQfinish(c);
+    return ok;
+}
+
+/* The first column of the first row of sql, or "" */
+static void
+pg_value(const char *sql, char *out, size_t len)
+{
+    PGconn   *c = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    PGresult *res = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+
+    out[0] = '\0';
+    if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1)
+        snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    PQfinish(c);
+}
+
+static double
+metric_at(int port, const char *series)
+{
+    char  *body = NULL;
+    double v = -1;
+
+    if (tl_http_get(port, "/metrics", &body) > 0)
+        v = tl_metric(body, series);
+    free(body);
+    return v;
+}
+
+/* Fails every write of q1 as stale (the batch is refused, as when
+ * PostgreSQL is unavailable) while it exists. */
+static const char no_stale_sql[] =
+    "CREATE FUNCTION test_no_stale() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN IF NEW.id LIKE 'q_' AND NEW.state = 'stale' THEN"
+    " RAISE EXCEPTION 'test: stale write of % refused', NEW.id; END IF; RETURN NEW; END $$;"
+    " CREATE TRIGGER test_no_stale BEFORE UPDATE ON nodes FOR EACH ROW"
+    " EXECUTE FUNCTION test_no_stale()";
+static const char no_stale_drop_sql[] =
+    "DROP TRIGGER test_no_stale ON nodes; DROP FUNCTION test_no_stale()";
+
+/* Two instances write transitions of one node out of order: instance A
+ * finds q1 stale, its write fails and waits for a retry; meanwhile q1
+ * beats again and instance B writes it healthy; then A's retry arrives
+ * with the older transition.  The row keeps the newer state (healthy).
+ * A is stopped (SIGSTOP) while B takes the beats, so B is the one that
+ * sees q1 come back; its stale write is refused by a test trigger until B
+ * has written. */
+static void
+test_out_of_order(pid_t a)
+{
+    char   st[64] = "", since_b[64] = "", since_end[64] = "";
+    int    b_port = tl_free_port();
+    pid_t  b;
+    double t0, retries0, pending = -1;
+
+    register_node("q1", GP_EOK);
+    beating_q = "q1";
+    wait_s(HB_MS * 2.5 / 1000);
+    pg_value("SELECT state FROM nodes WHERE id = 'q1'", st, sizeof(st));
+    T_OKM(strcmp(st, "healthy") == 0, "q1 registered and beating: healthy (%s)", st);
+    T_OK(pg_exec(no_stale_sql));
+    retries0 = metric("gp_registry_state_write_retries_total");
+    q1_stale = 0;
+    beating_q = NULL;
+    t0 = tl_now();
+    while ((q1_stale == 0 || metric("gp_registry_state_write_retries_total") <= retries0) &&
+           tl_now() - t0 < 10)
+        wait_s(0.1);
+    pending = metric("gp_registry_state_changes_pending");
+    T_OKM(q1_stale > 0 && pending >= 1,
+          "A found q1 stale, its write failed and waits for a retry (%d events, %.0f pending)",
+          q1_stale, pending);
+    kill(a, SIGSTOP);
+    b = start_registry_at(b_port);
+    beating_q = "q1";
+    t0 = tl_now();
+    while (metric_at(b_port, "gp_registry_node_transitions_total") < 1 && tl_now() - t0 < 20)
+        wait_s(0.2);
+    t0 = tl_now();
+    while (metric_at(b_port, "gp_registry_state_changes_pending") != 0 && tl_now() - t0 < 5)
+        wait_s(0.1);
+    T_OKM(metric_at(b_port, "gp_registry_node_transitions_total") >= 1 &&
+          metric_at(b_port, "gp_registry_state_changes_pending") == 0,
+          "instance B took q1's beat and wrote it healthy");
+    pg_value("SELECT state || ' ' || state_since FROM nodes WHERE id = 'q1'", since_b,
+             sizeof(since_b));
+    T_OK(pg_exec(no_stale_drop_sql));
+    kill(a, SIGCONT);
+    /* A's retry (within the 5 s backoff cap, jittered) writes its batch */
+    t0 = tl_now();
+    do {
+        wait_s(0.25);
+        pending = metric("gp_registry_state_changes_pending");
+    } while (pending != 0 && tl_now() - t0 < 10);
+    T_OKM(pending == 0, "A's retry was written: nothing pending (%.0f)", pending);
+    pg_value("SELECT state || ' ' || state_since FROM nodes WHERE id = 'q1'", since_end,
+             sizeof(since_end));
+    T_OKM(strncmp(since_end, "healthy ", 8) == 0 && strcmp(since_end, since_b) == 0,
+          "A's older transition (stale) did not overwrite B's newer one (after B: %s; now: %s)",
+          since_b, since_end);
+    beating_q = NULL;
+    kill(b, SIGTERM);
+    T_EQ_INT(tl_wait_exit(b, 10), 0);
+}
+
 /* A node that registers at another site leaves nothing in its old site's
  * shard: no hash the sweep would later call stale, no index entry. */
 static void
@@ -827,18 +955,6 @@ start_faked_registry(const char *offset, int port)
     return pid;
 }
 
-static double
-metric_at(int port, const char *series)
-{
-    char  *body = NULL;
-    double v = -1;
-
-    if (tl_http_get(port, "/metrics", &body) > 0)
-        v = tl_metric(body, series);
-    free(body);
-    return v;
-}
-
 /* Beat stamps and the stale cutoff come from Redis's clock: a registry
  * whose wall clock is an hour ahead (as after a forward step) or behind
  * shares the work with a normal one, and nodes that keep beating are never
@@ -921,6 +1037,7 @@ main(void)
     test_register_live_write();
     test_forget_retry();
     test_clock_skew();
+    test_out_of_order(pid);
     ev_timer_stop(loop, &hb);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 10), 0);

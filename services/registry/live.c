@@ -108,7 +108,14 @@ registry_state_from_name(const char *s)
  * overwrites a newer one.  Equal times: the first written wins (a batch
  * written twice changes nothing).  Instances' clocks are NTP-synchronised;
  * skew between them bounds how close two transitions may be and still be
- * ordered right. */
+ * ordered right.
+ *
+ * At a graceful stop (registry_live_stop) the queue is written at once,
+ * whatever the backoff, and the drain waits for PostgreSQL's answer
+ * (gp_app_hold, bounded by drain-ms).  A batch that fails then is not
+ * retried: its changes are logged as unwritten (node_state_unwritten);
+ * the nodes' next transitions, or the reseed of a new Redis, are what
+ * repair them. */
 
 #define CHANGES_MAX  262144     /* > 2 x the 100,000 nodes of the design; 80 B each: 20 MB */
 
@@ -169,6 +176,37 @@ queue_put(registry *r, const state_change *c)
     return true;
 }
 
+/* While stopping, the drain is held exactly while a batch is in flight. */
+static void
+stop_hold_update(registry *r)
+{
+    if (!r->stopping)
+        return;
+    if (r->flushing && !r->holding) {
+        r->holding = true;
+        gp_app_hold(r->app);
+    } else if (!r->flushing && r->holding) {
+        r->holding = false;
+        gp_app_release(r->app);             /* may close the app: last */
+    }
+}
+
+/* Logs the changes a stopping registry leaves unwritten (the first nodes). */
+static void
+log_unwritten(const state_change *v, unsigned n, gp_err err, const char *detail)
+{
+    char     nodes[512];
+    size_t   len = 0;
+    unsigned i;
+
+    nodes[0] = '\0';
+    for (i = 0; i < n && len + GP_MAX_ID + 2 < sizeof(nodes); i++)
+        len += (size_t)snprintf(nodes + len, sizeof(nodes) - len, "%s%s:%s", i ? "," : "",
+                                v[i].node, registry_state_name(v[i].state));
+    GP_WARN("node_state_unwritten", "code=%s changes=%u nodes=\"%s%s\" detail=\"%s\"",
+            gp_err_name(err), n, nodes, i < n ? ",..." : "", detail ? detail : "");
+}
+
 static void
 changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -177,6 +215,16 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     (void)res;
     (void)nres;
     r->flushing = false;
+    if (err != GP_EOK && r->stopping) {
+        /* no retry at stop: logged, then the drain may end */
+        (*r->m_write_retries)++;
+        for (unsigned i = 0; i < r->ninflight; i++)
+            queue_put(r, &r->inflight[i]);
+        r->ninflight = 0;
+        log_unwritten(r->changes, r->nchanges, err, detail);
+        stop_hold_update(r);
+        return;
+    }
     if (err != GP_EOK) {
         unsigned delay = gp_backoff_next_ms(&r->flush_backoff);
 
@@ -195,6 +243,7 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     r->overflow_logged = false;
     if (r->nchanges > 0)
         flush_changes(r);
+    stop_hold_update(r);
 }
 
 static void
@@ -207,7 +256,7 @@ flush_changes(registry *r)
     gp_err        rc = GP_EOK;
 
     if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL ||
-        gp_mono_ms() < r->flush_not_before)
+        (!r->stopping && gp_mono_ms() < r->flush_not_before))
         return;
     coalesce(r->changes, &r->nchanges);
     gp_buf_init(&ids, 0);
@@ -258,10 +307,13 @@ flush_changes(registry *r)
                 r->nchanges, delay);
         (*r->m_write_retries)++;
         r->flush_not_before = gp_mono_ms() + delay;
+        if (r->stopping)
+            log_unwritten(r->changes, r->nchanges, rc, "not sent");
     }
     gp_buf_fini(&ids);
     gp_buf_fini(&states);
     gp_buf_fini(&ats);
+    stop_hold_update(r);
 }
 
 static void
@@ -913,6 +965,20 @@ registry_live_cron(gp_app *app, void *arg)
     forget_cron(r);
     sweep(r);
     flush_changes(r);
+}
+
+void
+registry_live_stop(gp_app *app, void *arg)
+{
+    registry *r = arg;
+
+    (void)app;
+    r->stopping = true;
+    if (r->nchanges > 0 || r->flushing)
+        GP_INFO("node_state_flush_at_stop", "queued=%u in_flight=%u", r->nchanges,
+                r->ninflight);
+    flush_changes(r);                       /* at once: the backoff no longer applies */
+    stop_hold_update(r);                    /* a batch already in flight holds the drain too */
 }
 
 static void

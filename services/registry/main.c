@@ -34,6 +34,7 @@ main(int argc, char **argv)
         reg.app = app;
         reg.cfg = &cfg;
         registry_live_start(&reg);
+        gp_app_on_stop(app, registry_live_stop, &reg);   /* the state queue is written first */
         gp_app_every(app, "sweep", cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
         rc = gp_app_serve(app, &reg, registry_admin_routes, registry_node_routes, NULL);
     }

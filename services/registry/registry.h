@@ -74,6 +74,8 @@ typedef struct registry {
     unsigned            ninflight, capinflight;
     uint64_t            change_seq;
     bool                flushing;
+    bool                stopping;          /* shutdown: flush at once, holding the drain */
+    bool                holding;           /* a gp_app_hold is taken for the batch in flight */
     bool                overflow_logged;
     gp_backoff          flush_backoff;     /* after a failed batch write */
     uint64_t            flush_not_before;  /* gp_mono_ms */
@@ -96,6 +98,10 @@ extern const gp_route registry_node_routes[];
 /* live.c: Redis scripts, the stale sweep and state publication */
 void registry_live_start(registry *r);
 void registry_live_cron(gp_app *app, void *arg);
+/* The stop hook: writes the queued state changes at once (ignoring the
+ * retry backoff) and holds the drain until PostgreSQL answers (bounded by
+ * drain-ms); what is left unwritten is logged (node_state_unwritten). */
+void registry_live_stop(gp_app *app, void *arg);
 void registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
                               int32_t state, const char *reason);
 /* Records a heartbeat (raw msgpack) in Redis; publishes a transition if

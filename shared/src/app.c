@@ -153,6 +153,7 @@ struct gp_app {
     void                *state;
     double               started;
     unsigned             inflight;
+    unsigned             holds;           /* gp_app_hold: the service's own work, for the drain */
     gp_req              *pending;
     gp_route             health_route;
     bool                 stopping;
@@ -1448,7 +1449,7 @@ shutdown_now(gp_app *app)
 static void
 maybe_finish_drain(gp_app *app)
 {
-    if (app->inflight == 0 && !app->closing)
+    if (app->inflight == 0 && app->holds == 0 && !app->closing)
         shutdown_now(app);
 }
 
@@ -1459,7 +1460,7 @@ drain_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
     (void)loop;
     (void)revents;
-    GP_WARN("drain_timeout", "inflight=%u", app->inflight);
+    GP_WARN("drain_timeout", "inflight=%u holds=%u", app->inflight, app->holds);
     shutdown_now(app);
 }
 
@@ -1473,10 +1474,25 @@ gp_app_stop(gp_app *app)
         app->stop_fn(app, app->stop_arg);
     tasks_stop(app);
     unsubscribe_all(app);                   /* take no new work */
-    GP_INFO("draining", "inflight=%u", app->inflight);
+    GP_INFO("draining", "inflight=%u holds=%u", app->inflight, app->holds);
     ev_timer_init(&app->drain, drain_cb, app->cfg.drain_ms / 1000.0, 0);
     ev_timer_start(app->loop, &app->drain);
     maybe_finish_drain(app);
+}
+
+void
+gp_app_hold(gp_app *app)
+{
+    app->holds++;
+}
+
+void
+gp_app_release(gp_app *app)
+{
+    if (app->holds > 0)
+        app->holds--;
+    if (app->stopping)
+        maybe_finish_drain(app);
 }
 
 static void

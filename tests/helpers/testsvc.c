@@ -6,10 +6,12 @@
  * round trip), call (a bus request to gp.test.blackhole, so a call is
  * outstanding), and durable (a JetStream durable consumer whose messages
  * say how to fail); and two periodic tasks, "tick" and "tock". */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
+#include <ev.h>
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
@@ -19,10 +21,12 @@
 
 typedef struct testsvc_cfg {
     gp_common_cfg common;
+    unsigned      stop_hold_ms;
 } testsvc_cfg;
 
 static const gp_cfg_opt testsvc_opts[] = {
     GP_CFG_TABLE(testsvc_cfg, common, gp_common_cfg_opts),
+    GP_CFG_UINT("stop-hold-ms", testsvc_cfg, stop_hold_ms, 0, 0, 600000, "at stop, hold the drain this long (gp_app_hold), 0 = no hold"),
     GP_CFG_END
 };
 
@@ -170,9 +174,40 @@ static const gp_route testsvc_durable_routes[] = {
     {NULL},
 };
 
+/* --stop-hold-ms: the stop hook holds the drain, as a service flushing
+ * its own queue would, and releases it after that long. */
+typedef struct stop_hold {
+    gp_app  *app;
+    ev_timer t;
+    unsigned ms;
+} stop_hold;
+
+static void
+hold_over(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    stop_hold *h = (stop_hold *)((char *)w - offsetof(stop_hold, t));
+
+    (void)loop;
+    (void)revents;
+    GP_INFO("stop_hold_released", "ms=%u", h->ms);
+    gp_app_release(h->app);
+}
+
+static void
+on_stop(gp_app *app, void *arg)
+{
+    stop_hold *h = arg;
+
+    h->app = app;
+    gp_app_hold(app);
+    ev_timer_init(&h->t, hold_over, h->ms / 1000.0, 0);
+    ev_timer_start(gp_app_loop(app), &h->t);
+}
+
 int
 main(int argc, char **argv)
 {
+    static stop_hold hold;
     testsvc_cfg cfg;
     gp_app     *app = NULL;
     uint64_t    ticks = 0, tocks = 0;
@@ -187,6 +222,10 @@ main(int argc, char **argv)
     if (rc == GP_EOK && (gp_app_every(app, "tick", 0.1, tick, &ticks) == NULL ||
                          gp_app_every(app, "tock", 0.25, tick, &tocks) == NULL))
         rc = GP_ENOMEM;
+    if (rc == GP_EOK && cfg.stop_hold_ms > 0) {
+        hold.ms = cfg.stop_hold_ms;
+        gp_app_on_stop(app, on_stop, &hold);
+    }
     if (rc == GP_EOK)
         rc = gp_app_streams(app, test_streams);
     if (rc == GP_EOK)

@@ -8,7 +8,9 @@
  *     <consumer> with the reason), counting each;
  *   - SIGTERM while a handler waits on an outstanding bus call (and drain
  *     shorter than that call): the service exits 0 with no sanitizer
- *     report (with-stack.sh fails the test on any). */
+ *     report (with-stack.sh fails the test on any);
+ *   - a stop hook's gp_app_hold keeps the drain open until released,
+ *     never past drain-ms. */
 #include <hiredis/hiredis.h>
 
 #include "msg_gen.h"
@@ -19,7 +21,7 @@ static gp_bus         *bus;
 static int             http_port;
 
 static pid_t
-start_service(const char *drain_ms)
+start_service_hold(const char *drain_ms, const char *hold_ms)
 {
     char        port[16], bin[512];
     const char *argv[16];
@@ -32,8 +34,18 @@ start_service(const char *drain_ms)
     argv[argc++] = port;
     argv[argc++] = "--drain-ms";
     argv[argc++] = drain_ms;
+    if (hold_ms != NULL) {
+        argv[argc++] = "--stop-hold-ms";
+        argv[argc++] = hold_ms;
+    }
     argv[argc] = NULL;
     return tl_spawn((char *const *)argv);
+}
+
+static pid_t
+start_service(const char *drain_ms)
+{
+    return start_service_hold(drain_ms, NULL);
 }
 
 static bool
@@ -241,6 +253,36 @@ test_shutdown_under_call(pid_t pid)
     gp_bus_sub_free(sub);
 }
 
+/* The service's own pending work holds the drain (gp_app_hold): SIGTERM
+ * with a hold released after 1.5 s exits no sooner than that (drain-ms
+ * 8000, nothing in flight); a hold past drain-ms (1000) does not keep the
+ * process longer than the drain. */
+static void
+test_stop_hold(void)
+{
+    pid_t  pid;
+    double t0, took;
+    int    st;
+
+    pid = start_service_hold("8000", "1500");
+    T_OKM(up(30), "test service with a 1.5 s stop hold up");
+    t0 = tl_now();
+    kill(pid, SIGTERM);
+    st = tl_wait_exit(pid, 15);
+    took = tl_now() - t0;
+    T_OKM(st == 0 && took >= 1.4 && took < 7.0,
+          "a held drain waits for the release: exit 0 after 1.5 s, not at once nor at "
+          "drain-ms (status %d, %.2f s)", st, took);
+    pid = start_service_hold("1000", "20000");
+    T_OKM(up(30), "test service with a 20 s stop hold up");
+    t0 = tl_now();
+    kill(pid, SIGTERM);
+    st = tl_wait_exit(pid, 15);
+    took = tl_now() - t0;
+    T_OKM(st == 0 && took >= 0.9 && took < 6.0,
+          "a hold past drain-ms ends at the drain (status %d, %.2f s)", st, took);
+}
+
 int
 main(void)
 {
@@ -255,6 +297,7 @@ main(void)
     test_tasks();
     test_durable();
     test_shutdown_under_call(pid);
+    test_stop_hold();
     gp_bus_free(bus);
     ev_loop_destroy(loop);
     gp_lib_close();

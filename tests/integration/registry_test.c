@@ -3,7 +3,8 @@
  * refusals, heartbeats into the live view, bad heartbeats counted and
  * dropped, stale after missed beats and healthy again, Redis FLUSHALL
  * healed by the next beats, pool capacity; state writes of two instances
- * landing out of order keep the newer state. */
+ * landing out of order keep the newer state; a graceful stop writes the
+ * queued state changes before exit. */
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <msgpack.h>
@@ -829,6 +830,59 @@ test_out_of_order(pid_t a)
     T_EQ_INT(tl_wait_exit(b, 10), 0);
 }
 
+/* A graceful stop writes the queued state changes at once: q2's stale
+ * write keeps failing (test trigger) until the retry backoff is past 2.4 s
+ * (6 failures: 100, 200, ... 3200 ms +-25%); then the trigger is dropped
+ * and SIGTERM comes well before the next retry, while the test holds q2's
+ * row for 1 s: the process waits for its write (it is alive after 1 s)
+ * and the row is stale when it has exited. */
+static void
+test_stop_flush(pid_t a)
+{
+    char      st[64] = "";
+    double    t0, t_seen, retries0, retries = 0, lag;
+    int       status, alive;
+    PGconn   *lock;
+    PGresult *res;
+
+    register_node("q2", GP_EOK);
+    beating_q = "q2";
+    wait_s(HB_MS * 2.5 / 1000);
+    T_OK(pg_exec(no_stale_sql));
+    retries0 = metric("gp_registry_state_write_retries_total");
+    beating_q = NULL;
+    t0 = tl_now();
+    do {
+        wait_s(0.05);
+        retries = metric("gp_registry_state_write_retries_total") - retries0;
+    } while (retries < 6 && tl_now() - t0 < 20);
+    t_seen = tl_now();
+    pg_value("SELECT state FROM nodes WHERE id = 'q2'", st, sizeof(st));
+    T_OKM(retries >= 6 && strcmp(st, "healthy") == 0,
+          "q2's stale write failed %.0f times, the row is still healthy (%s)", retries, st);
+    T_OK(pg_exec(no_stale_drop_sql));
+    /* the test holds q2's row for 1 s after SIGTERM: the write at stop
+     * waits for it, and the drain (5 s) for the write */
+    lock = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    PQclear(PQexec(lock, "BEGIN"));
+    res = PQexec(lock, "SELECT 1 FROM nodes WHERE id = 'q2' FOR UPDATE");
+    T_OKM(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1, "q2's row locked");
+    PQclear(res);
+    lag = tl_now() - t_seen;
+    kill(a, SIGTERM);
+    usleep(1000000);
+    alive = tl_alive(a);
+    PQclear(PQexec(lock, "COMMIT"));
+    PQfinish(lock);
+    status = tl_wait_exit(a, 10);
+    T_OKM(lag < 2.0, "SIGTERM %.2f s after the 6th failure: before the next retry (>= 2.4 s)",
+          lag);
+    T_OKM(alive, "1 s after SIGTERM the registry still waits for its write (drain held)");
+    T_EQ_INT(status, 0);
+    pg_value("SELECT state FROM nodes WHERE id = 'q2'", st, sizeof(st));
+    T_OKM(strcmp(st, "stale") == 0, "the queued change was written before exit (q2: %s)", st);
+}
+
 /* A node that registers at another site leaves nothing in its old site's
  * shard: no hash the sweep would later call stale, no index entry. */
 static void
@@ -1038,9 +1092,8 @@ main(void)
     test_forget_retry();
     test_clock_skew();
     test_out_of_order(pid);
+    test_stop_flush(pid);                     /* stops the registry */
     ev_timer_stop(loop, &hb);
-    kill(pid, SIGTERM);
-    T_EQ_INT(tl_wait_exit(pid, 10), 0);
     gp_bus_sub_free(sub);
     gp_bus_free(bus);
     gp_lib_close();

@@ -132,6 +132,14 @@ void     gp_task_kick(gp_task *t);
 
 /* Called when shutdown starts (before draining), e.g. to stop timers. */
 void   gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg);
+/* The service's own pending work (e.g. a write queue being flushed from
+ * the stop hook) holds the drain like an in-flight request: shutdown
+ * waits, up to drain-ms in all, until every hold is released.  When the
+ * drain expires, everything is closed anyway (a held write then fails
+ * with UNAVAIL).  Release each hold once; releasing after the close is
+ * harmless. */
+void   gp_app_hold(gp_app *app);
+void   gp_app_release(gp_app *app);
 
 /* The JetStream streams this service owns, created or updated to cfg at
  * start (and again after a failure, with backoff).  Ends with a NULL

@@ -80,8 +80,9 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 static const char upsert_node[] =
     "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
     " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
-    " state_since, registered_at) VALUES ($1, $2, $3, $4, $5, $6::int, $7::int, 'healthy',"
-    " timestamptz 'epoch' + $8::bigint * interval '1 millisecond', now())"
+    " state_since, registered_at) SELECT $1, $2, $3, $4, $5, $6::int, $7::int, 'healthy',"
+    " timestamptz 'epoch' + $8::bigint * interval '1 millisecond', now()"
+    " WHERE NOT EXISTS (SELECT 1 FROM retired_nodes WHERE id = $1)"
     " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
     " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
     " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
@@ -92,7 +93,17 @@ static const char upsert_node[] =
 
 static const char replace_gpus[] =
     "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
-    " SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[])";
+    " SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[])"
+    " WHERE NOT EXISTS (SELECT 1 FROM retired_nodes WHERE id = $1)";
+
+/* Registration and an operator's delete of one node serialize on this
+ * transaction-scoped lock, so a delete never lands between registration's
+ * retired_nodes check and its upsert. */
+static const char node_lock[] = "SELECT pg_advisory_xact_lock(hashtext($1))";
+
+static const char retired_at[] =
+    "SELECT to_char(retired_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+    " FROM retired_nodes WHERE id = $1";
 
 static void
 fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
@@ -177,7 +188,34 @@ gpu_params(const msg_node_register *q, gp_buf arr[6])
     return rc ? rc : gp_buf_puts(&arr[5], "}");
 }
 
-/* Writes the inventory once the node is known not to be deleted. */
+/* The registration's transaction: [0] lock, [1] retired_at, [2] upsert,
+ * [3] gpus deleted, [4] gpus written.  A retired node is DENIED (the
+ * transaction changed nothing); otherwise registered() gets the results
+ * from the upsert on. */
+static void
+register_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req                  *req = arg;
+    const msg_node_register *q = gp_req_in(req);
+
+    if (err == GP_EOK && nres == 5 && PQntuples(res[1]) > 0) {
+        gp_req_done(req, gp_req_fail(req, GP_EDENIED, "node '%s' was deleted by an operator at "
+                                     "%s; %s lets it register again", q->node,
+                                     PQgetvalue(res[1], 0, 0), GP_OP_ADMIN_NODE_READMIT->address));
+        return;
+    }
+    if (err == GP_EOK && (nres != 5 || PQntuples(res[2]) != 1)) {
+        /* cannot happen under the lock; never report a write that did not happen */
+        gp_req_done(req, gp_req_fail(req, GP_EDENIED, "node '%s' was deleted by an operator; "
+                                     "%s lets it register again", q->node,
+                                     GP_OP_ADMIN_NODE_READMIT->address));
+        return;
+    }
+    registered(arg, err, err == GP_EOK ? res + 2 : NULL, err == GP_EOK ? nres - 2 : 0, detail);
+}
+
+/* Writes the inventory unless the node was deleted by an operator: one
+ * transaction, serialized with the delete (node_lock). */
 static gp_err
 register_write(gp_req *req)
 {
@@ -202,10 +240,12 @@ register_write(gp_req *req)
         p2[i + 1] = arr[i].p ? arr[i].p : "{}";
     tx = rc == GP_EOK ? gp_db_tx_new(gp_app_db(gp_req_app(req))) : NULL;
     if (tx != NULL) {
+        gp_db_tx_add(tx, node_lock, 1, p2);
+        gp_db_tx_add(tx, retired_at, 1, p2);
         gp_db_tx_add(tx, upsert_node, 8, p1);
         gp_db_tx_add(tx, "DELETE FROM gpus WHERE node = $1", 1, p2);
         gp_db_tx_add(tx, replace_gpus, 7, p2);
-        rc = gp_db_tx_run(tx, 0, registered, req);
+        rc = gp_db_tx_run(tx, 0, register_written, req);
     } else if (rc == GP_EOK) {
         rc = GP_ENOMEM;
     }
@@ -214,43 +254,19 @@ register_write(gp_req *req)
     return rc;
 }
 
-static void
-retired_checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
-{
-    gp_req                  *req = arg;
-    const msg_node_register *q = gp_req_in(req);
-
-    (void)nres;
-    if (err != GP_EOK)
-        err = gp_req_fail(req, err, "%s", detail);
-    else if (PQntuples(res[0]) > 0)
-        err = gp_req_fail(req, GP_EDENIED, "node '%s' was deleted by an operator at %s; "
-                          "%s lets it register again", q->node, PQgetvalue(res[0], 0, 0),
-                          GP_OP_ADMIN_NODE_READMIT->address);
-    else if ((err = register_write(req)) == GP_EOK)
-        return;                                   /* registered() ends the request */
-    else
-        err = gp_req_fail(req, err, "inventory database unavailable");
-    gp_req_done(req, err);
-}
-
 /* A node an operator deleted stays deleted: its registration is refused
- * (DENIED) until it is re-admitted.  The check and the write are two
- * round trips: a delete landing between them is undone by this one
- * registration, as if the delete had come first. */
+ * (DENIED) until it is re-admitted.  The check and the write are one
+ * transaction that the delete serializes with (register_write). */
 static gp_err
 on_register(gp_req *req, const void *in, void *out)
 {
     const msg_node_register *q = in;
-    const char              *p[1] = {q->node};
     gp_err                   rc = check_subject(req, q->site, q->node);
 
     (void)out;
     if (rc != GP_EOK)
         return rc;
-    rc = gp_db_query(gp_app_db(gp_req_app(req)),
-                     "SELECT to_char(retired_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
-                     " FROM retired_nodes WHERE id = $1", 1, p, 0, retired_checked, req);
+    rc = register_write(req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
@@ -572,23 +588,39 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     gp_req_done(req, err);
 }
 
+/* The delete's transaction: [0] lock, [1] the delete. */
+static void
+node_delete_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    if (err == GP_EOK && nres != 2)
+        err = GP_EINTERNAL;
+    node_deleted(arg, err, err == GP_EOK ? res + 1 : NULL, err == GP_EOK ? 1 : 0,
+                 err == GP_EOK || detail != NULL ? detail : "unexpected results");
+}
+
 static gp_err
 on_node_delete(gp_req *req, const void *in, void *out)
 {
     const msg_id_request *q = in;
     const char           *p[1] = {q->id};
+    gp_db_tx             *tx;
     gp_err                rc;
 
     (void)out;
     if (!gp_id_ok(q->id))
         return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
-    /* remembered in retired_nodes: its registration is refused from now on */
-    rc = gp_db_query(gp_app_db(gp_req_app(req)),
-                     "WITH d AS (DELETE FROM nodes WHERE id = $1 RETURNING id, site)"
+    /* remembered in retired_nodes: its registration is refused from now
+     * on; under the registration's lock (node_lock), so a registration in
+     * progress either ends before (and is deleted) or sees it (DENIED) */
+    if ((tx = gp_db_tx_new(gp_app_db(gp_req_app(req)))) == NULL)
+        return gp_req_fail(req, GP_ENOMEM, "out of memory");
+    gp_db_tx_add(tx, node_lock, 1, p);
+    gp_db_tx_add(tx, "WITH d AS (DELETE FROM nodes WHERE id = $1 RETURNING id, site)"
                      " INSERT INTO retired_nodes (id, site) SELECT id, site FROM d"
                      " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, retired_at = now()"
                      " RETURNING id, site",
-                     1, p, 0, node_deleted, req);
+                 1, p);
+    rc = gp_db_tx_run(tx, 0, node_delete_done, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 

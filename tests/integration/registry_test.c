@@ -765,6 +765,88 @@ static const char no_stale_sql[] =
 static const char no_stale_drop_sql[] =
     "DROP TRIGGER test_no_stale ON nodes; DROP FUNCTION test_no_stale()";
 
+#define RACE_PAIRS 40
+
+static int race_done, race_reg[RACE_PAIRS], race_del[RACE_PAIRS];
+
+static void
+race_reg_cb(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    (void)reply;
+    (void)detail;
+    race_reg[(intptr_t)arg] = err;
+    race_done++;
+}
+
+static void
+race_del_cb(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    (void)reply;
+    (void)detail;
+    race_del[(intptr_t)arg] = err;
+    race_done++;
+}
+
+/* Registration racing an operator's delete: for each of RACE_PAIRS nodes
+ * (registered before), a registration and a delete are sent back to back,
+ * all pairs at once.  However they interleave, no node ends both in nodes
+ * and in retired_nodes, and the replies agree with the rows: the delete
+ * is OK (the node existed) and then the node is retired and not in the
+ * inventory; a registration after it is DENIED. */
+static void
+test_register_delete_race(void)
+{
+    char   both[32] = "", live[32] = "", retired[32] = "";
+    int    reg_ok = 0, reg_denied = 0, del_ok = 0, odd = 0;
+
+    for (int i = 0; i < RACE_PAIRS; i++) {
+        char node[16];
+
+        snprintf(node, sizeof(node), "race%d", i);
+        register_node(node, GP_EOK);
+    }
+    race_done = 0;
+    for (intptr_t i = 0; i < RACE_PAIRS; i++) {
+        msg_node_register q = {0};
+        msg_id_request    id = {0};
+        char              subj[128];
+
+        snprintf(q.site, sizeof(q.site), "s1");
+        snprintf(q.node, sizeof(q.node), "race%d", (int)i);
+        snprintf(q.agent_version, sizeof(q.agent_version), "test");
+        snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", q.node);
+        snprintf(id.id, sizeof(id.id), "%s", q.node);
+        T_OK(gp_call(bus, subj, &msg_node_register_desc, &q, &msg_node_registered_desc, 10000,
+                     race_reg_cb, (void *)i) == GP_EOK);
+        T_OK(gp_call(bus, "gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc,
+                     10000, race_del_cb, (void *)i) == GP_EOK);
+    }
+    {
+        double t0 = tl_now();
+
+        while (race_done < 2 * RACE_PAIRS && tl_now() - t0 < 15)
+            wait_s(0.05);
+    }
+    T_OKM(race_done == 2 * RACE_PAIRS, "every registration and delete answered (%d)", race_done);
+    for (int i = 0; i < RACE_PAIRS; i++) {
+        reg_ok += race_reg[i] == GP_EOK;
+        reg_denied += race_reg[i] == GP_EDENIED;
+        del_ok += race_del[i] == GP_EOK;
+        odd += (race_reg[i] != GP_EOK && race_reg[i] != GP_EDENIED) || race_del[i] != GP_EOK;
+    }
+    pg_value("SELECT count(*) FROM nodes n JOIN retired_nodes r USING (id) WHERE n.id LIKE 'race%'",
+             both, sizeof(both));
+    pg_value("SELECT count(*) FROM nodes WHERE id LIKE 'race%'", live, sizeof(live));
+    pg_value("SELECT count(*) FROM retired_nodes WHERE id LIKE 'race%'", retired, sizeof(retired));
+    printf("# race: registrations OK %d DENIED %d, deletes OK %d, other %d; nodes %s, retired %s, "
+           "both %s\n", reg_ok, reg_denied, del_ok, odd, live, retired, both);
+    T_OKM(strcmp(both, "0") == 0, "no node is both in the inventory and retired (%s of %d)", both,
+          RACE_PAIRS);
+    T_OKM(odd == 0 && strcmp(live, "0") == 0 && atoi(retired) == RACE_PAIRS,
+          "every delete OK and in effect: %s nodes left, %s retired, %d odd replies", live, retired,
+          odd);
+}
+
 /* Two instances write transitions of one node out of order: instance A
  * finds q1 stale, its write fails and waits for a retry; meanwhile q1
  * beats again and instance B writes it healthy; then A's retry arrives
@@ -1091,6 +1173,7 @@ main(void)
     test_register_live_write();
     test_forget_retry();
     test_clock_skew();
+    test_register_delete_race();
     test_out_of_order(pid);
     test_stop_flush(pid);                     /* stops the registry */
     ev_timer_stop(loop, &hb);

@@ -106,9 +106,11 @@ registry_state_from_name(const char *s)
  * an older transition that reaches PostgreSQL late (a batch retried after
  * a backoff on one instance while another wrote the node's next one) never
  * overwrites a newer one.  Equal times: the first written wins (a batch
- * written twice changes nothing).  Instances' clocks are NTP-synchronised;
- * skew between them bounds how close two transitions may be and still be
- * ordered right.
+ * written twice changes nothing).  The time is Redis's clock
+ * (registry_now_ms: TIME every 10 s, carried on by the monotonic clock),
+ * the clock of the live view, so an instance whose wall clock is off
+ * (stepped an hour) neither blocks the others' writes nor has its own
+ * refused.
  *
  * At a graceful stop (registry_live_stop) the queue is written at once,
  * whatever the backoff, and the drain waits for PostgreSQL's answer
@@ -316,6 +318,43 @@ flush_changes(registry *r)
     stop_hold_update(r);
 }
 
+#define CLOCK_EVERY_MS 10000
+
+static void
+clock_read(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+    uint64_t  mono = gp_mono_ms();
+
+    r->clock_asking = false;
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING)
+        return;                                /* the last reading (or the wall clock) stays */
+    r->clock_redis_ms = strtoull(rep->element[0]->str, NULL, 10) * 1000 +
+                        strtoull(rep->element[1]->str, NULL, 10) / 1000;
+    r->clock_mono_ms = r->clock_sent_mono + (mono - r->clock_sent_mono) / 2;   /* mid-trip */
+    r->clock_ok = true;
+}
+
+static void
+clock_cron(registry *r, gp_kv *kv)
+{
+    uint64_t mono = gp_mono_ms();
+
+    if (r->clock_asking || (r->clock_ok && mono - r->clock_sent_mono < CLOCK_EVERY_MS))
+        return;
+    r->clock_asking = true;
+    r->clock_sent_mono = mono;
+    if (gp_kv_cmdf(kv, clock_read, r, "TIME") != GP_EOK)
+        r->clock_asking = false;
+}
+
+uint64_t
+registry_now_ms(registry *r)
+{
+    return r->clock_ok ? r->clock_redis_ms + (gp_mono_ms() - r->clock_mono_ms) : gp_wall_ms();
+}
+
 static void
 queue_change(registry *r, const char *node, int32_t state, uint64_t at_ms)
 {
@@ -339,7 +378,7 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     ev.state = state;
     ev.prev = prev;
     GP_SET_HAS(&ev, MSG_NODE_STATE__PREV);
-    ev.at_ms = gp_wall_ms();
+    ev.at_ms = registry_now_ms(r);           /* Redis's clock: instances' wall clocks may be off */
     args[0] = site;
     args[1] = node;
     gp_app_publish(r->app, GP_OP_NODE_STATE, args, &ev);
@@ -962,6 +1001,7 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->reseed_script, kv);
     if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
         gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
+    clock_cron(r, kv);
     forget_cron(r);
     sweep(r);
     flush_changes(r);

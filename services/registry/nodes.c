@@ -75,8 +75,8 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 
 /* Returns the site the node had before ('' for a new node): a node that
  * moved leaves keys in its old site's shard, removed at once.  state_since
- * is the registry's wall time ($8, ms), the clock of the state changes
- * written later (live.c), which apply only when newer than it. */
+ * is $8 (registry_now_ms), the clock of the state changes written later
+ * (live.c), which apply only when newer than it. */
 static const char upsert_node[] =
     "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
     " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
@@ -232,7 +232,8 @@ register_write(gp_req *req)
     snprintf(mem, sizeof(mem), "%u", q->mem_mb);
     p1[0] = q->node; p1[1] = q->site; p1[2] = q->hostname; p1[3] = q->agent_version;
     p1[4] = q->boot_id; p1[5] = cpu; p1[6] = mem;
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(now, sizeof(now), "%llu",
+             (unsigned long long)registry_now_ms(gp_req_state(req)));
     p1[7] = now;
     rc = gpu_params(q, arr);
     p2[0] = q->node;

@@ -85,6 +85,10 @@ typedef struct registry {
     uint64_t           *m_forget_failures, *m_forget_dropped;
     double             *m_forget_pending;
     double             *m_changes_pending;  /* queued + in flight, set at each scrape */
+    /* Redis's clock, read every CLOCK_EVERY_MS (TIME) and carried on by the
+     * monotonic clock: the time of state transitions (live.c) */
+    uint64_t            clock_redis_ms, clock_mono_ms, clock_sent_mono;
+    bool                clock_ok, clock_asking;
 } registry;
 
 /* now, wall clock, ms since the epoch */
@@ -109,6 +113,11 @@ void registry_live_transition(registry *r, const char *site, const char *node, i
 void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
                         size_t len, double rtt_ms);
 int32_t registry_state_from_name(const char *s);
+/* Now, ms since the epoch, on Redis's clock (the clock of the live view)
+ * as last read, carried on by the monotonic clock; the wall clock until
+ * Redis has answered once.  The time of state transitions and of a
+ * registration's state_since, so every instance stamps them alike. */
+uint64_t registry_now_ms(registry *r);
 const char *registry_state_name(int32_t state);
 /* Restores one inventory node's live entry (its 'reg' mark, its place in
  * the index) as the reseed does, for a node a lease found without it. */

@@ -765,6 +765,52 @@ static const char no_stale_sql[] =
 static const char no_stale_drop_sql[] =
     "DROP TRIGGER test_no_stale ON nodes; DROP FUNCTION test_no_stale()";
 
+static pid_t start_faked_registry(const char *offset, int port);
+
+/* A registry whose wall clock is an hour ahead writes q3's transition to
+ * stale (the normal one is SIGSTOPped meanwhile); then the normal one
+ * writes q3's next transition (healthy), which must still apply: the
+ * transitions' times are Redis's clock, not the hosts'.  (With host wall
+ * times, the row's state_since would be an hour ahead and refuse every
+ * write of q3 for an hour.) */
+static void
+test_skewed_writer(pid_t a)
+{
+    int    port = tl_free_port();
+    pid_t  f;
+    double t0;
+    char   st[64] = "";
+
+    register_node("q3", GP_EOK);
+    beating_q = "q3";
+    wait_s(HB_MS * 2.5 / 1000);
+    kill(a, SIGSTOP);
+    f = start_faked_registry("+1h", port);
+    t0 = tl_now();
+    while (metric_at(port, "gp_registry_heartbeats_total") < 1 && tl_now() - t0 < 15)
+        wait_s(0.2);
+    wait_s(0.5);
+    beating_q = NULL;
+    t0 = tl_now();
+    do {
+        wait_s(0.2);
+        pg_value("SELECT state FROM nodes WHERE id = 'q3'", st, sizeof(st));
+    } while (strcmp(st, "stale") != 0 && tl_now() - t0 < 10);
+    T_OKM(strcmp(st, "stale") == 0, "the registry at +1h found q3 stale and wrote it (%s)", st);
+    kill(f, SIGTERM);
+    T_EQ_INT(tl_wait_exit(f, 10), 0);
+    kill(a, SIGCONT);
+    beating_q = "q3";
+    t0 = tl_now();
+    do {
+        wait_s(0.2);
+        pg_value("SELECT state FROM nodes WHERE id = 'q3'", st, sizeof(st));
+    } while (strcmp(st, "healthy") != 0 && tl_now() - t0 < 6);
+    T_OKM(strcmp(st, "healthy") == 0,
+          "q3 beats again: the normal registry's write applies after the one at +1h (%s)", st);
+    beating_q = NULL;
+}
+
 #define RACE_PAIRS 40
 
 static int race_done, race_reg[RACE_PAIRS], race_del[RACE_PAIRS];
@@ -1175,6 +1221,7 @@ main(void)
     test_clock_skew();
     test_register_delete_race();
     test_out_of_order(pid);
+    test_skewed_writer(pid);
     test_stop_flush(pid);                     /* stops the registry */
     ev_timer_stop(loop, &hb);
     gp_bus_sub_free(sub);

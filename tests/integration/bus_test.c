@@ -622,7 +622,11 @@ test_outage(gp_bus *bus, conn_rec *cr, const char *url)
     gp_bus_get_stats(bus, &st);
     T_EQ_INT(st.reconnects, 1);
 
-    /* The old subscription was re-established; the new bus publishes. */
+    /* The old subscription was re-established; the new bus publishes.
+     * cnats resends the subscription on reconnect, but the server may take
+     * bus2's publish (another connection) before it: a round trip on bus
+     * first, whose PONG comes after the server processed the SUB. */
+    gp_bus_flush_blocking(bus, 2000);
     T_OK(gp_bus_pub(bus, "t.after", NULL, "a1", 2) == GP_EOK);
     T_OK(gp_bus_pub(bus2, "t.after", NULL, "a2", 2) == GP_EOK);
     RUN_UNTIL(r.n >= 2, 10);

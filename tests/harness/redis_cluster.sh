@@ -30,35 +30,9 @@
 set -eu
 cmd=${1:-}
 N=3
-
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_port() {   # port, seconds
-    local i
-    for ((i = 0; i < $2 * 20; i++)); do
-        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "redis_cluster: port $1 did not open" >&2
-    return 1
-}
-
-stop_pidfile() {    # file
-    local f=$1 pid i
-    [ -f "$f" ] || return 0
-    pid=$(cat "$f" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 100; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$f"
-}
+HARNESS_NAME=redis_cluster
+# shellcheck source=tests/harness/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 do_stop() {     # dir
     local f

@@ -18,23 +18,12 @@ dir=$2
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}
 TEMPLATE=${GP_PG_TEMPLATE:-}
+HARNESS_NAME=stack
+# shellcheck source=tests/harness/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 as_pg() {
     if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_port() {   # port, seconds
-    local i
-    for ((i = 0; i < $2 * 20; i++)); do
-        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "stack: port $1 did not open" >&2
-    return 1
 }
 
 start_nats() {
@@ -74,21 +63,6 @@ init_pg() {
             --locale=C.UTF-8 --no-sync >/dev/null
     fi
     chown -R postgres: "$dir/pg" 2>/dev/null || true
-}
-
-stop_pidfile() {    # file
-    local f=$1 pid i
-    [ -f "$f" ] || return 0
-    pid=$(cat "$f" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 100; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$f"
 }
 
 stop_pg() {

@@ -894,6 +894,46 @@ parse_redirect(const redisReply *r, size_t skip, int *slot, const char **addr, s
     return *alen > 0 && *alen < KVC_ADDR;
 }
 
+/* Follows a MOVED, ASK, TRYAGAIN or CLUSTERDOWN reply: true when the
+ * command was sent again (or waits to be), false for any other reply. */
+static bool
+cmd_redirect(kvc_req *c, const redisReply *r)
+{
+    struct kvc *cl = c->cl;
+    int         slot;
+    const char *addr;
+    size_t      alen;
+
+    if (r->type != REDIS_REPLY_ERROR || c->hops >= KVC_MAX_HOPS)
+        return false;
+    if (err_is(r, "MOVED") && parse_redirect(r, 6, &slot, &addr, &alen)) {
+        kvc_node *n = node_get_addr(cl, addr, alen);
+
+        cl->st.moved++;
+        c->ask[0] = '\0';
+        if (n != NULL && c->slot == slot)
+            cl->slots[slot] = n;           /* at once; the whole map follows */
+        kvc_refresh(cl);
+    } else if (err_is(r, "ASK") && parse_redirect(r, 4, &slot, &addr, &alen)) {
+        cl->st.ask++;
+        memcpy(c->ask, addr, alen);
+        c->ask[alen] = '\0';
+    } else if (err_is(r, "TRYAGAIN") || err_is(r, "CLUSTERDOWN")) {
+        cl->st.tryagain++;
+        c->ask[0] = '\0';
+        if (err_is(r, "CLUSTERDOWN"))
+            kvc_refresh(cl);
+        c->hops++;
+        cmd_wait(c);
+        return true;
+    } else {
+        return false;
+    }
+    c->hops++;
+    cmd_resend(c);
+    return true;
+}
+
 static void
 cmd_reply_cb(void *arg, const redisReply *r, gp_err err)
 {
@@ -906,48 +946,9 @@ cmd_reply_cb(void *arg, const redisReply *r, gp_err err)
         if (err == GP_EUNAVAIL)
             kvc_refresh(cl);
         cmd_finish(c, NULL, err != GP_EOK ? err : GP_EUNAVAIL);
-        kvc_leave(cl);
-        return;
+    } else if (!cmd_redirect(c, r)) {
+        cmd_finish(c, r, GP_EOK);
     }
-    if (r->type == REDIS_REPLY_ERROR && c->hops < KVC_MAX_HOPS) {
-        int         slot;
-        const char *addr;
-        size_t      alen;
-
-        if (err_is(r, "MOVED") && parse_redirect(r, 6, &slot, &addr, &alen)) {
-            kvc_node *n = node_get_addr(cl, addr, alen);
-
-            c->hops++;
-            cl->st.moved++;
-            c->ask[0] = '\0';
-            if (n != NULL && c->slot == slot)
-                cl->slots[slot] = n;       /* at once; the whole map follows */
-            kvc_refresh(cl);
-            cmd_resend(c);
-            kvc_leave(cl);
-            return;
-        }
-        if (err_is(r, "ASK") && parse_redirect(r, 4, &slot, &addr, &alen)) {
-            c->hops++;
-            cl->st.ask++;
-            memcpy(c->ask, addr, alen);
-            c->ask[alen] = '\0';
-            cmd_resend(c);
-            kvc_leave(cl);
-            return;
-        }
-        if (err_is(r, "TRYAGAIN") || err_is(r, "CLUSTERDOWN")) {
-            c->hops++;
-            cl->st.tryagain++;
-            c->ask[0] = '\0';
-            if (err_is(r, "CLUSTERDOWN"))
-                kvc_refresh(cl);
-            cmd_wait(c);
-            kvc_leave(cl);
-            return;
-        }
-    }
-    cmd_finish(c, r, GP_EOK);
     kvc_leave(cl);
 }
 

@@ -33,8 +33,9 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         reg.app = app;
         reg.cfg = &cfg;
+        registry_states_start(&reg);
         registry_live_start(&reg);
-        gp_app_on_stop(app, registry_live_stop, &reg);   /* the state queue is written first */
+        gp_app_on_stop(app, registry_states_stop, &reg);   /* the state queue is written first */
         gp_app_every(app, "sweep", cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
         rc = gp_app_serve(app, &reg, registry_admin_routes, registry_node_routes, NULL);
     }

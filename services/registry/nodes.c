@@ -76,7 +76,7 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
 /* Returns the site the node had before ('' for a new node): a node that
  * moved leaves keys in its old site's shard, removed at once.  state_since
  * is $8 (registry_now_ms), the clock of the state changes written later
- * (live.c), which apply only when newer than it. */
+ * (states.c), which apply only when newer than it. */
 static const char upsert_node[] =
     "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
     " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"

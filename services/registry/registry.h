@@ -102,23 +102,33 @@ extern const gp_route registry_node_routes[];
 /* live.c: Redis scripts, the stale sweep and state publication */
 void registry_live_start(registry *r);
 void registry_live_cron(gp_app *app, void *arg);
+
+/* states.c: state names (the schema's), and the queue of node state
+ * changes written to PostgreSQL in batches. */
+const char *registry_state_name(int32_t state);
+int32_t registry_state_from_name(const char *s);
+void registry_states_start(registry *r);
+/* Queues one change (at_ms: the transition's time, registry_now_ms) and
+ * writes it unless a batch is in flight or a retry backoff runs. */
+void registry_states_queue(registry *r, const char *node, int32_t state, uint64_t at_ms);
+/* Writes what is queued if the backoff allows (the cron calls it). */
+void registry_states_flush(registry *r);
 /* The stop hook: writes the queued state changes at once (ignoring the
  * retry backoff) and holds the drain until PostgreSQL answers (bounded by
  * drain-ms); what is left unwritten is logged (node_state_unwritten). */
-void registry_live_stop(gp_app *app, void *arg);
+void registry_states_stop(gp_app *app, void *arg);
+
 void registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
                               int32_t state, const char *reason);
 /* Records a heartbeat (raw msgpack) in Redis; publishes a transition if
  * the node was not healthy. */
 void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
                         size_t len, double rtt_ms);
-int32_t registry_state_from_name(const char *s);
 /* Now, ms since the epoch, on Redis's clock (the clock of the live view)
  * as last read, carried on by the monotonic clock; the wall clock until
  * Redis has answered once.  The time of state transitions and of a
  * registration's state_since, so every instance stamps them alike. */
 uint64_t registry_now_ms(registry *r);
-const char *registry_state_name(int32_t state);
 /* Restores one inventory node's live entry (its 'reg' mark, its place in
  * the index) as the reseed does, for a node a lease found without it. */
 void registry_live_restore(registry *r, const char *site, const char *node, const char *state);

@@ -25,17 +25,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define REGISTRY_SHARDS 256u
+#include "gp/shard.h"
 
-/* The shard of a site: FNV-1a (32 bit) of its id mod REGISTRY_SHARDS. */
+#define REGISTRY_SHARDS GP_SHARDS
+
+/* The shard of a site: FNV-1a (32 bit) of its id mod GP_SHARDS (gp/shard.h,
+ * shared with the scheduler's reservation keys). */
 static inline unsigned
 registry_shard(const char *site)
 {
-    uint32_t h = 2166136261u;
-
-    for (const unsigned char *p = (const unsigned char *)site; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h % REGISTRY_SHARDS;
+    return gp_shard_of(site);
 }
 
 /* Key buffers: "gp:{255}:rtt:" + a 63-byte id + NUL fit in 96. */

@@ -43,6 +43,8 @@ SERVICES  := $(notdir $(wildcard services/*))
 BINS      := $(foreach s,$(SERVICES),$(BUILD)/bin/$(call binname,$(s)))
 AGENT_LIB_SRC := $(filter-out services/agent/main.c,$(wildcard services/agent/*.c))
 AGENT_LIB_OBJ := $(AGENT_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/scheduler/*.c))
+SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 UNIT_SRC  := $(wildcard tests/unit/*_test.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
@@ -92,6 +94,16 @@ $(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 
 # Unit tests named agent_*_test also link the agent's code (services/agent/).
 $(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit and integration tests named sched_*_test also link the scheduler's
+# code (services/scheduler/ but main.c): its pure modules are tested alone.
+$(BUILD)/test/unit/sched_%: $(BUILD)/obj/tests/unit/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test/integration/sched_%: $(BUILD)/obj/tests/integration/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -20,7 +20,7 @@ OPT       ?= -O1 -fno-omit-frame-pointer -fsanitize=$(SANITIZE) -fno-sanitize-re
 LDFLAGS   += -fsanitize=$(SANITIZE)
 endif
 
-PKGS      := libnats msgpack libpq
+PKGS      := libnats msgpack libpq yaml-0.1
 CFLAGS    ?= -g
 CFLAGS    += $(OPT) -std=c11 -D_DEFAULT_SOURCE -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
              -Wstrict-prototypes -Wwrite-strings -Wno-missing-field-initializers -pthread
@@ -45,6 +45,8 @@ AGENT_LIB_SRC := $(filter-out services/agent/main.c,$(wildcard services/agent/*.
 AGENT_LIB_OBJ := $(AGENT_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/scheduler/*.c))
 SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# gpctl's pure modules (no bus, no printing to the terminal), for its unit tests.
+GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,output.c jobspec.c jobview.c))
 
 UNIT_SRC  := $(wildcard tests/unit/*_test.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
@@ -94,6 +96,11 @@ $(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 
 # Unit tests named agent_*_test also link the agent's code (services/agent/).
 $(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests named gpctl_*_test also link gpctl's pure modules (GPCTL_PURE_OBJ).
+$(BUILD)/test/unit/gpctl_%: $(BUILD)/obj/tests/unit/gpctl_%.o $(GPCTL_PURE_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -13,6 +13,7 @@ pkgs=(
     valgrind procps                  # valgrind_test; pgrep in updown_test
     postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
     faketime                         # libfaketime: clock_step_test steps the agent's date
+    libyaml-dev                      # gpctl submit -f job.yaml (and job.json)
 )
 missing=()
 for p in "${pkgs[@]}"; do

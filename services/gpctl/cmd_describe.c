@@ -1,4 +1,4 @@
-/* cmd_describe.c -- gpctl describe site|node NAME: sectioned, for people. */
+/* cmd_describe.c -- gpctl describe site|node|job NAME: sectioned, for people. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "gp/limits.h"
 #include "gpctl.h"
+#include "jobview.h"
 
 #define LABEL_WIDTH 18
 
@@ -315,6 +316,159 @@ print_site_nodes(gpctl *c, const msg_site *s)
     return rc;
 }
 
+/* ---- job ---------------------------------------------------------------------------------- */
+
+/* "a, b, c" of a string list, or "-". */
+static void
+join_strs(char *buf, size_t n, const gp_arr *a, size_t es)
+{
+    size_t used = 0;
+
+    snprintf(buf, n, "-");
+    for (uint32_t i = 0; i < a->n && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "",
+                                 (const char *)a->v + i * es);
+}
+
+static void
+spec_where(const msg_job_spec *s)
+{
+    char models[8 * 34 + 8];
+
+    join_strs(models, sizeof(models), &s->gpu_models, MSG_JOB_SPEC_GPU_MODELS_ITEM_MAXLEN + 1);
+    kv(2, "GPU Models", "%s", s->gpu_models.n ? models : "any");
+    if (s->min_vram_mb)
+        kv(2, "Min VRAM", "%u MiB", s->min_vram_mb);
+    kv(2, "Pool", "%s", or_dash(s->pool));
+    kv(2, "Product", "%s", or_dash(s->product));
+    if (GP_HAS(s, MSG_JOB_SPEC__ORIGIN_LAT) || GP_HAS(s, MSG_JOB_SPEC__ORIGIN_LON))
+        kv(2, "Origin", "%.4f, %.4f", s->origin_lat, s->origin_lon);
+    if (s->max_latency_ms)
+        kv(2, "Max Latency", "%u ms", s->max_latency_ms);
+}
+
+static void
+spec_limits(const msg_job_spec *s)
+{
+    char price[48], run[32];
+
+    kv(2, "Priority", "%d", GP_HAS(s, MSG_JOB_SPEC__PRIORITY) ? (int)s->priority : 100);
+    kv(2, "Interruptible", "%s", s->interruptible ? "yes" : "no");
+    fmt_duration(run, sizeof(run), s->checkpoint_interval_s);
+    kv(2, "Checkpoint Every", "%s", s->checkpoint_interval_s ? run : "never");
+    if (GP_HAS(s, MSG_JOB_SPEC__MAX_PRICE_MICROS_PER_GPU_HOUR)) {
+        fmt_micros(price, sizeof(price), s->max_price_micros_per_gpu_hour);
+        kv(2, "Max Price", "%s %s per GPU-hour", price, s->currency);
+    }
+    kv(2, "Max Attempts", "%u", s->max_attempts ? s->max_attempts : 3);
+    fmt_duration(run, sizeof(run), s->max_run_s);
+    kv(2, "Max Run", "%s", s->max_run_s ? run : "until cancelled");
+    kv(2, "Request ID", "%s", or_dash(s->client_request_id));
+}
+
+static void
+job_spec(const msg_job *j)
+{
+    const msg_job_spec *s = &j->spec;
+    char                gpus[32], env[1024];
+
+    section(0, "Spec", false);
+    kv(2, "Name", "%s", or_dash(s->name));
+    kv(2, "Command", "%s", s->command);
+    join_strs(env, sizeof(env), &s->env, MSG_JOB_SPEC_ENV_ITEM_MAXLEN + 1);
+    kv(2, "Env", "%s", env);
+    job_gpus(j, gpus, sizeof(gpus));
+    kv(2, "GPUs", "%s (nodes x GPUs per node)", gpus);
+    spec_where(s);
+    spec_limits(s);
+}
+
+static void
+job_waiting(const msg_job *j)
+{
+    static const char *const heads[] = {"REASON", "NODES", "MEANING", NULL};
+    const msg_pending_reason *w = j->waiting.v;
+    char                      why[1024];
+    table                     t;
+
+    job_why_waits(j, why, sizeof(why));
+    kv(0, "Why It Waits", "%s", why);
+    if (j->waiting.n == 0)
+        return;
+    table_init(&t, heads);
+    for (uint32_t i = 0; i < j->waiting.n; i++) {
+        char num[32];
+
+        fmt_count(num, sizeof(num), w[i].nodes);
+        table_add(&t, (const char *const[]){enum_text(&msg_pending_reason_desc,
+                                                      MSG_PENDING_REASON__REASON, w[i].reason),
+                                            num, pending_words(w[i].reason)});
+    }
+    table_print(&t, stdout, 2);
+    table_free(&t);
+}
+
+static void
+job_attempts(const msg_job *j)
+{
+    table t;
+
+    section(0, "Attempts", j->attempts.n == 0);
+    if (j->attempts.n == 0)
+        return;
+    table_init(&t, attempt_heads);
+    for (uint32_t i = 0; i < j->attempts.n; i++)
+        attempt_row(&t, (const msg_attempt *)j->attempts.v + i);
+    table_print(&t, stdout, 2);
+    table_free(&t);
+}
+
+#define JOB_EVENTS_SHOWN 20
+
+static void
+job_events(const msg_job *j)
+{
+    uint32_t first = j->events.n > JOB_EVENTS_SHOWN ? j->events.n - JOB_EVENTS_SHOWN : 0;
+
+    section(0, "Events", j->events.n == 0);
+    for (uint32_t i = first; i < j->events.n; i++) {
+        char line[640];
+
+        job_event_line((const msg_job_event *)j->events.v + i, line, sizeof(line));
+        printf("  %s\n", line);
+    }
+}
+
+void
+describe_job_print(const gpctl *c, const msg_job *j)
+{
+    char created[96], updated[96], ended[96], gpu[32];
+
+    when(c, created, sizeof(created), j->created_ms);
+    when(c, updated, sizeof(updated), j->updated_ms);
+    when(c, ended, sizeof(ended), j->ended_ms);
+    kv(0, "Job", "%s", j->id);
+    kv(0, "Tenant", "%s", j->tenant);
+    kv(0, "State", "%s", enum_text(&msg_job_desc, MSG_JOB__STATE, j->state));
+    kv(0, "Reason", "%s", or_dash(j->reason));
+    kv(0, "Created", "%s", created);
+    kv(0, "Updated", "%s", updated);
+    if (j->ended_ms)
+        kv(0, "Ended", "%s", ended);
+    if (GP_HAS(j, MSG_JOB__EXIT_CODE))
+        kv(0, "Exit Code", "%d", (int)j->exit_code);
+    kv(0, "Attempts Made", "%u of %u", j->attempts_made,
+       j->spec.max_attempts ? j->spec.max_attempts : 3);
+    kv(0, "Preemptions", "%u", j->preemptions);
+    fmt_duration(gpu, sizeof(gpu), j->gpu_ms / 1000);
+    kv(0, "GPU Time", "%s", gpu);
+    if (j->state == MSG_JOB_STATE_PENDING)
+        job_waiting(j);
+    job_spec(j);
+    job_attempts(j);
+    job_events(j);
+}
+
 /* ---- describe ------------------------------------------------------------------------ */
 
 static int
@@ -361,9 +515,11 @@ cmd_describe(gpctl *c, int argc, char **argv)
     int           rc;
 
     if (argc < 1)
-        return usage_error("describe", "missing KIND (site or node)");
+        return usage_error("describe", "missing KIND (site, node or job)");
+    if (strcmp(argv[0], "job") == 0 || strcmp(argv[0], "jobs") == 0)
+        return cmd_describe_job(c, argc - 1, argv + 1);
     if (e == NULL || (e->desc != &msg_node_desc && e->desc != &msg_site_desc))
-        return usage_error("describe", "cannot describe \"%s\" (site or node)", argv[0]);
+        return usage_error("describe", "cannot describe \"%s\" (site, node or job)", argv[0]);
     if (argc < 2)
         return usage_error("describe", "missing %s NAME", e->name);
     if (argc > 2)

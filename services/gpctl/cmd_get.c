@@ -1,5 +1,6 @@
 /* cmd_get.c -- gpctl get KIND [NAME] [filters]: tables, wide tables and
- * JSON arrays of sites, nodes, gpus, pools, products and tenants. */
+ * JSON arrays of sites, nodes, gpus, pools, products and tenants (jobs
+ * and attempts: cmd_job.c). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,7 +422,8 @@ parse_get(int argc, char **argv, get_args *a)
 
     memset(a, 0, sizeof(*a));
     if (argc < 1)
-        return usage_error("get", "missing KIND (sites, nodes, gpus, pools, products, tenants)");
+        return usage_error("get", "missing KIND (sites, nodes, gpus, pools, products, tenants, jobs, "
+                           "attempts)");
     a->v = view_find(argv[0]);
     if (a->v == NULL)
         return usage_error("get", "unknown KIND \"%s\"", argv[0]);
@@ -483,7 +485,13 @@ cmd_get(gpctl *c, int argc, char **argv)
     get_args      a;
     get_ctx       g = {.c = c};
     const entity *e;
-    int           rc = parse_get(argc, argv, &a);
+    int           rc;
+
+    if (argc > 0 && (strcmp(argv[0], "jobs") == 0 || strcmp(argv[0], "job") == 0))
+        return cmd_get_jobs(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "attempts") == 0 || strcmp(argv[0], "attempt") == 0))
+        return cmd_get_attempts(c, argc - 1, argv + 1);
+    rc = parse_get(argc, argv, &a);
 
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)
         return rc;

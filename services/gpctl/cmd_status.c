@@ -6,6 +6,7 @@
 
 #include "gp/limits.h"
 #include "gpctl.h"
+#include "jobview.h"
 
 /* ---- health ----------------------------------------------------------------------- */
 
@@ -174,6 +175,8 @@ typedef struct summary {
     size_t      nmodels;
     table       pools;
     gp_buf      pools_json;
+    job_tally   jobs;
+    char        jobs_why[GP_ERRBUF_LEN + 32];   /* why jobs are not shown, or "" */
 } summary;
 
 static int
@@ -265,6 +268,72 @@ print_json_str(const char *str)
     gp_buf_fini(&b);
 }
 
+static int
+count_job(void *arg, const msg_job *j)
+{
+    job_tally_add(&((summary *)arg)->jobs, j);
+    return GPCTL_OK;
+}
+
+/* Jobs by state, counted from every page of gp.admin.job.list: the
+ * contract has no count operation, and a page is at most 100 jobs without
+ * attempts or events.  A missing scheduler is said, not an error. */
+static void
+count_jobs(summary *s)
+{
+    msg_job_list_request all = {0};
+
+    if (job_list(s->c, NULL, &all, count_job, s, s->jobs_why, sizeof(s->jobs_why)) ==
+        GPCTL_OK)
+        s->jobs_why[0] = '\0';
+    else if (s->jobs_why[0] == '\0')
+        snprintf(s->jobs_why, sizeof(s->jobs_why), "cannot list jobs");
+}
+
+static void
+summary_jobs_json(const summary *s)
+{
+    uint64_t healthy = s->gpus[MSG_NODE_STATE_HEALTHY];
+
+    if (s->jobs_why[0] != '\0') {
+        printf(",\"jobs\":null,\"jobs_error\":");
+        print_json_str(s->jobs_why);
+        return;
+    }
+    printf(",\"jobs\":{\"total\":%" PRIu64, s->jobs.total);
+    for (int i = 0; i < JOB_NSTATES; i++)
+        printf(",\"%s\":%" PRIu64, msg_job_state_names[i], s->jobs.by_state[i]);
+    printf("},\"gpu_utilization\":{\"booked\":%" PRIu64 ",\"healthy\":%" PRIu64
+           ",\"pct\":%.1f}", s->jobs.gpus_booked, healthy,
+           job_util_pct(s->jobs.gpus_booked, healthy));
+}
+
+static void
+summary_jobs(const summary *s)
+{
+    static const char *const heads[] = {"STATE", "JOBS", NULL};
+    uint64_t                 healthy = s->gpus[MSG_NODE_STATE_HEALTHY];
+    table                    t;
+
+    if (s->jobs_why[0] != '\0') {
+        printf("\nJobs:  <unavailable: %s>\n", s->jobs_why);
+        return;
+    }
+    printf("\nJobs:   %" PRIu64 "\n", s->jobs.total);
+    table_init(&t, heads);
+    for (int i = 0; i < JOB_NSTATES; i++) {
+        char num[24];
+
+        snprintf(num, sizeof(num), "%" PRIu64, s->jobs.by_state[i]);
+        table_add(&t, (const char *const[]){msg_job_state_names[i], num});
+    }
+    table_print(&t, stdout, 2);
+    table_free(&t);
+    printf("\nGPU utilization:  %.1f%%  (%" PRIu64 " GPUs booked by starting and running jobs"
+           " / %" PRIu64 " GPUs on healthy nodes)\n",
+           job_util_pct(s->jobs.gpus_booked, healthy), s->jobs.gpus_booked, healthy);
+}
+
 static void
 summary_json(const summary *s)
 {
@@ -280,7 +349,9 @@ summary_json(const summary *s)
         summary_states_json(s->models[i].by_state);
         printf("}");
     }
-    printf("}},\"pools\":[%s]}\n", s->pools_json.n ? s->pools_json.p : "");
+    printf("}},\"pools\":[%s]", s->pools_json.n ? s->pools_json.p : "");
+    summary_jobs_json(s);
+    printf("}\n");
 }
 
 static void
@@ -325,6 +396,7 @@ summary_text(const summary *s)
     printf("\nPools:%s\n", s->pools.nrows ? "" : "  <none>");
     if (s->pools.nrows)
         table_print(&s->pools, stdout, 2);
+    summary_jobs(s);
 }
 
 int
@@ -350,6 +422,8 @@ cmd_summary(gpctl *c, int argc, char **argv)
         rc = ctl_list(c, entity_find("node"), &all, count_node, s);
     if (rc == GPCTL_OK)
         rc = ctl_list(c, entity_find("pool"), &all, add_pool, s);
+    if (rc == GPCTL_OK)
+        count_jobs(s);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
         summary_json(s);
     else if (rc == GPCTL_OK)

@@ -8,6 +8,10 @@
  *   cmd_edit.c  create, update, delete (driven by the message descriptors)
  *   cmd_status.c    health, summary
  *   cmd_fault.c fault (the fleet simulator's fault control)
+ *   cmd_job.c   submit, get jobs|attempts, describe job, cancel job
+ *   cmd_watch.c watch jobs (live job events until Ctrl-C)
+ *   jobspec.c   a JobSpec from flags and JSON/YAML files (pure)
+ *   jobview.c   job rows, "why it waits", event lines, job sums (pure)
  *
  * Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 the control
  * plane cannot be reached (NATS down, no responders, timeout). */
@@ -97,6 +101,28 @@ int cmd_readmit(gpctl *c, int argc, char **argv);
 int cmd_health(gpctl *c, int argc, char **argv);
 int cmd_summary(gpctl *c, int argc, char **argv);
 int cmd_fault(gpctl *c, int argc, char **argv);
+int cmd_submit(gpctl *c, int argc, char **argv);
+int cmd_cancel(gpctl *c, int argc, char **argv);
+int cmd_watch(gpctl *c, int argc, char **argv);
+/* get jobs / get attempts / describe job: argv after the kind word. */
+int cmd_get_jobs(gpctl *c, int argc, char **argv);
+int cmd_get_attempts(gpctl *c, int argc, char **argv);
+int cmd_describe_job(gpctl *c, int argc, char **argv);
+
+/* ---- jobs (cmd_job.c) ------------------------------------------------------- */
+
+/* Called for every listed job; returns an exit code (0 to go on). */
+typedef int job_fn(void *arg, const msg_job *job);
+
+/* Lists every page of jobs: of tenant (gp.api.<tenant>.job.list) or of
+ * all (gp.admin.job.list, tenant NULL).  An error is written into why
+ * when given (nothing printed), else printed.  Exit code, or what fn
+ * returned to stop. */
+int job_list(gpctl *c, const char *tenant, const msg_job_list_request *filter, job_fn *fn,
+             void *arg, char *why, size_t wlen);
+
+/* describe job's text (cmd_describe.c). */
+void describe_job_print(const gpctl *c, const msg_job *job);
 
 /* "8xH100" for a node's GPUs (cmd_get.c). */
 void node_models(const msg_node *n, char *buf, size_t len);

@@ -11,6 +11,7 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "gpctl.h"
+#include "jobspec.h"
 
 #define DEFAULT_ENV_FILE "./build/run/gp.env"
 #define MAX_ARGS         256
@@ -32,10 +33,24 @@ static const verb verbs[] = {
      "  Lists every page from the registry; filters are applied by the registry\n"
      "  (--state: unknown, healthy, stale, draining, quarantined).  gpus is a\n"
      "  flattened view of the nodes' GPUs.  NAME shows one object.\n"
-     "  -o wide adds columns; -o json prints a JSON array.\n"},
+     "  -o wide adds columns; -o json prints a JSON array.\n"
+     "\n"
+     "       gpctl get jobs [ID] [--tenant T] [--state S] [--site S]\n"
+     "       gpctl get attempts --job ID [--tenant T]\n"
+     "\n"
+     "  jobs: from the scheduler, every page (gp.api.<T>.job.list with --tenant,\n"
+     "  else gp.admin.job.list); --state: pending, starting, running, succeeded,\n"
+     "  failed, cancelled; --site: jobs with an attempt there.  GPUS is nodes x GPUs\n"
+     "  per node; SITE/NODE is the latest attempt's when the scheduler sends attempts.\n"
+     "  attempts: the job's attempts, node by node, with their placement scores.\n"
+     "  Without --tenant a job is looked up in the admin list first.\n"},
     {"describe", cmd_describe,
      "Usage: gpctl describe site|node NAME\n"
+     "       gpctl describe job ID [--tenant T]\n"
      "\n"
+     "  job:  state, reason, why it waits (pending: the nodes considered, counted by\n"
+     "        the filter they failed), the spec, the attempts (site, node, GPUs,\n"
+     "        times, exit, latency estimate, score breakdown) and the latest events.\n"
      "  node: site, state, last seen, registration, hardware, every GPU and the\n"
      "        latest telemetry (per GPU temperature, power, util, memory, ECC,\n"
      "        XIDs, throttling; disk; uplink RTT; running attempts and usage).\n"
@@ -71,7 +86,31 @@ static const verb verbs[] = {
     {"summary", cmd_summary,
      "Usage: gpctl summary [-o json]\n"
      "\n"
-     "  Sites, nodes by state, GPUs by model and node state, pool capacity.\n"},
+     "  Sites, nodes by state, GPUs by model and node state, pool capacity; jobs by\n"
+     "  state (counted from gp.admin.job.list pages) and GPU utilization: GPUs booked\n"
+     "  by starting and running jobs (nodes x GPUs per node) over GPUs of healthy\n"
+     "  nodes.  Without a scheduler the jobs part says so and the rest is shown.\n"},
+    {"submit", cmd_submit,
+     "Usage: gpctl submit --tenant T [-f job.json|job.yaml|-] [--FLAG VALUE ...]\n"
+     "\n"
+     "  Submits a job to the scheduler (gp.api.<T>.job.submit) and prints its id and\n"
+     "  state (-o json: the Job).  A file is a mapping of JobSpec field names\n"
+     "  (command, gpus_per_node, env: [...], gpu_models: [...], ...), JSON or YAML;\n"
+     "  flags override it (a list flag replaces the file's list).  --command and\n"
+     "  --gpus are required (here or in the file).  A spec the scheduler refuses\n"
+     "  prints its code and the field it names, and exits 1.\n"
+     "  e.g. gpctl submit --tenant acme --command 'sim:run=300s' --gpus 2 --model H100\n"
+     "\n"
+     "Flags:\n"},
+    {"cancel", cmd_cancel,
+     "Usage: gpctl cancel job ID [--tenant T]\n"
+     "\n"
+     "  Cancels a job (its attempts are stopped) and prints its state after.\n"},
+    {"watch", cmd_watch,
+     "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
+     "\n"
+     "  Prints job events as they happen (gp.events.<T|*>.job.<ID|*>.*), one a\n"
+     "  line, until Ctrl-C (exit 0).\n"},
     {"fault", cmd_fault,
      "Usage: gpctl fault KIND [--node N] [--site S] [--gpu I] [--code C] [--count N]\n"
      "                   [--duration-ms MS] [--delay-ms MS] [--jitter-ms MS] [--period-ms MS]\n"
@@ -94,7 +133,12 @@ static const char overview[] =
     "  delete KIND NAME       delete one\n"
     "  readmit node NAME      let a deleted node register again\n"
     "  health [SERVICE...]    health of services (default: registry)\n"
-    "  summary                sites, nodes by state, GPUs by model, pool capacity\n"
+    "  summary                sites, nodes, GPUs, pools, jobs by state, GPU utilization\n"
+    "  submit --tenant T ...  submit a job (flags or -f job.json|job.yaml)\n"
+    "  get jobs|attempts      list jobs, or one job's attempts\n"
+    "  describe job ID        a job: spec, why it waits, attempts, events\n"
+    "  cancel job ID          cancel a job\n"
+    "  watch jobs             live job events until Ctrl-C\n"
     "  fault KIND ...         inject a fault into the fleet simulator\n"
     "\n"
     "Global options (anywhere on the line):\n"
@@ -130,6 +174,8 @@ usage_print(const char *name, FILE *out)
     fputs(v != NULL ? v->help : overview, out);
     if (v != NULL && (strcmp(v->name, "create") == 0 || strcmp(v->name, "update") == 0))
         edit_print_fields(out);
+    if (v != NULL && strcmp(v->name, "submit") == 0)
+        jobspec_print_flags(out);
 }
 
 int

@@ -244,6 +244,23 @@ fmt_energy(char *buf, size_t n, uint64_t mj)
 }
 
 void
+fmt_count(char *buf, size_t n, uint64_t v)
+{
+    char   digits[24], out[32];
+    size_t len, o = 0;
+
+    snprintf(digits, sizeof(digits), "%" PRIu64, v);
+    len = strlen(digits);
+    for (size_t i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+    snprintf(buf, n, "%s", out);
+}
+
+void
 fmt_models(char *buf, size_t n, const char *const *models, size_t count)
 {
     size_t used = 0;

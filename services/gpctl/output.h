@@ -53,6 +53,8 @@ void fmt_hhmm(char *buf, size_t n, int32_t minutes);
 void fmt_utc_offset(char *buf, size_t n, int32_t minutes);
 /* Energy in millijoules: "12.345 kWh" or "950.0 Wh". */
 void fmt_energy(char *buf, size_t n, uint64_t mj);
+/* A count with thousands separators: 2911 -> "2,911". */
+void fmt_count(char *buf, size_t n, uint64_t v);
 /* GPU models of one node: {"H100" x8} -> "8xH100"; mixed -> "2xL4,1xH100"
  * (first-seen order); "-" when none. */
 void fmt_models(char *buf, size_t n, const char *const *models, size_t count);

@@ -2,7 +2,7 @@
  * their data, cut and cleaned cells, ages, times, sizes, money, JSON. */
 #include <string.h>
 
-#include "../../services/gpctl/output.c"
+#include "../../services/gpctl/output.h"
 #include "gp/limits.h"
 #include "test.h"
 

@@ -1,0 +1,131 @@
+/* cmd_watch.c -- gpctl watch jobs [--tenant T] [--job ID]: live JobEvents
+ * from gp.events.<T|*>.job.<ID|*>.* (the jobEvent operation's pattern),
+ * one line each (-o json: one JSON object a line), until SIGINT or
+ * SIGTERM; exits 0 then.  A core NATS subscription: it shows what happens
+ * from now on (the JOBS stream keeps the past for durable consumers). */
+#include <ev.h>
+#include <signal.h>
+#include <string.h>
+
+#include "gp/id.h"
+#include "gp/limits.h"
+#include "gpctl.h"
+#include "jobview.h"
+
+typedef struct watch {
+    gpctl   *c;
+    gp_buf   b;
+    uint64_t shown, bad;
+    int      stop;
+} watch;
+
+static void
+print_event(watch *w, const msg_job_event *e)
+{
+    char line[640];
+
+    if (w->c->out != OUT_JSON) {
+        job_event_line(e, line, sizeof(line));
+        printf("%s\n", line);
+    } else {
+        gp_buf_reset(&w->b);
+        if (gp_msg_to_json(&msg_job_event_desc, e, &w->b) == GP_EOK)
+            printf("%s\n", w->b.p);
+    }
+    fflush(stdout);
+    w->shown++;
+}
+
+static void
+on_event(void *arg, const gp_bus_msg *m)
+{
+    watch        *w = arg;
+    msg_job_event e;
+    char          err[GP_ERRBUF_LEN];
+
+    if (gp_msg_decode(&msg_job_event_desc, m->data, m->len, &e, err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "gpctl: %s: not a JobEvent: %s\n", m->subject, err);
+        w->bad++;
+        return;
+    }
+    print_event(w, &e);
+    gp_msg_clear(&msg_job_event_desc, &e);
+}
+
+static void
+on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)revents;
+    ((watch *)s->data)->stop = 1;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static int
+parse_watch(int argc, char **argv, const char **tenant, const char **job)
+{
+    *tenant = *job = NULL;
+    if (argc < 1 || (strcmp(argv[0], "jobs") != 0 && strcmp(argv[0], "job") != 0))
+        return usage_error("watch", "expected: watch jobs [--tenant T] [--job ID]");
+    for (int i = 1; i < argc; i++) {
+        const char **slot = strcmp(argv[i], "--tenant") == 0 ? tenant
+                            : strcmp(argv[i], "--job") == 0  ? job : NULL;
+
+        if (slot == NULL)
+            return usage_error("watch", "unknown option or argument \"%s\"", argv[i]);
+        if (i + 1 >= argc)
+            return usage_error("watch", "%s needs a value", argv[i]);
+        if (!gp_id_ok(argv[i + 1]))
+            return usage_error("watch", "%s \"%s\": expected 1 to 63 of [A-Za-z0-9_-]", argv[i],
+                               argv[i + 1]);
+        *slot = argv[++i];
+    }
+    return GPCTL_OK;
+}
+
+static void
+run_watch(watch *w, const char *pattern)
+{
+    ev_signal sint, sterm;
+
+    ev_signal_init(&sint, on_signal, SIGINT);
+    ev_signal_init(&sterm, on_signal, SIGTERM);
+    sint.data = sterm.data = w;
+    ev_signal_start(w->c->loop, &sint);
+    ev_signal_start(w->c->loop, &sterm);
+    fprintf(stderr, "Watching %s (Ctrl-C to stop)\n", pattern);
+    while (!w->stop)
+        ev_run(w->c->loop, EVRUN_ONCE);
+    ev_signal_stop(w->c->loop, &sint);
+    ev_signal_stop(w->c->loop, &sterm);
+}
+
+int
+cmd_watch(gpctl *c, int argc, char **argv)
+{
+    const char *tenant, *job;
+    char        pattern[GP_MAX_SUBJECT + 1];
+    watch       w = {.c = c};
+    gp_bus_sub *sub = NULL;
+    gp_err      err;
+    int         rc = parse_watch(argc, argv, &tenant, &job);
+
+    if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)
+        return rc;
+    err = gp_op_pattern(GP_OP_JOB_EVENT, pattern, sizeof(pattern),
+                        (const char *const[]){tenant, job, NULL});
+    if (err == GP_EOK)
+        err = gp_bus_sub_new(c->bus, pattern, NULL, on_event, &w, &sub);
+    if (err == GP_EOK)
+        err = gp_bus_flush_blocking(c->bus, c->timeout_ms);
+    if (err != GP_EOK) {
+        gp_bus_sub_free(sub);
+        fprintf(stderr, "gpctl: cannot subscribe to %s: %s\n", pattern, gp_err_str(err));
+        return ctl_exit_code(err, true);
+    }
+    gp_buf_init(&w.b, 0);
+    run_watch(&w, pattern);
+    gp_bus_sub_free(sub);
+    gp_buf_fini(&w.b);
+    fprintf(stderr, "%llu events\n", (unsigned long long)w.shown);
+    return GPCTL_OK;
+}

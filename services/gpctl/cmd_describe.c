@@ -355,7 +355,7 @@ spec_limits(const msg_job_spec *s)
     kv(2, "Priority", "%d", GP_HAS(s, MSG_JOB_SPEC__PRIORITY) ? (int)s->priority : 100);
     kv(2, "Interruptible", "%s", s->interruptible ? "yes" : "no");
     fmt_duration(run, sizeof(run), s->checkpoint_interval_s);
-    kv(2, "Checkpoint Every", "%s", s->checkpoint_interval_s ? run : "never");
+    kv(2, "Checkpoints", "%s", s->checkpoint_interval_s ? run : "never");
     if (GP_HAS(s, MSG_JOB_SPEC__MAX_PRICE_MICROS_PER_GPU_HOUR)) {
         fmt_micros(price, sizeof(price), s->max_price_micros_per_gpu_hour);
         kv(2, "Max Price", "%s %s per GPU-hour", price, s->currency);

@@ -475,6 +475,13 @@ test_event_line(void)
     job_event_line(&e, buf, sizeof(buf));
     T_OKM(strcmp(buf, "2025-12-03T10:00:00.000Z acme/j2 #1 submitted -> pending") == 0,
           "absent parts left out: %s", buf);
+    e.seq = 7;
+    e.event = MSG_JOB_EVENT_EVENT_SUCCEEDED;
+    e.state = MSG_JOB_EVENT_STATE_SUCCEEDED;
+    GP_SET_HAS(&e, MSG_JOB_EVENT__EXIT_CODE);
+    job_event_line(&e, buf, sizeof(buf));
+    T_OKM(strcmp(buf, "2025-12-03T10:00:00.000Z acme/j2 #7 succeeded -> succeeded exit=0") == 0,
+          "an exit status of 0 is shown when present: %s", buf);
 }
 
 static void

@@ -232,6 +232,10 @@ test_files(void)
     T_OK(s.gpus_per_node == 4 && s.min_vram_mb == 24000 && s.max_run_s == 3600);
     T_OK(!s.interruptible && GP_HAS(&s, MSG_JOB_SPEC__INTERRUPTIBLE));
     T_OK(s.env.n == 1 && s.gpu_models.n == 1 && strcmp(s.pool, "p1") == 0);
+    T_OKM(load_text(&s, "command: x\ngpus_per_node: 1\ngpu_models: [A]\ngpu_models: [B]\n"
+                       "env: X=1\n") == 0 &&
+          s.gpu_models.n == 1 && strcmp(item(&s.gpu_models, MODEL_ES, 0), "B") == 0 &&
+          s.env.n == 1, "a repeated key: the last list wins; a scalar is a one-item list");
 
     /* flags over the file: scalars replaced, a list flag replaces the list */
     path = temp_file(yaml_job, ".yaml");

@@ -30,6 +30,8 @@ take_job_opt(const char *verb, job_opts *o, const char *flag, const char *val)
         o->tenant = val;
     else if (strcmp(flag, "--job") == 0)
         o->job = val;
+    else if (strcmp(flag, "--site") == 0 && !gp_id_ok(val))
+        return usage_error(verb, "--site \"%s\": not a site id ([A-Za-z0-9_-])", val);
     else if (strcmp(flag, "--state") == 0 || strcmp(flag, "--site") == 0) {
         if (gp_msg_set_text(&msg_job_list_request_desc, &o->filter, flag + 2, val, err,
                             sizeof(err)) != GP_EOK)

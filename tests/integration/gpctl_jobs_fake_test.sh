@@ -74,6 +74,7 @@ expect "submit without a scheduler: exit 3, names it" 3 \
 expect "watch with a bad tenant: exit 2" 2 'expected 1 to 63' watch jobs --tenant 'a.b'
 expect "get attempts without --job: exit 2" 2 'attempts need --job' get attempts --tenant acme
 expect "cancel without a job id: exit 2" 2 'missing job ID' cancel job --tenant acme
+expect "get jobs with a bad site: exit 2" 2 'not a site id' get jobs --site 'a b'
 
 # ---- the stack ------------------------------------------------------------------------
 

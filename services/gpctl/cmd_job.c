@@ -257,11 +257,30 @@ typedef struct job_rows {
     gp_buf    b;
 } job_rows;
 
+/* -o wide: a listed job that has run gets its attempts from a get (lists
+ * carry none), so SITE/NODE is filled: one more request per such job. */
+static int
+add_wide(job_rows *r, const msg_job *j)
+{
+    msg_job full = {0};
+    int     rc;
+
+    if (j->attempts.n > 0 || j->attempts_made == 0)
+        return job_row(&r->t, j, r->c->now_ms) == 0 ? GPCTL_OK : GPCTL_FAIL;
+    rc = job_call(r->c, GP_OP_API_JOB_GET, j->tenant, j->id, &full);
+    if (rc == GPCTL_OK)
+        rc = job_row(&r->t, &full, r->c->now_ms) == 0 ? GPCTL_OK : GPCTL_FAIL;
+    gp_msg_clear(&msg_job_desc, &full);
+    return rc;
+}
+
 static int
 add_job(void *arg, const msg_job *j)
 {
     job_rows *r = arg;
 
+    if (r->c->out == OUT_WIDE)
+        return add_wide(r, j);
     if (r->c->out != OUT_JSON)
         return job_row(&r->t, j, r->c->now_ms) == 0 ? GPCTL_OK : GPCTL_FAIL;
     gp_buf_reset(&r->b);

@@ -41,7 +41,8 @@ static const verb verbs[] = {
      "  jobs: from the scheduler, every page (gp.api.<T>.job.list with --tenant,\n"
      "  else gp.admin.job.list); --state: pending, starting, running, succeeded,\n"
      "  failed, cancelled; --site: jobs with an attempt there.  GPUS is nodes x GPUs\n"
-     "  per node; SITE/NODE is the latest attempt's when the scheduler sends attempts.\n"
+     "  per node; SITE/NODE is the latest attempt's: lists carry no attempts, so it is\n"
+     "  filled with -o wide (one more request per job that has run).\n"
      "  attempts: the job's attempts, node by node, with their placement scores.\n"
      "  Without --tenant a job is looked up in the admin list first.\n"},
     {"describe", cmd_describe,

@@ -134,6 +134,12 @@ grep -Eq '^j-0001 +acme +running +2x2 +300 ' "$tmp/out"
 ok "a job's row: state, nodes x GPUs, priority" $?
 grep -Eq '^j-0002 +acme +pending +1x1 +100 .* no node fits$' "$tmp/out"
 ok "a pending job's row with its reason" $?
+grep -Eq '^j-0001 +acme +running +2x2 +300 +[0-9a-z]+ +1/3 +- ' "$tmp/out"
+ok "lists carry no attempts: SITE/NODE is - in the table" $?
+expect "get jobs -o wide" 0 '' get jobs -o wide
+grep -Eq '^j-0001 +acme +running +2x2 +300 +[0-9a-z]+ +1/3 +s0001/n-fake-1 ' "$tmp/out" &&
+    grep -Eq '^j-0002 +acme +pending .* - +no node fits$' "$tmp/out"
+ok "-o wide fills SITE/NODE of the latest attempt" $?
 expect "get jobs --tenant acme -o json" 0 '' get jobs --tenant acme -o json
 json_check "the tenant's jobs only" "[j['id'] for j in d] == ['j-0001', 'j-0002']"
 expect "get jobs --state running" 0 '' get jobs --state running -o json

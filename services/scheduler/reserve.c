@@ -30,8 +30,8 @@
  * not ours and is never matched (so never removed by a reconcile). */
 #define RAW_LEN     128
 
-enum { C_OK, C_BUSY, C_UNHEALTHY, C_ERROR, C_GPUS, C_FREED, C_REMOVED, C_REBUILT, C_CONFLICTS,
-       C_FRESH, C_N };
+enum { C_OK, C_BUSY, C_UNHEALTHY, C_ERROR, C_GPUS, C_RELEASES, C_REL_ERROR, C_FREED,
+       C_REMOVED, C_REBUILT, C_CONFLICTS, C_FRESH, C_N };
 
 struct sched_reserve {
     gp_kv       *kv;
@@ -128,6 +128,7 @@ call_end(call *c, sched_res_result *res)
     sched_reserve *r = c->r;
 
     if (c->release) {
+        (*r->c[res->status == SCHED_RES_OK ? C_RELEASES : C_REL_ERROR])++;
         if (res->status == SCHED_RES_OK)
             *r->c[C_FREED] += res->gpus;
     } else {
@@ -275,6 +276,7 @@ sched_reserve_release(sched_reserve *r, const char *site, const char *job, uint3
 typedef struct rent {
     sched_res_entry e;
     char            raw[RAW_LEN];
+    char            rawf[24];       /* the field as read: an orphan's is sent back as is */
     bool            ok;
 } rent;
 
@@ -282,6 +284,19 @@ typedef struct rents {
     rent  *v;
     size_t n, cap;
 } rents;
+
+/* A field's GPU index, -1 when it is not one (never written by our scripts). */
+static int
+gpu_of(const redisReply *f)
+{
+    char *end;
+    long  g;
+
+    if (f->type != REDIS_REPLY_STRING || f->len == 0 || f->len > 2)
+        return -1;
+    g = strtol(f->str, &end, 10);
+    return *end == '\0' && g >= 0 && g <= SCHED_RES_MAX_GPU ? (int)g : -1;
+}
 
 /* Appends the fields of one node's HGETALL reply. */
 static gp_err
@@ -303,11 +318,13 @@ rents_add(rents *rs, const char *node, const redisReply *rep)
         x = &rs->v[rs->n++];
         memset(x, 0, sizeof(*x));
         snprintf(x->e.node, sizeof(x->e.node), "%s", node);
-        x->e.gpu = f->type == REDIS_REPLY_STRING ? atoi(f->str) : -1;
-        x->ok = v->type == REDIS_REPLY_STRING && v->len < sizeof(x->raw) &&
+        x->e.gpu = gpu_of(f);
+        x->ok = x->e.gpu >= 0 && v->type == REDIS_REPLY_STRING && v->len < sizeof(x->raw) &&
                 sched_res_parse(v->str, v->len, &x->e);
         if (v->type == REDIS_REPLY_STRING && v->len < sizeof(x->raw))
             memcpy(x->raw, v->str, v->len);
+        if (f->type == REDIS_REPLY_STRING && f->len < sizeof(x->rawf))
+            memcpy(x->rawf, f->str, f->len);
     }
     return GP_EOK;
 }
@@ -771,9 +788,8 @@ shard_listed(void *arg, gp_err err, rents *rs)
                 continue;
             sched_res_key(x->keybuf[nk], x->shard, rs->v[i].e.node);
             x->keys[nk] = x->keybuf[nk];
-            snprintf(x->gbuf[nk], sizeof(x->gbuf[nk]), "%d", rs->v[i].e.gpu);
             x->args[na++] = rs->v[i].e.node;
-            x->args[na++] = x->gbuf[nk];
+            x->args[na++] = rs->v[i].rawf;     /* a malformed field goes too */
             x->args[na++] = rs->v[i].raw;
             nk++;
         }
@@ -879,6 +895,8 @@ static const struct {
     [C_UNHEALTHY] = {"gp_scheduler_reservations_total", "result=\"unhealthy\"", NULL},
     [C_ERROR] = {"gp_scheduler_reservations_total", "result=\"error\"", NULL},
     [C_GPUS] = {"gp_scheduler_reserved_gpus_total", NULL, "GPUs newly reserved"},
+    [C_RELEASES] = {"gp_scheduler_releases_total", "result=\"ok\"", "GPU release calls by result"},
+    [C_REL_ERROR] = {"gp_scheduler_releases_total", "result=\"error\"", NULL},
     [C_FREED] = {"gp_scheduler_released_gpus_total", NULL, "GPUs released by their holder"},
     [C_REMOVED] = {"gp_scheduler_reconcile_removed_total", NULL,
                    "Reservations no live attempt backed, removed past the grace"},
@@ -906,7 +924,10 @@ sched_reserve_new(gp_kv *kv, gp_metrics *m, sched_reserve **out)
     gp_kvscript_init(&r->orphans, sched_res_orphans_lua);
     gp_kvscript_init(&r->rebuild, sched_res_rebuild_lua);
     for (int i = 0; i < C_N; i++) {
-        const char *help = counters[i].help != NULL ? counters[i].help : counters[C_OK].help;
+        const char *help = NULL;
+
+        for (int k = i; help == NULL && k >= 0; k--)  /* a label set: its family's help */
+            help = counters[k].help;
 
         r->c[i] = m != NULL ? gp_metrics_counter(m, counters[i].name, counters[i].labels, help)
                             : NULL;

@@ -34,13 +34,18 @@
  *     Orphans go first, so a GPU whose stale holder is removed is rebuilt
  *     for its rightful one in the same pass.  The truth is a snapshot: an
  *     attempt that ended after it was read may be rebuilt, and is removed
- *     again by the next reconcile past the grace.
+ *     again by the next reconcile past the grace.  So the grace must exceed
+ *     the longest time from a booking to its attempt row's commit plus the
+ *     time from reading PostgreSQL to the end of the reconcile.  Every
+ *     change is re-checked by a script, so two instances reconciling at
+ *     once (or one racing bookings) never undo each other's bookings.
  *
  * Callbacks run on the loop thread, exactly once for every call that
  * returned OK, never from inside the call.  A call that returns another
  * code has no callback.  Counters (gp/metrics.h):
  *   gp_scheduler_reservations_total{result="ok|busy|unhealthy|error"}
- *   gp_scheduler_reserved_gpus_total, gp_scheduler_released_gpus_total,
+ *   gp_scheduler_reserved_gpus_total, gp_scheduler_releases_total{result},
+ *   gp_scheduler_released_gpus_total,
  *   gp_scheduler_reconcile_removed_total, ..._rebuilt_total,
  *   ..._conflicts_total, ..._kept_fresh_total. */
 #ifndef SCHED_RESERVE_H

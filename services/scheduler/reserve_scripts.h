@@ -46,7 +46,10 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
 #define SCHED_RES_LUA_NOW                                                                   \
     "local t = redis.call('TIME')\n"                                                        \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"               \
-    "local nows = string.format('%.0f', now)\n"                                             \
+    "local nows = string.format('%.0f', now)\n"
+
+/* The holder "<job>:<attempt>" of a stored value (nil when malformed). */
+#define SCHED_RES_LUA_HOLDER_OF                                                             \
     "local function holder_of(v) return (string.match(v, '^(.*):%d+$')) end\n"
 
 /* Book GPUs of one or more nodes of one site, all or nothing.
@@ -61,6 +64,7 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
  *                               already this holder's, an idempotent retry) */
 static const char sched_res_book_lua[] =
     SCHED_RES_LUA_NOW
+    SCHED_RES_LUA_HOLDER_OF
     "local holder = ARGV[1]\n"
     "local n = (#KEYS - 1) / 2\n"
     "for i = 1, n do\n"
@@ -87,7 +91,7 @@ static const char sched_res_book_lua[] =
  * indexes ("" = every GPU this holder has on the node).  A node left with
  * no reservation leaves the index.  Returns the number of GPUs freed. */
 static const char sched_res_release_lua[] =
-    SCHED_RES_LUA_NOW
+    SCHED_RES_LUA_HOLDER_OF
     "local holder = ARGV[1]\n"
     "local freed = 0\n"
     "for i = 1, #KEYS - 1 do\n"
@@ -111,8 +115,8 @@ static const char sched_res_release_lua[] =
 
 /* Reconcile, part one: remove reservations no live attempt backs.
  * KEYS[1] the shard's index, KEYS[1+i] the reservations of candidate i's
- * node; ARGV[1] grace (ms); per candidate i: ARGV[3i-1] node, ARGV[3i] GPU,
- * ARGV[3i+1] the value read.  A field is removed only if it still holds
+ * node; ARGV[1] grace (ms); per candidate i: ARGV[3i-1] node, ARGV[3i] the
+ * field (GPU) and ARGV[3i+1] the value, both as read.  A field is removed only if it still holds
  * exactly the value read (a GPU booked again since is someone's new
  * booking) and that booking is at least the grace old on Redis's clock (a
  * live instance may have booked and not yet written its attempt row).
@@ -144,6 +148,7 @@ static const char sched_res_orphans_lua[] =
  * Returns {rebuilt, node, gpu, value, node, gpu, value...} (the conflicts). */
 static const char sched_res_rebuild_lua[] =
     SCHED_RES_LUA_NOW
+    SCHED_RES_LUA_HOLDER_OF
     "local out = {0}\n"
     "for i = 1, #KEYS - 1 do\n"
     "  local k, node, g, holder = KEYS[1 + i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]\n"

@@ -22,6 +22,7 @@
 #include "../../services/scheduler/reserve.h"
 #include "../../services/scheduler/reserve_scripts.h"
 #include "gp/kv.h"
+#include "gp/kvscript.h"
 #include "gp/metrics.h"
 #include "gp/shard.h"
 #include "testlib.h"
@@ -521,10 +522,15 @@ test_reconcile_grace(void)
     kvs("HSET %s 2 backed:1:%llu", key, (unsigned long long)old);
     kvs("HSET %s 3 oldholder:1:%llu", key, (unsigned long long)old);
     kvs("SADD %s rc-n1", ikey);
+    sched_res_key(key, gp_shard_of(s), "rc-n2");           /* not ours: no time, no GPU */
+    kvs("HSET %s junk x 5 nonsense", key);
+    kvs("SADD %s rc-n2", ikey);
     T_OK(book(r1, s, "fresh", 1, fresh, 1).status == SCHED_RES_OK);
 
     rc = reconcile(truth, 2, 60000);
-    T_OKM(rc.err == GP_EOK && rc.removed == 2 && rc.kept_fresh == 1 && rc.rebuilt == 1 &&
+    T_OKM(hlen(s, "rc-n2") == 0 && !indexed(s, "rc-n2"),
+          "malformed fields and values are removed, whatever the grace");
+    T_OKM(rc.err == GP_EOK && rc.removed == 4 && rc.kept_fresh == 1 && rc.rebuilt == 1 &&
               rc.conflicts == 0,
           "grace 60 s: the old orphan and the old wrong holder removed, the fresh one kept, the "
           "truth's holder rebuilt (removed %u kept %u rebuilt %u conflicts %u)",
@@ -542,6 +548,33 @@ test_reconcile_grace(void)
     rc = reconcile(NULL, 0, 0);
     T_OKM(rc.removed == 2 && hlen(s, "rc-n1") == 0 && !indexed(s, "rc-n1"),
           "an empty truth with grace 0 empties the node and its index entry");
+}
+
+/* The orphan script acts only on the value the reconcile read: a GPU
+ * booked again between the read and the script (here: by hand) stays. */
+static void
+test_orphan_recheck(void)
+{
+    const char *s = "rk-site";
+    char        key[SCHED_RES_KEY_LEN], ikey[SCHED_RES_KEY_LEN], now[32];
+    const char *keys[2] = {ikey, key};
+    const char *args[4] = {"0", "rk-n1", "0", "gone:1:1000"};
+    gp_kvscript sc;
+
+    sched_res_key(key, gp_shard_of(s), "rk-n1");
+    sched_res_index_key(ikey, gp_shard_of(s));
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)redis_ms());
+    kvs("HSET %s 0 newer:1:%s", key, now);
+    kvs("SADD %s rk-n1", ikey);
+    gp_kvscript_init(&sc, sched_res_orphans_lua);
+    memset(&SR, 0, sizeof(SR));
+    T_OK(gp_kvscript_call(&sc, kv1, sr_cb, &SR, 2, keys, 4, args, NULL) == GP_EOK);
+    tl_run_until(loop, &SR.done, 10);
+    T_OKM(SR.err == GP_EOK && SR.n == 2 && strcmp(SR.el[0], "0") == 0,
+          "the orphan script leaves a GPU whose value changed since the read (removed %s)",
+          SR.el[0]);
+    T_OKM(strncmp(field(s, "rk-n1", 0), "newer:1:", 8) == 0 && indexed(s, "rk-n1"),
+          "... its new booking intact");
 }
 
 static void
@@ -616,7 +649,8 @@ test_metrics(void)
     T_OKM(strstr(b.p, "gp_scheduler_reservations_total{result=\"busy\"}") != NULL &&
               strstr(b.p, "gp_scheduler_reservations_total{result=\"unhealthy\"} 4") != NULL &&
               strstr(b.p, "gp_scheduler_reconcile_rebuilt_total 12") != NULL &&
-              strstr(b.p, "gp_scheduler_reconcile_removed_total 5") != NULL &&
+              strstr(b.p, "gp_scheduler_reconcile_removed_total 7") != NULL &&
+              strstr(b.p, "gp_scheduler_releases_total{result=\"ok\"} 4") != NULL &&
               strstr(b.p, "gp_scheduler_released_gpus_total 2") != NULL,
           "counters by reason");
     gp_buf_fini(&b);
@@ -660,6 +694,7 @@ main(void)
     test_release_fencing();
     test_race();
     test_reconcile_grace();
+    test_orphan_recheck();
     test_reconcile_flush();
     test_metrics();
 

@@ -39,6 +39,7 @@ struct sched_reserve {
     uint64_t    *c[C_N];
     uint64_t     own[C_N];            /* the counters when there is no metrics registry */
     bool         reconciling;
+    uint64_t     failures;            /* calls that failed: logged 1st, 2nd, 4th, 8th... */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -137,9 +138,13 @@ call_end(call *c, sched_res_result *res)
         if (res->status == SCHED_RES_OK)
             *r->c[C_GPUS] += res->gpus;
     }
+    /* Redis down fails every call: counted above, logged on a doubling scale */
     if (res->status == SCHED_RES_ERROR)
-        GP_WARN(c->release ? "release_failed" : "reserve_failed", "site=%s holder=%s code=%s",
-                c->site, c->holder, gp_err_name(res->err));
+        r->failures++;
+    if (res->status == SCHED_RES_ERROR && (r->failures & (r->failures - 1)) == 0)
+        GP_WARN(c->release ? "release_failed" : "reserve_failed",
+                "site=%s holder=%s code=%s failures=%" PRIu64, c->site, c->holder,
+                gp_err_name(res->err), r->failures);
     if (c->cb != NULL)
         c->cb(c->arg, res);
     free(c);

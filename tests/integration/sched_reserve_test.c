@@ -662,6 +662,27 @@ conn(void *arg, bool up)
     *(int *)arg = up;
 }
 
+/* Redis unreachable: calls are refused at once, no callback, nothing pending. */
+static void
+test_unreachable(void)
+{
+    gp_kv_opts     o = {.host = "127.0.0.1", .port = tl_free_port(), .connect_timeout_ms = 200};
+    gp_kv         *kv = NULL;
+    sched_reserve *r = NULL;
+    sched_res_node n[1] = {{"un-n1", M(0)}};
+    sched_res_live l[1] = {{"j", 1, "un-site", "un-n1", M(0)}};
+    res_wait       w = {0};
+    int            up = 0;
+
+    T_OK(gp_kv_new(loop, &o, conn, &up, &kv) == GP_EOK && sched_reserve_new(kv, NULL, &r) == GP_EOK);
+    T_EQ_INT(sched_reserve_book(r, "un-site", "j", 1, n, 1, res_cb, &w), GP_EUNAVAIL);
+    T_EQ_INT(sched_reserve_release(r, "un-site", "j", 1, n, 1, res_cb, &w), GP_EUNAVAIL);
+    T_EQ_INT(sched_reserve_reconcile(r, l, 1, 0, recon_cb, &w), GP_EUNAVAIL);
+    T_OKM(!w.done, "Redis unreachable: UNAVAIL at once, no callback");
+    gp_kv_free(kv);
+    sched_reserve_free(r);
+}
+
 int
 main(void)
 {
@@ -697,6 +718,7 @@ main(void)
     test_orphan_recheck();
     test_reconcile_flush();
     test_metrics();
+    test_unreachable();
 
     gp_kv_free(kv1);
     gp_kv_free(kv2);

@@ -1,0 +1,168 @@
+/* reserve_scripts.h -- the scheduler's GPU reservation keys and Lua
+ * scripts, in a header so that a benchmark can run redis-benchmark on
+ * exactly the scripts the scheduler runs.  Layout and rules: reserve.h.
+ *
+ * Every script declares every key it touches in KEYS, and every key of one
+ * call carries the site's shard tag {N} (gp/shard.h), so one call is one
+ * Redis Cluster slot.  Values are "<job>:<attempt>:<reserved_ms>"; the
+ * holder of a GPU is the value less its last ":<ms>" (job ids are
+ * gp_id_ok ids: no ':'). */
+#ifndef SCHED_RESERVE_SCRIPTS_H
+#define SCHED_RESERVE_SCRIPTS_H
+
+#include <stdio.h>
+
+#include "gp/shard.h"
+
+/* "gp:{255}:res:" + a 63-byte id + NUL fit in 96. */
+#define SCHED_RES_KEY_LEN 96
+
+/* The hash of one node's reservations: GPU index -> "<job>:<attempt>:<ms>". */
+static inline void
+sched_res_key(char *out, unsigned shard, const char *node)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:res:%s", shard, node);
+}
+
+/* The set of a shard's nodes that hold at least one reservation, so a
+ * reconcile walks them without SCAN (which a cluster cannot route). */
+static inline void
+sched_res_index_key(char *out, unsigned shard)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:resnodes", shard);
+}
+
+/* The registry's live hash of a node (services/registry/scripts.h); read
+ * only, for its 'state' and 'reg' fields. */
+static inline void
+sched_res_live_key(char *out, unsigned shard, const char *node)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:node:%s", shard, node);
+}
+
+/* Redis's own clock (the shard master's), as the registry's scripts read
+ * it: 'now' in ms, 'nows' the same as an integer string.  Read first, so
+ * the script's writes come after it (required before Redis 5). */
+#define SCHED_RES_LUA_NOW                                                                   \
+    "local t = redis.call('TIME')\n"                                                        \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"               \
+    "local nows = string.format('%.0f', now)\n"
+
+/* The holder "<job>:<attempt>" of a stored value (nil when malformed). */
+#define SCHED_RES_LUA_HOLDER_OF                                                             \
+    "local function holder_of(v) return (string.match(v, '^(.*):%d+$')) end\n"
+
+/* Book GPUs of one or more nodes of one site, all or nothing.
+ * KEYS[1] the shard's index; then per node i: KEYS[2i] its reservations,
+ * KEYS[2i+1] its live hash.  ARGV[1] holder "<job>:<attempt>"; per node i:
+ * ARGV[2i] node id, ARGV[2i+1] GPU indexes "0,3".
+ * Every check comes before any write, so a refusal writes nothing:
+ *   {'unhealthy', node, state}  live hash without 'reg' ("unregistered")
+ *                               or a state other than healthy
+ *   {'busy', node, gpu, value}  a GPU held by another holder
+ *   {'ok', n}                   booked; n = GPUs newly booked (0: all were
+ *                               already this holder's, an idempotent retry) */
+static const char sched_res_book_lua[] =
+    SCHED_RES_LUA_NOW
+    SCHED_RES_LUA_HOLDER_OF
+    "local holder = ARGV[1]\n"
+    "local n = (#KEYS - 1) / 2\n"
+    "for i = 1, n do\n"
+    "  local live = redis.call('HMGET', KEYS[2 * i + 1], 'state', 'reg')\n"
+    "  if not live[2] then return {'unhealthy', ARGV[2 * i], 'unregistered'} end\n"
+    "  if live[1] ~= 'healthy' then return {'unhealthy', ARGV[2 * i], live[1] or 'unknown'} end\n"
+    "  for g in string.gmatch(ARGV[2 * i + 1], '%d+') do\n"
+    "    local v = redis.call('HGET', KEYS[2 * i], g)\n"
+    "    if v and holder_of(v) ~= holder then return {'busy', ARGV[2 * i], g, v} end\n"
+    "  end\n"
+    "end\n"
+    "local booked = 0\n"
+    "for i = 1, n do\n"
+    "  for g in string.gmatch(ARGV[2 * i + 1], '%d+') do\n"
+    "    booked = booked + redis.call('HSETNX', KEYS[2 * i], g, holder .. ':' .. nows)\n"
+    "  end\n"
+    "  redis.call('SADD', KEYS[1], ARGV[2 * i])\n"
+    "end\n"
+    "return {'ok', booked}\n";
+
+/* Release GPUs of one holder (fencing: a field whose value belongs to
+ * another job or attempt is left alone).  KEYS[1] the shard's index, KEYS[1+i]
+ * node i's reservations; ARGV[1] holder; ARGV[2i] node id, ARGV[2i+1] GPU
+ * indexes ("" = every GPU this holder has on the node).  A node left with
+ * no reservation leaves the index.  Returns the number of GPUs freed. */
+static const char sched_res_release_lua[] =
+    SCHED_RES_LUA_HOLDER_OF
+    "local holder = ARGV[1]\n"
+    "local freed = 0\n"
+    "for i = 1, #KEYS - 1 do\n"
+    "  local k = KEYS[1 + i]\n"
+    "  local gpus = {}\n"
+    "  if ARGV[2 * i + 1] == '' then\n"
+    "    local all = redis.call('HKEYS', k)\n"
+    "    for j = 1, #all do gpus[#gpus + 1] = all[j] end\n"
+    "  else\n"
+    "    for g in string.gmatch(ARGV[2 * i + 1], '%d+') do gpus[#gpus + 1] = g end\n"
+    "  end\n"
+    "  for _, g in ipairs(gpus) do\n"
+    "    local v = redis.call('HGET', k, g)\n"
+    "    if v and holder_of(v) == holder then\n"
+    "      freed = freed + redis.call('HDEL', k, g)\n"
+    "    end\n"
+    "  end\n"
+    "  if redis.call('EXISTS', k) == 0 then redis.call('SREM', KEYS[1], ARGV[2 * i]) end\n"
+    "end\n"
+    "return freed\n";
+
+/* Reconcile, part one: remove reservations no live attempt backs.
+ * KEYS[1] the shard's index, KEYS[1+i] the reservations of candidate i's
+ * node; ARGV[1] grace (ms); per candidate i: ARGV[3i-1] node, ARGV[3i] the
+ * field (GPU) and ARGV[3i+1] the value, both as read.  A field is removed only if it still holds
+ * exactly the value read (a GPU booked again since is someone's new
+ * booking) and that booking is at least the grace old on Redis's clock (a
+ * live instance may have booked and not yet written its attempt row).
+ * Returns {removed, kept because fresh}. */
+static const char sched_res_orphans_lua[] =
+    SCHED_RES_LUA_NOW
+    "local grace = tonumber(ARGV[1])\n"
+    "local removed, fresh = 0, 0\n"
+    "for i = 1, #KEYS - 1 do\n"
+    "  local k, node, g, val = KEYS[1 + i], ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]\n"
+    "  if redis.call('HGET', k, g) == val then\n"
+    "    local ms = tonumber(string.match(val, ':(%d+)$'))\n"
+    "    if ms and now - ms < grace then\n"
+    "      fresh = fresh + 1\n"
+    "    else\n"
+    "      removed = removed + redis.call('HDEL', k, g)\n"
+    "      if redis.call('EXISTS', k) == 0 then redis.call('SREM', KEYS[1], node) end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return {removed, fresh}\n";
+
+/* Reconcile, part two: re-create what PostgreSQL has and Redis lacks
+ * (after a flush or a restart without persistence).  KEYS[1] the shard's
+ * index, KEYS[1+i] the reservations of entry i's node; per entry i:
+ * ARGV[3i-2] node, ARGV[3i-1] GPU, ARGV[3i] holder.  A free GPU is booked
+ * for its holder as of now; one held by the same holder is left as it is;
+ * one held by another is never overwritten and is reported.
+ * Returns {rebuilt, node, gpu, value, node, gpu, value...} (the conflicts). */
+static const char sched_res_rebuild_lua[] =
+    SCHED_RES_LUA_NOW
+    SCHED_RES_LUA_HOLDER_OF
+    "local out = {0}\n"
+    "for i = 1, #KEYS - 1 do\n"
+    "  local k, node, g, holder = KEYS[1 + i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]\n"
+    "  local v = redis.call('HGET', k, g)\n"
+    "  if not v then\n"
+    "    redis.call('HSET', k, g, holder .. ':' .. nows)\n"
+    "    redis.call('SADD', KEYS[1], node)\n"
+    "    out[1] = out[1] + 1\n"
+    "  elseif holder_of(v) ~= holder then\n"
+    "    out[#out + 1] = node\n"
+    "    out[#out + 1] = g\n"
+    "    out[#out + 1] = v\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+#endif

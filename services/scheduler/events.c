@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gp/clock.h"
 #include "gp/log.h"
@@ -20,7 +21,12 @@
 /* Outbox rows per pass: one pass's publishes stay a bounded burst. */
 #define OUTBOX_BATCH 256
 
-static const char *const jobs_subjects[] = {GP_PAT_JOB_EVENT, NULL};
+/* The stream takes every subject below gp.events.<tenant>.job (filled by
+ * sched_events_start from the jobEvent operation), not just the op's
+ * pattern: a consumer's filter must lie inside the stream's subjects, and
+ * an integrator filters on gp.events.<tenant>.job.> or one job's ">". */
+static char        jobs_subject[GP_MAX_SUBJECT];
+static const char *jobs_subjects[] = {jobs_subject, NULL};
 
 /* Integrators replay a week with a durable consumer; a publish retried
  * within two minutes is stored once. */
@@ -164,10 +170,28 @@ sched_outbox_run(gp_app *app, void *arg)
         s->outbox_busy = true;
 }
 
+/* "gp.events.*.job.*.*" -> "gp.events.*.job.>": the pattern cut at the
+ * job parameter's token. */
+static void
+jobs_stream_subject(void)
+{
+    int   tok = GP_OP_JOB_EVENT->param_tok[gp_op_param_index(GP_OP_JOB_EVENT, "job")];
+    char *p = jobs_subject;
+
+    snprintf(jobs_subject, sizeof(jobs_subject), "%s", GP_OP_JOB_EVENT->pattern);
+    for (int i = 0; i < tok && p != NULL; i++)
+        p = strchr(p, '.') != NULL ? strchr(p, '.') + 1 : NULL;
+    if (p != NULL)
+        snprintf(p, sizeof(jobs_subject) - (size_t)(p - jobs_subject), ">");
+}
+
 void
 sched_events_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
+
+    jobs_stream_subject();
+    GP_INFO("jobs_stream", "subjects=%s", jobs_subject);
 
     s->m_events_published = gp_metrics_counter(m, "gp_scheduler_job_events_published_total", NULL,
                                                "Job events stored in the stream JOBS");

@@ -56,8 +56,9 @@ db_fail(gp_req *req, gp_err err, const char *detail)
 {
     GP_WARN("job_query_failed", "subject=%s code=%s detail=\"%s\"", gp_req_subject(req),
             gp_err_name(err), detail);
-    return gp_req_fail(req, err == GP_ETIMEOUT ? GP_ETIMEOUT : GP_EUNAVAIL, "database: %s",
-                       detail);
+    /* the code as gp/db.h mapped it: a CHECK the handlers missed stays
+     * INVAL, a lost connection UNAVAIL */
+    return gp_req_fail(req, err, "database: %s", detail);
 }
 
 /* ---- tenants: known to the registry, cached a while ---------------------------- */
@@ -214,8 +215,8 @@ submit_written(void *arg, gp_err err, PGresult *const *res, int nres, const char
     int      n = err == GP_EOK && nres == 2 ? PQntuples(res[1]) : 0;
 
     if (err != GP_EOK || n != 1) {
-        db_fail(sb->req, err != GP_EOK ? err : GP_EINTERNAL, err != GP_EOK ? detail : "no row");
-        submit_end(sb, SUBMIT_ERROR, err != GP_EOK ? err : GP_EINTERNAL);
+        submit_end(sb, SUBMIT_ERROR, db_fail(sb->req, err != GP_EOK ? err : GP_EINTERNAL,
+                                             err != GP_EOK ? detail : "no row"));
         return;
     }
     if (strcmp(PQgetvalue(res[1], 0, PQfnumber(res[1], "same_spec")), "t") != 0) {

@@ -170,8 +170,8 @@ sched_outbox_run(gp_app *app, void *arg)
         s->outbox_busy = true;
 }
 
-/* "gp.events.*.job.*.*" -> "gp.events.*.job.>": the pattern cut at the
- * job parameter's token. */
+/* The jobEvent pattern cut at the job parameter's token, ending in ">"
+ * (every job and event of every tenant). */
 static void
 jobs_stream_subject(void)
 {

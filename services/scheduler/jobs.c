@@ -436,6 +436,10 @@ on_get(gp_req *req, const void *in, void *out)
 
 /* ---- list ---------------------------------------------------------------------- */
 
+/* A full page must fit the reply. */
+_Static_assert(MSG_JOB_LIST_REQUEST_LIMIT_MAX <= MSG_JOB_LIST_ITEMS_MAXITEMS,
+               "a job list page holds the largest limit a request may ask");
+
 static void
 listed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {

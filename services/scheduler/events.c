@@ -159,6 +159,9 @@ sched_outbox_run(gp_app *app, void *arg)
     (void)app;
     if (s->outbox_busy)             /* the last pass is still publishing */
         return;
+    /* at_ms is a stored wall-clock stamp, so the cutoff is too; a clock
+     * step only makes a resend early or late, and the stream drops a
+     * duplicate */
     snprintf(cutoff, sizeof(cutoff), "%llu",
              (unsigned long long)(gp_wall_ms() - s->cfg->outbox_grace_ms));
     snprintf(limit, sizeof(limit), "%d", OUTBOX_BATCH);

@@ -385,7 +385,10 @@ test_list(void)
     q = (msg_job_list_request){0};
     rc = list(GP_OP_ADMIN_JOB_LIST, NULL, &q, &page, d);
     T_OKM(rc == GP_EOK && page.items.n >= 8, "admin list: every tenant (%u)", page.items.n);
-    q = (msg_job_list_request){0};
+    q = (msg_job_list_request){0};                 /* limit 0: the largest page */
+    rc = list(GP_OP_API_JOB_LIST, "lister", &q, &page, d);
+    T_OKM(rc == GP_EOK && page.items.n == 5 && page.next[0] == '\0',
+          "limit 0: one page of all 5, no next (%u)", page.items.n);
     rc = list(GP_OP_API_JOB_LIST, "other", &q, &page, d);
     T_OKM(rc == GP_EOK && page.items.n == 1, "another tenant sees only its own (%u)", page.items.n);
     gp_msg_clear(&msg_job_desc, &job);
@@ -589,6 +592,19 @@ submits_at(int port)
     return n;
 }
 
+static double
+gauge_at(int port, const char *state)
+{
+    char  *body = NULL, series[96];
+    double n = -1;
+
+    snprintf(series, sizeof(series), "gp_scheduler_jobs{state=\"%s\"}", state);
+    if (tl_http_get(port, "/metrics", &body) > 0)
+        n = tl_metric(body, series);
+    free(body);
+    return n;
+}
+
 static void
 test_two_instances(void)
 {
@@ -631,6 +647,13 @@ test_two_instances(void)
     T_OKM(same == PAIRS, "concurrent submits of one key: one job each (%d of %d)", same, PAIRS);
     T_OKM(strcmp(sql1("SELECT count(*) FROM jobs WHERE client_request_id LIKE 'pair-%'"), "12") == 0,
           "12 rows for 12 keys");
+    T_OKM(strcmp(sql1("SELECT count(*) FROM jobs WHERE state = 'pending'"), "0") != 0, "pending jobs");
+    for (int t = 0; t < 20 && gauge_at(http_a, "pending") != atof(sql1("SELECT count(*) FROM jobs WHERE state = 'pending'")); t++)
+        run_for(0.1);
+    T_OKM(gauge_at(http_a, "pending") == atof(sql1("SELECT count(*) FROM jobs WHERE state = 'pending'")) &&
+          gauge_at(http_a, "cancelled") == 2,
+          "gauge jobs by state (pending %.0f, cancelled %.0f)", gauge_at(http_a, "pending"),
+          gauge_at(http_a, "cancelled"));
     T_OKM(submits_at(http_a) > 0 && submits_at(http_b) > 0,
           "both instances took submits (%.0f, %.0f)", submits_at(http_a), submits_at(http_b));
 }
@@ -639,7 +662,8 @@ int
 main(void)
 {
     gp_bus_opts bo = {.url = tl_env("GP_NATS_URL"), .name = "sched-api-test", .jetstream = true};
-    const char *sched_args[] = {"--outbox-ms", "200", "--outbox-grace-ms", "1000", NULL};
+    const char *sched_args[] = {"--outbox-ms", "200", "--outbox-grace-ms", "1000", "--gauge-ms",
+                                "200", NULL};
     pid_t       reg, a, b;
     double      t0 = tl_now();
     bool        up = false;

@@ -71,13 +71,13 @@ published(void *arg, gp_err err)
 
     outbox_release(p);
     if (err != GP_EOK) {
-        (*p->s->m_event_publish_failures)++;
+        sched_count(p->s->m_event_publish_failures);
         GP_WARN("job_event_publish_failed", "job=%s seq=%s code=%s", p->job_id, p->seq,
                 gp_err_name(err));
         free(p);
         return;
     }
-    (*p->s->m_events_published)++;
+    sched_count(p->s->m_events_published);
     if (gp_db_query(gp_app_db(p->s->app),
                     "UPDATE job_events SET published = true WHERE job_id = $1 AND seq = $2::bigint",
                     2, params, 0, marked, p) != GP_EOK)
@@ -117,7 +117,7 @@ sched_event_publish(sched *s, const msg_job_event *ev)
     gp_err rc = publish(s, ev, false);
 
     if (rc != GP_EOK) {          /* the row stays unpublished: the outbox sends it */
-        (*s->m_event_publish_failures)++;
+        sched_count(s->m_event_publish_failures);
         GP_WARN("job_event_publish_failed", "job=%s seq=%llu code=%s", ev->job_id,
                 (unsigned long long)ev->seq, gp_err_name(rc));
     }
@@ -141,7 +141,11 @@ outbox_rows(void *arg, gp_err err, PGresult *const *res, int nres, const char *d
             continue;
         if (publish(s, &ev, true) == GP_EOK) {
             s->outbox_inflight++;
-            (*s->m_outbox_resent)++;
+            sched_count(s->m_outbox_resent);
+        } else {
+            sched_count(s->m_event_publish_failures);
+            GP_WARN("job_event_publish_failed", "job=%s seq=%llu outbox=1", ev.job_id,
+                    (unsigned long long)ev.seq);
         }
     }
     s->outbox_busy = s->outbox_inflight > 0;

@@ -35,13 +35,6 @@ sched_of(gp_req *req)
     return gp_req_state(req);
 }
 
-static void
-count(uint64_t *c)
-{
-    if (c != NULL)
-        (*c)++;
-}
-
 static gp_err
 tenant_of(gp_req *req, const char **tenant)
 {
@@ -125,7 +118,7 @@ submit_free(submit *sb)
 static void
 submit_end(submit *sb, int outcome, gp_err rc)
 {
-    count(sb->s->m_submits[outcome]);
+    sched_count(sb->s->m_submits[outcome]);
     gp_req_done(sb->req, rc);
     submit_free(sb);
 }
@@ -314,11 +307,11 @@ on_submit(gp_req *req, const void *in, void *out)
 
     (void)out;
     if ((rc = tenant_of(req, &tenant)) != GP_EOK) {
-        count(s->m_submits[SUBMIT_INVALID]);
+        sched_count(s->m_submits[SUBMIT_INVALID]);
         return rc;
     }
     if ((rc = sched_spec_check(&sp, why, sizeof(why))) != GP_EOK) {
-        count(s->m_submits[SUBMIT_INVALID]);
+        sched_count(s->m_submits[SUBMIT_INVALID]);
         return gp_req_fail(req, rc, "%s", why);
     }
     sched_spec_normalize(&sp);
@@ -556,7 +549,7 @@ stop_answered(void *arg, gp_err err, const void *reply, const char *detail)
 
     (void)reply;
     if (err != GP_EOK) {    /* the node's lease kill list stops it later */
-        count(sg->s->m_signal_failures);
+        sched_count(sg->s->m_signal_failures);
         GP_WARN("attempt_stop_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
                 sg->job_id, sg->attempt, sg->node, gp_err_name(err), detail);
     }
@@ -595,12 +588,12 @@ cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     msg_job *job = gp_req_out(req);
 
     if (err != GP_EOK || nres != 4) {
-        count(s->m_cancels[CANCEL_ERROR]);
+        sched_count(s->m_cancels[CANCEL_ERROR]);
         gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
         return;
     }
     if (PQntuples(res[3]) == 0 || sched_row_to_msg(&msg_job_desc, res[3], 0, job) != GP_EOK) {
-        count(s->m_cancels[CANCEL_NOTFOUND]);
+        sched_count(s->m_cancels[CANCEL_NOTFOUND]);
         gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "id: no job '%s'",
                                      ((const msg_id_request *)gp_req_in(req))->id));
         return;
@@ -612,7 +605,7 @@ cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         job_event(s, job->tenant, job->id, strtoull(PQgetvalue(res[2], 0, 0), NULL, 10),
                   MSG_JOB_EVENT_EVENT_CANCELLED, MSG_JOB_EVENT_STATE_CANCELLED, job->reason,
                   job->ended_ms);
-    count(s->m_cancels[PQntuples(res[2]) == 1 ? CANCEL_CANCELLED : CANCEL_ENDED]);
+    sched_count(s->m_cancels[PQntuples(res[2]) == 1 ? CANCEL_CANCELLED : CANCEL_ENDED]);
     gp_req_done(req, GP_EOK);
 }
 

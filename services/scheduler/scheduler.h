@@ -48,6 +48,14 @@ typedef struct sched {
     double              *m_jobs[6];       /* jobs by state (msg_job_state_names) */
 } sched;
 
+/* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
+static inline void
+sched_count(uint64_t *c)
+{
+    if (c != NULL)
+        (*c)++;
+}
+
 /* jobs.c: the job API */
 extern const gp_route sched_job_routes[];
 void sched_jobs_start(sched *s);

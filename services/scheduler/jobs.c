@@ -96,6 +96,19 @@ job_event(sched *s, const char *tenant, const char *job_id, uint64_t seq, int32_
     sched_event_publish(s, &ev);
 }
 
+/* Publishes the event row an INSERT ... RETURNING gave back (columns
+ * named after JobEvent's fields; the tenant is the job's). */
+static void
+event_row(sched *s, const char *tenant, const PGresult *res)
+{
+    msg_job_event ev = {0};
+
+    if (sched_row_to_msg(&msg_job_event_desc, res, 0, &ev) != GP_EOK)
+        return;                        /* logged; the row stays for the outbox */
+    snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
+    sched_event_publish(s, &ev);
+}
+
 /* ---- submit -------------------------------------------------------------------- */
 
 typedef struct submit {
@@ -602,9 +615,7 @@ cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         stop_attempt(s, job->id, (uint32_t)strtoul(PQgetvalue(res[1], i, 0), NULL, 10),
                      PQgetvalue(res[1], i, 1), PQgetvalue(res[1], i, 2));
     if (PQntuples(res[2]) == 1)
-        job_event(s, job->tenant, job->id, strtoull(PQgetvalue(res[2], 0, 0), NULL, 10),
-                  MSG_JOB_EVENT_EVENT_CANCELLED, MSG_JOB_EVENT_STATE_CANCELLED, job->reason,
-                  job->ended_ms);
+        event_row(s, job->tenant, res[2]);
     sched_count(s->m_cancels[PQntuples(res[2]) == 1 ? CANCEL_CANCELLED : CANCEL_ENDED]);
     gp_req_done(req, GP_EOK);
 }
@@ -622,9 +633,12 @@ static const char cancel_job_sql[] =
     "WITH c AS (UPDATE jobs SET state = 'cancelled', reason = 'cancelled by the tenant',\n"
     "    updated_ms = $3::bigint, ended_ms = $3::bigint, event_seq = event_seq + 1\n"
     "  WHERE id = $1 AND tenant = $2 AND state IN " LIVE_JOB_STATES " RETURNING id, event_seq)\n"
-    "INSERT INTO job_events (job_id, seq, event, state, reason, at_ms)\n"
-    "  SELECT id, event_seq, 'cancelled', 'cancelled', 'cancelled by the tenant', $3::bigint\n"
-    "  FROM c RETURNING seq";
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT c.id, c.event_seq, 'cancelled', 'cancelled', a.attempt, a.site, a.node,\n"
+    "    'cancelled by the tenant', $3::bigint FROM c LEFT JOIN LATERAL (\n"
+    "      SELECT attempt, site, node FROM attempts WHERE job_id = c.id AND rank = 0\n"
+    "      ORDER BY attempt DESC LIMIT 1) a ON true\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
 
 static gp_err
 on_cancel(gp_req *req, const void *in, void *out)

@@ -464,6 +464,10 @@ test_cancel(void)
           "the node got one stop signal for attempt 1 (%d)", agent.n);
     rc = job_req(GP_OP_API_JOB_GET, "lister", lister_jobs[3], &job, d);
     at = job.attempts.v;
+    ev = job.events.v;
+    T_OKM(rc == GP_EOK && job.events.n == 2 && ev[1].event == MSG_JOB_EVENT_EVENT_CANCELLED &&
+          ev[1].attempt == 1 && strcmp(ev[1].site, "s9") == 0 && strcmp(ev[1].node, "n9") == 0,
+          "the cancelled event names the attempt, site and node (%u)", job.events.n);
     T_OKM(rc == GP_EOK && job.attempts.n == 1 && at[0].state == MSG_ATTEMPT_STATE_CANCELLED &&
           at[0].gpus.n == 2 && strcmp(at[0].node, "n9") == 0,
           "get shows the attempt cancelled (%u)", job.attempts.n);

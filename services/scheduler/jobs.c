@@ -493,7 +493,8 @@ list_sql(const msg_job_list_request *q, const char *tenant, gp_buf *sql, gp_dbpa
     if (rc == GP_EOK && GP_HAS(q, MSG_JOB_LIST_REQUEST__STATE))
         rc = list_filter(sql, p, "j.state =", msg_job_list_request_state_names[q->state]);
     if (rc == GP_EOK && q->site[0] != '\0')
-        rc = list_filter(sql, p, "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id AND a.site =",
+        rc = list_filter(sql, p,
+                         "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id AND a.site =",
                          q->site);
     if (rc == GP_EOK && q->site[0] != '\0')
         rc = gp_buf_puts(sql, ")");
@@ -682,7 +683,8 @@ counted(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
             *s->m_jobs[k] = 0;
     for (int i = 0; i < PQntuples(res[0]); i++)
         for (int k = 0; k < 6; k++)
-            if (s->m_jobs[k] != NULL && strcmp(PQgetvalue(res[0], i, 0), msg_job_state_names[k]) == 0)
+            if (s->m_jobs[k] != NULL &&
+                strcmp(PQgetvalue(res[0], i, 0), msg_job_state_names[k]) == 0)
                 *s->m_jobs[k] = atof(PQgetvalue(res[0], i, 1));
 }
 
@@ -727,6 +729,7 @@ sched_jobs_start(sched *s)
         s->m_jobs[k] = gp_metrics_gauge(m, "gp_scheduler_jobs", labels,
                                         "Jobs by state (counted every gauge-ms)");
     }
-    s->m_signal_failures = gp_metrics_counter(m, "gp_scheduler_stop_signal_failures_total", NULL,
-                                              "Stop signals to agents that failed (the lease kill list catches them)");
+    s->m_signal_failures = gp_metrics_counter(
+        m, "gp_scheduler_stop_signal_failures_total", NULL,
+        "Stop signals to agents that failed (the lease kill list catches them)");
 }

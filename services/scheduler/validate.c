@@ -49,7 +49,9 @@ check_lists(const msg_job_spec *sp, char *msg, size_t n)
 
     for (uint32_t i = 0; i < sp->env.n; i++)
         if (!env_item_ok(env[i]))
-            return refuse(msg, n, GP_EINVAL, "env", "each item must be NAME=value, NAME of [A-Za-z0-9_] not starting with a digit");
+            return refuse(msg, n, GP_EINVAL, "env",
+                          "each item must be NAME=value, NAME of [A-Za-z0-9_] not starting "
+                          "with a digit");
     for (uint32_t i = 0; i < sp->gpu_models.n; i++)
         if (models[i][0] == '\0')
             return refuse(msg, n, GP_EINVAL, "gpu_models", "items must not be empty");

@@ -1,17 +1,24 @@
-/* main.c -- gridpool-scheduler: config table, routes, tasks, run.
- * (Skeleton: the job API, placement and dispatch are being built.) */
+/* main.c -- gridpool-scheduler: config table, tasks, streams, routes, run.
+ * The domain code is in the other files of this folder. */
 #include <stdlib.h>
 
 #include "gp/app.h"
+#include "scheduler.h"
 
 #define SCHEDULER_VERSION "0.1.0"
 
-typedef struct scheduler_cfg {
-    gp_common_cfg common;
-} scheduler_cfg;
-
-static const gp_cfg_opt scheduler_cfg_opts[] = {
+const gp_cfg_opt scheduler_cfg_opts[] = {
     GP_CFG_TABLE(scheduler_cfg, common, gp_common_cfg_opts),
+    GP_CFG_UINT("outbox-ms", scheduler_cfg, outbox_ms, 2000, 50, 600000,
+                "how often job events left unpublished are looked for"),
+    GP_CFG_UINT("outbox-grace-ms", scheduler_cfg, outbox_grace_ms, 5000, 0, 600000,
+                "age of an unpublished job event before the outbox republishes it"),
+    GP_CFG_UINT("tenant-cache-ms", scheduler_cfg, tenant_cache_ms, 60000, 0, 3600000,
+                "how long a tenant the registry confirmed is trusted without asking again"),
+    GP_CFG_UINT("gauge-ms", scheduler_cfg, gauge_ms, 10000, 100, 600000,
+                "how often jobs are counted by state (gp_scheduler_jobs)"),
+    GP_CFG_UINT("signal-timeout-ms", scheduler_cfg, signal_timeout_ms, 2000, 100, 60000,
+                "deadline of a stop signal sent to an agent"),
     GP_CFG_END
 };
 
@@ -19,6 +26,7 @@ int
 main(int argc, char **argv)
 {
     scheduler_cfg cfg;
+    static sched  s;
     gp_app       *app = NULL;
     int           code;
     gp_err        rc;
@@ -26,10 +34,21 @@ main(int argc, char **argv)
     gp_cfg_load("gridpool-scheduler", scheduler_cfg_opts, &cfg, argc, argv, NULL, &code);
     if (code != GP_CFG_CONTINUE)
         return code;
-    rc = gp_app_new("scheduler", SCHEDULER_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
-                    NULL, &app);
+    rc = gp_app_new("scheduler", SCHEDULER_VERSION, &cfg.common,
+                    GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS, scheduler_migrations, &app);
+    if (rc == GP_EOK) {
+        s.app = app;
+        s.cfg = &cfg;
+        sched_jobs_start(&s);
+        sched_events_start(&s);
+        if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
+            gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL)
+            rc = GP_ENOMEM;
+    }
     if (rc == GP_EOK)
-        rc = gp_app_serve(app, NULL, NULL);
+        rc = gp_app_streams(app, sched_streams);
+    if (rc == GP_EOK)
+        rc = gp_app_serve(app, &s, sched_job_routes, NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);

@@ -1,0 +1,210 @@
+/* events.c -- job events: the outbox and the stream JOBS.
+ *
+ * Every state change of a job writes its job_events row in the same
+ * transaction as the change, unpublished.  After the commit the handler
+ * calls sched_event_publish: a JetStream publish with Nats-Msg-Id
+ * "<job>.<seq>", then the row is marked published.  A crash or a failed
+ * publish between the two leaves the row unpublished; the "outbox" task
+ * republishes such rows once they are older than outbox-grace-ms (so it
+ * does not race the handler's own publish), and the stream's duplicate
+ * window stores a message published twice only once.  Integrators who
+ * still see one twice (past the window) can tell by job_id and seq. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/log.h"
+#include "scheduler.h"
+
+/* Outbox rows per pass: one pass's publishes stay a bounded burst. */
+#define OUTBOX_BATCH 256
+
+/* The stream takes every subject below gp.events.<tenant>.job (filled by
+ * sched_events_start from the jobEvent operation), not just the op's
+ * pattern: a consumer's filter must lie inside the stream's subjects, and
+ * an integrator filters on gp.events.<tenant>.job.> or one job's ">". */
+static char        jobs_subject[GP_MAX_SUBJECT];
+static const char *jobs_subjects[] = {jobs_subject, NULL};
+
+/* Integrators replay a week with a durable consumer; a publish retried
+ * within two minutes is stored once. */
+const gp_stream_cfg sched_streams[] = {
+    {.name = "JOBS", .subjects = (const char **)jobs_subjects, .max_age_s = 7 * 24 * 3600,
+     .duplicate_window_s = 120, .memory = false},
+    {.name = NULL},
+};
+
+typedef struct pub {
+    sched *s;
+    bool   outbox;                  /* sent by the outbox task */
+    char   job_id[GP_MAX_ID + 1];
+    char   seq[24];
+} pub;
+
+static void
+marked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    pub *p = arg;
+
+    (void)res;
+    (void)nres;
+    if (err != GP_EOK)   /* the outbox will publish it again: a duplicate the stream drops */
+        GP_WARN("job_event_mark_failed", "job=%s seq=%s code=%s detail=\"%s\"", p->job_id,
+                p->seq, gp_err_name(err), detail);
+    free(p);
+}
+
+static void
+outbox_release(pub *p)
+{
+    if (p->outbox && p->s->outbox_inflight > 0 && --p->s->outbox_inflight == 0)
+        p->s->outbox_busy = false;
+}
+
+static void
+published(void *arg, gp_err err)
+{
+    pub        *p = arg;
+    const char *params[] = {p->job_id, p->seq};
+
+    outbox_release(p);
+    if (err != GP_EOK) {
+        sched_count(p->s->m_event_publish_failures);
+        GP_WARN("job_event_publish_failed", "job=%s seq=%s code=%s", p->job_id, p->seq,
+                gp_err_name(err));
+        free(p);
+        return;
+    }
+    sched_count(p->s->m_events_published);
+    if (gp_db_query(gp_app_db(p->s->app),
+                    "UPDATE job_events SET published = true WHERE job_id = $1 AND seq = $2::bigint",
+                    2, params, 0, marked, p) != GP_EOK)
+        marked(p, GP_EUNAVAIL, NULL, 0, "not queued");
+}
+
+static gp_err
+publish(sched *s, const msg_job_event *ev, bool outbox)
+{
+    char        subj[GP_MAX_SUBJECT], id[GP_MAX_ID * 2 + 24];
+    const char *args[] = {ev->tenant, ev->job_id, msg_job_event_event_names[ev->event]};
+    pub        *p = calloc(1, sizeof(*p));
+    gp_buf      b;
+    gp_err      rc;
+
+    if (p == NULL)
+        return GP_ENOMEM;
+    *p = (pub){.s = s, .outbox = outbox};
+    snprintf(p->job_id, sizeof(p->job_id), "%s", ev->job_id);
+    snprintf(p->seq, sizeof(p->seq), "%llu", (unsigned long long)ev->seq);
+    snprintf(id, sizeof(id), "%s.%s", p->job_id, p->seq);
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    rc = gp_op_subject(GP_OP_JOB_EVENT, subj, sizeof(subj), args);
+    if (rc == GP_EOK)
+        rc = gp_msg_encode(&msg_job_event_desc, ev, &b);
+    if (rc == GP_EOK)
+        rc = gp_bus_js_pub(gp_app_bus(s->app), subj, id, b.p, b.n, published, p);
+    gp_buf_fini(&b);
+    if (rc != GP_EOK)
+        free(p);
+    return rc;
+}
+
+void
+sched_event_publish(sched *s, const msg_job_event *ev)
+{
+    gp_err rc = publish(s, ev, false);
+
+    if (rc != GP_EOK) {          /* the row stays unpublished: the outbox sends it */
+        sched_count(s->m_event_publish_failures);
+        GP_WARN("job_event_publish_failed", "job=%s seq=%llu code=%s", ev->job_id,
+                (unsigned long long)ev->seq, gp_err_name(rc));
+    }
+}
+
+static void
+outbox_rows(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched *s = arg;
+    int    n = err == GP_EOK && nres == 1 ? PQntuples(res[0]) : 0;
+
+    s->outbox_busy = false;
+    if (err != GP_EOK) {
+        GP_WARN("outbox_read_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        msg_job_event ev = {0};
+
+        if (sched_row_to_msg(&msg_job_event_desc, res[0], i, &ev) != GP_EOK)
+            continue;
+        if (publish(s, &ev, true) == GP_EOK) {
+            s->outbox_inflight++;
+            sched_count(s->m_outbox_resent);
+        } else {
+            sched_count(s->m_event_publish_failures);
+            GP_WARN("job_event_publish_failed", "job=%s seq=%llu outbox=1", ev.job_id,
+                    (unsigned long long)ev.seq);
+        }
+    }
+    s->outbox_busy = s->outbox_inflight > 0;
+    if (n > 0)
+        GP_INFO("outbox_republished", "events=%d", n);
+}
+
+void
+sched_outbox_run(gp_app *app, void *arg)
+{
+    sched      *s = arg;
+    char        cutoff[24], limit[16], sql[512];
+    const char *params[] = {cutoff, limit};
+
+    (void)app;
+    if (s->outbox_busy)             /* the last pass is still publishing */
+        return;
+    /* at_ms is a stored wall-clock stamp, so the cutoff is too; a clock
+     * step only makes a resend early or late, and the stream drops a
+     * duplicate */
+    snprintf(cutoff, sizeof(cutoff), "%llu",
+             (unsigned long long)(gp_wall_ms() - s->cfg->outbox_grace_ms));
+    snprintf(limit, sizeof(limit), "%d", OUTBOX_BATCH);
+    snprintf(sql, sizeof(sql),
+             "SELECT %s FROM job_events e JOIN jobs j ON j.id = e.job_id "
+             "WHERE NOT e.published AND e.at_ms < $1::bigint ORDER BY e.at_ms LIMIT $2::int",
+             sched_event_cols);
+    if (gp_db_query(gp_app_db(s->app), sql, 2, params, 0, outbox_rows, s) == GP_EOK)
+        s->outbox_busy = true;
+}
+
+/* The jobEvent pattern cut at the job parameter's token, ending in ">"
+ * (every job and event of every tenant). */
+static void
+jobs_stream_subject(void)
+{
+    int   tok = GP_OP_JOB_EVENT->param_tok[gp_op_param_index(GP_OP_JOB_EVENT, "job")];
+    char *p = jobs_subject;
+
+    snprintf(jobs_subject, sizeof(jobs_subject), "%s", GP_OP_JOB_EVENT->pattern);
+    for (int i = 0; i < tok && p != NULL; i++)
+        p = strchr(p, '.') != NULL ? strchr(p, '.') + 1 : NULL;
+    if (p != NULL)
+        snprintf(p, sizeof(jobs_subject) - (size_t)(p - jobs_subject), ">");
+}
+
+void
+sched_events_start(sched *s)
+{
+    gp_metrics *m = gp_app_metrics(s->app);
+
+    jobs_stream_subject();
+    GP_INFO("jobs_stream", "subjects=%s", jobs_subject);
+
+    s->m_events_published = gp_metrics_counter(m, "gp_scheduler_job_events_published_total", NULL,
+                                               "Job events stored in the stream JOBS");
+    s->m_event_publish_failures = gp_metrics_counter(
+        m, "gp_scheduler_job_event_publish_failures_total", NULL,
+        "Job event publishes that failed (the outbox sends them again)");
+    s->m_outbox_resent = gp_metrics_counter(m, "gp_scheduler_outbox_republished_total", NULL,
+                                            "Job events the outbox task published again");
+}

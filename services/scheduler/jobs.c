@@ -1,0 +1,735 @@
+/* jobs.c -- the job API: gp.api.<tenant>.job.submit|get|list|cancel and
+ * gp.admin.job.list.
+ *
+ * The tenant is the subject's token (NATS permissions give an integrator
+ * gp.api.<its tenant>.> only), so every query is scoped by it: another
+ * tenant's job is NOTFOUND, never DENIED, and tells nothing.  Every state
+ * change writes its job_events row in the same transaction (events.c
+ * publishes it after the commit).  Nothing here waits: PostgreSQL through
+ * gp/db.h, the registry and the agents through gp/call.h. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/dbrow.h"
+#include "gp/id.h"
+#include "gp/log.h"
+#include "scheduler.h"
+
+enum { SUBMIT_CREATED, SUBMIT_DUPLICATE, SUBMIT_CONFLICT, SUBMIT_INVALID, SUBMIT_UNKNOWN_TENANT,
+       SUBMIT_ERROR };
+static const char *const submit_outcomes[] = {"created", "duplicate", "conflict", "invalid",
+                                              "unknown_tenant", "error"};
+enum { CANCEL_CANCELLED, CANCEL_ENDED, CANCEL_NOTFOUND, CANCEL_ERROR };
+static const char *const cancel_outcomes[] = {"cancelled", "ended", "notfound", "error"};
+
+/* The states in which a job or an attempt still holds or may hold GPUs. */
+#define LIVE_JOB_STATES     "('pending','starting','running')"
+#define LIVE_ATTEMPT_STATES "('reserved','starting','running')"
+
+static sched *
+sched_of(gp_req *req)
+{
+    return gp_req_state(req);
+}
+
+static gp_err
+tenant_of(gp_req *req, const char **tenant)
+{
+    *tenant = gp_req_param(req, "tenant");
+    if (!gp_id_ok(*tenant))
+        return gp_req_fail(req, GP_EINVAL, "tenant: must be 1 to 63 of [A-Za-z0-9_-]");
+    return GP_EOK;
+}
+
+static gp_err
+db_fail(gp_req *req, gp_err err, const char *detail)
+{
+    GP_WARN("job_query_failed", "subject=%s code=%s detail=\"%s\"", gp_req_subject(req),
+            gp_err_name(err), detail);
+    /* the code as gp/db.h mapped it: a CHECK the handlers missed stays
+     * INVAL, a lost connection UNAVAIL */
+    return gp_req_fail(req, err, "database: %s", detail);
+}
+
+/* ---- tenants: known to the registry, cached a while ---------------------------- */
+
+static sched_tenant_slot *
+tenant_slot(sched *s, const char *tenant)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = tenant; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return &s->tenants[h % SCHED_TENANT_SLOTS];
+}
+
+static bool
+tenant_known(sched *s, const char *tenant)
+{
+    sched_tenant_slot *t = tenant_slot(s, tenant);
+
+    return strcmp(t->id, tenant) == 0 && gp_mono_ms() < t->until_mono;
+}
+
+static void
+tenant_remember(sched *s, const char *tenant)
+{
+    sched_tenant_slot *t = tenant_slot(s, tenant);
+
+    snprintf(t->id, sizeof(t->id), "%s", tenant);
+    t->until_mono = gp_mono_ms() + s->cfg->tenant_cache_ms;
+}
+
+/* Publishes an event whose row the caller's transaction committed. */
+static void
+job_event(sched *s, const char *tenant, const char *job_id, uint64_t seq, int32_t event,
+          int32_t state, const char *reason, uint64_t at_ms)
+{
+    msg_job_event ev = {.seq = seq, .event = event, .state = state, .at_ms = at_ms};
+
+    snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
+    snprintf(ev.job_id, sizeof(ev.job_id), "%s", job_id);
+    snprintf(ev.reason, sizeof(ev.reason), "%s", reason);
+    sched_event_publish(s, &ev);
+}
+
+/* Publishes the event row an INSERT ... RETURNING gave back (columns
+ * named after JobEvent's fields; the tenant is the job's). */
+static void
+event_row(sched *s, const char *tenant, const PGresult *res)
+{
+    msg_job_event ev = {0};
+
+    if (sched_row_to_msg(&msg_job_event_desc, res, 0, &ev) != GP_EOK)
+        return;                        /* logged; the row stays for the outbox */
+    snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
+    sched_event_publish(s, &ev);
+}
+
+/* ---- submit -------------------------------------------------------------------- */
+
+typedef struct submit {
+    gp_req     *req;
+    sched      *s;
+    char        id[GP_MAX_ID + 1];
+    char        tenant[GP_MAX_ID + 1];
+    char        crid[GP_MAX_ID + 1];
+    char        now[24];
+    gp_dbparams p;                 /* the INSERT's parameters */
+} submit;
+
+static void
+submit_free(submit *sb)
+{
+    gp_dbparams_fini(&sb->p);
+    free(sb);
+}
+
+static void
+submit_end(submit *sb, int outcome, gp_err rc)
+{
+    sched_count(sb->s->m_submits[outcome]);
+    gp_req_done(sb->req, rc);
+    submit_free(sb);
+}
+
+/* bytea input in hex: "\x" + two digits a byte */
+static gp_err
+add_spec_param(gp_dbparams *p, const msg_job_spec *sp)
+{
+    gp_buf b, hex;
+    gp_err rc;
+
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_buf_init(&hex, 2 * GP_MAX_MSG_BYTES + 3);
+    rc = gp_msg_encode(&msg_job_spec_desc, sp, &b);
+    if (rc == GP_EOK)
+        rc = gp_buf_puts(&hex, "\\x");
+    for (size_t i = 0; rc == GP_EOK && i < b.n; i++)
+        rc = gp_buf_printf(&hex, "%02x", ((const unsigned char *)b.p)[i]);
+    if (rc == GP_EOK)
+        rc = gp_buf_append(&hex, "", 1);
+    if (rc == GP_EOK)
+        rc = gp_dbparams_add(p, hex.p);
+    gp_buf_fini(&b);
+    gp_buf_fini(&hex);
+    return rc;
+}
+
+static gp_err
+add_fmt(gp_dbparams *p, const char *fmt, long long v)
+{
+    char t[32];
+
+    snprintf(t, sizeof(t), fmt, v);
+    return gp_dbparams_add(p, t);
+}
+
+/* $1 id $2 tenant $3 client_request_id $4 spec: also the parameters of
+ * the SELECT that follows the INSERT. */
+static gp_err
+submit_params(submit *sb, const msg_job_spec *sp)
+{
+    gp_dbparams *p = &sb->p;
+    gp_err       rc = gp_dbparams_add(p, sb->id);
+
+#define ADD(x) do { if (rc == GP_EOK) rc = (x); } while (0)
+#define HAS(f) GP_HAS(sp, MSG_JOB_SPEC__##f)
+    ADD(gp_dbparams_add(p, sb->tenant));
+    ADD(gp_dbparams_add(p, sp->client_request_id));
+    ADD(add_spec_param(p, sp));
+    ADD(gp_dbparams_add(p, sp->name));
+    ADD(add_fmt(p, "%lld", sp->priority));
+    ADD(add_fmt(p, "%lld", sp->gpus_per_node));
+    ADD(add_fmt(p, "%lld", sp->nodes));
+    ADD(gp_dbparams_add(p, sp->interruptible ? "true" : "false"));
+    ADD(add_fmt(p, "%lld", sp->max_run_s));
+    ADD(add_fmt(p, "%lld", sp->max_attempts));
+    ADD(gp_dbparams_add(p, sp->pool));
+    ADD(gp_dbparams_add(p, sp->product));
+    ADD(HAS(MAX_PRICE_MICROS_PER_GPU_HOUR) ? add_fmt(p, "%lld", sp->max_price_micros_per_gpu_hour)
+                                           : gp_dbparams_add(p, ""));
+    ADD(gp_dbparams_add(p, sp->currency));
+    ADD(gp_dbparams_add(p, sb->now));
+#undef HAS
+#undef ADD
+    return rc;
+}
+
+/* The job and its first event in one statement; a key already used
+ * inserts neither (a concurrent submit of the same key waits for the
+ * other's commit, then inserts nothing). */
+static const char submit_insert_sql[] =
+    "WITH ins AS (INSERT INTO jobs (id, tenant, client_request_id, state, spec, name, priority,\n"
+    "    gpus_per_node, nodes, interruptible, max_run_s, max_attempts, pool, product,\n"
+    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq)\n"
+    "  VALUES ($1, $2, NULLIF($3, ''), 'pending', $4::bytea, $5, $6::int, $7::int, $8::int,\n"
+    "    $9::bool, $10::bigint, $11::int, NULLIF($12, ''), NULLIF($13, ''),\n"
+    "    NULLIF($14, '')::bigint, NULLIF($15, ''), $16::bigint, $16::bigint, 1)\n"
+    "  ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING id)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, at_ms)\n"
+    "  SELECT id, 1, 'submitted', 'pending', $16::bigint FROM ins";
+
+static void
+submit_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    submit  *sb = arg;
+    msg_job *job = gp_req_out(sb->req);
+    int      n = err == GP_EOK && nres == 2 ? PQntuples(res[1]) : 0;
+
+    if (err != GP_EOK || n != 1) {
+        submit_end(sb, SUBMIT_ERROR, db_fail(sb->req, err != GP_EOK ? err : GP_EINTERNAL,
+                                             err != GP_EOK ? detail : "no row"));
+        return;
+    }
+    if (strcmp(PQgetvalue(res[1], 0, PQfnumber(res[1], "same_spec")), "t") != 0) {
+        gp_req_fail(sb->req, GP_ECONFLICT,
+                    "client_request_id: '%s' was used for another spec (job %s)", sb->crid,
+                    PQgetvalue(res[1], 0, 0));
+        submit_end(sb, SUBMIT_CONFLICT, GP_ECONFLICT);
+        return;
+    }
+    if (sched_row_to_msg(&msg_job_desc, res[1], 0, job) != GP_EOK) {
+        submit_end(sb, SUBMIT_ERROR, gp_req_fail(sb->req, GP_EINTERNAL, "job row unreadable"));
+        return;
+    }
+    if (strcmp(job->id, sb->id) != 0) {        /* the key's job, submitted before */
+        submit_end(sb, SUBMIT_DUPLICATE, GP_EOK);
+        return;
+    }
+    job_event(sb->s, job->tenant, job->id, 1, MSG_JOB_EVENT_EVENT_SUBMITTED,
+              MSG_JOB_EVENT_STATE_PENDING, "", job->created_ms);
+    submit_end(sb, SUBMIT_CREATED, GP_EOK);
+}
+
+static void
+submit_write(submit *sb)
+{
+    char        sql[1024];
+    gp_db_tx   *tx = gp_db_tx_new(gp_app_db(sb->s->app));
+    const char *const *v = gp_dbparams_values(&sb->p);
+    gp_err      rc;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT %s, j.spec = $4::bytea AS same_spec FROM jobs j\n"
+             "WHERE j.id = $1 OR (j.tenant = $2 AND j.client_request_id = NULLIF($3, ''))",
+             sched_job_cols);
+    /* a failed add is kept in tx and returned by run, which frees tx */
+    gp_db_tx_add(tx, submit_insert_sql, sb->p.n, v);
+    gp_db_tx_add(tx, sql, 4, v);
+    rc = gp_db_tx_run(tx, 0, submit_written, sb);
+    if (rc != GP_EOK)
+        submit_end(sb, SUBMIT_ERROR, gp_req_fail(sb->req, GP_EUNAVAIL, "database: %s",
+                                                 gp_err_name(rc)));
+}
+
+static void
+tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
+{
+    submit *sb = arg;
+
+    (void)reply;
+    if (err == GP_EOK) {
+        tenant_remember(sb->s, sb->tenant);
+        submit_write(sb);
+    } else if (err == GP_ENOTFOUND && !transport) {
+        gp_req_fail(sb->req, GP_ENOTFOUND, "tenant: '%s' is unknown", sb->tenant);
+        submit_end(sb, SUBMIT_UNKNOWN_TENANT, GP_ENOTFOUND);
+    } else {
+        gp_req_fail(sb->req, GP_EUNAVAIL, "tenant: '%s' cannot be checked now (registry: %s %s)",
+                    sb->tenant, gp_err_name(err), detail);
+        submit_end(sb, SUBMIT_ERROR, GP_EUNAVAIL);
+    }
+}
+
+/* Services talk only over the bus: the registry says whether the tenant
+ * exists (gp.admin.tenant.get); a positive answer is cached a while. */
+static void
+tenant_check(submit *sb)
+{
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+    unsigned       ms = gp_app_cfg(sb->s->app)->request_timeout_ms / 2;
+    gp_err         rc;
+
+    if (tenant_known(sb->s, sb->tenant)) {
+        submit_write(sb);
+        return;
+    }
+    snprintf(q.id, sizeof(q.id), "%s", sb->tenant);
+    rc = gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL);
+    if (rc == GP_EOK)
+        rc = gp_call2(gp_app_bus(sb->s->app), subj, &msg_id_request_desc, &q, &msg_tenant_desc,
+                      ms, tenant_checked, sb);
+    if (rc != GP_EOK)
+        tenant_checked(sb, rc, true, NULL, "not sent");
+}
+
+static gp_err
+on_submit(gp_req *req, const void *in, void *out)
+{
+    sched       *s = sched_of(req);
+    msg_job_spec sp = *(const msg_job_spec *)in;   /* shallow: its arrays stay the request's */
+    const char  *tenant;
+    char         why[GP_ERRBUF_LEN];
+    submit      *sb;
+    gp_err       rc;
+
+    (void)out;
+    if ((rc = tenant_of(req, &tenant)) != GP_EOK) {
+        sched_count(s->m_submits[SUBMIT_INVALID]);
+        return rc;
+    }
+    if ((rc = sched_spec_check(&sp, why, sizeof(why))) != GP_EOK) {
+        sched_count(s->m_submits[SUBMIT_INVALID]);
+        return gp_req_fail(req, rc, "%s", why);
+    }
+    sched_spec_normalize(&sp);
+    if ((sb = calloc(1, sizeof(*sb))) == NULL)
+        return GP_ENOMEM;
+    sb->req = req;
+    sb->s = s;
+    gp_dbparams_init(&sb->p);
+    snprintf(sb->tenant, sizeof(sb->tenant), "%s", tenant);
+    snprintf(sb->crid, sizeof(sb->crid), "%s", sp.client_request_id);
+    snprintf(sb->now, sizeof(sb->now), "%llu", (unsigned long long)gp_wall_ms());
+    rc = sched_job_id(sb->id);
+    if (rc == GP_EOK)
+        rc = submit_params(sb, &sp);
+    if (rc != GP_EOK) {
+        submit_free(sb);
+        return gp_req_fail(req, rc, "spec: cannot be stored (%s)", gp_err_name(rc));
+    }
+    tenant_check(sb);
+    return GP_EPENDING;
+}
+
+/* ---- get ----------------------------------------------------------------------- */
+
+/* Rows of res into a new array of messages of d (each filled by
+ * sched_row_to_msg), at most max. */
+static gp_err
+rows_to_arr(const gp_msg_desc *d, const PGresult *res, uint32_t max, gp_arr *out)
+{
+    uint32_t n = (uint32_t)PQntuples(res);
+    char    *v;
+
+    n = n > max ? max : n;
+    if (n == 0)
+        return GP_EOK;
+    if ((v = calloc(n, d->size)) == NULL)
+        return GP_ENOMEM;
+    out->v = v;
+    out->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        gp_err rc = sched_row_to_msg(d, res, (int)i, v + i * d->size);
+
+        if (rc != GP_EOK)
+            return rc;                     /* the reply's clear frees what was filled */
+    }
+    return GP_EOK;
+}
+
+static void
+got(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req  *req = arg;
+    msg_job *job = gp_req_out(req);
+    gp_err   rc = err;
+
+    if (err != GP_EOK || nres != 4) {
+        gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
+        return;
+    }
+    if (PQntuples(res[1]) == 0) {
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "id: no job '%s'",
+                                     ((const msg_id_request *)gp_req_in(req))->id));
+        return;
+    }
+    rc = sched_row_to_msg(&msg_job_desc, res[1], 0, job);
+    if (rc == GP_EOK)
+        rc = rows_to_arr(&msg_attempt_desc, res[2], MSG_JOB_ATTEMPTS_MAXITEMS, &job->attempts);
+    if (rc == GP_EOK)
+        rc = rows_to_arr(&msg_job_event_desc, res[3], MSG_JOB_EVENTS_MAXITEMS, &job->events);
+    gp_req_done(req, rc == GP_EOK ? rc : gp_req_fail(req, GP_EINTERNAL, "job rows unreadable"));
+}
+
+static gp_err
+job_id_of(gp_req *req, const void *in, const char **id)
+{
+    *id = ((const msg_id_request *)in)->id;
+    if (!gp_id_ok(*id))
+        return gp_req_fail(req, GP_EINVAL, "id: must be 1 to 63 of [A-Za-z0-9_-]");
+    return GP_EOK;
+}
+
+/* One snapshot for the job, its attempts (all of them, oldest first) and
+ * its latest events (oldest first). */
+static gp_err
+on_get(gp_req *req, const void *in, void *out)
+{
+    const char *tenant, *id;
+    char        sql[3][1024];
+    gp_db_tx   *tx;
+    gp_err      rc;
+
+    (void)out;
+    if ((rc = tenant_of(req, &tenant)) != GP_EOK || (rc = job_id_of(req, in, &id)) != GP_EOK)
+        return rc;
+    const char *params[] = {id, tenant};
+
+    snprintf(sql[0], sizeof(sql[0]), "SELECT %s FROM jobs j WHERE j.id = $1 AND j.tenant = $2",
+             sched_job_cols);
+    snprintf(sql[1], sizeof(sql[1]),
+             "SELECT %s FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
+             "WHERE a.job_id = $1 AND j.tenant = $2 ORDER BY a.attempt, a.rank LIMIT %d",
+             sched_attempt_cols, MSG_JOB_ATTEMPTS_MAXITEMS);
+    snprintf(sql[2], sizeof(sql[2]),
+             "SELECT * FROM (SELECT %s FROM job_events e JOIN jobs j ON j.id = e.job_id\n"
+             "  WHERE e.job_id = $1 AND j.tenant = $2 ORDER BY e.seq DESC LIMIT %d) x ORDER BY seq",
+             sched_event_cols, MSG_JOB_EVENTS_MAXITEMS);
+    tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
+    gp_db_tx_add(tx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
+    for (int i = 0; i < 3; i++)
+        gp_db_tx_add(tx, sql[i], 2, params);
+    rc = gp_db_tx_run(tx, 0, got, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",
+                                                    gp_err_name(rc));
+}
+
+/* ---- list ---------------------------------------------------------------------- */
+
+/* A full page must fit the reply. */
+_Static_assert(MSG_JOB_LIST_REQUEST_LIMIT_MAX <= MSG_JOB_LIST_ITEMS_MAXITEMS,
+               "a job list page holds the largest limit a request may ask");
+
+static void
+listed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req       *req = arg;
+    msg_job_list *page = gp_req_out(req);
+    msg_job      *items;
+    int           rows = err == GP_EOK && nres == 1 ? PQntuples(res[0]) : 0;
+    uint32_t      limit = ((const msg_job_list_request *)gp_req_in(req))->limit;
+    gp_err        rc;
+
+    if (err != GP_EOK) {
+        gp_req_done(req, db_fail(req, err, detail));
+        return;
+    }
+    limit = limit == 0 ? MSG_JOB_LIST_REQUEST_LIMIT_MAX : limit;
+    rc = rows_to_arr(&msg_job_desc, res[0], limit, &page->items);
+    items = page->items.v;
+    for (uint32_t i = 0; rc == GP_EOK && i < page->items.n; i++) {
+        free(items[i].spec.env.v);       /* a list shows no environment (it may hold secrets) */
+        items[i].spec.env = (gp_arr){0};
+    }
+    if (rc == GP_EOK && (uint32_t)rows > limit)
+        snprintf(page->next, sizeof(page->next), "%s", items[limit - 1].id);
+    gp_req_done(req, rc == GP_EOK ? rc : gp_req_fail(req, GP_EINTERNAL, "job rows unreadable"));
+}
+
+static gp_err
+list_filter(gp_buf *sql, gp_dbparams *p, const char *cond, const char *value)
+{
+    gp_err rc = gp_dbparams_add(p, value);
+
+    return rc == GP_EOK ? gp_buf_printf(sql, " AND %s $%d", cond, p->n) : rc;
+}
+
+/* Only the filters given become conditions, so the planner can use the
+ * tenant and state indexes. */
+static gp_err
+list_sql(const msg_job_list_request *q, const char *tenant, gp_buf *sql, gp_dbparams *p)
+{
+    uint32_t limit = q->limit == 0 ? MSG_JOB_LIST_REQUEST_LIMIT_MAX : q->limit;
+    gp_err   rc = gp_buf_printf(sql, "SELECT %s FROM jobs j WHERE true", sched_job_cols);
+
+    if (rc == GP_EOK && tenant[0] != '\0')
+        rc = list_filter(sql, p, "j.tenant =", tenant);
+    if (rc == GP_EOK && GP_HAS(q, MSG_JOB_LIST_REQUEST__STATE))
+        rc = list_filter(sql, p, "j.state =", msg_job_list_request_state_names[q->state]);
+    if (rc == GP_EOK && q->site[0] != '\0')
+        rc = list_filter(sql, p,
+                         "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id AND a.site =",
+                         q->site);
+    if (rc == GP_EOK && q->site[0] != '\0')
+        rc = gp_buf_puts(sql, ")");
+    if (rc == GP_EOK && q->after[0] != '\0')
+        rc = list_filter(sql, p, "j.id >", q->after);
+    if (rc == GP_EOK)              /* one more than the page: is there a next one? */
+        rc = gp_buf_printf(sql, " ORDER BY j.id LIMIT %u", limit + 1);
+    if (rc == GP_EOK)
+        rc = gp_buf_append(sql, "", 1);
+    return rc;
+}
+
+static gp_err
+on_list(gp_req *req, const void *in, void *out)
+{
+    const msg_job_list_request *q = in;
+    bool                        admin = gp_req_data(req) != NULL;
+    const char                 *tenant = admin ? q->tenant : "";
+    gp_buf                      sql;
+    gp_dbparams                 p;
+    gp_err                      rc;
+
+    (void)out;
+    if (!admin && (rc = tenant_of(req, &tenant)) != GP_EOK)
+        return rc;
+    if (tenant[0] != '\0' && !gp_id_ok(tenant))
+        return gp_req_fail(req, GP_EINVAL, "tenant: must be 1 to 63 of [A-Za-z0-9_-]");
+    if (q->site[0] != '\0' && !gp_id_ok(q->site))
+        return gp_req_fail(req, GP_EINVAL, "site: must be 1 to 63 of [A-Za-z0-9_-]");
+    gp_buf_init(&sql, 4096);
+    gp_dbparams_init(&p);
+    rc = list_sql(q, tenant, &sql, &p);
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(gp_req_app(req)), sql.p, p.n, gp_dbparams_values(&p), 0,
+                         listed, req);
+    gp_buf_fini(&sql);
+    gp_dbparams_fini(&p);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",
+                                                    gp_err_name(rc));
+}
+
+/* ---- cancel -------------------------------------------------------------------- */
+
+/* Where an attempt's end frees what it held.  The GPU reservations in
+ * Redis are released here by the reservation module (a later step wires
+ * it in); until then nothing is booked, so nothing is freed. */
+void
+sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
+                    const char *node)
+{
+    (void)s;
+    GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s", job_id, attempt, site, node);
+}
+
+typedef struct stop_sig {
+    sched   *s;
+    char     job_id[GP_MAX_ID + 1];
+    char     node[GP_MAX_ID + 1];
+    uint32_t attempt;
+} stop_sig;
+
+static void
+stop_answered(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    stop_sig *sg = arg;
+
+    (void)reply;
+    if (err != GP_EOK) {    /* the node's lease kill list stops it later */
+        sched_count(sg->s->m_signal_failures);
+        GP_WARN("attempt_stop_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
+                sg->job_id, sg->attempt, sg->node, gp_err_name(err), detail);
+    }
+    free(sg);
+}
+
+static void
+stop_attempt(sched *s, const char *job_id, uint32_t attempt, const char *site, const char *node)
+{
+    msg_attempt_signal q = {.attempt = attempt, .action = MSG_ATTEMPT_SIGNAL_ACTION_STOP};
+    char               subj[GP_MAX_SUBJECT];
+    stop_sig          *sg = calloc(1, sizeof(*sg));
+    gp_err             rc = sg != NULL ? gp_op_subjectf(GP_OP_NODE_SIGNAL, subj, sizeof(subj),
+                                                        site, node)
+                                       : GP_ENOMEM;
+
+    if (sg != NULL) {
+        *sg = (stop_sig){.s = s, .attempt = attempt};
+        snprintf(sg->job_id, sizeof(sg->job_id), "%s", job_id);
+        snprintf(sg->node, sizeof(sg->node), "%s", node);
+    }
+    snprintf(q.job_id, sizeof(q.job_id), "%s", job_id);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(s->app), subj, &msg_attempt_signal_desc, &q, &msg_attempt_ack_desc,
+                     s->cfg->signal_timeout_ms, stop_answered, sg);
+    if (rc != GP_EOK && sg != NULL)
+        stop_answered(sg, rc, NULL, "not sent");
+    sched_attempt_ended(s, job_id, attempt, site, node);
+}
+
+static void
+cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req  *req = arg;
+    sched   *s = sched_of(req);
+    msg_job *job = gp_req_out(req);
+
+    if (err != GP_EOK || nres != 4) {
+        sched_count(s->m_cancels[CANCEL_ERROR]);
+        gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
+        return;
+    }
+    if (PQntuples(res[3]) == 0 || sched_row_to_msg(&msg_job_desc, res[3], 0, job) != GP_EOK) {
+        sched_count(s->m_cancels[CANCEL_NOTFOUND]);
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "id: no job '%s'",
+                                     ((const msg_id_request *)gp_req_in(req))->id));
+        return;
+    }
+    for (int i = 0; i < PQntuples(res[1]); i++)
+        stop_attempt(s, job->id, (uint32_t)strtoul(PQgetvalue(res[1], i, 0), NULL, 10),
+                     PQgetvalue(res[1], i, 1), PQgetvalue(res[1], i, 2));
+    if (PQntuples(res[2]) == 1)
+        event_row(s, job->tenant, res[2]);
+    sched_count(s->m_cancels[PQntuples(res[2]) == 1 ? CANCEL_CANCELLED : CANCEL_ENDED]);
+    gp_req_done(req, GP_EOK);
+}
+
+/* The job row is locked first (the order every writer of a job and its
+ * attempts keeps); its live attempts and the job end together with the
+ * event; an ended job changes nothing and is returned as it is. */
+static const char cancel_lock_sql[] =
+    "SELECT 1 FROM jobs WHERE id = $1 AND tenant = $2 FOR UPDATE";
+static const char cancel_attempts_sql[] =
+    "UPDATE attempts a SET state = 'cancelled', reason = 'job cancelled', ended_ms = $3::bigint\n"
+    "FROM jobs j WHERE a.job_id = $1 AND j.id = a.job_id AND j.tenant = $2\n"
+    "  AND a.state IN " LIVE_ATTEMPT_STATES " RETURNING a.attempt, a.site, a.node";
+static const char cancel_job_sql[] =
+    "WITH c AS (UPDATE jobs SET state = 'cancelled', reason = 'cancelled by the tenant',\n"
+    "    updated_ms = $3::bigint, ended_ms = $3::bigint, event_seq = event_seq + 1\n"
+    "  WHERE id = $1 AND tenant = $2 AND state IN " LIVE_JOB_STATES " RETURNING id, event_seq)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT c.id, c.event_seq, 'cancelled', 'cancelled', a.attempt, a.site, a.node,\n"
+    "    'cancelled by the tenant', $3::bigint FROM c LEFT JOIN LATERAL (\n"
+    "      SELECT attempt, site, node FROM attempts WHERE job_id = c.id AND rank = 0\n"
+    "      ORDER BY attempt DESC LIMIT 1) a ON true\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
+
+static gp_err
+on_cancel(gp_req *req, const void *in, void *out)
+{
+    const char *tenant, *id;
+    char        now[24], sql[1024];
+    gp_db_tx   *tx;
+    gp_err      rc;
+
+    (void)out;
+    if ((rc = tenant_of(req, &tenant)) != GP_EOK || (rc = job_id_of(req, in, &id)) != GP_EOK)
+        return rc;
+    const char *params[] = {id, tenant, now};
+
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs j WHERE j.id = $1 AND j.tenant = $2",
+             sched_job_cols);
+    tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
+    gp_db_tx_add(tx, cancel_lock_sql, 2, params);
+    gp_db_tx_add(tx, cancel_attempts_sql, 3, params);
+    gp_db_tx_add(tx, cancel_job_sql, 3, params);
+    gp_db_tx_add(tx, sql, 2, params);
+    rc = gp_db_tx_run(tx, 0, cancelled, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",
+                                                    gp_err_name(rc));
+}
+
+/* ---- jobs by state ------------------------------------------------------------- */
+
+static void
+counted(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched *s = arg;
+
+    if (err != GP_EOK || nres != 1) {
+        GP_WARN("job_count_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    for (int k = 0; k < 6; k++)
+        if (s->m_jobs[k] != NULL)
+            *s->m_jobs[k] = 0;
+    for (int i = 0; i < PQntuples(res[0]); i++)
+        for (int k = 0; k < 6; k++)
+            if (s->m_jobs[k] != NULL &&
+                strcmp(PQgetvalue(res[0], i, 0), msg_job_state_names[k]) == 0)
+                *s->m_jobs[k] = atof(PQgetvalue(res[0], i, 1));
+}
+
+void
+sched_jobs_count(gp_app *app, void *arg)
+{
+    gp_db_query(gp_app_db(app), "SELECT state, count(*) FROM jobs GROUP BY state", 0, NULL, 0,
+                counted, arg);
+}
+
+/* ---- routes and metrics -------------------------------------------------------- */
+
+static const bool admin_route = true;   /* gp.admin.job.list: every tenant, tenant a filter */
+
+const gp_route sched_job_routes[] = {
+    {GP_OP_API_JOB_SUBMIT, on_submit, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_JOB_GET, on_get, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_JOB_LIST, on_list, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_JOB_CANCEL, on_cancel, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_JOB_LIST, on_list, GP_R_QUEUE, 0, &admin_route, NULL},
+    {NULL},
+};
+
+void
+sched_jobs_start(sched *s)
+{
+    gp_metrics *m = gp_app_metrics(s->app);
+    char        labels[64];
+
+    for (int k = 0; k < 6; k++) {
+        snprintf(labels, sizeof(labels), "outcome=\"%s\"", submit_outcomes[k]);
+        s->m_submits[k] = gp_metrics_counter(m, "gp_scheduler_submits_total", labels,
+                                             "Job submissions by outcome");
+    }
+    for (int k = 0; k < 4; k++) {
+        snprintf(labels, sizeof(labels), "outcome=\"%s\"", cancel_outcomes[k]);
+        s->m_cancels[k] = gp_metrics_counter(m, "gp_scheduler_cancels_total", labels,
+                                             "Job cancellations by outcome");
+    }
+    for (int k = 0; k < 6; k++) {
+        snprintf(labels, sizeof(labels), "state=\"%s\"", msg_job_state_names[k]);
+        s->m_jobs[k] = gp_metrics_gauge(m, "gp_scheduler_jobs", labels,
+                                        "Jobs by state (counted every gauge-ms)");
+    }
+    s->m_signal_failures = gp_metrics_counter(
+        m, "gp_scheduler_stop_signal_failures_total", NULL,
+        "Stop signals to agents that failed (the lease kill list catches them)");
+}

@@ -1,0 +1,96 @@
+/* scheduler.h -- gridpool-scheduler: jobs, attempts and job events in
+ * PostgreSQL, the job API (gp.api.<tenant>.job.*, gp.admin.job.list) and
+ * the event outbox to the JetStream stream JOBS.  Shared by the
+ * scheduler's own files only.  Loop thread only. */
+#ifndef SCHEDULER_H
+#define SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gp/app.h"
+#include "gp/limits.h"
+#include "msg_gen.h"
+
+struct pg_result;
+
+typedef struct scheduler_cfg {
+    gp_common_cfg common;
+    unsigned      outbox_ms;         /* how often unpublished job events are looked for */
+    unsigned      outbox_grace_ms;   /* age of an unpublished event before the outbox resends it */
+    unsigned      tenant_cache_ms;   /* how long a tenant the registry confirmed is trusted */
+    unsigned      gauge_ms;          /* how often jobs are counted by state */
+    unsigned      signal_timeout_ms; /* deadline of a stop signal to an agent */
+} scheduler_cfg;
+
+extern const gp_cfg_opt scheduler_cfg_opts[];
+extern const gp_migration scheduler_migrations[];   /* migrate.c */
+
+/* Tenants the registry confirmed recently (a small direct-mapped cache:
+ * a collision only costs one more registry call). */
+#define SCHED_TENANT_SLOTS 256
+typedef struct sched_tenant_slot {
+    char     id[GP_MAX_ID + 1];
+    uint64_t until_mono;             /* gp_mono_ms after which it is asked again */
+} sched_tenant_slot;
+
+typedef struct sched {
+    gp_app              *app;
+    const scheduler_cfg *cfg;
+    sched_tenant_slot    tenants[SCHED_TENANT_SLOTS];
+    bool                 outbox_busy;     /* an outbox pass is still publishing */
+    unsigned             outbox_inflight; /* its publishes not yet confirmed */
+    uint64_t            *m_submits[6];    /* by outcome (jobs.c: SUBMIT_*) */
+    uint64_t            *m_cancels[4];    /* by outcome (jobs.c: CANCEL_*) */
+    uint64_t            *m_events_published, *m_event_publish_failures, *m_outbox_resent;
+    uint64_t            *m_signal_failures;
+    double              *m_jobs[6];       /* jobs by state (msg_job_state_names) */
+} sched;
+
+/* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
+static inline void
+sched_count(uint64_t *c)
+{
+    if (c != NULL)
+        (*c)++;
+}
+
+/* jobs.c: the job API */
+extern const gp_route sched_job_routes[];
+void sched_jobs_start(sched *s);
+/* The gauge task: counts jobs by state. */
+void sched_jobs_count(gp_app *app, void *arg);
+/* An attempt of a job ended (cancelled here; exited, lost, preempted
+ * later): the one place its node's resources are released. */
+void sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
+                         const char *node);
+
+/* validate.c: a submitted spec's semantics beyond the codec's types and
+ * bounds, and its defaults.  On failure returns the typed error and
+ * writes "field: why" into msg, the field named first. */
+gp_err sched_spec_check(msg_job_spec *spec, char *msg, size_t n);
+/* Sets the defaults (nodes 1, priority 100, max_attempts 3) and keeps
+ * only the has-bits that change a spec's meaning, so two submissions
+ * that mean the same job encode to the same bytes. */
+void   sched_spec_normalize(msg_job_spec *spec);
+/* "j-" + 16 lowercase hex digits from getrandom(). */
+gp_err sched_job_id(char out[GP_MAX_ID + 1]);
+
+/* rows.c: result rows -> messages (columns named after the fields). */
+gp_err sched_row_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row, void *msg);
+/* SELECT lists (table aliases j, a, e) in the form sched_row_to_msg reads. */
+extern const char sched_job_cols[];
+extern const char sched_attempt_cols[];
+extern const char sched_event_cols[];
+
+/* events.c: the outbox.  The event's row was committed with the change;
+ * this publishes it (Nats-Msg-Id "<job>.<seq>") and marks it published. */
+void sched_event_publish(sched *s, const msg_job_event *ev);
+/* The "outbox" task: republishes events left unpublished for longer than
+ * outbox-grace-ms (a crash or a failure between commit and publish). */
+void sched_outbox_run(gp_app *app, void *arg);
+extern const gp_stream_cfg sched_streams[];
+void sched_events_start(sched *s);
+
+#endif

@@ -144,7 +144,7 @@ static void job_models(place_job *j, const msg_job_spec *spec)
     j->min_vram = spec->min_vram_mb;
 }
 
-/* Product: its pool, model/VRAM class, price, pinned site. 0 or a reason. */
+/* Product: its pool, model/VRAM class, price, pinned site. -1 or a reason. */
 static int job_product(place_job *j, const char *tenant, const msg_job_spec *spec)
 {
     snap *s = j->s;
@@ -163,10 +163,10 @@ static int job_product(place_job *j, const char *tenant, const msg_job_spec *spe
         j->pin_site = snap_site_find(s, pr->site);
         if (j->pin_site == SNAP_NONE) j->pin_site = PIN_UNKNOWN;
     }
-    return 0;
+    return -1;
 }
 
-/* Fills j from the spec; 0, or the job-level reason. */
+/* Fills j from the spec; -1, or the job-level reason (no_rights is 0). */
 static int job_resolve(place_job *j, snap *s, const char *tenant,
                        const msg_job_spec *spec, const place_params *p)
 {
@@ -190,7 +190,7 @@ static int job_resolve(place_job *j, snap *s, const char *tenant,
     j->currency[3] = 0;
     if (spec->product[0]) {
         int why = job_product(j, tenant, spec);
-        if (why) return why;
+        if (why >= 0) return why;
     } else {
         job_models(j, spec);
         if (spec->pool[0]) {
@@ -204,7 +204,7 @@ static int job_resolve(place_job *j, snap *s, const char *tenant,
         }
     }
     job_products(j);
-    return 0;
+    return -1;
 }
 
 /* ---- one node ------------------------------------------------------------------ */
@@ -604,6 +604,7 @@ static pick choose_index(const place_job *j, const geo_box *box)
 {
     const snap *s = j->s;
     pick b = {PLACE_IX_ALL, s->nodes, 0};
+    if (j->p->walk_all) return b;
     const snap_pool *p = j->pool_named ? &s->pool[j->pool[0]] : NULL;
     int32_t site = j->pin_site;
     if (site == SNAP_NONE && p && p->scope == MSG_POOL_SCOPE_SITE) {
@@ -674,7 +675,7 @@ int place(snap *s, const char *tenant, const msg_job_spec *spec,
     place_job j;
     memset(r, 0, sizeof *r);
     int why = job_resolve(&j, s, tenant, spec, p);
-    if (why) {
+    if (why >= 0) {
         r->status = PLACE_INVALID;
         r->job_reason = why;
         return r->status;
@@ -690,6 +691,7 @@ int place(snap *s, const char *tenant, const msg_job_spec *spec,
     uint64_t pct = (uint64_t)b.size * p->pct / 100;
     w.target = pct > p->k_min ? (uint32_t)pct : p->k_min;
     if (!w.target) w.target = 1;
+    if (p->walk_all) w.target = UINT32_MAX;
     walk_index(&w, &b, &box);
     r->status = r->nchoices ? PLACE_OK : PLACE_NONE;
     return r->status;

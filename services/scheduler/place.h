@@ -60,6 +60,7 @@
  * stops when it has found max(k_min, pct% of the index's size) feasible
  * nodes (Kubernetes' percentageOfNodesToScore, Nomad's candidate limit): at
  * most that many are scored; result.considered counts nodes examined.
+ * With walk_all (explaining a pending job, and tests) every node is examined.
  * Multi-node jobs: when a node of a not yet visited site is met, the whole
  * site is examined once; feasible sites are counted instead of nodes.
  *
@@ -108,6 +109,8 @@ typedef struct place_params {
     uint64_t now_wall_ms;    /* the power price's time of day */
     uint64_t now_mono_ms;    /* failure decay */
     bool claimant;           /* the job is the held job: claimed nodes are its own */
+    bool walk_all;           /* explain mode: examine every node, no bound, so
+                              * every node counts under its first failed filter */
     bool ignore_free;        /* every present GPU counts as free (to find a
                               * held job's target, fair.h) */
     /* preempt.c: GPUs of bookings with priority < evict_below that are

@@ -52,8 +52,8 @@ static void test_heavy_yields(void)
     /* late report decays to the tenant's time, never increases the past */
     fair_record(&f, "H", 1000.0, 0);
     T_OKM(fabs(fair_share(&f, "H", 0) - 101000.0) < 1e-6, "record at 0");
-    /* weights: the same usage counts half for weight 2 */
-    fair_record(&f, "W", 1000.0, 0);
+    /* weights: W used more, but at weight 2 its 1,500 counts as 750 < 1,000 */
+    fair_record(&f, "W", 1500.0, 0);
     fair_record(&f, "X", 1000.0, 0);
     fair_set_weight(&f, "W", 2);
     fair_job w[2] = {fj("x1", "X", 100, 1, 0), fj("w1", "W", 100, 1, 9)};

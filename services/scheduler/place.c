@@ -375,12 +375,15 @@ static uint64_t pick_gpus(const snap_node *n, uint64_t avail, uint32_t g)
 
 static bool better(const place_choice *a, const place_choice *b)
 {
+    if (a->rank != b->rank) return a->rank < b->rank;
     if (a->score.total != b->score.total) return a->score.total > b->score.total;
     return a->left < b->left;
 }
 
-static void keep_choice(place_result *r, uint32_t max, const place_choice *c)
+static void keep_choice(const snap *s, const place_params *p, place_result *r, uint32_t max,
+                        place_choice *c)
 {
+    if (p->rank && (c->rank = p->rank(p->rank_arg, s, c)) == UINT64_MAX) return;
     if (r->nchoices == max && !better(c, &r->choice[max - 1])) return;
     uint32_t i = r->nchoices < max ? r->nchoices++ : max - 1;
     while (i > 0 && better(c, &r->choice[i - 1])) {
@@ -432,7 +435,7 @@ static void one_node(walk *w, int32_t ni)
     c.score = v.score;
     c.latency_ms = v.lat_ms;
     choice_node(&c, 0, w->j->s, ni, &v, w->j->g);
-    keep_choice(w->r, w->max, &c);
+    keep_choice(w->j->s, w->j->p, w->r, w->max, &c);
 }
 
 typedef struct site_best { int32_t ni[PLACE_MAX_NODES]; node_view v[PLACE_MAX_NODES]; uint32_t n; } site_best;
@@ -470,7 +473,7 @@ static void site_choice(walk *w, int32_t si, const site_best *b)
     int32_t n = (int32_t)b->n;
     m->latency /= n; m->price /= n; m->packing /= n; m->reliability /= n; m->thermal /= n;
     m->total = m->latency + m->price + m->packing + m->reliability + m->thermal;
-    keep_choice(w->r, w->max, &c);
+    keep_choice(w->j->s, w->j->p, w->r, w->max, &c);
 }
 
 /* Multi-node: the node's whole site, once per walk. */

@@ -102,6 +102,8 @@ enum { PLACE_OK = 0, PLACE_NONE = 1, PLACE_INVALID = 2 };
 enum { PLACE_IX_ALL, PLACE_IX_SITE, PLACE_IX_REGION, PLACE_IX_GEO, PLACE_IX_MODEL,
        PLACE_IX_VRAM, PLACE_IX_FREE };
 
+struct place_choice;
+
 typedef struct place_params {
     uint32_t k_min;          /* always look for at least this many feasible (50) */
     uint32_t pct;            /* ... or pct% of the index's nodes (5) */
@@ -116,6 +118,10 @@ typedef struct place_params {
     /* preempt.c: GPUs of bookings with priority < evict_below that are
      * interruptible and not evicting count as free; 0: off. */
     int32_t evict_below;
+    /* Optional order of choices (preempt.c: the victims' cost): lower rank
+     * first, then score; UINT64_MAX drops the choice. NULL: score only. */
+    uint64_t (*rank)(void *arg, const snap *s, const struct place_choice *c);
+    void *rank_arg;
 } place_params;
 
 typedef struct place_score {
@@ -136,6 +142,7 @@ typedef struct place_choice {
     int64_t price_micros;               /* per GPU-hour, the costliest node */
     char currency[4];
     uint32_t left;                      /* free GPUs left on its nodes (tie) */
+    uint64_t rank;                      /* from params.rank; 0 without */
 } place_choice;
 
 typedef struct place_result {

@@ -146,6 +146,21 @@ static void commit(const snap *s, preempt_result *r, uint32_t g, int32_t prio)
     }
 }
 
+typedef struct rank_ctx { uint32_t g; int32_t prio; } rank_ctx;
+
+/* The cost packed so that a lower number is cheaper in the order of
+ * cheaper(): attempts, GPUs, highest priority, priority sum (bounded:
+ * <= 128 attempts and GPUs a site choice, priorities <= 1000). */
+static uint64_t rank_by_cost(void *arg, const snap *s, const place_choice *c)
+{
+    const rank_ctx *x = arg;
+    preempt_cost k;
+    if (!choice_cost(s, c, x->g, x->prio, &k)) return UINT64_MAX;
+    int32_t mp = k.max_priority < 0 ? 0 : k.max_priority;
+    return (uint64_t)(k.attempts & 0xff) << 48 | (uint64_t)(k.gpus & 0xff) << 40 |
+           (uint64_t)(mp & 0xffff) << 24 | ((uint64_t)k.sum_priority & 0xffffff);
+}
+
 int preempt_plan(snap *s, const char *tenant, const msg_job_spec *spec,
                  const place_params *p, preempt_result *r)
 {
@@ -156,19 +171,16 @@ int preempt_plan(snap *s, const char *tenant, const msg_job_spec *spec,
     q.evict_below = prio > 0 ? prio : 0;
     q.max_choices = PLACE_MAX_CHOICES;
     q.ignore_free = false;
+    /* place() keeps the cheapest choices it examined, cheapest first */
+    rank_ctx ctx = {g, prio};
+    q.rank = rank_by_cost;
+    q.rank_arg = &ctx;
     if (!q.evict_below) return r->status = PREEMPT_NONE;   /* priority 0 evicts nobody */
     int st = place(s, tenant, spec, &q, &r->placed);
     if (st == PLACE_INVALID) return r->status = PREEMPT_INVALID;
-    int best = -1;
-    for (uint32_t i = 0; i < r->placed.nchoices; i++) {
-        preempt_cost c;
-        if (!choice_cost(s, &r->placed.choice[i], g, prio, &c)) continue;
-        if (best >= 0 && !cheaper(&c, &r->cost)) continue;
-        r->cost = c;
-        best = (int)i;
-    }
-    if (best < 0) return r->status = PREEMPT_NONE;
-    r->target = r->placed.choice[best];
+    if (!r->placed.nchoices ||
+        !choice_cost(s, &r->placed.choice[0], g, prio, &r->cost)) return r->status = PREEMPT_NONE;
+    r->target = r->placed.choice[0];
     commit(s, r, g, prio);
     return r->status = PREEMPT_OK;
 }

@@ -12,9 +12,12 @@
  *     chosen, cheapest meaning, in order: fewest attempts evicted, fewest GPUs
  *     evicted, lowest highest victim priority, lowest priority sum
  *     (exhaustive over the node's eligible bookings when there are at most
- *     PREEMPT_EXACT of them, else greedy lowest priority first). Among the
- *     candidate nodes/sites place() ranked, the cheapest total wins; ties go
- *     to the better placement score.
+ *     PREEMPT_EXACT of them, else greedy lowest priority first). place()
+ *     ranks the nodes/sites it examines by that cost (params.rank), so the
+ *     cheapest it examined wins; ties go to the better placement score. The
+ *     walk keeps place()'s candidate bound: on a huge fleet the cheapest of
+ *     the examined candidates, not of the whole fleet. A multi-node victim
+ *     is counted on each node it holds (it is one attempt, evicted whole).
  *   - No cascade: strict priority means a job placed by preemption is never
  *     a victim of a job of its own priority, so two jobs of one priority
  *     cannot evict each other in turn; and a booking chosen once is marked

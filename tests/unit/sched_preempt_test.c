@@ -197,10 +197,40 @@ static void test_multi_node_one_site(void)
     snap_free(&s);
 }
 
+/* The cheapest node is found even when 20 nodes score better: place()
+ * ranks by the victims' cost, not only by score, when it keeps its best 16. */
+static void test_cheapest_beyond_top_choices(void)
+{
+    snap s;
+    fleet(&s);
+    add_site(&s, "big");
+    char id[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof id, "c%d", i);
+        add_node(&s, id, "big");
+        T_OK(snap_book(&s, id, 0x0f, "L", (uint32_t)i, 10, true) == 0);
+        T_OK(snap_book(&s, id, 0xf0, "R", (uint32_t)i, 10, true) == 0);
+    }
+    add_node(&s, "cheap", "big");
+    T_OK(snap_book(&s, "cheap", 0xff, "ONE", 1, 10, true) == 0);
+    T_OK(snap_node_temp(&s, "cheap", 95) == 0);          /* scores worst */
+    for (int k = 0; k < 4; k++) T_OK(snap_node_fault(&s, "cheap", 0) == 0);
+    place_params p;
+    place_params_default(&p);
+    preempt_result r;
+    msg_job_spec j = job(8, 100);
+    T_EQ_INT(preempt_plan(&s, "op", &j, &p, &r), PREEMPT_OK);
+    T_OK(!strcmp(r.target.node[0], "cheap"));
+    T_EQ_INT(r.nvictims, 1);
+    T_OK(has_victim(&r, "ONE"));
+    snap_free(&s);
+}
+
 int main(void)
 {
     test_cheapest();
     test_never_cascade();
     test_multi_node_one_site();
+    test_cheapest_beyond_top_choices();
     return T_DONE();
 }

@@ -778,8 +778,24 @@ static int node_keys_check(const snap_node *n)
            n->key[SNAP_IX_SITE] == n->site ? 0 : -1;
 }
 
+/* A region's or cell's node count is the sum of its sites' nodes. */
+static int sites_check(const snap *s, const snap_list *l, int which, uint32_t nodes)
+{
+    uint32_t n = 0, k = 0;
+    for (int32_t i = l->head; i != SNAP_NONE;
+         i = which ? s->site[i].glink.next : s->site[i].rlink.next) {
+        if (!s->site[i].used || ++k > s->sites) return -1;
+        n += s->site[i].nodes.count;
+    }
+    return n == nodes && k == l->count ? 0 : -1;
+}
+
 int snap_check(const snap *s)
 {
+    for (uint32_t i = 0; i < s->nregion; i++)
+        if (sites_check(s, &s->by_region[i].sites, 0, s->by_region[i].nodes)) return -1;
+    for (int i = 0; i < SNAP_GEO_LAT * SNAP_GEO_LON; i++)
+        if (sites_check(s, &s->cell[i].sites, 1, s->cell[i].nodes)) return -1;
     uint32_t total = 0, cells = 0;
     for (uint32_t i = 0; i < s->nmodel; i++)
         if (list_check(s, &s->by_model[i], SNAP_IX_MODEL, (int32_t)i)) return -1;

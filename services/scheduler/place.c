@@ -17,9 +17,11 @@ typedef struct place_job {
     uint32_t min_vram;
     bool pool_named;
     int32_t pool[PLACE_MAX_POOLS]; uint32_t npool;
+    int32_t pool_site[PLACE_MAX_POOLS]; /* a site pool's site, resolved once */
     int32_t product;                    /* the job's product, or SNAP_NONE */
     int32_t pin_site;                   /* product's site; SNAP_NONE: none */
-    int32_t prod[PLACE_MAX_PRODUCTS], prod_pool[PLACE_MAX_PRODUCTS]; uint32_t nprod;
+    int32_t prod[PLACE_MAX_PRODUCTS]; uint32_t nprod;
+    uint32_t prod_pool[PLACE_MAX_PRODUCTS];   /* position in pool[] */
     bool has_origin; double olat, olon;
     uint32_t bound;                     /* 0: none */
     bool has_max; int64_t max_price; char currency[4];
@@ -93,12 +95,23 @@ bool place_may_use(const snap *s, const char *tenant, const snap_pool *pool)
 
 /* ---- resolving the job ------------------------------------------------------- */
 
-static bool pool_has_site(const snap_pool *p, const snap_site *st)
+/* Is the site in the job's k-th pool? (site pools compare resolved indexes,
+ * so no string compare per node) */
+static bool pool_has_site(const place_job *j, uint32_t k, int32_t si)
 {
+    const snap_pool *p = &j->s->pool[j->pool[k]];
     switch (p->scope) {
     case MSG_POOL_SCOPE_GLOBAL: return true;
-    case MSG_POOL_SCOPE_REGION: return p->region != SNAP_NONE && p->region == st->region;
-    default:                    return !strcmp(p->site, st->id);
+    case MSG_POOL_SCOPE_REGION: return p->region != SNAP_NONE && p->region == j->s->site[si].region;
+    default:                    return j->pool_site[k] != SNAP_NONE && j->pool_site[k] == si;
+    }
+}
+
+static void job_pool_sites(place_job *j)
+{
+    for (uint32_t k = 0; k < j->npool; k++) {
+        const snap_pool *p = &j->s->pool[j->pool[k]];
+        j->pool_site[k] = p->scope == MSG_POOL_SCOPE_SITE ? snap_site_find(j->s, p->site) : SNAP_NONE;
     }
 }
 
@@ -119,7 +132,7 @@ static void job_products(place_job *j)
         for (uint32_t k = 0; pi != SNAP_NONE && k < j->npool; k++) {
             if (j->pool[k] != pi) continue;
             j->prod[j->nprod] = (int32_t)i;
-            j->prod_pool[j->nprod++] = pi;
+            j->prod_pool[j->nprod++] = k;
             break;
         }
     }
@@ -203,6 +216,7 @@ static int job_resolve(place_job *j, snap *s, const char *tenant,
             job_all_pools(j, tenant);
         }
     }
+    job_pool_sites(j);
     job_products(j);
     return -1;
 }
@@ -210,13 +224,13 @@ static int job_resolve(place_job *j, snap *s, const char *tenant,
 /* ---- one node ------------------------------------------------------------------ */
 
 /* GPUs of the node held by pools the job may use. */
-static uint64_t pool_gpus(const place_job *j, const snap_node *n, const snap_site *st)
+static uint64_t pool_gpus(const place_job *j, const snap_node *n)
 {
     const snap *s = j->s;
     uint64_t m = 0;
     for (uint32_t k = 0; k < j->npool && m != n->all_mask; k++) {
         const snap_pool *p = &s->pool[j->pool[k]];
-        if (!pool_has_site(p, st)) continue;
+        if (!pool_has_site(j, k, n->site)) continue;
         for (uint32_t i = 0; i < n->ngpu; i++)
             if (pool_has_model(p, n->gpu[i].model)) m |= 1ull << n->gpu[i].index;
     }
@@ -277,7 +291,7 @@ static void node_price(const place_job *j, const snap_node *n, const snap_site *
     for (uint32_t k = 0; k < j->nprod; k++) {
         const snap_product *pr = &s->product[j->prod[k]];
         if (pr->site[0] && strcmp(pr->site, st->id)) continue;
-        if (!pool_has_site(&s->pool[j->prod_pool[k]], st)) continue;
+        if (!pool_has_site(j, j->prod_pool[k], n->site)) continue;
         if (!product_fits(pr, n, v->fit, j->g)) continue;
         bool in_cur = j->currency[0] && !strcmp(pr->currency, j->currency);
         if (v->priced && (best_in_cur > in_cur || (best_in_cur == in_cur && pr->price >= v->price)))
@@ -315,7 +329,7 @@ static int node_eval(const place_job *j, int32_t ni, node_view *v)
     const snap *s = j->s;
     const snap_node *n = &s->node[ni];
     const snap_site *st = &s->site[n->site];
-    uint64_t in_pool = pool_gpus(j, n, st);
+    uint64_t in_pool = pool_gpus(j, n);
     if (!in_pool) return j->pool_named ? R_(POOL) : R_(NO_RIGHTS);
     if (j->pin_site != SNAP_NONE && j->pin_site != n->site) return R_(PRODUCT);
     int why = gpu_filters(j, n, in_pool, &v->fit);

@@ -226,11 +226,47 @@ static void test_cheapest_beyond_top_choices(void)
     snap_free(&s);
 }
 
+/* On one node: of two single-attempt sets, the one with fewer GPUs; of two
+ * equal ones, the lower priority. */
+static void test_fewest_gpus_on_node(void)
+{
+    snap s;
+    T_OK(snap_init(&s, NULL) == 0);
+    msg_tenant t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.id, sizeof t.id, "op");
+    snap_tenant_upsert(&s, &t);
+    msg_pool p0;
+    memset(&p0, 0, sizeof p0);
+    snprintf(p0.id, sizeof p0.id, "all");
+    snprintf(p0.tenant, sizeof p0.tenant, "op");
+    snap_pool_upsert(&s, &p0);
+    add_site(&s, "solo");
+    add_node(&s, "n6", "solo");
+    T_OK(snap_book(&s, "n6", 0x3f, "P", 1, 10, true) == 0);   /* 6 GPUs */
+    T_OK(snap_book(&s, "n6", 0x40, "Q", 1, 30, true) == 0);   /* 1 GPU, dearer priority */
+    T_OK(snap_book(&s, "n6", 0x80, "S", 1, 20, true) == 0);   /* 1 GPU */
+    place_params p;
+    place_params_default(&p);
+    preempt_result r;
+    msg_job_spec j = job(1, 100);
+    T_EQ_INT(preempt_plan(&s, "op", &j, &p, &r), PREEMPT_OK);
+    T_EQ_INT(r.nvictims, 1);
+    T_OK(has_victim(&r, "S"));                                /* 1 GPU at 20 */
+    T_EQ_INT(r.target.gpus[0], 0x80);
+    j = job(2, 100);
+    T_EQ_INT(preempt_plan(&s, "op", &j, &p, &r), PREEMPT_OK);
+    T_EQ_INT(r.nvictims, 1);                                  /* P alone: one attempt */
+    T_OK(has_victim(&r, "P"));
+    snap_free(&s);
+}
+
 int main(void)
 {
     test_cheapest();
     test_never_cascade();
     test_multi_node_one_site();
     test_cheapest_beyond_top_choices();
+    test_fewest_gpus_on_node();
     return T_DONE();
 }

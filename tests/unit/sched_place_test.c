@@ -384,6 +384,13 @@ static void test_latency_model(void)
     /* power price now: 08:00-24:00 UTC step 0.30 x PUE 1.2 = 360,000 */
     T_EQ_INT(place_power_now(ber, 9ull * 3600000), 360000);
     T_EQ_INT(place_power_now(ber, 1ull * 3600000), 120000);
+    /* local time: UTC+2 at 07:00 UTC is 09:00 there (dear); UTC-2 at 09:00
+     * UTC is 07:00 there (cheap) */
+    s.site[snap_site_find(&s, "ber")].timezone_min = 120;
+    T_EQ_INT(place_power_now(ber, 7ull * 3600000), 360000);
+    s.site[snap_site_find(&s, "ber")].timezone_min = -120;
+    T_EQ_INT(place_power_now(ber, 9ull * 3600000), 120000);
+    T_EQ_INT(place_power_now(ber, 1ull * 3600000), 360000);   /* 23:00 yesterday */
     snap_free(&s);
 }
 

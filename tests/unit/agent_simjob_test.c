@@ -1,9 +1,12 @@
 /* agent_simjob_test.c -- the "sim:" command grammar (services/agent/simjob.h):
  * every key, durations, defaults, and bad input refused INVAL naming
  * `command`. */
+#include <ev.h>
 #include <string.h>
 
+#include "../../services/agent/agent.h"
 #include "../../services/agent/simjob.h"
+#include "gp/clock.h"
 #include "test.h"
 
 static gp_err
@@ -84,11 +87,127 @@ test_refused(void)
     }
 }
 
+/* ---- the agent's side, without a bus (the node is "cut off": events are
+ * held, nothing is sent) ------------------------------------------------ */
+
+static agent_attempt_end ends[8];
+static int               nends;
+
+static void
+on_end(void *arg, agent *a, const agent_attempt_end *e)
+{
+    (void)arg;
+    (void)a;
+    if (nends < 8)
+        ends[nends++] = *e;
+}
+
+static agent *
+node(gpu_backend *g)
+{
+    agent_opts o;
+    agent     *a;
+
+    memset(&o, 0, sizeof(o));
+    snprintf(o.site, sizeof(o.site), "s1");
+    snprintf(o.node, sizeof(o.node), "n1");
+    o.start_delay_s = 3600;            /* never registers: no bus */
+    o.stop_grace_ms = 300;
+    o.on_attempt_end = on_end;
+    a = agent_new(ev_default_loop(0), NULL, &o, g);
+    if (a != NULL)
+        agent_set_connected(a, false);
+    return a;
+}
+
+static gp_err
+run(agent *a, const char *job, const char *cmd, uint64_t resume_ms, char *detail)
+{
+    msg_run_attempt r;
+    msg_attempt_ack ack;
+    int32_t         gpus[2] = {0, 1};
+
+    memset(&r, 0, sizeof(r));
+    snprintf(r.job_id, sizeof(r.job_id), "%s", job);
+    r.attempt = 1;
+    snprintf(r.command, sizeof(r.command), "%s", cmd);
+    r.gpus.v = gpus;
+    r.gpus.n = 2;
+    r.resume_ms = resume_ms;
+    detail[0] = '\0';
+    return agent_cmd_run(a, &r, &ack, detail, 256);
+}
+
+static void
+spin_ms(unsigned ms)
+{
+    uint64_t end = gp_mono_ms() + ms;
+
+    while (gp_mono_ms() < end)
+        ev_run(ev_default_loop(0), EVRUN_ONCE);
+}
+
+/* A real (NVML) node runs real commands only: a sim: command is refused
+ * INVAL naming command.  A backend that says it is "nvml" stands in. */
+static void
+test_real_backend_refuses(void)
+{
+    static gpu_ops fake;
+    gpu_backend   *g = gpu_sim_new("L4", 2, 1);
+    agent         *a;
+    char           d[256];
+
+    fake = *g->ops;
+    fake.name = "nvml";
+    g->ops = &fake;
+    a = node(g);
+    T_OK(a != NULL);
+    T_EQ_INT(run(a, "j1", "sim:run=1s", 0, d), GP_EINVAL);
+    T_OKM(strncmp(d, "command:", 8) == 0, "refused on a real node: %s", d);
+    T_EQ_INT(agent_attempts_running(a), 0);
+    agent_free(a);
+    gpu_free(g);
+}
+
+/* On the simulated backend: the end, its counters, and what the node tells
+ * the simulator's ground truth (on_attempt_end). */
+static void
+test_sim_backend_runs(void)
+{
+    gpu_backend *g = gpu_sim_new("L4", 2, 1);
+    agent       *a = node(g);
+    char         d[256];
+
+    nends = 0;
+    T_EQ_INT(run(a, "j1", "sim:run=300ms exit=4 load=50", 0, d), GP_EOK);
+    T_EQ_INT(run(a, "j2", "sim:run=10s", 9800, d), GP_EOK);
+    T_EQ_INT(run(a, "j3", "sim:", 0, d), GP_EOK);
+    T_EQ_INT(agent_attempts_running(a), 3);
+    spin_ms(500);
+    T_EQ_INT(agent_attempts_running(a), 1);
+    T_OKM(nends == 2 && strcmp(ends[0].job_id, "j2") == 0 && ends[0].progress_ms == 10000,
+          "resume_ms 9800 of 10 s: ends first, at progress 10000");
+    T_OKM(nends == 2 && strcmp(ends[1].job_id, "j1") == 0 && ends[1].exit_code == 4 &&
+          ends[1].event == MSG_ATTEMPT_EVENT_EVENT_EXITED && ends[1].sim && ends[1].load == 0.5,
+          "run=300ms exit=4 load=50: exited 4 at load 0.5");
+    T_OKM(nends == 2 && ends[1].end_mono_ms - ends[1].start_mono_ms >= 300 &&
+          ends[1].end_mono_ms - ends[1].start_mono_ms < 400 && ends[1].agent_gpu_ms >= 600 &&
+          ends[1].agent_gpu_ms < 800, "after %llu ms, gpu_ms %llu (2 GPUs)",
+          (unsigned long long)(ends[1].end_mono_ms - ends[1].start_mono_ms),
+          (unsigned long long)ends[1].agent_gpu_ms);
+    agent_free(a);                     /* the node goes down with j3 running */
+    T_OKM(nends == 3 && strcmp(ends[2].job_id, "j3") == 0 && ends[2].event == -1,
+          "a node freed with a job running tells its end too (event -1)");
+    gpu_free(g);
+}
+
 int
 main(void)
 {
     test_keys();
     test_durations();
     test_refused();
+    test_real_backend_refuses();
+    test_sim_backend_runs();
     return T_DONE();
 }

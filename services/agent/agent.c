@@ -581,9 +581,12 @@ sample_gpus(agent *a)
     double   dt = a->last_sample_ms ? (now - a->last_sample_ms) / 1000.0 : 0;
     int      n = gpu_count(a->gpu);
 
+    /* What runs on a GPU sets its load (a sim: job its load=, a process
+     * 0.92); the simulated backend draws power and heat from it. */
     for (attempt *t = a->atts; t != NULL; t = t->next)
         for (int i = 0; i < t->ngpus && !t->done; i++)
-            load[t->gpus[i]] = 0.92;
+            if (t->load > load[t->gpus[i]])
+                load[t->gpus[i]] = t->load;
     for (int i = 0; i < n && i < GPU_MAX; i++) {
         if (gpu_sample_get(a->gpu, i, load[i], dt, &a->last[i]) != GP_EOK)
             a->last[i].lost = true;
@@ -725,6 +728,9 @@ emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
         ev.exit_code = t->exit_code;
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__EXIT_CODE);
     }
+    if (t != NULL && (event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED || t->done) &&
+        attempt_progress(t, agent_now_ms(a), &ev.progress_ms))
+        GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__PROGRESS_MS);
     if (t != NULL) {
         ev.gpu_ms = t->gpu_ms;
         ev.energy_mj = t->energy_mj;
@@ -732,6 +738,32 @@ emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__ENERGY_MJ);
     }
     send_event(a, &ev);
+}
+
+/* The simulator's ground truth hears of every attempt once, at its end. */
+static void
+tell_end(agent *a, attempt *t, int event)
+{
+    agent_attempt_end e;
+
+    if (a->o.on_attempt_end == NULL)
+        return;
+    memset(&e, 0, sizeof(e));
+    e.job_id = t->job_id;
+    e.attempt = t->num;
+    e.ngpus = t->ngpus;
+    e.gpus = t->gpus;
+    e.load = t->load;
+    e.sim = t->sim;
+    e.start_mono_ms = t->start_ms;
+    e.end_mono_ms = t->done && t->end_ms ? t->end_ms : agent_now_ms(a);
+    e.start_wall_ms = t->start_wall_ms;
+    e.event = event;
+    e.exit_code = t->exit_code;
+    e.has_progress = attempt_progress(t, e.end_mono_ms, &e.progress_ms);
+    e.agent_gpu_ms = t->gpu_ms;
+    e.agent_energy_mj = t->energy_mj;
+    a->o.on_attempt_end(a->o.cb_arg, a, &e);
 }
 
 void
@@ -743,6 +775,7 @@ agent_attempt_exited(agent *a, attempt *t)
             "energy_mj=%llu", a->o.node, t->job_id, t->num, msg_attempt_event_event_names[ev],
             t->exit_code, (unsigned long long)t->gpu_ms, (unsigned long long)t->energy_mj);
     emit(a, t->job_id, t->num, ev, t);
+    tell_end(a, t, ev);
     if (agent_attempts_running(a) == 0)
         ev_timer_stop(a->loop, &a->lease_t);
 }
@@ -776,8 +809,10 @@ ack_of(msg_attempt_ack *out, const attempt *t)
     memset(out, 0, sizeof(*out));
     snprintf(out->job_id, sizeof(out->job_id), "%s", t->job_id);
     out->attempt = t->num;
-    out->pid = (int32_t)t->pid;
-    GP_SET_HAS(out, MSG_ATTEMPT_ACK__PID);
+    if (t->pid > 0) {                  /* a sim: job has no process */
+        out->pid = (int32_t)t->pid;
+        GP_SET_HAS(out, MSG_ATTEMPT_ACK__PID);
+    }
 }
 
 /* Fencing: an older attempt is refused, the same one is a retried command,
@@ -988,6 +1023,8 @@ agent_free(agent *a)
     for (attempt *t = a->atts, *n; t != NULL; t = n) {
         n = t->next;
         attempt_kill_now(t);
+        if (!t->done)
+            tell_end(a, t, -1);
         attempt_free(t);
     }
     for (outmsg *m = a->outq, *n; m != NULL; m = n) {

@@ -56,6 +56,26 @@ typedef void agent_event_cb(void *arg, agent *a, bool first);
  * does in that turn of the loop: the callback may agent_free(a). */
 typedef void agent_stopped_cb(void *arg, agent *a, gp_err why, const char *detail);
 
+/* One attempt's life as the node saw it, for the simulator's ground truth
+ * (services/sim/truth.c): handed over once per attempt, when it ends or
+ * when the agent is freed with it still running (event -1). */
+typedef struct agent_attempt_end {
+    const char *job_id;
+    uint32_t    attempt;
+    int         ngpus;
+    const int  *gpus;
+    double      load;               /* 0..1 on each of its GPUs */
+    bool        sim;                /* a "sim:" behaviour */
+    uint64_t    start_mono_ms, end_mono_ms;
+    uint64_t    start_wall_ms;
+    int         event;              /* MSG_ATTEMPT_EVENT_EVENT_*; -1: the node went down with it */
+    int         exit_code;
+    bool        has_progress;
+    uint64_t    progress_ms;
+    uint64_t    agent_gpu_ms, agent_energy_mj;   /* what the agent counted and reports */
+} agent_attempt_end;
+typedef void agent_attempt_end_cb(void *arg, agent *a, const agent_attempt_end *e);
+
 typedef struct agent_opts {
     char     site[MSG_NODE_REGISTER_SITE_MAXLEN + 1];
     char     node[MSG_NODE_REGISTER_NODE_MAXLEN + 1];
@@ -70,6 +90,7 @@ typedef struct agent_opts {
     uint64_t seed;                  /* jitter, boot id */
     agent_event_cb   *on_registered;
     agent_stopped_cb *on_stopped;     /* NULL ok */
+    agent_attempt_end_cb *on_attempt_end;   /* NULL ok */
     void             *cb_arg;
 } agent_opts;
 

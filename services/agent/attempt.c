@@ -1,4 +1,6 @@
-/* attempt.c -- child processes of the agent: start, signal, count, reap. */
+/* attempt.c -- child processes of the agent: start, signal, count, reap;
+ * and, on the simulated backend, "sim:" behaviours run in the loop
+ * (simjob.h: grammar; below: their life). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "attempt.h"
+#include "gp/clock.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -84,6 +87,10 @@ env_build(envb *e, const msg_run_attempt *in, char *detail, size_t dlen)
     ok = ok && env_add(e, kv);
     snprintf(kv, sizeof(kv), "GP_CHECKPOINT_DIR=%s", in->checkpoint_dir);
     ok = ok && env_add(e, kv);
+    if (GP_HAS(in, MSG_RUN_ATTEMPT__RESUME_MS) || in->resume_ms > 0) {
+        snprintf(kv, sizeof(kv), "GP_RESUME_MS=%llu", (unsigned long long)in->resume_ms);
+        ok = ok && env_add(e, kv);
+    }
     n = (size_t)snprintf(kv, sizeof(kv), "CUDA_VISIBLE_DEVICES=");
     for (uint32_t i = 0; i < in->gpus.n && n < sizeof(kv) - 16; i++)
         n += (size_t)snprintf(kv + n, sizeof(kv) - n, "%s%d", i ? "," : "",
@@ -190,6 +197,8 @@ child_cb(struct ev_loop *loop, ev_child *w, int revents)
     agent_attempt_exited(t->ag, t);
 }
 
+static void sim_finish(attempt *t, int exit_code);
+
 static void
 kill_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -198,7 +207,165 @@ kill_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     GP_WARN("attempt_sigkill", "job=%s attempt=%u pid=%d", t->job_id, t->num, (int)t->pid);
-    kill(-t->pid, SIGKILL);
+    if (t->sim)
+        sim_finish(t, 128 + SIGKILL);
+    else
+        kill(-t->pid, SIGKILL);
+}
+
+/* ---- sim: behaviours in the loop ------------------------------------------ */
+
+bool
+attempt_progress(const attempt *t, uint64_t now_ms, uint64_t *out)
+{
+    uint64_t until = t->done ? t->end_ms : now_ms, p;
+
+    if (!t->sim)
+        return false;
+    p = t->resume_ms + (until > t->start_ms ? until - t->start_ms : 0);
+    if (t->spec.has_run && p > t->spec.run_ms)
+        p = t->spec.run_ms;
+    *out = p;
+    return true;
+}
+
+/* The behaviour ends: what child_cb does for a process. */
+static void
+sim_finish(attempt *t, int exit_code)
+{
+    struct ev_loop *loop = ev_default_loop(0);
+    uint64_t        now = agent_now_ms(t->ag);
+
+    if (t->done)
+        return;
+    ev_timer_stop(loop, &t->sim_end);
+    ev_timer_stop(loop, &t->sim_ckpt);
+    ev_timer_stop(loop, &t->sim_sig);
+    ev_timer_stop(loop, &t->kill_timer);
+    t->exit_code = exit_code;
+    t->ckpt_pending = false;
+    attempt_account(t, now, agent_gpu_power(t->ag));
+    t->end_ms = now;
+    t->done = true;
+    agent_attempt_exited(t->ag, t);
+}
+
+/* When the run ends on its own (run= done, or fail_after=), on the
+ * monotonic clock; false: it runs until stopped. */
+static bool
+sim_end_at(const attempt *t, uint64_t *at, int *code)
+{
+    bool     have = false;
+
+    if (t->spec.has_run) {
+        uint64_t left = t->spec.run_ms > t->resume_ms ? t->spec.run_ms - t->resume_ms : 0;
+
+        *at = t->start_ms + left;
+        *code = t->spec.exit_code;
+        have = true;
+    }
+    if (t->spec.has_fail && (!have || t->start_ms + t->spec.fail_ms < *at)) {
+        *at = t->start_ms + t->spec.fail_ms;
+        *code = 1;
+        have = true;
+    }
+    return have;
+}
+
+static void
+sim_end_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, sim_end);
+    uint64_t at = 0, now = agent_now_ms(t->ag);
+    int      code = 0;
+
+    (void)revents;
+    if (t->stopping && !t->spec.hang) {              /* SIGTERM: a job that obeys it */
+        sim_finish(t, 128 + SIGTERM);
+        return;
+    }
+    if (!sim_end_at(t, &at, &code))
+        return;
+    if (now < at) {                                  /* a timer early by a tick: wait the rest */
+        ev_timer_set(w, (at - now) / 1000.0, 0);
+        ev_timer_start(loop, w);
+        return;
+    }
+    sim_finish(t, code);
+}
+
+static void
+sim_ckpt_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, sim_ckpt);
+
+    (void)loop;
+    (void)revents;
+    if (!t->done && !t->stopping)
+        agent_attempt_checkpointed(t->ag, t);
+}
+
+static void
+sim_sig_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, sim_sig);
+
+    (void)loop;
+    (void)revents;
+    if (t->done)
+        return;
+    t->ckpt_pending = false;
+    agent_attempt_checkpointed(t->ag, t);
+}
+
+static bool
+sim_backend(agent *ag)
+{
+    gpu_backend *g = agent_gpu(ag);
+
+    return g != NULL && strcmp(g->ops->name, "sim") == 0;
+}
+
+/* Checks and parses a "sim:" command; OK: t->spec is set. */
+static gp_err
+sim_prepare(agent *ag, attempt *t, const msg_run_attempt *in, char *detail, size_t dlen)
+{
+    gp_err rc;
+
+    if (!sim_backend(ag)) {
+        snprintf(detail, dlen, "command: \"" SIMJOB_PREFIX "\" behaviours run on the simulated "
+                 "GPU backend only; this node runs real commands");
+        return GP_EINVAL;
+    }
+    if ((rc = simjob_parse(in->command, &t->spec, detail, dlen)) != GP_EOK)
+        return rc;
+    if (t->spec.start_fail) {
+        snprintf(detail, dlen, "command: the sim: job refuses to start (start_fail)");
+        return GP_EINTERNAL;          /* what a command that cannot exec gives */
+    }
+    t->sim = true;
+    t->resume_ms = in->resume_ms;
+    t->load = t->spec.load_pct / 100.0;
+    return GP_EOK;
+}
+
+static void
+sim_start(attempt *t, struct ev_loop *loop)
+{
+    uint64_t at = 0;
+    int      code = 0;
+
+    ev_timer_init(&t->sim_end, sim_end_cb, 0, 0);
+    ev_timer_init(&t->sim_ckpt, sim_ckpt_cb, 0, 0);
+    ev_timer_init(&t->sim_sig, sim_sig_cb, SIMJOB_CKPT_DELAY_MS / 1000.0, 0);
+    if (sim_end_at(t, &at, &code)) {
+        ev_timer_set(&t->sim_end, at > t->start_ms ? (at - t->start_ms) / 1000.0 : 0, 0);
+        ev_timer_start(loop, &t->sim_end);
+    }
+    if (t->spec.ckpt_ms > 0) {
+        ev_timer_set(&t->sim_ckpt, t->spec.ckpt_ms / 1000.0, t->spec.ckpt_ms / 1000.0);
+        ev_timer_start(loop, &t->sim_ckpt);
+    }
 }
 
 static bool
@@ -239,14 +406,21 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
             return GP_EINVAL;
         }
     }
-    if (in->checkpoint_dir[0] != '\0' && mkdir_p(in->checkpoint_dir) != 0) {
-        snprintf(detail, dlen, "checkpoint dir %s: %s", in->checkpoint_dir, strerror(errno));
-        return GP_EINTERNAL;
-    }
     if ((t = calloc(1, sizeof(*t))) == NULL)
         return GP_ENOMEM;
-    rc = env_build(&env, in, detail, dlen);
-    if (rc == GP_EOK && (t->pid = spawn(in->command, env.v)) < 0) {
+    if (simjob_is(in->command)) {     /* no process, no folder: the loop runs it */
+        rc = sim_prepare(ag, t, in, detail, dlen);
+        if (rc != GP_EOK) {
+            free(t);
+            return rc;
+        }
+    } else if (in->checkpoint_dir[0] != '\0' && mkdir_p(in->checkpoint_dir) != 0) {
+        snprintf(detail, dlen, "checkpoint dir %s: %s", in->checkpoint_dir, strerror(errno));
+        free(t);
+        return GP_EINTERNAL;
+    }
+    rc = t->sim ? GP_EOK : env_build(&env, in, detail, dlen);
+    if (rc == GP_EOK && !t->sim && (t->pid = spawn(in->command, env.v)) < 0) {
         snprintf(detail, dlen, "cannot start /bin/sh: %s", strerror(errno));
         rc = GP_EINTERNAL;
     }
@@ -263,14 +437,22 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
         t->gpus[i] = ((const int32_t *)in->gpus.v)[i];
     t->acc_ms = agent_now_ms(ag);
     t->granted_ms = agent_now_ms(ag);
+    t->start_ms = t->acc_ms;
+    t->start_wall_ms = gp_wall_ms();
+    if (!t->sim)
+        t->load = 0.92;
     t->lease_ms = lease_ms;
     t->end_event = -1;
     snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s", in->checkpoint_dir);
     snprintf(t->ckpt_file, sizeof(t->ckpt_file), "%s/" CKPT_MARKER, in->checkpoint_dir);
-    ev_child_init(&t->child, child_cb, t->pid, 0);
-    ev_child_start(loop, &t->child);
     ev_timer_init(&t->kill_timer, kill_cb, 0, 0);
     ev_stat_init(&t->ckpt_stat, stat_cb, t->ckpt_file, 0.5);
+    if (t->sim) {
+        sim_start(t, loop);
+    } else {
+        ev_child_init(&t->child, child_cb, t->pid, 0);
+        ev_child_start(loop, &t->child);
+    }
     *out = t;
     return GP_EOK;
 }
@@ -287,7 +469,16 @@ attempt_stop(attempt *t, int event, unsigned grace_ms)
     if (t->stopping)
         return;
     t->stopping = true;
-    kill(-t->pid, SIGTERM);
+    if (t->sim) {
+        ev_timer_stop(loop, &t->sim_ckpt);
+        if (!t->spec.hang) {           /* it obeys the SIGTERM: gone on the next turn */
+            ev_timer_stop(loop, &t->sim_end);
+            ev_timer_set(&t->sim_end, 0, 0);
+            ev_timer_start(loop, &t->sim_end);
+        }
+    } else {
+        kill(-t->pid, SIGTERM);
+    }
     ev_timer_set(&t->kill_timer, grace_ms / 1000.0, 0);
     ev_timer_start(loop, &t->kill_timer);
 }
@@ -297,9 +488,17 @@ attempt_kill_now(attempt *t)
 {
     struct ev_loop *loop = ev_default_loop(0);
 
-    if (!t->done)
-        kill(-t->pid, SIGKILL);      /* libev's SIGCHLD handler reaps it later */
-    ev_child_stop(loop, &t->child);
+    if (t->sim) {
+        ev_timer_stop(loop, &t->sim_end);
+        ev_timer_stop(loop, &t->sim_ckpt);
+        ev_timer_stop(loop, &t->sim_sig);
+        if (!t->done)
+            t->end_ms = agent_now_ms(t->ag);
+    } else {
+        if (!t->done)
+            kill(-t->pid, SIGKILL);  /* libev's SIGCHLD handler reaps it later */
+        ev_child_stop(loop, &t->child);
+    }
     ev_timer_stop(loop, &t->kill_timer);
     ev_stat_stop(loop, &t->ckpt_stat);
 }
@@ -311,6 +510,13 @@ attempt_checkpoint(attempt *t)
 
     if (t->done || t->stopping)
         return GP_ECONFLICT;
+    if (t->sim) {                      /* it writes its checkpoint in a moment */
+        if (!t->ckpt_pending) {
+            t->ckpt_pending = true;
+            ev_timer_start(loop, &t->sim_sig);
+        }
+        return GP_EOK;
+    }
     clock_gettime(CLOCK_REALTIME, &t->ckpt_sent);
     if (kill(-t->pid, SIGUSR1) != 0)
         return GP_EINTERNAL;

@@ -1,7 +1,9 @@
 /* attempt.h -- one job attempt as a child process (internal to the agent).
  *
  * The command runs as /bin/sh -c in its own process group, so signals
- * reach everything it started.  Counters are cumulative: gpu_ms is elapsed
+ * reach everything it started.  On the simulated GPU backend a "sim:"
+ * command (simjob.h) runs in the loop instead: timers, no process (pid 0),
+ * the same events, stop/grace/kill and lease rules, and the same counters.  Counters are cumulative: gpu_ms is elapsed
  * time x GPUs held (what is delivered, not how busy the job kept them),
  * energy_mj integrates the measured power of its GPUs; both count on the
  * monotonic clock (gp/clock.h), so a step of the date bills nothing. */
@@ -15,6 +17,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "simjob.h"
 
 typedef struct attempt attempt;
 
@@ -42,6 +45,17 @@ struct attempt {
     ev_child        child;
     ev_timer        kill_timer;
     ev_stat         ckpt_stat;
+    double          load;                /* 0..1 on its GPUs (sim: load=, real: 0.92) */
+    uint64_t        start_ms;            /* gp_mono_ms at start */
+    uint64_t        start_wall_ms;       /* gp_wall_ms at start (a timestamp) */
+    /* A "sim:" behaviour run in the loop (sim true, pid 0). */
+    bool            sim;
+    simjob_spec     spec;
+    uint64_t        resume_ms;           /* work done before this attempt */
+    uint64_t        end_ms;              /* gp_mono_ms when it ended (progress stops) */
+    ev_timer        sim_end;             /* work done, fail_after, or the stop */
+    ev_timer        sim_ckpt;            /* ckpt= period */
+    ev_timer        sim_sig;             /* a checkpoint signal, answered after a delay */
 };
 
 /* Starts the command; INVAL (bad env, GPU) or INTERNAL (fork, exec) with
@@ -58,6 +72,9 @@ gp_err attempt_checkpoint(attempt *t);
 /* Counts up to now_ms; power_w[i] is the last power of node GPU i. */
 void   attempt_account(attempt *t, uint64_t now_ms, const double *power_w);
 void   attempt_free(attempt *t);
+/* Work done as of now (resume_ms + time run), for a sim job; false for a
+ * real process (it alone knows). */
+bool   attempt_progress(const attempt *t, uint64_t now_ms, uint64_t *out);
 
 /* Implemented by agent.c: the child is gone (t->done set), or it wrote
  * its checkpoint marker. */

@@ -39,6 +39,12 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         s.app = app;
         s.cfg = &cfg;
+        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, NULL) != 0)
+            rc = GP_ENOMEM;
+        if (rc == GP_EOK)
+            rc = sched_reserve_new(gp_app_kv(app), gp_app_metrics(app), &s.res);
+    }
+    if (rc == GP_EOK) {
         sched_jobs_start(&s);
         sched_events_start(&s);
         if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
@@ -52,6 +58,9 @@ main(int argc, char **argv)
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);
+    sched_reserve_free(s.res);
+    snap_free(&s.snap);
+    fair_free(&s.fair);
     gp_lib_close();
     return rc == GP_EOK ? 0 : 1;
 }

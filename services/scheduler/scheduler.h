@@ -12,6 +12,9 @@
 #include "gp/app.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
+#include "fair.h"
+#include "reserve.h"
+#include "snapshot.h"
 
 struct pg_result;
 
@@ -46,6 +49,13 @@ typedef struct sched {
     uint64_t            *m_events_published, *m_event_publish_failures, *m_outbox_resent;
     uint64_t            *m_signal_failures;
     double              *m_jobs[6];       /* jobs by state (msg_job_state_names) */
+    /* The placement engine.  snap: this instance's view of the fleet (fed
+     * by feed.c from the registry's replies and events and by this
+     * instance's own bookings); res: the atomic reservations in Redis, the
+     * only authority on who holds a GPU; fair: the pending queue's order. */
+    snap                 snap;
+    fair                 fair;
+    sched_reserve       *res;
 } sched;
 
 /* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */

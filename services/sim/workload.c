@@ -144,6 +144,7 @@ workload_defaults(workload *w)
     w->rate = 5;
     w->inflight = 32;
     w->timeout_ms = 5000;
+    w->wait_ms = 30000;
     w->max_attempts = 3;
     equal_tenants(&w->tenants, 6);
     set_mix(&w->gpus, "1:40,2:30,4:20,8:10", false, err, sizeof(err));
@@ -217,6 +218,8 @@ workload_set(workload *w, const char *k, const char *v, char *err, size_t n)
             snprintf(err, n, "rate: jobs per second, 0 < rate <= 100000");
     } else if (strcmp(k, "inflight") == 0) {
         ok = set_uint(&w->inflight, v, 1, 10000, err, n);
+    } else if (strcmp(k, "wait_ms") == 0) {
+        ok = set_uint(&w->wait_ms, v, 0, 3600000, err, n);
     } else if (strcmp(k, "timeout_ms") == 0) {
         ok = set_uint(&w->timeout_ms, v, 100, 600000, err, n);
     } else if (strcmp(k, "max_attempts") == 0) {
@@ -476,7 +479,12 @@ struct wl_run {
     ev_timer    tick;
     int         tenant_next, tenant_inflight;
     unsigned    next, inflight;
-    double      t0;                    /* gp_mono_s when submissions started */
+    double      t0;                    /* gp_mono_s when submissions started (moved by waits) */
+    double      wait_end;              /* gp_mono_s: NOROUTE until then means "not up yet" */
+    double      resume_at;             /* gp_mono_s: waiting for the scheduler until then */
+    bool        serving;               /* a submission got an answer from a scheduler */
+    unsigned   *retry;                 /* indexes answered NOROUTE while waiting */
+    unsigned    nretry;
     bool        submitting, finished;
     FILE       *ids;
     wl_stats    st;
@@ -530,6 +538,20 @@ submit_done(void *arg, gp_err err, const void *reply, const char *detail)
     const msg_job *j = reply;
 
     r->inflight--;
+    if (err == GP_ENOROUTE && !r->serving && gp_mono_s() < r->wait_end) {
+        /* No scheduler yet (started with the stack): not an answer; this
+         * index goes again once it is up, and the stream pauses. */
+        if (r->resume_at <= gp_mono_s())
+            GP_INFO("workload_waiting", "name=%s reason=no_scheduler retry_s=0.5", r->w->name);
+        r->retry[r->nretry++] = c->idx;
+        r->st.submitted--;
+        r->resume_at = gp_mono_s() + 0.5;
+        if (!ev_is_active(&r->tick))
+            ev_timer_start(r->loop, &r->tick);
+        free(c);
+        return;
+    }
+    r->serving = r->serving || err != GP_ENOROUTE;
     r->st.answered++;
     if (err == GP_EOK) {
         r->st.accepted++;
@@ -591,10 +613,24 @@ submit_some(wl_run *r)
 
     if (!r->submitting || r->finished)
         return;
+    if (r->resume_at > 0) {
+        double now = gp_mono_s();
+
+        if (now < r->resume_at || r->inflight > 0)
+            return;                    /* the tick comes back */
+        r->t0 += now - r->resume_at + 0.5;      /* the wait does not make a burst */
+        r->resume_at = 0;
+        while (r->nretry > 0 && r->inflight < r->w->inflight)
+            submit_one(r, r->retry[--r->nretry]);
+        if (r->nretry > 0) {
+            r->resume_at = now;
+            return;
+        }
+    }
     due = (gp_mono_s() - r->t0) * r->w->rate + 1;
     while (r->next < r->w->jobs && r->next < due && r->inflight < r->w->inflight && !r->finished)
         submit_one(r, r->next++);
-    if (r->next == r->w->jobs)
+    if (r->next == r->w->jobs && r->nretry == 0 && r->resume_at == 0)
         ev_timer_stop(r->loop, &r->tick);
 }
 
@@ -613,6 +649,7 @@ start_submitting(wl_run *r)
 
     r->submitting = true;
     r->t0 = gp_mono_s();
+    r->wait_end = r->t0 + r->w->wait_ms / 1000.0;
     GP_INFO("workload_submitting", "name=%s jobs=%u rate=%.1f inflight=%u", r->w->name, r->w->jobs,
             r->w->rate, r->w->inflight);
     if (r->w->jobs == 0) {
@@ -684,6 +721,10 @@ workload_start(gp_app *app, const workload *w, const fleet *f, wl_done_cb *done,
     r->done = done;
     r->arg = arg;
     ev_timer_init(&r->tick, tick_cb, 1, 1);
+    if ((r->retry = calloc(w->inflight, sizeof(*r->retry))) == NULL) {
+        free(r);
+        return NULL;
+    }
     if (w->ids_out[0] != '\0' && (r->ids = fopen(w->ids_out, "w")) == NULL)
         GP_WARN("workload_ids_out", "path=%s action=not_written", w->ids_out);
     if (r->ids != NULL)
@@ -707,5 +748,6 @@ workload_free(wl_run *r)
     ev_timer_stop(r->loop, &r->tick);
     if (r->ids != NULL)
         fclose(r->ids);
+    free(r->retry);
     free(r);
 }

@@ -10,6 +10,9 @@
  *   rate=5                 submissions per second, at most
  *   inflight=32            submissions awaiting a reply, at most
  *   timeout_ms=5000        deadline of one submission
+ *   wait_ms=30000          until a first submission is served, NOROUTE (no
+ *                          scheduler up yet) pauses the stream and retries
+ *                          every 0.5 s for this long; then it counts as refused
  *   tenants=6              customer tenants cust-01..cust-06, equal weights,
  *                          or a mix: tenants=acme:5,globex:2
  *   gpus=1:40,2:30,4:20,8:10          gpus_per_node mix
@@ -67,7 +70,7 @@ typedef struct wl_range {
 typedef struct workload {
     char     name[24];
     uint64_t seed;
-    unsigned jobs, inflight, timeout_ms, max_attempts;
+    unsigned jobs, inflight, timeout_ms, wait_ms, max_attempts;
     double   rate;
     wl_mix   tenants, gpus, nodes, models, priority;
     double   origin, latency, interruptible, fail, exit_nonzero, forever, ckpt, hang, start_fail,

@@ -20,11 +20,11 @@ static gp_bus         *bus;
 /* ---- a scheduler and a registry --------------------------------------- */
 
 #define MAXJ 64
-static char     crids[2][MAXJ][64];
-static char     tenants_seen[2][MAXJ][64];
-static uint8_t  specs[2][MAXJ][2048];
-static size_t   spec_len[2][MAXJ];
-static int      nsub[2], round_no;
+static char     crids[3][MAXJ][64];
+static char     tenants_seen[3][MAXJ][64];
+static uint8_t  specs[3][MAXJ][2048];
+static size_t   spec_len[3][MAXJ];
+static int      nsub[3], round_no;
 static double   first_at, last_at;
 static int      ntenant_req;
 
@@ -224,6 +224,43 @@ test_workload(void)
     T_OKM(same == 20, "with the same client_request_ids, tenants and specs (%d of 20)", same);
 }
 
+/* Started before the scheduler: NOROUTE pauses the stream until it is up;
+ * nothing is lost or counted twice. */
+static void
+test_workload_waits(gp_bus_sub **submit_sub)
+{
+    char  wl[300], log[300], bin[512];
+    const char *argv[] = {bin, "--no-fleet", "--sites", "5", "--seed", "3", "--workload", wl,
+                          "--http-port", "0", NULL};
+    pid_t pid;
+    int   st = -1, ws;
+    double t0;
+
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-sim", tl_env("GP_BUILD"));
+    snprintf(wl, sizeof(wl), "%s/wl.conf", tl_env("GP_STACK_DIR"));
+    snprintf(log, sizeof(log), "%s/wl-wait.log", tl_env("GP_STACK_DIR"));
+    round_no = 2;
+    gp_bus_sub_free(*submit_sub);      /* no scheduler */
+    tl_spin(loop, 0.2);
+    pid = spawn_log(argv, log);
+    tl_spin(loop, 1.5);
+    gp_bus_sub_new(bus, "gp.api.*.job.submit", NULL, on_submit, NULL, submit_sub);
+    t0 = tl_now();
+    while (st < 0 && tl_now() < t0 + 15) {
+        tl_spin(loop, 0.02);
+        if (waitpid(pid, &ws, WNOHANG) == pid)
+            st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    }
+    if (st < 0)
+        kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+    T_OKM(st == 0 && nsub[2] == 20, "started before the scheduler: all 20 served once it is up "
+          "(%d, status %d)", nsub[2], st);
+    T_OKM(file_has(log, "event=workload_waiting", "no_scheduler") &&
+              file_has(log, "event=workload_done", "submitted=20 accepted=18 timed_out=1") &&
+              file_has(log, "event=workload_done", "refused=\"INVAL:1\""),
+          "it waited, and counted each job once");
+}
+
 /* ---- the truth ------------------------------------------------------------ */
 
 static char node_site[64], node_id[64], node_model[32];
@@ -385,6 +422,7 @@ main(void)
     gp_bus_sub_new(bus, "gp.admin.tenant.create", NULL, on_tenant, NULL, &subs[1]);
     tl_spin(loop, 0.3);
     test_workload();
+    test_workload_waits(&subs[0]);
     test_truth();
     for (int i = 0; i < 2; i++)
         gp_bus_sub_free(subs[i]);

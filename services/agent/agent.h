@@ -58,7 +58,8 @@ typedef void agent_stopped_cb(void *arg, agent *a, gp_err why, const char *detai
 
 /* One attempt's life as the node saw it, for the simulator's ground truth
  * (services/sim/truth.c): handed over once per attempt, when it ends or
- * when the agent is freed with it still running (event -1). */
+ * when the agent is freed with it still running (event -1).  Its pointers
+ * are valid during the call only. */
 typedef struct agent_attempt_end {
     const char *job_id;
     uint32_t    attempt;

@@ -78,6 +78,9 @@ struct gpu_backend {
 int         gpu_sim_nmodels(void);
 const char *gpu_sim_model_name(int i);
 bool        gpu_sim_model_known(const char *model);
+/* The model's nominal power at load 0..1 (no noise, no throttling): what
+ * the simulator's ground truth integrates.  -1 for an unknown model. */
+double      gpu_sim_model_power_w(const char *model, double load);
 
 /* n simulated GPUs of one model, deterministic from seed.  NULL: bad args. */
 gpu_backend *gpu_sim_new(const char *model, int n, uint64_t seed);

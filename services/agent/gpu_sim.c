@@ -65,6 +65,17 @@ find_model(const char *name)
 
 bool gpu_sim_model_known(const char *model) { return find_model(model) != NULL; }
 
+double
+gpu_sim_model_power_w(const char *model, double load)
+{
+    const sim_model *m = find_model(model);
+
+    if (m == NULL)
+        return -1;
+    load = load < 0 ? 0 : load > 1 ? 1 : load;
+    return m->idle_w + (m->tdp_w - m->idle_w) * load;     /* what sim_sample draws, noise aside */
+}
+
 static int
 sim_count(gpu_backend *b)
 {

@@ -1,7 +1,12 @@
 /* main.c -- gridpool-sim: builds a fleet from a seed, creates its tenants,
  * sites, pools and products through the registry admin API, then runs one
  * agent per node (simulated GPUs) in this one process, on one loop and one
- * bus, and injects faults from a script or from gp.int.sim.fault. */
+ * bus, and injects faults from a script or from gp.int.sim.fault.
+ * --truth FILE writes the ground truth of every attempt (truth.c);
+ * --workload FILE submits a seeded stream of jobs through gp.api
+ * (workload.c), next to the fleet or alone (--no-fleet: the fleet's shape
+ * is still built from --sites and --seed, for origins and models, but no
+ * agent runs; the process stops when every submission is answered). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +15,7 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "sim.h"
+#include "workload.h"
 
 #define SIM_VERSION "0.1.0"
 
@@ -25,6 +31,9 @@ typedef struct sim_cfg {
     unsigned      admin_window;
     unsigned      admin_wait_ms;
     bool          dry_run;
+    char          truth[512];
+    char          workload[512];
+    bool          no_fleet;
 } sim_cfg;
 
 static const gp_cfg_opt sim_opts[] = {
@@ -42,6 +51,12 @@ static const gp_cfg_opt sim_opts[] = {
     GP_CFG_UINT("admin-wait-ms", sim_cfg, admin_wait_ms, 30000, 0, 600000,
                 "how long to wait for the registry to answer before starting without it"),
     GP_CFG_BOOL("dry-run", sim_cfg, dry_run, 0, "build the fleet, write --inventory-out, exit"),
+    GP_CFG_STR("truth", sim_cfg, truth, "",
+               "write the ground truth (GPU time, energy) of every attempt here, JSON lines"),
+    GP_CFG_STR("workload", sim_cfg, workload, "",
+               "submit the jobs of this workload file through gp.api (services/sim/workload.h)"),
+    GP_CFG_BOOL("no-fleet", sim_cfg, no_fleet, 0,
+                "run no agents (the workload generator alone); stop once the workload is done"),
     GP_CFG_END
 };
 
@@ -99,6 +114,7 @@ sim_node_up(sim *s, int i, double delay_s)
     o.seed = n->seed;
     o.on_registered = on_registered;
     o.on_stopped = on_stopped;
+    o.on_attempt_end = s->truth != NULL ? truth_on_end : NULL;
     o.cb_arg = s;
     n->ag = agent_new(s->loop, s->bus, &o, n->gpu);
     if (n->ag == NULL) {
@@ -216,6 +232,9 @@ static const gp_op *const phase_op[] = {GP_OP_ADMIN_TENANT_CREATE, GP_OP_ADMIN_S
 typedef struct admin {
     sim        *s;
     sim_script *script;
+    const workload *wl;
+    wl_run    **wl_run;
+    bool        no_fleet;
     int         phase, next, total, inflight;
     unsigned    window;
     double      deadline;
@@ -231,6 +250,17 @@ typedef struct call {
 
 static void pump(admin *ad);
 static void issue(call *c);
+
+/* The workload is answered; alone (--no-fleet) the simulator stops. */
+static void
+workload_done(void *arg, wl_run *r)
+{
+    sim *s = arg;
+
+    (void)r;
+    if (s != NULL)
+        gp_app_stop(s->app);
+}
 
 static int
 phase_total(const admin *ad)
@@ -333,7 +363,11 @@ pump(admin *ad)
            ad->created, ad->existed, ad->failed, ad->absent ? " (no registry)" : "",
            gp_mono_s() - ad->s->t_start);
     fflush(stdout);
-    start_agents(ad->s, ad->script);
+    if (!ad->no_fleet)
+        start_agents(ad->s, ad->script);
+    if (ad->wl != NULL)
+        *ad->wl_run = workload_start(ad->s->app, ad->wl, &ad->s->f, workload_done,
+                                     ad->no_fleet ? ad->s : NULL);
 }
 
 /* ---- the control subject ------------------------------------------------------- */
@@ -362,14 +396,18 @@ on_stop(gp_app *app, void *arg)
 
     (void)app;
     faults_free(s);
+    s->stopping = true;                /* what still runs ends as "sim_stop" in the truth */
     for (int i = 0; i < s->f.nnodes; i++)
         sim_node_down(s, i);
+    truth_close(s);
 }
 
 static int
-run(sim_cfg *c, sim *s, sim_script *script)
+run(sim_cfg *c, sim *s, sim_script *script, const workload *wl)
 {
-    admin  ad = {.s = s, .script = script, .window = c->admin_window};
+    wl_run *wr = NULL;
+    admin  ad = {.s = s, .script = script, .window = c->admin_window, .wl = wl, .wl_run = &wr,
+                 .no_fleet = c->no_fleet};
     gp_err rc = gp_app_new("sim", SIM_VERSION, &c->common, 0, NULL, &s->app);
 
     if (rc == GP_EOK) {
@@ -381,14 +419,15 @@ run(sim_cfg *c, sim *s, sim_script *script)
     }
     if (rc == GP_EOK) {
         ad.deadline = gp_mono_s() + c->admin_wait_ms / 1000.0;
-        ad.phase = c->admin ? PH_TENANTS : PH_DONE;
+        ad.phase = c->admin && !c->no_fleet ? PH_TENANTS : PH_DONE;
         ad.total = phase_total(&ad);
         if (!c->common.print_routes)
             pump(&ad);
         rc = gp_app_run(s->app);
     }
     on_stop(s->app, s);
-    gp_app_free(s->app);
+    gp_app_free(s->app);               /* the bus is closed: no workload callback is left */
+    workload_free(wr);
     for (int i = 0; i < s->f.nnodes; i++)
         gpu_free(s->f.nodes[i].gpu);
     return rc == GP_EOK ? 0 : 1;
@@ -400,6 +439,7 @@ main(int argc, char **argv)
     sim_cfg     cfg;
     sim         s;
     sim_script *script = NULL;
+    workload    wl;
     char        err[256];
     int         code;
 
@@ -415,6 +455,19 @@ main(int argc, char **argv)
         fprintf(stderr, "gridpool-sim: %s: %s\n", cfg.faults, err);
         return 78;
     }
+    workload_defaults(&wl);
+    if (cfg.workload[0] != '\0' && workload_load(cfg.workload, &wl, err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "gridpool-sim: %s: %s\n", cfg.workload, err);
+        return 78;
+    }
+    if (cfg.no_fleet && cfg.workload[0] == '\0') {
+        fprintf(stderr, "gridpool-sim: --no-fleet runs the workload generator alone: give --workload\n");
+        return 78;
+    }
+    if (cfg.truth[0] != '\0' && !cfg.dry_run && truth_open(&s, cfg.truth) != 0) {
+        fprintf(stderr, "gridpool-sim: cannot write %s\n", cfg.truth);
+        return 78;
+    }
     if (fleet_build(&s.f, (int)cfg.sites, cfg.seed) != 0) {
         fprintf(stderr, "gridpool-sim: out of memory building the fleet\n");
         return 1;
@@ -426,7 +479,7 @@ main(int argc, char **argv)
         fprintf(stderr, "gridpool-sim: cannot write %s\n", cfg.inventory_out);
         code = 1;
     } else {
-        code = cfg.dry_run ? 0 : run(&cfg, &s, script);
+        code = cfg.dry_run ? 0 : run(&cfg, &s, script, cfg.workload[0] ? &wl : NULL);
     }
     if (cfg.dry_run || code != 0) {
         s.script = script;

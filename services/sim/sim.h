@@ -5,6 +5,7 @@
 
 #include <ev.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "../agent/agent.h"
@@ -105,6 +106,9 @@ typedef struct sim {
     bool            summary_done;
     sim_undo       *undos;
     struct sim_script *script;
+    FILE           *truth;             /* --truth: one JSON line per ended attempt */
+    unsigned        truth_lines;
+    bool            stopping;          /* the simulator stops: running attempts end "sim_stop" */
 } sim;
 
 void sim_node_up(sim *s, int i, double delay_s);
@@ -112,6 +116,12 @@ void sim_node_down(sim *s, int i);
 /* Binds (up) or unbinds the node's command routes: a node that is down has
  * no subscription (a cut uplink or a hang keeps it: requests time out). */
 void sim_node_link(sim *s, int i, bool up);
+
+/* truth.c: the ground truth of delivered GPU time and energy, from the
+ * simulator's own model (see truth.c for the line format). */
+int  truth_open(sim *s, const char *path);
+void truth_on_end(void *arg, agent *a, const agent_attempt_end *e);
+void truth_close(sim *s);
 
 /* faults.c */
 typedef struct sim_script sim_script;

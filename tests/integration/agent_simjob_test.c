@@ -3,7 +3,8 @@
  * fail_after, ckpt with progress_ms, resume_ms, a checkpoint signal,
  * stop (SIGTERM semantics) and hang (the grace kill), start_fail, a bad
  * command, lease expiry, load and power in heartbeats, and no child
- * process forked for any of it.  Real time: about 20 s. */
+ * process forked for any of it; a real command still forks and finds
+ * GP_RESUME_MS.  Real time: about 20 s. */
 #include <dirent.h>
 
 #include "msg_gen.h"
@@ -349,6 +350,27 @@ test_lease(void)
           (unsigned long long)(e ? e->gpu_ms : 0));
 }
 
+/* The real path is unchanged on the simulated backend (a real command
+ * forks), and a resumed real command finds GP_RESUME_MS. */
+static void
+test_real_resume(void)
+{
+    char          d[GP_ERRBUF_LEN], path[300], cmd[400], line[64] = "";
+    const ev_rec *e;
+    FILE         *f;
+
+    snprintf(path, sizeof(path), "%s/resume.txt", tl_env("GP_STACK_DIR"));
+    snprintf(cmd, sizeof(cmd), "echo \"$GP_RESUME_MS\" >%s", path);
+    T_EQ_INT(run_cmd("real", cmd, 0, 1, 123456, d), GP_EOK);
+    e = wait_event("real", MSG_ATTEMPT_EVENT_EVENT_EXITED, 3);
+    if ((f = fopen(path, "r")) != NULL) {
+        (void)!fgets(line, sizeof(line), f);
+        fclose(f);
+    }
+    T_OKM(e && e->exit_code == 0 && strcmp(line, "123456\n") == 0 && !e->has_progress,
+          "a real command resumed: GP_RESUME_MS=%.*s, no progress_ms", (int)strcspn(line, "\n"), line);
+}
+
 int
 main(void)
 {
@@ -383,6 +405,7 @@ main(void)
     test_lease();
     T_OKM(max_children == 0, "no child process forked for sim: commands (at most %d seen)",
           max_children);
+    test_real_resume();
     kill(agent_pid, SIGTERM);
     T_OKM(tl_wait_exit(agent_pid, 10) == 0, "agent stops on SIGTERM with status 0");
     for (int i = 0; i < 4; i++)

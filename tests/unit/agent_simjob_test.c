@@ -91,6 +91,7 @@ test_refused(void)
  * held, nothing is sent) ------------------------------------------------ */
 
 static agent_attempt_end ends[8];
+static char              end_job[8][64];     /* e->job_id is valid during the call only */
 static int               nends;
 
 static void
@@ -98,8 +99,10 @@ on_end(void *arg, agent *a, const agent_attempt_end *e)
 {
     (void)arg;
     (void)a;
-    if (nends < 8)
+    if (nends < 8) {
+        snprintf(end_job[nends], sizeof(end_job[0]), "%s", e->job_id);
         ends[nends++] = *e;
+    }
 }
 
 static agent *
@@ -185,9 +188,9 @@ test_sim_backend_runs(void)
     T_EQ_INT(agent_attempts_running(a), 3);
     spin_ms(500);
     T_EQ_INT(agent_attempts_running(a), 1);
-    T_OKM(nends == 2 && strcmp(ends[0].job_id, "j2") == 0 && ends[0].progress_ms == 10000,
+    T_OKM(nends == 2 && strcmp(end_job[0], "j2") == 0 && ends[0].progress_ms == 10000,
           "resume_ms 9800 of 10 s: ends first, at progress 10000");
-    T_OKM(nends == 2 && strcmp(ends[1].job_id, "j1") == 0 && ends[1].exit_code == 4 &&
+    T_OKM(nends == 2 && strcmp(end_job[1], "j1") == 0 && ends[1].exit_code == 4 &&
           ends[1].event == MSG_ATTEMPT_EVENT_EVENT_EXITED && ends[1].sim && ends[1].load == 0.5,
           "run=300ms exit=4 load=50: exited 4 at load 0.5");
     T_OKM(nends == 2 && ends[1].end_mono_ms - ends[1].start_mono_ms >= 300 &&
@@ -196,7 +199,7 @@ test_sim_backend_runs(void)
           (unsigned long long)(ends[1].end_mono_ms - ends[1].start_mono_ms),
           (unsigned long long)ends[1].agent_gpu_ms);
     agent_free(a);                     /* the node goes down with j3 running */
-    T_OKM(nends == 3 && strcmp(ends[2].job_id, "j3") == 0 && ends[2].event == -1,
+    T_OKM(nends == 3 && strcmp(end_job[2], "j3") == 0 && ends[2].event == -1,
           "a node freed with a job running tells its end too (event -1)");
     gpu_free(g);
 }

@@ -288,7 +288,9 @@ sched_feed_start(sched *s)
                                             "Inventory loads abandoned (a page failed)");
     f->m_state_events = gp_metrics_counter(m, "gp_scheduler_node_state_events_total", NULL,
                                            "NodeState events received");
-    rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), NULL);
+    const char *any[2] = {NULL, NULL};     /* site, node: every one */
+
+    rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), any);
     if (rc == GP_EOK)   /* every instance follows every node: no queue group */
         rc = gp_bus_sub_new(gp_app_bus(s->app), pat, NULL, on_node_state, f, &f->sub);
     /* the first load is started by the placement pass, which retries it

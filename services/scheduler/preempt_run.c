@@ -139,10 +139,21 @@ sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt)
 
 /* ---- signals ------------------------------------------------------------- */
 
+/* Each signal's answer is logged: the record of what a victim was told. */
+static void
+checkpointed(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
+{
+    (void)s, (void)arg;
+    GP_INFO("preempt_signal", "action=checkpoint job=%s attempt=%u result=%s", job, attempt,
+            gp_err_name(err));
+}
+
 static void
 stopped(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
 {
     (void)arg;
+    GP_INFO("preempt_signal", "action=stop job=%s attempt=%u result=%s", job, attempt,
+            gp_err_name(err));
     if (err == GP_EOK)             /* the agent is stopping it: the job goes back now */
         sched_preempted_ended(s, job, attempt);
 }
@@ -167,7 +178,8 @@ signal_all(preemption *pr)
     for (uint32_t i = 0; i < pr->nv; i++)
         for (uint32_t k = 0; k < pr->v[i].nnodes; k++)
             sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job, pr->v[i].attempt,
-                         MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT, NULL, NULL);
+                         MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT, k == 0 ? checkpointed : NULL,
+                         NULL);
     ev_timer_init(&pr->grace, grace_over, pr->s->cfg->preempt_grace_ms / 1000.0, 0);
     pr->grace.data = pr;
     ev_timer_start(gp_app_loop(pr->s->app), &pr->grace);

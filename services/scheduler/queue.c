@@ -618,6 +618,8 @@ claimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         pass_end(q);
         return;
     }
+    if (q->n > 0)
+        GP_DEBUG("place_pass", "jobs=%zu", q->n);
     next_job(q);
 }
 

@@ -10,9 +10,11 @@
  * follows the registry's NodeState events; a node that becomes healthy
  * kicks the placement pass (capacity changed).
  *
- * At the first load's end the live attempts' GPUs (every instance's,
- * from PostgreSQL) are booked in the snapshot, so a restarted instance
- * knows what is taken; placement waits for this (s->fed).  The Redis
+ * At each load's end the snapshot's bookings are synced with the live
+ * attempts in PostgreSQL (every instance's): missing ones booked, ended
+ * ones dropped, so a restarted instance knows what is taken and GPUs
+ * freed by another instance show free again; placement waits for the
+ * first (s->fed).  The Redis
  * reservation stays the authority: a stale snapshot only costs a BUSY
  * and a retry. */
 #include <libpq-fe.h>
@@ -39,6 +41,7 @@ typedef struct sched_feed {
     char        after[GP_MAX_ID + 1];
     snap_map    seen[K_N];            /* ids seen by this load */
     gp_bus_sub *sub;                  /* NodeState events */
+    unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
 } sched_feed;
 
@@ -133,28 +136,76 @@ gpu_mask(const char *text)
     return m;
 }
 
+/* "<job>:<attempt>" on "<node>": one booking's key in the live set. */
+static void
+hold_key(char *out, size_t n, const char *job, const char *attempt, const char *node)
+{
+    snprintf(out, n, "%.63s:%.10s:%.63s", job, attempt, node);
+}
+
+/* Bookings the snapshot holds that PostgreSQL no longer has live (ended by
+ * another instance, or by this one's attempt-end path) are dropped, so
+ * freed GPUs show free again.  A booking made after the read is not in
+ * it: dropping one costs only a BUSY from Redis and a refresh. */
+static void
+drop_ended(sched *s, const snap_map *live)
+{
+    snap *sn = &s->snap;
+
+    for (uint32_t i = 0; i < sn->nnode; i++) {
+        char     drop[SNAP_NODE_GPUS][SNAP_ID_LEN], key[200], att[16];
+        uint32_t dropa[SNAP_NODE_GPUS], nd = 0;
+
+        if (!sn->node[i].used)
+            continue;
+        for (int32_t h = sn->node[i].holds; h != SNAP_NONE && nd < SNAP_NODE_GPUS;
+             h = sn->hold[h].next) {
+            snprintf(att, sizeof(att), "%u", sn->hold[h].attempt);
+            hold_key(key, sizeof(key), sn->hold[h].job, att, sn->node[i].id);
+            if (snap_map_get(live, key) < 0) {
+                snprintf(drop[nd], sizeof(drop[nd]), "%s", sn->hold[h].job);
+                dropa[nd++] = sn->hold[h].attempt;
+            }
+        }
+        for (uint32_t k = 0; k < nd; k++)
+            snap_unbook(sn, sn->node[i].id, drop[k], dropa[k]);
+    }
+}
+
 static void
 bookings_loaded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     sched_feed *f = arg;
     sched      *s = f->s;
+    snap_map    live;
+    char        key[200];
     int         booked = 0;
 
     f->busy = false;
-    if (err != GP_EOK || nres != 1) {     /* placement keeps waiting; the next load retries */
+    if (err != GP_EOK || nres != 1) {     /* the next load retries (placement waits if unfed) */
         GP_WARN("feed_bookings_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
         sched_count(f->m_load_failures);
         return;
     }
-    for (int i = 0; i < PQntuples(res[0]); i++)
+    snap_map_init(&live);
+    for (int i = 0; i < PQntuples(res[0]); i++) {
+        hold_key(key, sizeof(key), PQgetvalue(res[0], i, 0), PQgetvalue(res[0], i, 1),
+                 PQgetvalue(res[0], i, 2));
+        snap_map_put(&live, key, 1);
+    }
+    drop_ended(s, &live);
+    snap_map_free(&live);
+    for (int i = 0; i < PQntuples(res[0]); i++)    /* -1 when already booked: kept as is */
         booked += snap_book(&s->snap, PQgetvalue(res[0], i, 2), gpu_mask(PQgetvalue(res[0], i, 3)),
                             PQgetvalue(res[0], i, 0),
                             (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10),
                             atoi(PQgetvalue(res[0], i, 4)),
                             PQgetvalue(res[0], i, 5)[0] == 't') == 0;
+    if (!s->fed)
+        GP_INFO("feed_ready", "nodes=%u sites=%u bookings=%d", s->snap.nodes, s->snap.sites,
+                booked);
     s->fed = true;
-    GP_INFO("feed_ready", "nodes=%u sites=%u bookings=%d", s->snap.nodes, s->snap.sites, booked);
-    sched_place_kick(s);
+    sched_place_kick(s);                  /* new nodes, freed GPUs: capacity may have changed */
 }
 
 static void
@@ -179,13 +230,9 @@ static void
 load_done(sched_feed *f)
 {
     sweep_missing(f);
+    f->fails = 0;
     sched_count(f->m_loads);
-    if (!f->s->fed) {
-        load_bookings(f);
-        return;
-    }
-    f->busy = false;
-    sched_place_kick(f->s);               /* new nodes may be new capacity */
+    load_bookings(f);
 }
 
 static void
@@ -197,8 +244,10 @@ page_answered(void *arg, gp_err err, const void *reply, const char *detail)
     const msg_node_list *page = reply;
 
     if (err != GP_EOK) {
-        GP_WARN("feed_load_failed", "kind=%d code=%s detail=\"%s\"", f->kind, gp_err_name(err),
-                detail);
+        f->fails++;
+        if ((f->fails & (f->fails - 1)) == 0)   /* retried every place-ms until the first load */
+            GP_WARN("feed_load_failed", "kind=%d code=%s detail=\"%s\" in_a_row=%u", f->kind,
+                    gp_err_name(err), detail, f->fails);
         sched_count(f->m_load_failures);
         f->busy = false;
         return;

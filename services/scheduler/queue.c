@@ -548,8 +548,41 @@ place_one(sched_queue *q)
 }
 
 static void
+unclaimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    (void)arg, (void)res, (void)nres;
+    if (err != GP_EOK)                    /* the claims expire by themselves */
+        GP_WARN("unclaim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+}
+
+/* Jobs of the batch not tried (dispatch at its bound) are given back at
+ * once rather than left to their claim's expiry. */
+static void
+unclaim_rest(sched_queue *q)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, 8192);
+    if (gp_pgarr_begin(&b) != GP_EOK)
+        return;
+    for (size_t i = q->i; i < q->n; i++)
+        gp_pgarr_add(&b, ((qjob *)q->order[i].data)->job.id);
+    if (gp_pgarr_end(&b) == GP_EOK) {
+        const char *p[] = {b.p, gp_app_instance(q->s->app)};
+
+        gp_db_query(gp_app_db(q->s->app),
+                    "UPDATE jobs SET claimed_by = NULL, claim_until = NULL\n"
+                    "WHERE id = ANY($1::text[]) AND claimed_by = $2 AND state = 'pending'",
+                    2, p, 0, unclaimed, NULL);
+    }
+    gp_buf_fini(&b);
+}
+
+static void
 pass_end(sched_queue *q)
 {
+    if (q->i < q->n)
+        unclaim_rest(q);
     for (size_t i = 0; i < q->n; i++)
         gp_msg_clear(&msg_job_desc, &q->jobs[i].job);
     free(q->jobs);
@@ -636,7 +669,9 @@ sched_place_run(gp_app *app, void *arg)
         return;
     }
     usage_refresh(q);
-    if (q->busy || s->dispatching >= s->cfg->dispatch_max)
+    /* an empty fleet has nothing to place on and no reason to count:
+     * jobs are not claimed (nor their reasons rewritten) until nodes exist */
+    if (q->busy || s->dispatching >= s->cfg->dispatch_max || s->snap.nodes == 0)
         return;
     snprintf(ms, sizeof(ms), "%u", s->cfg->claim_ms);
     snprintf(lim, sizeof(lim), "%u", s->cfg->place_batch);

@@ -295,6 +295,53 @@ sched_feed_run(gp_app *app, void *arg)
 
 /* ---- NodeState events ------------------------------------------------------ */
 
+/* A node the snapshot does not know (registered since the last load) is
+ * fetched at once (gp.admin.node.get), so new capacity is placed on
+ * without waiting feed-ms; a node of an unknown site (a new site) makes
+ * the next placement pass reload everything. */
+typedef struct node_fetch {
+    sched_feed *f;
+} node_fetch;
+
+static void
+node_fetched(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    node_fetch *nf = arg;
+    sched_feed *f = nf->f;
+
+    free(nf);
+    if (err != GP_EOK) {
+        GP_DEBUG("feed_node_get_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    if (snap_node_upsert(&f->s->snap, reply) != 0) {
+        if (!f->busy)
+            sched_feed_run(f->s->app, f->s);
+        return;
+    }
+    sched_place_kick(f->s);
+}
+
+static void
+node_fetch_start(sched_feed *f, const char *node)
+{
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+    node_fetch    *nf = calloc(1, sizeof(*nf));
+    gp_err         rc = nf != NULL ? gp_op_subject(GP_OP_ADMIN_NODE_GET, subj, sizeof(subj), NULL)
+                                   : GP_ENOMEM;
+
+    if (nf == NULL)
+        return;
+    nf->f = f;
+    snprintf(q.id, sizeof(q.id), "%s", node);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(f->s->app), subj, &msg_id_request_desc, &q, &msg_node_desc,
+                     gp_app_cfg(f->s->app)->request_timeout_ms, node_fetched, nf);
+    if (rc != GP_EOK)
+        node_fetched(nf, rc, NULL, "not sent");
+}
+
 static void
 on_node_state(void *arg, const gp_bus_msg *m)
 {
@@ -309,8 +356,8 @@ on_node_state(void *arg, const gp_bus_msg *m)
     ix = snap_node_find(&f->s->snap, st.node);
     if (ix >= 0)
         was = f->s->snap.node[ix].state;
-    /* an unknown node (registered after the last load) gets in with the
-     * next load; its state alone has no GPUs to place on */
+    else if (f->s->fed && st.state == SNAP_HEALTHY)
+        node_fetch_start(f, st.node);
     if (ix >= 0 && snap_node_state(&f->s->snap, &st) == 0 && st.state == SNAP_HEALTHY &&
         was != SNAP_HEALTHY)
         sched_place_kick(f->s);

@@ -77,7 +77,7 @@ agent() {     # node, model
 
 sched() {     # name
     start "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
-        --place-ms 200 --feed-ms 2000 --dispatch-timeout-ms 2000 --preempt-grace-ms 1000 \
+        --place-ms 200 --dispatch-timeout-ms 2000 --preempt-grace-ms 1000 \
         --checkpoint-root "$tmp/ckpt" --log-level debug
 }
 

@@ -178,6 +178,14 @@ sleep 2                                     # both instances keep passing over t
 ok "no job placed twice, no node holding two attempts for its one GPU" $?
 grep -q place_pass "$D/sched-a.log" && grep -q place_pass "$D/sched-b.log"
 ok "both instances claimed and placed batches meanwhile (place_pass in both logs)" $?
+conflicts=0
+for x in sched-a sched-b; do
+    port=$(grep -o 'http_port=[0-9]*' "$D/$x.log" | head -1 | cut -d= -f2)
+    c=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^gp_scheduler_placement_conflicts_total //p')
+    conflicts=$((conflicts + ${c:-1}))
+done
+[ "$conflicts" -eq 0 ]
+ok "no placement was given back for a lost claim (the claim rule kept the instances apart)" $?
 
 # ---- 5. preemption -----------------------------------------------------------
 

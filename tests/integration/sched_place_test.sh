@@ -12,6 +12,8 @@
 #      'pending' event however many passes; placed on n4 once n4 registers;
 #   3. a refused dispatch (sim:start_fail, max_attempts 2) -> two attempts
 #      failed_to_start on two different nodes, GPUs released, job failed;
+#   3b. a node that does not answer (its agent SIGSTOPped) -> failed_to_start
+#      with TIMEOUT after dispatch-timeout-ms, GPU released;
 #   4. two instances racing on a batch of jobs never place one job twice;
 #   5. with the fleet full of interruptible low-priority work, a
 #      high-priority job preempts one victim (checkpoint then stop), the
@@ -158,6 +160,33 @@ for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
 done
 [ "$held" -eq 0 ]
 ok "... its GPUs are released in Redis" $?
+
+# ---- 3b. a node that does not answer: failed to start on the deadline ---------------
+
+agent n5 A100-80G
+n5pid=${pids[-1]}
+for _ in $(seq 1 100); do
+    $G get nodes n5 -o json 2>/dev/null | grep -q '"state":"healthy"' && break
+    sleep 0.1
+done
+sleep 0.5                                   # the NodeState event reached both instances
+kill -STOP "$n5pid"
+t0=$(date +%s%N)
+j5=$(submit --command 'sim:run=600s' --gpus 1 --model A100-80G --max-attempts 1)
+wait_sql "SELECT state FROM jobs WHERE id = '$j5'" failed 60
+ok "a dispatch to a node that does not answer fails the attempt (max_attempts 1: job failed)" $?
+t1=$(date +%s%N)
+[ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5'")" = 'n5:failed_to_start' ] &&
+    sql "SELECT reason FROM attempts WHERE job_id = '$j5'" | grep -q TIMEOUT &&
+    [ $(( (t1 - t0) / 1000000 )) -ge 1500 ]
+ok "... on n5, failed_to_start with TIMEOUT after the dispatch deadline ($(( (t1 - t0) / 1000000 )) ms)" $?
+held=0
+for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
+    redis-cli -p "$GP_REDIS_PORT" hgetall "$k" | grep -q "^$j5:" && held=1
+done
+[ "$held" -eq 0 ]
+ok "... its GPU is released" $?
+kill -CONT "$n5pid"
 
 # ---- 4. two instances, a batch of jobs: never placed twice ------------------------
 

@@ -243,7 +243,7 @@ page_answered(void *arg, gp_err err, const void *reply, const char *detail)
     /* every *_list message starts {has, items, next, total} */
     const msg_node_list *page = reply;
 
-    if (err != GP_EOK) {
+    if (err != GP_EOK || page == NULL) {
         f->fails++;
         if ((f->fails & (f->fails - 1)) == 0)   /* retried every place-ms until the first load */
             GP_WARN("feed_load_failed", "kind=%d code=%s detail=\"%s\" in_a_row=%u", f->kind,
@@ -310,7 +310,7 @@ node_fetched(void *arg, gp_err err, const void *reply, const char *detail)
     sched_feed *f = nf->f;
 
     free(nf);
-    if (err != GP_EOK) {
+    if (err != GP_EOK || reply == NULL) {
         GP_DEBUG("feed_node_get_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
         return;
     }

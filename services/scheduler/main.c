@@ -45,6 +45,12 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
     GP_CFG_STR("checkpoint-root", scheduler_cfg, checkpoint_root, "/tmp/gridpool-checkpoints",
                "an attempt's checkpoint folder on its node is <checkpoint-root>/<job id> (one "
                "per job, so the next attempt resumes from it)"),
+    GP_CFG_UINT("fair-half-life-ms", scheduler_cfg, fair_half_life_ms, 3600000, 1000, 2592000000u,
+                "fair share: half-life of a tenant's GPU usage"),
+    GP_CFG_UINT("hold-after-ms", scheduler_cfg, hold_after_ms, 1800000, 1000, 2592000000u,
+                "a big job that waited this long is held: nodes are kept free for it"),
+    GP_CFG_UINT("hold-gpus", scheduler_cfg, hold_gpus, 8, 1, 1024,
+                "a job asking at least this many GPUs in all counts as big (for the hold)"),
     GP_CFG_END
 };
 
@@ -65,7 +71,13 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         s.app = app;
         s.cfg = &cfg;
-        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, NULL) != 0)
+        fair_cfg fc;
+
+        fair_cfg_default(&fc);
+        fc.half_life_ms = cfg.fair_half_life_ms;
+        fc.hold_after_ms = cfg.hold_after_ms;
+        fc.hold_gpus = cfg.hold_gpus;
+        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, &fc) != 0)
             rc = GP_ENOMEM;
         if (rc == GP_EOK)
             rc = sched_reserve_new(gp_app_kv(app), gp_app_metrics(app), &s.res);

@@ -114,8 +114,10 @@ usage_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         GP_WARN("usage_read_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
         return;
     }
-    fair_free(&s->fair);
-    if (fair_init(&s->fair, NULL) != 0)
+    fair_cfg     fc = s->fair.cfg;
+
+    fair_free(&s->fair);              /* usage is replaced, not added to */
+    if (fair_init(&s->fair, &fc) != 0)
         return;
     for (int i = 0; i < PQntuples(res[0]); i++)
         fair_record(&s->fair, PQgetvalue(res[0], i, 0), atof(PQgetvalue(res[0], i, 1)), now);

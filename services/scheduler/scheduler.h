@@ -38,6 +38,9 @@ typedef struct scheduler_cfg {
     unsigned      preempt_grace_ms;  /* checkpoint request -> stop */
     unsigned      attempt_lease_ms;  /* lease_ms sent in RunAttempt (0: the agent's own) */
     char          checkpoint_root[192]; /* checkpoint_dir = <root>/<job> */
+    unsigned      fair_half_life_ms; /* fair.h: usage decay */
+    unsigned      hold_after_ms;     /* fair.h: a big job waiting this long is held */
+    unsigned      hold_gpus;         /* fair.h: a big job asks at least this many GPUs */
 } scheduler_cfg;
 
 extern const gp_cfg_opt scheduler_cfg_opts[];

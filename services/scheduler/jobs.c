@@ -132,6 +132,8 @@ static void
 submit_end(submit *sb, int outcome, gp_err rc)
 {
     sched_count(sb->s->m_submits[outcome]);
+    if (outcome == SUBMIT_CREATED)
+        sched_place_kick(sb->s);       /* a new job: a placement pass now */
     gp_req_done(sb->req, rc);
     submit_free(sb);
 }

@@ -19,6 +19,38 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "how often jobs are counted by state (gp_scheduler_jobs)"),
     GP_CFG_UINT("signal-timeout-ms", scheduler_cfg, signal_timeout_ms, 2000, 100, 60000,
                 "deadline of a stop signal sent to an agent"),
+    GP_CFG_UINT("feed-ms", scheduler_cfg, feed_ms, 60000, 1000, 3600000,
+                "how often the registry's inventory (tenants, sites, pools, products, nodes) is "
+                "reloaded over the bus; node state follows NodeState events in between"),
+    GP_CFG_UINT("place-ms", scheduler_cfg, place_ms, 500, 20, 60000,
+                "placement pass period (a pass also runs when capacity changes or a job is submitted)"),
+    GP_CFG_UINT("place-batch", scheduler_cfg, place_batch, 64, 1, 1000,
+                "pending jobs claimed from PostgreSQL per placement pass"),
+    GP_CFG_UINT("claim-ms", scheduler_cfg, claim_ms, 10000, 1000, 600000,
+                "how long this instance's claim on a pending job keeps other instances off it "
+                "(a crashed instance's claims expire after this)"),
+    GP_CFG_UINT("usage-ms", scheduler_cfg, usage_ms, 30000, 1000, 3600000,
+                "how often tenants' decayed GPU usage is read from PostgreSQL for fair share"),
+    GP_CFG_UINT("explain-max-nodes", scheduler_cfg, explain_max_nodes, 20000, 0, 1000000,
+                "a pending job's reasons are counted over every node (walk_all) only up to this "
+                "many nodes in the fleet; above it, over the index placement walked"),
+    GP_CFG_UINT("dispatch-timeout-ms", scheduler_cfg, dispatch_timeout_ms, 5000, 100, 120000,
+                "deadline of RunAttempt: no answer by then means the attempt failed to start"),
+    GP_CFG_UINT("dispatch-max", scheduler_cfg, dispatch_max, 256, 1, 100000,
+                "attempts being dispatched at once, at most (placement waits above it)"),
+    GP_CFG_UINT("preempt-grace-ms", scheduler_cfg, preempt_grace_ms, 10000, 0, 3600000,
+                "time between a victim's checkpoint request and its stop signal"),
+    GP_CFG_UINT("attempt-lease-ms", scheduler_cfg, attempt_lease_ms, 0, 0, 3600000,
+                "lease_ms sent with RunAttempt (0: the agent's own lease from registration)"),
+    GP_CFG_STR("checkpoint-root", scheduler_cfg, checkpoint_root, "/tmp/gridpool-checkpoints",
+               "an attempt's checkpoint folder on its node is <checkpoint-root>/<job id> (one "
+               "per job, so the next attempt resumes from it)"),
+    GP_CFG_UINT("fair-half-life-ms", scheduler_cfg, fair_half_life_ms, 3600000, 1000, 2592000000u,
+                "fair share: half-life of a tenant's GPU usage"),
+    GP_CFG_UINT("hold-after-ms", scheduler_cfg, hold_after_ms, 1800000, 1000, 2592000000u,
+                "a big job that waited this long is held: nodes are kept free for it"),
+    GP_CFG_UINT("hold-gpus", scheduler_cfg, hold_gpus, 8, 1, 1024,
+                "a job asking at least this many GPUs in all counts as big (for the hold)"),
     GP_CFG_END
 };
 
@@ -39,7 +71,13 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         s.app = app;
         s.cfg = &cfg;
-        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, NULL) != 0)
+        fair_cfg fc;
+
+        fair_cfg_default(&fc);
+        fc.half_life_ms = cfg.fair_half_life_ms;
+        fc.hold_after_ms = cfg.hold_after_ms;
+        fc.hold_gpus = cfg.hold_gpus;
+        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, &fc) != 0)
             rc = GP_ENOMEM;
         if (rc == GP_EOK)
             rc = sched_reserve_new(gp_app_kv(app), gp_app_metrics(app), &s.res);
@@ -51,6 +89,15 @@ main(int argc, char **argv)
             gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL)
             rc = GP_ENOMEM;
     }
+    if (rc == GP_EOK)
+        rc = sched_queue_start(&s);
+    if (rc == GP_EOK)
+        rc = sched_feed_start(&s);
+    if (rc == GP_EOK &&
+        (gp_app_every(app, "feed", cfg.feed_ms / 1000.0, sched_feed_run, &s) == NULL ||
+         (s.place_task = gp_app_every(app, "place", cfg.place_ms / 1000.0, sched_place_run,
+                                      &s)) == NULL))
+        rc = GP_ENOMEM;
     if (rc == GP_EOK)
         rc = gp_app_streams(app, sched_streams);
     if (rc == GP_EOK)

@@ -97,7 +97,19 @@ static const char step1_sql[] =
     "CREATE INDEX IF NOT EXISTS job_events_unpublished ON job_events (at_ms)\n"
     "  WHERE NOT published;\n";
 
+/* Placement: who claimed a pending job until when (PostgreSQL's clock, so
+ * instances agree), why it waits ("model=3,gpus=2": reason=nodes counted
+ * under the first filter each node failed) over how many nodes, and
+ * until when a preemption it started is running (not started again). */
+static const char step2_sql[] =
+    "ALTER TABLE jobs ADD COLUMN claimed_by text,\n"
+    "  ADD COLUMN claim_until timestamptz,\n"
+    "  ADD COLUMN waiting text,\n"
+    "  ADD COLUMN nodes_considered bigint,\n"
+    "  ADD COLUMN preempt_until timestamptz;\n";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
+    {2, "placement claims and pending reasons", step2_sql},
     GP_MIGRATION_END
 };

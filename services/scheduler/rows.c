@@ -13,7 +13,8 @@
 
 const char sched_job_cols[] =
     "j.id, j.tenant, j.state, j.spec, j.reason, j.attempts_made, j.preemptions, "
-    "j.created_ms, j.updated_ms, j.ended_ms, j.exit_code, j.checkpoint_ms, j.gpu_ms";
+    "j.created_ms, j.updated_ms, j.ended_ms, j.exit_code, j.checkpoint_ms, j.gpu_ms, "
+    "j.waiting, j.nodes_considered";
 
 const char sched_attempt_cols[] =
     "a.job_id, a.attempt, a.rank, a.site, a.node, array_to_string(a.gpus, ',') AS gpus, a.state, "
@@ -86,6 +87,42 @@ set_ints(void *msg, const gp_field *f, const char *text)
     return GP_EOK;
 }
 
+/* A pending job's reasons as queue.c stores them: "model=3,gpus=2"
+ * (reason=nodes, first failed filter first) -> PendingReason[]. */
+static gp_err
+set_waiting(void *msg, const gp_field *f, const char *text)
+{
+    gp_arr             *a = (gp_arr *)((char *)msg + f->offset);
+    msg_pending_reason *v;
+    uint32_t            n = 0;
+    const char         *p = text;
+
+    if (*text == '\0')
+        return GP_EOK;
+    if ((v = calloc(f->limit, sizeof(*v))) == NULL)
+        return GP_ENOMEM;
+    while (*p != '\0' && n < f->limit) {
+        size_t len = strcspn(p, "=");
+        int    r = -1;
+
+        for (int k = 0; k < PLACE_REASONS; k++)
+            if (strlen(msg_pending_reason_reason_names[k]) == len &&
+                strncmp(msg_pending_reason_reason_names[k], p, len) == 0)
+                r = k;
+        if (r < 0 || p[len] != '=') {
+            free(v);
+            return GP_EDECODE;
+        }
+        v[n].reason = r;
+        v[n].nodes = (uint32_t)strtoul(p + len + 1, (char **)&p, 10);
+        n++;
+        p += *p == ',';
+    }
+    a->v = v;
+    a->n = n;
+    return GP_EOK;
+}
+
 static gp_err
 set_column(const gp_msg_desc *d, void *msg, const char *name, const char *text)
 {
@@ -93,6 +130,8 @@ set_column(const gp_msg_desc *d, void *msg, const char *name, const char *text)
 
     if (idx < 0)
         return GP_EOK;                     /* a column the message does not carry */
+    if (d == &msg_job_desc && strcmp(name, "waiting") == 0)
+        return set_waiting(msg, &d->fields[idx], text);
     if (d->fields[idx].type == GP_T_OBJ)
         return set_spec(msg, &d->fields[idx], text);
     if (d->fields[idx].type == GP_T_ARR && d->fields[idx].elem == GP_T_I32)

@@ -13,6 +13,7 @@
 #include "gp/limits.h"
 #include "msg_gen.h"
 #include "fair.h"
+#include "place.h"
 #include "reserve.h"
 #include "snapshot.h"
 
@@ -25,6 +26,21 @@ typedef struct scheduler_cfg {
     unsigned      tenant_cache_ms;   /* how long a tenant the registry confirmed is trusted */
     unsigned      gauge_ms;          /* how often jobs are counted by state */
     unsigned      signal_timeout_ms; /* deadline of a stop signal to an agent */
+    /* placement (feed.c, queue.c, dispatch.c, preempt_run.c) */
+    unsigned      feed_ms;           /* how often the registry's inventory is reloaded */
+    unsigned      place_ms;          /* placement pass period (also kicked) */
+    unsigned      place_batch;       /* pending jobs claimed per pass */
+    unsigned      claim_ms;          /* how long a claim keeps other instances off a job */
+    unsigned      usage_ms;          /* how often tenant usage is read for fair share */
+    unsigned      explain_max_nodes; /* walk_all for exact reasons only up to this fleet size */
+    unsigned      dispatch_timeout_ms; /* RunAttempt deadline: no answer = failed to start */
+    unsigned      dispatch_max;      /* dispatches in flight, at most */
+    unsigned      preempt_grace_ms;  /* checkpoint request -> stop */
+    unsigned      attempt_lease_ms;  /* lease_ms sent in RunAttempt (0: the agent's own) */
+    char          checkpoint_root[192]; /* checkpoint_dir = <root>/<job> */
+    unsigned      fair_half_life_ms; /* fair.h: usage decay */
+    unsigned      hold_after_ms;     /* fair.h: a big job waiting this long is held */
+    unsigned      hold_gpus;         /* fair.h: a big job asks at least this many GPUs */
 } scheduler_cfg;
 
 extern const gp_cfg_opt scheduler_cfg_opts[];
@@ -56,6 +72,16 @@ typedef struct sched {
     snap                 snap;
     fair                 fair;
     sched_reserve       *res;
+    /* feed.c / queue.c / dispatch.c / preempt_run.c state */
+    struct sched_feed   *feed;
+    struct sched_queue  *queue;
+    gp_task             *place_task;
+    bool                 fed;             /* the first full inventory load is done */
+    unsigned             dispatching;     /* RunAttempt rounds in flight */
+    uint64_t            *m_placements, *m_unplaced, *m_preemptions, *m_claim_lost;
+    uint64_t            *m_failed_start[3];   /* refused, timeout, other (dispatch.c) */
+    double              *m_queue_depth;
+    gp_hist             *m_place_latency;
 } sched;
 
 /* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
@@ -102,5 +128,52 @@ void sched_event_publish(sched *s, const msg_job_event *ev);
 void sched_outbox_run(gp_app *app, void *arg);
 extern const gp_stream_cfg sched_streams[];
 void sched_events_start(sched *s);
+
+/* feed.c: the snapshot from the registry (bus only) and the live bookings
+ * of this and other instances' attempts (PostgreSQL, at start). */
+gp_err sched_feed_start(sched *s);
+void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
+
+/* queue.c: the "place" task: claim pending jobs, order, place, reserve,
+ * write the attempt, dispatch. */
+gp_err sched_queue_start(sched *s);
+void   sched_place_run(gp_app *app, void *arg);
+/* Capacity changed (a node became healthy, GPUs were released): run a
+ * placement pass soon. */
+void   sched_place_kick(sched *s);
+/* Publishes the job_events rows res holds (RETURNING the event columns);
+ * tenant NULL: each row's "tenant" column. */
+void   sched_event_rows(sched *s, const char *tenant, const struct pg_result *res);
+
+/* dispatch.c: RunAttempt to every node of a committed attempt; on refusal
+ * or timeout the attempt failed to start (released, node faulted, job
+ * requeued or failed). */
+typedef struct sched_placed {
+    char     job[GP_MAX_ID + 1], tenant[GP_MAX_ID + 1], site[GP_MAX_ID + 1];
+    uint32_t attempt, nnodes;
+    char     node[8][GP_MAX_ID + 1];
+    uint64_t gpus[8];
+    uint64_t resume_ms;
+    msg_job_spec spec;            /* owned: cleared by dispatch */
+} sched_placed;
+void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */
+/* Releases an attempt's GPUs (Redis and snapshot) on every node given. */
+void   sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
+                     char (*node)[GP_MAX_ID + 1], uint32_t n);
+/* A signal to an attempt on a node; cb may be NULL. */
+typedef void sched_signal_cb(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg);
+void   sched_signal(sched *s, const char *site, const char *node, const char *job,
+                    uint32_t attempt, int action, sched_signal_cb *cb, void *arg);
+
+/* preempt_run.c: a job that cannot be placed may evict interruptible
+ * lower-priority attempts (checkpoint, grace, stop).  True when a
+ * preemption was started for it. */
+bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
+/* What the end of a PREEMPTED attempt does: the attempt's rows become
+ * 'preempted', its GPUs are released, its job goes back to pending (not
+ * failed; a preempted attempt is not charged against max_attempts).
+ * Idempotent: called by the attempt-event path (killed/exited of an
+ * attempt with preempted_by set) and after the agent acked the stop. */
+void   sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt);
 
 #endif

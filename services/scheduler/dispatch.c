@@ -1,0 +1,298 @@
+/* dispatch.c -- a committed attempt goes to its nodes: RunAttempt to each
+ * (GP_OP_NODE_RUN, deadline dispatch-timeout-ms).  An AttemptAck moves
+ * that node's attempt row to 'starting' (the agent's 'started' event makes
+ * it 'running': the attempt-event code).  A refusal or no answer on ANY
+ * node means the whole attempt failed to start: the nodes that did start
+ * get a stop signal, every row becomes 'failed_to_start', the GPUs are
+ * released (Redis and the snapshot), the failing node's reliability drops
+ * (snap_node_fault: placement's reliability score, so the retry goes
+ * elsewhere), and the job goes back to pending with 'attempt_failed' +
+ * 'requeued' -- or 'failed' once attempts_made - preemptions reaches
+ * max_attempts (preempted attempts are not charged).
+ *
+ * At most dispatch-max attempts are in flight (s->dispatching); the
+ * placement pass waits above it. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/log.h"
+#include "scheduler.h"
+
+enum { FAIL_NONE = -1, FAIL_REFUSED = 0, FAIL_TIMEOUT = 1, FAIL_ERROR = 2 };
+
+typedef struct dround dround;
+typedef struct dnode {
+    dround  *d;
+    uint32_t rank;
+} dnode;
+
+struct dround {
+    sched        *s;
+    sched_placed *p;
+    unsigned      pending;
+    bool          acked[8];
+    dnode         dn[8];
+    int           fail;
+    char          why[256];
+    char          bad_node[GP_MAX_ID + 1];
+};
+
+/* ---- signals and releases (also used by preempt_run.c) -------------------- */
+
+typedef struct sig_ctx {
+    sched           *s;
+    char             job[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
+    uint32_t         attempt;
+    sched_signal_cb *cb;
+    void            *arg;
+} sig_ctx;
+
+static void
+signalled(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    sig_ctx *c = arg;
+
+    (void)reply;
+    if (err != GP_EOK) {              /* the node's lease kill list stops it later */
+        sched_count(c->s->m_signal_failures);
+        GP_WARN("attempt_signal_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
+                c->job, c->attempt, c->node, gp_err_name(err), detail);
+    }
+    if (c->cb != NULL)
+        c->cb(c->s, c->job, c->attempt, err, c->arg);
+    free(c);
+}
+
+void
+sched_signal(sched *s, const char *site, const char *node, const char *job, uint32_t attempt,
+             int action, sched_signal_cb *cb, void *arg)
+{
+    msg_attempt_signal q = {.attempt = attempt, .action = action};
+    char               subj[GP_MAX_SUBJECT];
+    sig_ctx           *c = calloc(1, sizeof(*c));
+    gp_err             rc;
+
+    if (c == NULL)
+        return;
+    *c = (sig_ctx){.s = s, .attempt = attempt, .cb = cb, .arg = arg};
+    snprintf(c->job, sizeof(c->job), "%s", job);
+    snprintf(c->node, sizeof(c->node), "%s", node);
+    snprintf(q.job_id, sizeof(q.job_id), "%s", job);
+    rc = gp_op_subjectf(GP_OP_NODE_SIGNAL, subj, sizeof(subj), site, node);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(s->app), subj, &msg_attempt_signal_desc, &q,
+                     &msg_attempt_ack_desc, s->cfg->signal_timeout_ms, signalled, c);
+    if (rc != GP_EOK)
+        signalled(c, rc, NULL, "not sent");
+}
+
+static void
+released(void *arg, const sched_res_result *res)
+{
+    (void)arg;
+    if (res->status != SCHED_RES_OK)      /* the reconcile removes the orphan later */
+        GP_WARN("release_failed", "node=%s code=%s", res->node, gp_err_name(res->err));
+}
+
+void
+sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
+              char (*node)[GP_MAX_ID + 1], uint32_t n)
+{
+    sched_res_node nodes[8];
+
+    n = n > 8 ? 8 : n;
+    for (uint32_t i = 0; i < n; i++) {
+        snap_unbook(&s->snap, node[i], job, attempt);
+        nodes[i] = (sched_res_node){node[i], 0};       /* 0: whatever (job, attempt) holds */
+    }
+    if (n > 0 && sched_reserve_release(s->res, site, job, attempt, nodes, n, released, NULL) !=
+                     GP_EOK)
+        GP_WARN("release_failed", "job=%s attempt=%u site=%s code=not_sent", job, attempt, site);
+    sched_place_kick(s);                  /* capacity changed */
+}
+
+/* ---- failed to start ------------------------------------------------------- */
+
+static const char fts_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
+static const char fts_attempt_sql[] =
+    "UPDATE attempts SET state = 'failed_to_start', reason = $3, ended_ms = $4::bigint\n"
+    "WHERE job_id = $1 AND attempt = $2::int AND state IN ('reserved','starting')";
+/* the job goes back to pending (or fails, when its own failures used up
+ * max_attempts) only if this attempt is still its latest */
+static const char fts_job_sql[] =
+    "WITH u AS (UPDATE jobs SET\n"
+    "    state = CASE WHEN attempts_made - preemptions >= max_attempts THEN 'failed'\n"
+    "                 ELSE 'pending' END,\n"
+    "    reason = $3, updated_ms = $4::bigint, event_seq = event_seq + 2,\n"
+    "    ended_ms = CASE WHEN attempts_made - preemptions >= max_attempts THEN $4::bigint END\n"
+    "  WHERE id = $1 AND attempts_made = $2::int AND state IN ('starting','running')\n"
+    "  RETURNING id, event_seq, state)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT id, event_seq - 1, 'attempt_failed', state, $2::int, $5, $6, $3, $4::bigint FROM u\n"
+    "  UNION ALL\n"
+    "  SELECT id, event_seq, CASE WHEN state = 'failed' THEN 'failed' ELSE 'requeued' END,\n"
+    "    state, $2::int, NULL, NULL, $3, $4::bigint FROM u\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
+
+static void
+round_free(dround *d)
+{
+    d->s->dispatching--;
+    gp_msg_clear(&msg_job_spec_desc, &d->p->spec);
+    free(d->p);
+    free(d);
+}
+
+static void
+fts_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    dround *d = arg;
+
+    if (err != GP_EOK || nres != 3)
+        GP_WARN("failed_start_write_failed", "job=%s attempt=%u code=%s detail=\"%s\"", d->p->job,
+                d->p->attempt, gp_err_name(err), detail);
+    else
+        sched_event_rows(d->s, d->p->tenant, res[2]);
+    sched_release(d->s, d->p->site, d->p->job, d->p->attempt, d->p->node, d->p->nnodes);
+    round_free(d);
+}
+
+static void
+failed_to_start(dround *d)
+{
+    sched_placed *p = d->p;
+    char          a[16], now[24];
+    const char   *v[] = {p->job, a, d->why, now, p->site, d->bad_node};
+    gp_db_tx     *tx;
+
+    GP_WARN("attempt_failed_to_start", "job=%s attempt=%u node=%s why=\"%s\"", p->job, p->attempt,
+            d->bad_node, d->why);
+    sched_count(d->s->m_failed_start[d->fail]);
+    snap_node_fault(&d->s->snap, d->bad_node, gp_mono_ms());
+    for (uint32_t i = 0; i < p->nnodes; i++)
+        if (d->acked[i])
+            sched_signal(d->s, p->site, p->node[i], p->job, p->attempt,
+                         MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
+    snprintf(a, sizeof(a), "%u", p->attempt);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    tx = gp_db_tx_new(gp_app_db(d->s->app));
+    gp_db_tx_add(tx, fts_lock_sql, 1, v);
+    gp_db_tx_add(tx, fts_attempt_sql, 4, v);
+    gp_db_tx_add(tx, fts_job_sql, 6, v);
+    if (gp_db_tx_run(tx, 0, fts_written, d) != GP_EOK)
+        fts_written(d, GP_EUNAVAIL, NULL, 0, "not sent");
+}
+
+/* ---- RunAttempt ------------------------------------------------------------ */
+
+static void
+noop_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    (void)arg, (void)res, (void)nres;
+    if (err != GP_EOK)
+        GP_WARN("attempt_starting_write_failed", "code=%s detail=\"%s\"", gp_err_name(err),
+                detail);
+}
+
+static void
+mark_starting(dround *d, uint32_t rank)
+{
+    char        a[16], r[16], now[24];
+    const char *v[] = {d->p->job, a, r, now};
+
+    snprintf(a, sizeof(a), "%u", d->p->attempt);
+    snprintf(r, sizeof(r), "%u", rank);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    gp_db_query(gp_app_db(d->s->app),
+                "UPDATE attempts SET state = 'starting', started_ms = coalesce(started_ms, "
+                "$4::bigint)\nWHERE job_id = $1 AND attempt = $2::int AND rank = $3::int "
+                "AND state = 'reserved'",
+                4, v, 0, noop_written, NULL);
+}
+
+static void
+ran(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
+{
+    dnode  *dn = arg;
+    dround *d = dn->d;
+
+    (void)reply;
+    if (err == GP_EOK) {
+        d->acked[dn->rank] = true;
+        mark_starting(d, dn->rank);
+    } else if (d->fail == FAIL_NONE) {
+        d->fail = !transport ? FAIL_REFUSED
+                : err == GP_ETIMEOUT || err == GP_ENOROUTE ? FAIL_TIMEOUT : FAIL_ERROR;
+        snprintf(d->why, sizeof(d->why), "failed to start on %s: %s %s", d->p->node[dn->rank],
+                 gp_err_name(err), detail);
+        snprintf(d->bad_node, sizeof(d->bad_node), "%s", d->p->node[dn->rank]);
+    }
+    if (--d->pending > 0)
+        return;
+    if (d->fail == FAIL_NONE)
+        round_free(d);
+    else
+        failed_to_start(d);
+}
+
+static gp_err
+send_run(dround *d, uint32_t rank)
+{
+    sched_placed   *p = d->p;
+    msg_run_attempt m = {.attempt = p->attempt, .lease_ms = d->s->cfg->attempt_lease_ms};
+    int32_t         g[64];
+    uint32_t        ng = 0;
+    char            subj[GP_MAX_SUBJECT];
+    gp_err          rc;
+
+    for (int i = 0; i <= SCHED_RES_MAX_GPU && ng < MSG_RUN_ATTEMPT_GPUS_MAXITEMS; i++)
+        if (p->gpus[rank] & (1ull << i))
+            g[ng++] = i;
+    snprintf(m.job_id, sizeof(m.job_id), "%s", p->job);
+    snprintf(m.command, sizeof(m.command), "%s", p->spec.command);
+    snprintf(m.checkpoint_dir, sizeof(m.checkpoint_dir), "%s/%s", d->s->cfg->checkpoint_root,
+             p->job);
+    m.env = p->spec.env;                  /* shared for the encode, owned by the spec */
+    m.gpus = (gp_arr){.v = g, .n = ng};
+    m.resume_ms = p->resume_ms;
+    d->dn[rank] = (dnode){d, rank};
+    rc = gp_op_subjectf(GP_OP_NODE_RUN, subj, sizeof(subj), p->site, p->node[rank]);
+    if (rc == GP_EOK)
+        rc = gp_call2(gp_app_bus(d->s->app), subj, &msg_run_attempt_desc, &m,
+                      &msg_attempt_ack_desc, d->s->cfg->dispatch_timeout_ms, ran, &d->dn[rank]);
+    return rc;
+}
+
+void
+sched_dispatch(sched *s, sched_placed *p)
+{
+    dround *d = calloc(1, sizeof(*d));
+
+    if (d == NULL) {
+        gp_msg_clear(&msg_job_spec_desc, &p->spec);
+        free(p);
+        return;
+    }
+    *d = (dround){.s = s, .p = p, .fail = FAIL_NONE};
+    s->dispatching++;
+    d->pending = p->nnodes + 1;           /* +1: held while sending, so no early finish */
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        gp_err rc = send_run(d, i);
+
+        if (rc != GP_EOK) {
+            d->dn[i] = (dnode){d, i};
+            ran(&d->dn[i], rc, true, NULL, "not sent");
+        }
+    }
+    /* the +1 above: replies never arrive inside gp_call2, so this only
+     * finishes a round whose sends all failed at once */
+    if (--d->pending == 0) {
+        if (d->fail == FAIL_NONE)
+            round_free(d);
+        else
+            failed_to_start(d);
+    }
+}

@@ -1,0 +1,395 @@
+/* feed.c -- the scheduler's snapshot of the fleet, fed from the registry
+ * over the bus only (never its tables), and this cluster's own bookings.
+ *
+ * A load pages through the registry's admin lists in dependency order
+ * (tenants, sites, pools, products, nodes: a node needs its site) with
+ * gp/call.h, upserting each item; what a complete load did not see is
+ * removed afterwards (nodes before sites: a site with nodes is not
+ * removable).  A failed page abandons the load and keeps what was seen:
+ * nothing is removed on a partial view.  Between loads a node's state
+ * follows the registry's NodeState events; a node that becomes healthy
+ * kicks the placement pass (capacity changed).
+ *
+ * At each load's end the snapshot's bookings are synced with the live
+ * attempts in PostgreSQL (every instance's): missing ones booked, ended
+ * ones dropped, so a restarted instance knows what is taken and GPUs
+ * freed by another instance show free again; placement waits for the
+ * first (s->fed).  The Redis
+ * reservation stays the authority: a stale snapshot only costs a BUSY
+ * and a retry. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/log.h"
+#include "scheduler.h"
+
+enum { K_TENANT, K_SITE, K_POOL, K_PRODUCT, K_NODE, K_N };
+
+typedef struct feed_kind {
+    const gp_msg_desc *list;
+    const gp_msg_desc *item;
+    uint32_t           limit;
+} feed_kind;
+
+typedef struct sched_feed {
+    sched      *s;
+    bool        busy;                 /* a load is running */
+    int         kind;                 /* K_* being paged */
+    char        after[GP_MAX_ID + 1];
+    snap_map    seen[K_N];            /* ids seen by this load */
+    gp_bus_sub *sub;                  /* NodeState events */
+    unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
+    uint64_t   *m_loads, *m_load_failures, *m_state_events;
+} sched_feed;
+
+static const feed_kind kinds[K_N] = {
+    [K_TENANT] = {&msg_tenant_list_desc, &msg_tenant_desc, 1000},
+    [K_SITE] = {&msg_site_list_desc, &msg_site_desc, 1000},
+    [K_POOL] = {&msg_pool_list_desc, &msg_pool_desc, 1000},
+    [K_PRODUCT] = {&msg_product_list_desc, &msg_product_desc, 1000},
+    [K_NODE] = {&msg_node_list_desc, &msg_node_desc, MSG_LIST_REQUEST_LIMIT_MAX},
+};
+
+static const gp_op *
+kind_op(int k)
+{
+    switch (k) {
+    case K_TENANT:  return GP_OP_ADMIN_TENANT_LIST;
+    case K_SITE:    return GP_OP_ADMIN_SITE_LIST;
+    case K_POOL:    return GP_OP_ADMIN_POOL_LIST;
+    case K_PRODUCT: return GP_OP_ADMIN_PRODUCT_LIST;
+    default:        return GP_OP_ADMIN_NODE_LIST;
+    }
+}
+
+static void page_request(sched_feed *f);
+
+static void
+seen_reset(sched_feed *f)
+{
+    for (int k = 0; k < K_N; k++) {
+        snap_map_free(&f->seen[k]);
+        snap_map_init(&f->seen[k]);
+    }
+}
+
+static void
+upsert(sched_feed *f, int k, const void *item)
+{
+    snap       *sn = &f->s->snap;
+    const char *id = k == K_NODE ? ((const msg_node *)item)->id
+                   : k == K_SITE ? ((const msg_site *)item)->id
+                   : k == K_POOL ? ((const msg_pool *)item)->id
+                   : k == K_PRODUCT ? ((const msg_product *)item)->id
+                                    : ((const msg_tenant *)item)->id;
+    int rc = k == K_TENANT ? snap_tenant_upsert(sn, item)
+           : k == K_SITE ? snap_site_upsert(sn, item)
+           : k == K_POOL ? snap_pool_upsert(sn, item)
+           : k == K_PRODUCT ? snap_product_upsert(sn, item) : snap_node_upsert(sn, item);
+
+    if (rc != 0)
+        GP_WARN("feed_upsert_failed", "kind=%d id=%s", k, id);
+    if (snap_map_get(&f->seen[k], id) < 0)
+        snap_map_put(&f->seen[k], id, 1);
+}
+
+/* Removes what a complete load did not see: O(snapshot) once a load. */
+static void
+sweep_missing(sched_feed *f)
+{
+    snap *sn = &f->s->snap;
+
+    for (uint32_t i = 0; i < sn->nnode; i++)
+        if (sn->node[i].used && snap_map_get(&f->seen[K_NODE], sn->node[i].id) < 0)
+            snap_node_remove(sn, sn->node[i].id);
+    for (uint32_t i = 0; i < sn->nproduct; i++)
+        if (sn->product[i].used && snap_map_get(&f->seen[K_PRODUCT], sn->product[i].id) < 0)
+            snap_product_remove(sn, sn->product[i].id);
+    for (uint32_t i = 0; i < sn->npool; i++)
+        if (sn->pool[i].used && snap_map_get(&f->seen[K_POOL], sn->pool[i].id) < 0)
+            snap_pool_remove(sn, sn->pool[i].id);
+    for (uint32_t i = 0; i < sn->nsite; i++)
+        if (sn->site[i].used && snap_map_get(&f->seen[K_SITE], sn->site[i].id) < 0)
+            snap_site_remove(sn, sn->site[i].id);
+    for (uint32_t i = 0; i < sn->ntenant; i++)
+        if (sn->tenant[i].used && snap_map_get(&f->seen[K_TENANT], sn->tenant[i].id) < 0)
+            snap_tenant_remove(sn, sn->tenant[i].id);
+}
+
+/* ---- live bookings (first load only) ---------------------------------------- */
+
+static uint64_t
+gpu_mask(const char *text)
+{
+    uint64_t m = 0;
+
+    for (const char *p = text; *p != '\0';) {
+        long g = strtol(p, (char **)&p, 10);
+
+        if (g >= 0 && g <= SCHED_RES_MAX_GPU)
+            m |= 1ull << g;
+        p += *p == ',';
+    }
+    return m;
+}
+
+/* "<job>:<attempt>" on "<node>": one booking's key in the live set. */
+static void
+hold_key(char *out, size_t n, const char *job, const char *attempt, const char *node)
+{
+    snprintf(out, n, "%.63s:%.10s:%.63s", job, attempt, node);
+}
+
+/* Bookings the snapshot holds that PostgreSQL no longer has live (ended by
+ * another instance, or by this one's attempt-end path) are dropped, so
+ * freed GPUs show free again.  A booking made after the read is not in
+ * it: dropping one costs only a BUSY from Redis and a refresh. */
+static void
+drop_ended(sched *s, const snap_map *live)
+{
+    snap *sn = &s->snap;
+
+    for (uint32_t i = 0; i < sn->nnode; i++) {
+        char     drop[SNAP_NODE_GPUS][SNAP_ID_LEN], key[200], att[16];
+        uint32_t dropa[SNAP_NODE_GPUS], nd = 0;
+
+        if (!sn->node[i].used)
+            continue;
+        for (int32_t h = sn->node[i].holds; h != SNAP_NONE && nd < SNAP_NODE_GPUS;
+             h = sn->hold[h].next) {
+            snprintf(att, sizeof(att), "%u", sn->hold[h].attempt);
+            hold_key(key, sizeof(key), sn->hold[h].job, att, sn->node[i].id);
+            if (snap_map_get(live, key) < 0) {
+                snprintf(drop[nd], sizeof(drop[nd]), "%s", sn->hold[h].job);
+                dropa[nd++] = sn->hold[h].attempt;
+            }
+        }
+        for (uint32_t k = 0; k < nd; k++)
+            snap_unbook(sn, sn->node[i].id, drop[k], dropa[k]);
+    }
+}
+
+static void
+bookings_loaded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_feed *f = arg;
+    sched      *s = f->s;
+    snap_map    live;
+    char        key[200];
+    int         booked = 0;
+
+    f->busy = false;
+    if (err != GP_EOK || nres != 1) {     /* the next load retries (placement waits if unfed) */
+        GP_WARN("feed_bookings_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        sched_count(f->m_load_failures);
+        return;
+    }
+    snap_map_init(&live);
+    for (int i = 0; i < PQntuples(res[0]); i++) {
+        hold_key(key, sizeof(key), PQgetvalue(res[0], i, 0), PQgetvalue(res[0], i, 1),
+                 PQgetvalue(res[0], i, 2));
+        snap_map_put(&live, key, 1);
+    }
+    drop_ended(s, &live);
+    snap_map_free(&live);
+    for (int i = 0; i < PQntuples(res[0]); i++)    /* -1 when already booked: kept as is */
+        booked += snap_book(&s->snap, PQgetvalue(res[0], i, 2), gpu_mask(PQgetvalue(res[0], i, 3)),
+                            PQgetvalue(res[0], i, 0),
+                            (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10),
+                            atoi(PQgetvalue(res[0], i, 4)),
+                            PQgetvalue(res[0], i, 5)[0] == 't') == 0;
+    if (!s->fed)
+        GP_INFO("feed_ready", "nodes=%u sites=%u bookings=%d", s->snap.nodes, s->snap.sites,
+                booked);
+    s->fed = true;
+    sched_place_kick(s);                  /* new nodes, freed GPUs: capacity may have changed */
+}
+
+static void
+load_bookings(sched_feed *f)
+{
+    gp_err rc = gp_db_query(
+        gp_app_db(f->s->app),
+        "SELECT a.job_id, a.attempt, a.node, array_to_string(a.gpus, ','), j.priority,\n"
+        "  j.interruptible FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
+        "WHERE a.state IN ('reserved','starting','running')",
+        0, NULL, 0, bookings_loaded, f);
+
+    if (rc != GP_EOK) {
+        f->busy = false;
+        GP_WARN("feed_bookings_failed", "code=%s detail=\"not sent\"", gp_err_name(rc));
+    }
+}
+
+/* ---- paging ---------------------------------------------------------------- */
+
+static void
+load_done(sched_feed *f)
+{
+    sweep_missing(f);
+    f->fails = 0;
+    sched_count(f->m_loads);
+    load_bookings(f);
+}
+
+static void
+page_answered(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    sched_feed      *f = arg;
+    const feed_kind *k = &kinds[f->kind];
+    /* every *_list message starts {has, items, next, total} */
+    const msg_node_list *page = reply;
+
+    if (err != GP_EOK || page == NULL) {
+        f->fails++;
+        if ((f->fails & (f->fails - 1)) == 0)   /* retried every place-ms until the first load */
+            GP_WARN("feed_load_failed", "kind=%d code=%s detail=\"%s\" in_a_row=%u", f->kind,
+                    gp_err_name(err), detail, f->fails);
+        sched_count(f->m_load_failures);
+        f->busy = false;
+        return;
+    }
+    for (uint32_t i = 0; i < page->items.n; i++)
+        upsert(f, f->kind, (const char *)page->items.v + i * k->item->size);
+    snprintf(f->after, sizeof(f->after), "%s", page->next);
+    if (f->after[0] == '\0')
+        f->kind++;
+    if (f->kind == K_N)
+        load_done(f);
+    else
+        page_request(f);
+}
+
+static void
+page_request(sched_feed *f)
+{
+    msg_list_request q = {.limit = kinds[f->kind].limit};
+    char             subj[GP_MAX_SUBJECT];
+    gp_err           rc = gp_op_subject(kind_op(f->kind), subj, sizeof(subj), NULL);
+
+    snprintf(q.after, sizeof(q.after), "%s", f->after);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(f->s->app), subj, &msg_list_request_desc, &q, kinds[f->kind].list,
+                     gp_app_cfg(f->s->app)->request_timeout_ms, page_answered, f);
+    if (rc != GP_EOK)
+        page_answered(f, rc, NULL, "not sent");
+}
+
+void
+sched_feed_run(gp_app *app, void *arg)
+{
+    sched_feed *f = ((sched *)arg)->feed;
+
+    (void)app;
+    if (f->busy)
+        return;
+    f->busy = true;
+    f->kind = K_TENANT;
+    f->after[0] = '\0';
+    seen_reset(f);
+    page_request(f);
+}
+
+/* ---- NodeState events ------------------------------------------------------ */
+
+/* A node the snapshot does not know (registered since the last load) is
+ * fetched at once (gp.admin.node.get), so new capacity is placed on
+ * without waiting feed-ms; a node of an unknown site (a new site) makes
+ * the next placement pass reload everything. */
+typedef struct node_fetch {
+    sched_feed *f;
+} node_fetch;
+
+static void
+node_fetched(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    node_fetch *nf = arg;
+    sched_feed *f = nf->f;
+
+    free(nf);
+    if (err != GP_EOK || reply == NULL) {
+        GP_DEBUG("feed_node_get_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    if (snap_node_upsert(&f->s->snap, reply) != 0) {
+        if (!f->busy)
+            sched_feed_run(f->s->app, f->s);
+        return;
+    }
+    sched_place_kick(f->s);
+}
+
+static void
+node_fetch_start(sched_feed *f, const char *node)
+{
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+    node_fetch    *nf = calloc(1, sizeof(*nf));
+    gp_err         rc = nf != NULL ? gp_op_subject(GP_OP_ADMIN_NODE_GET, subj, sizeof(subj), NULL)
+                                   : GP_ENOMEM;
+
+    if (nf == NULL)
+        return;
+    nf->f = f;
+    snprintf(q.id, sizeof(q.id), "%s", node);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(f->s->app), subj, &msg_id_request_desc, &q, &msg_node_desc,
+                     gp_app_cfg(f->s->app)->request_timeout_ms, node_fetched, nf);
+    if (rc != GP_EOK)
+        node_fetched(nf, rc, NULL, "not sent");
+}
+
+static void
+on_node_state(void *arg, const gp_bus_msg *m)
+{
+    sched_feed    *f = arg;
+    msg_node_state st = {0};
+    int32_t        ix;
+    int32_t        was = SNAP_UNKNOWN;
+
+    if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &st, NULL, 0) != GP_EOK)
+        return;
+    sched_count(f->m_state_events);
+    ix = snap_node_find(&f->s->snap, st.node);
+    if (ix >= 0)
+        was = f->s->snap.node[ix].state;
+    else if (f->s->fed && st.state == SNAP_HEALTHY)
+        node_fetch_start(f, st.node);
+    if (ix >= 0 && snap_node_state(&f->s->snap, &st) == 0 && st.state == SNAP_HEALTHY &&
+        was != SNAP_HEALTHY)
+        sched_place_kick(f->s);
+    gp_msg_clear(&msg_node_state_desc, &st);
+}
+
+gp_err
+sched_feed_start(sched *s)
+{
+    sched_feed *f = calloc(1, sizeof(*f));
+    gp_metrics *m = gp_app_metrics(s->app);
+    char        pat[GP_MAX_SUBJECT];
+    gp_err      rc;
+
+    if (f == NULL)
+        return GP_ENOMEM;
+    f->s = s;
+    s->feed = f;
+    for (int k = 0; k < K_N; k++)
+        snap_map_init(&f->seen[k]);
+    f->m_loads = gp_metrics_counter(m, "gp_scheduler_feed_loads_total", NULL,
+                                    "Complete inventory loads from the registry");
+    f->m_load_failures = gp_metrics_counter(m, "gp_scheduler_feed_load_failures_total", NULL,
+                                            "Inventory loads abandoned (a page failed)");
+    f->m_state_events = gp_metrics_counter(m, "gp_scheduler_node_state_events_total", NULL,
+                                           "NodeState events received");
+    const char *any[2] = {NULL, NULL};     /* site, node: every one */
+
+    rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), any);
+    if (rc == GP_EOK)   /* every instance follows every node: no queue group */
+        rc = gp_bus_sub_new(gp_app_bus(s->app), pat, NULL, on_node_state, f, &f->sub);
+    /* the first load is started by the placement pass, which retries it
+     * every place-ms until it succeeds (the bus may not be up yet) */
+    return rc;
+}

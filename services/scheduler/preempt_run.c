@@ -1,0 +1,313 @@
+/* preempt_run.c -- carrying out a preemption plan (preempt.h chooses).
+ *
+ * A job that cannot be placed asks preempt_plan for victims: interruptible
+ * attempts of strictly lower priority, not already evicting.  If there is
+ * a plan:
+ *   1. each victim's booking is marked evicting in the snapshot (never
+ *      chosen twice while its eviction runs: no cascade);
+ *   2. one transaction records it: the preemptor gets preempt_until
+ *      (PostgreSQL's clock; no instance starts another preemption for it
+ *      meanwhile) and a 'preempting' event; each victim attempt gets
+ *      preempted_by, each victim job preemptions + 1 and a 'preempted'
+ *      event;
+ *   3. each victim's nodes get AttemptSignal checkpoint now and, after
+ *      preempt-grace-ms (a timer), stop;
+ *   4. the end of a preempted attempt (sched_preempted_ended: called by
+ *      the attempt-event path on killed/exited, and here once the agent
+ *      acked the stop) marks it 'preempted', releases its GPUs and puts
+ *      its job back to pending, resuming from its checkpoint
+ *      (jobs.checkpoint_ms is sent as resume_ms); a preempted attempt is
+ *      not charged against max_attempts.
+ * The preemptor is then placed by the normal pass when the GPUs free (it
+ * is first in order: it has the higher priority). */
+#include <ev.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/dbarray.h"
+#include "gp/log.h"
+#include "preempt.h"
+#include "scheduler.h"
+
+/* One victim attempt (a multi-node victim is one attempt on several nodes). */
+typedef struct victim {
+    char     job[GP_MAX_ID + 1], site[GP_MAX_ID + 1];
+    uint32_t attempt, nnodes;
+    char     node[PLACE_MAX_NODES][GP_MAX_ID + 1];
+    bool     ended;
+} victim;
+
+typedef struct preemption {
+    sched   *s;
+    char     job[GP_MAX_ID + 1];
+    ev_timer grace;
+    uint32_t nv;
+    victim   v[PREEMPT_MAX_VICTIMS];
+} preemption;
+
+static victim *
+victim_of(preemption *pr, const preempt_victim *pv, const char *site)
+{
+    victim *v;
+
+    for (uint32_t i = 0; i < pr->nv; i++)
+        if (pr->v[i].attempt == pv->attempt && strcmp(pr->v[i].job, pv->job) == 0)
+            return &pr->v[i];
+    v = &pr->v[pr->nv++];
+    snprintf(v->job, sizeof(v->job), "%s", pv->job);
+    snprintf(v->site, sizeof(v->site), "%s", site);
+    v->attempt = pv->attempt;
+    return v;
+}
+
+/* ---- the end of a preempted attempt ----------------------------------------- */
+
+typedef struct ended_ctx {
+    sched   *s;
+    char     job[GP_MAX_ID + 1];
+    uint32_t attempt;
+} ended_ctx;
+
+static const char end_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
+static const char end_attempt_sql[] =
+    "UPDATE attempts SET state = 'preempted', reason = 'preempted by ' || preempted_by,\n"
+    "  ended_ms = coalesce(ended_ms, $3::bigint)\n"
+    "WHERE job_id = $1 AND attempt = $2::int AND preempted_by IS NOT NULL\n"
+    "  AND state IN ('reserved','starting','running')";
+static const char end_nodes_sql[] =
+    "SELECT site, node FROM attempts WHERE job_id = $1 AND attempt = $2::int ORDER BY rank";
+static const char end_job_sql[] =
+    "WITH u AS (UPDATE jobs SET state = 'pending',\n"
+    "    reason = 'preempted; resumes from its last checkpoint',\n"
+    "    updated_ms = $3::bigint, event_seq = event_seq + 1\n"
+    "  WHERE id = $1 AND attempts_made = $2::int AND state IN ('starting','running')\n"
+    "  RETURNING id, event_seq, tenant)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
+    "  SELECT id, event_seq, 'requeued', 'pending', $2::int, 'preempted', $3::bigint FROM u\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
+    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
+
+static void
+ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    ended_ctx *c = arg;
+    char       nodes[PLACE_MAX_NODES][GP_MAX_ID + 1];
+    uint32_t   n = 0;
+
+    if (err != GP_EOK || nres != 4) {
+        GP_WARN("preempted_end_write_failed", "job=%s attempt=%u code=%s detail=\"%s\"", c->job,
+                c->attempt, gp_err_name(err), detail);
+        free(c);
+        return;
+    }
+    for (int i = 0; i < PQntuples(res[2]) && n < PLACE_MAX_NODES; i++)
+        snprintf(nodes[n++], sizeof(nodes[0]), "%s", PQgetvalue(res[2], i, 1));
+    if (n > 0)                     /* release is fenced by (job, attempt): idempotent */
+        sched_release(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n);
+    sched_event_rows(c->s, NULL, res[3]);
+    if (PQntuples(res[3]) > 0)
+        GP_INFO("job_requeued_after_preemption", "job=%s attempt=%u", c->job, c->attempt);
+    free(c);
+}
+
+void
+sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt)
+{
+    ended_ctx  *c = calloc(1, sizeof(*c));
+    char        a[16], now[24];
+    const char *v[] = {job_id, a, now};
+    gp_db_tx   *tx;
+
+    if (c == NULL)
+        return;
+    c->s = s;
+    c->attempt = attempt;
+    snprintf(c->job, sizeof(c->job), "%s", job_id);
+    snprintf(a, sizeof(a), "%u", attempt);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    tx = gp_db_tx_new(gp_app_db(s->app));
+    gp_db_tx_add(tx, end_lock_sql, 1, v);
+    gp_db_tx_add(tx, end_attempt_sql, 3, v);
+    gp_db_tx_add(tx, end_nodes_sql, 2, v);
+    gp_db_tx_add(tx, end_job_sql, 3, v);
+    if (gp_db_tx_run(tx, 0, ended_written, c) != GP_EOK)
+        ended_written(c, GP_EUNAVAIL, NULL, 0, "not sent");
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+/* Each signal's answer is logged: the record of what a victim was told. */
+static void
+checkpointed(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
+{
+    (void)s, (void)arg;
+    GP_INFO("preempt_signal", "action=checkpoint job=%s attempt=%u result=%s", job, attempt,
+            gp_err_name(err));
+}
+
+static void
+stopped(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
+{
+    (void)arg;
+    GP_INFO("preempt_signal", "action=stop job=%s attempt=%u result=%s", job, attempt,
+            gp_err_name(err));
+    if (err == GP_EOK)             /* the agent is stopping it: the job goes back now */
+        sched_preempted_ended(s, job, attempt);
+}
+
+static void
+grace_over(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    preemption *pr = w->data;
+
+    (void)loop, (void)revents;
+    for (uint32_t i = 0; i < pr->nv; i++)
+        for (uint32_t k = 0; k < pr->v[i].nnodes; k++)
+            sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job, pr->v[i].attempt,
+                         MSG_ATTEMPT_SIGNAL_ACTION_STOP, k == 0 ? stopped : NULL, NULL);
+    GP_INFO("preemption_stop", "job=%s victims=%u", pr->job, pr->nv);
+    free(pr);
+}
+
+static void
+signal_all(preemption *pr)
+{
+    for (uint32_t i = 0; i < pr->nv; i++)
+        for (uint32_t k = 0; k < pr->v[i].nnodes; k++)
+            sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job, pr->v[i].attempt,
+                         MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT, k == 0 ? checkpointed : NULL,
+                         NULL);
+    ev_timer_init(&pr->grace, grace_over, pr->s->cfg->preempt_grace_ms / 1000.0, 0);
+    pr->grace.data = pr;
+    ev_timer_start(gp_app_loop(pr->s->app), &pr->grace);
+}
+
+/* ---- the record ---------------------------------------------------------- */
+
+static const char mark_hi_sql[] =
+    "WITH u AS (UPDATE jobs SET preempt_until = now() + $2::int * interval '1 ms',\n"
+    "    event_seq = event_seq + 1, updated_ms = $3::bigint\n"
+    "  WHERE id = $1 AND state = 'pending' RETURNING id, event_seq, tenant)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, reason, at_ms)\n"
+    "  SELECT id, event_seq, 'preempting', 'pending', $4, $3::bigint FROM u\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
+    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
+static const char mark_victims_sql[] =
+    "WITH v AS (SELECT * FROM unnest($2::text[], $3::int[]) AS v(job, att)),\n"
+    "a AS (UPDATE attempts a SET preempted_by = $1 FROM v\n"
+    "  WHERE a.job_id = v.job AND a.attempt = v.att AND a.state IN ('reserved','starting','running')\n"
+    "  RETURNING a.job_id, a.attempt, a.site, a.node, a.rank),\n"
+    "j AS (UPDATE jobs SET preemptions = preemptions + 1, event_seq = event_seq + 1,\n"
+    "    updated_ms = $4::bigint WHERE id IN (SELECT job_id FROM a WHERE rank = 0)\n"
+    "  RETURNING id, event_seq, state)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT j.id, j.event_seq, 'preempted', j.state, a.attempt, a.site, a.node,\n"
+    "    'preempted by ' || $1, $4::bigint FROM j JOIN a ON a.job_id = j.id AND a.rank = 0\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
+    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
+
+static void
+recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    preemption *pr = arg;
+
+    if (err != GP_EOK || nres != 2 || PQntuples(res[0]) != 1) {
+        /* not recorded: no signal goes out; the marks expire with the
+         * snapshot's next refresh of those bookings (their attempt ends) */
+        GP_WARN("preemption_write_failed", "job=%s code=%s detail=\"%s\"", pr->job,
+                gp_err_name(err), detail);
+        free(pr);
+        return;
+    }
+    sched_event_rows(pr->s, NULL, res[0]);
+    sched_event_rows(pr->s, NULL, res[1]);
+    signal_all(pr);
+}
+
+static gp_err
+record(preemption *pr)
+{
+    gp_buf      jobs, atts;
+    char        ttl[16], now[24], why[128], a[16];
+    gp_db_tx   *tx;
+    gp_err      rc;
+
+    gp_buf_init(&jobs, 8192);
+    gp_buf_init(&atts, 2048);
+    rc = gp_pgarr_begin(&jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_begin(&atts);
+    for (uint32_t i = 0; rc == GP_EOK && i < pr->nv; i++) {
+        snprintf(a, sizeof(a), "%u", pr->v[i].attempt);
+        rc = gp_pgarr_add(&jobs, pr->v[i].job);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&atts, a);
+    }
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&atts);
+    /* the preemption runs for the grace plus a stop's round: not again before */
+    snprintf(ttl, sizeof(ttl), "%u", pr->s->cfg->preempt_grace_ms + 30000);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(why, sizeof(why), "evicting %u lower-priority attempt%s", pr->nv,
+             pr->nv == 1 ? "" : "s");
+    const char *hi[] = {pr->job, ttl, now, why};
+    const char *vv[] = {pr->job, jobs.p, atts.p, now};
+
+    if (rc == GP_EOK) {
+        tx = gp_db_tx_new(gp_app_db(pr->s->app));
+        gp_db_tx_add(tx, mark_hi_sql, 4, hi);
+        gp_db_tx_add(tx, mark_victims_sql, 4, vv);
+        rc = gp_db_tx_run(tx, 0, recorded, pr);
+    }
+    gp_buf_fini(&jobs);
+    gp_buf_fini(&atts);
+    return rc;
+}
+
+static preemption *
+plan_to_run(sched *s, const msg_job *job, const preempt_result *r)
+{
+    preemption *pr = calloc(1, sizeof(*pr));
+
+    if (pr == NULL)
+        return NULL;
+    pr->s = s;
+    snprintf(pr->job, sizeof(pr->job), "%s", job->id);
+    for (uint32_t i = 0; i < r->nvictims; i++) {
+        const preempt_victim *pv = &r->victim[i];
+        victim               *v = victim_of(pr, pv, r->target.site);
+
+        if (v->nnodes < PLACE_MAX_NODES)
+            snprintf(v->node[v->nnodes++], sizeof(v->node[0]), "%s", pv->node);
+        snap_mark_evicting(&s->snap, pv->node, pv->job, pv->attempt);
+        sched_count(s->m_preemptions);
+    }
+    return pr;
+}
+
+bool
+sched_preempt_try(sched *s, const msg_job *job, const place_params *pp)
+{
+    preempt_result *r = calloc(1, sizeof(*r));
+    preemption     *pr = NULL;
+    bool            ok = false;
+
+    if (r == NULL)
+        return false;
+    if (preempt_plan(&s->snap, job->tenant, &job->spec, pp, r) == PREEMPT_OK && r->nvictims > 0)
+        pr = plan_to_run(s, job, r);
+    if (pr != NULL) {
+        GP_INFO("preemption_planned", "job=%s site=%s victims=%u gpus=%u", job->id,
+                r->target.site, pr->nv, r->cost.gpus);
+        ok = record(pr) == GP_EOK;
+        if (!ok)
+            free(pr);
+    }
+    free(r);
+    return ok;
+}

@@ -1,0 +1,724 @@
+/* queue.c -- the placement pass ("place" task): pending jobs wait in
+ * PostgreSQL; each pass claims a batch, orders it (fair.h), and for each
+ * job: place() on the snapshot -> book the best choice in Redis (the only
+ * authority; BUSY/UNHEALTHY refreshes that node and tries the next choice)
+ * -> one transaction writes the attempt rows and moves the job to
+ * 'starting' only if it is still pending with the same attempts_made (the
+ * fencing token) -> book the snapshot -> dispatch.  A job that cannot be
+ * placed keeps why (reason counts over the nodes considered) and gets a
+ * 'pending' event only when its reasons change; it may preempt
+ * (preempt_run.c) or be held (fair.h's anti-starvation claim).
+ *
+ * CLAIM RULE (several instances): a pass takes jobs with
+ *   UPDATE jobs SET claimed_by = <instance>, claim_until = now() + claim-ms
+ *   WHERE id IN (SELECT id ... WHERE state = 'pending' AND (claim_until IS
+ *   NULL OR claim_until < now()) ORDER BY priority DESC, created_ms, id
+ *   LIMIT place-batch FOR UPDATE SKIP LOCKED)
+ * so two instances never hold one job at once; the claim ends when the
+ * job is placed or its reasons are written, and a crashed instance's
+ * claims expire (PostgreSQL's clock, so instances agree).  The attempt's
+ * commit also requires claimed_by = <instance>.
+ *
+ * One pass at a time; the jobs of a pass are placed one after the other
+ * (each waits for its Redis and PostgreSQL round trips), so the snapshot
+ * the next job sees holds the previous job's booking. */
+#include <libpq-fe.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/dbarray.h"
+#include "gp/log.h"
+#include "place.h"
+#include "scheduler.h"
+
+typedef struct qjob {
+    msg_job job;
+    bool    preempting;              /* a preemption it started still runs */
+} qjob;
+
+typedef struct sched_queue {
+    sched        *s;
+    bool          busy, usage_busy;
+    uint64_t      usage_at;          /* gp_mono_ms of the last usage read */
+    qjob         *jobs;
+    fair_job     *order;
+    size_t        n, i;
+    place_params  pp;
+    place_result  r;
+    uint32_t      choice;            /* index in r being booked */
+    uint32_t      attempt;
+    /* fair.h hold: the held job and the nodes claimed for it */
+    char          held[GP_MAX_ID + 1];
+    char          claimed[PLACE_MAX_NODES][GP_MAX_ID + 1];
+    uint32_t      nclaimed;
+} sched_queue;
+
+static void next_job(sched_queue *q);
+static void try_choice(sched_queue *q);
+
+void
+sched_place_kick(sched *s)
+{
+    if (s->place_task != NULL)
+        gp_task_kick(s->place_task);
+}
+
+/* Publishes the event rows a statement RETURNING e.* gave back; tenant
+ * NULL: each row's own "tenant" column. */
+void
+sched_event_rows(sched *s, const char *tenant, const PGresult *res)
+{
+    for (int i = 0; res != NULL && i < PQntuples(res); i++) {
+        msg_job_event ev = {0};
+
+        if (sched_row_to_msg(&msg_job_event_desc, res, i, &ev) != GP_EOK)
+            continue;                    /* logged; the row stays for the outbox */
+        if (tenant != NULL)
+            snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
+        sched_event_publish(s, &ev);
+    }
+}
+
+static qjob *
+cur(sched_queue *q)
+{
+    return q->order[q->i].data;
+}
+
+/* ---- tenant usage for fair share ------------------------------------------ */
+
+/* Decayed GPU-seconds per tenant from the attempts table, so every instance
+ * orders by the same numbers: each attempt's GPU-seconds decayed by the
+ * time since it ended (a running attempt: not decayed). */
+static const char usage_sql[] =
+    "SELECT j.tenant, sum(cardinality(a.gpus)::float8\n"
+    "    * greatest(coalesce(a.ended_ms, $1::bigint) - coalesce(a.started_ms, a.created_ms), 0)\n"
+    "    / 1000.0 * exp(-0.6931471805599453 * ($1::bigint - coalesce(a.ended_ms, $1::bigint))\n"
+    "      / $2::float8)),\n"
+    "  (SELECT count(*) FROM jobs WHERE state = 'pending')\n"
+    "FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
+    "WHERE a.ended_ms IS NULL OR a.ended_ms > $1::bigint - 8 * $2::bigint GROUP BY j.tenant";
+
+static void
+usage_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_queue *q = arg;
+    sched       *s = q->s;
+    uint64_t     now = gp_mono_ms();
+
+    q->usage_busy = false;
+    if (err != GP_EOK || nres != 1) {
+        GP_WARN("usage_read_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    fair_cfg     fc = s->fair.cfg;
+
+    fair_free(&s->fair);              /* usage is replaced, not added to */
+    if (fair_init(&s->fair, &fc) != 0)
+        return;
+    for (int i = 0; i < PQntuples(res[0]); i++)
+        fair_record(&s->fair, PQgetvalue(res[0], i, 0), atof(PQgetvalue(res[0], i, 1)), now);
+    if (s->m_queue_depth != NULL && PQntuples(res[0]) > 0)
+        *s->m_queue_depth = atof(PQgetvalue(res[0], 0, 2));
+}
+
+static void
+usage_refresh(sched_queue *q)
+{
+    char        now[24], hl[24];
+    const char *p[] = {now, hl};
+
+    if (q->usage_busy || (q->usage_at != 0 && gp_mono_ms() - q->usage_at < q->s->cfg->usage_ms))
+        return;
+    q->usage_at = gp_mono_ms();
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(hl, sizeof(hl), "%llu", (unsigned long long)q->s->fair.cfg.half_life_ms);
+    if (gp_db_query(gp_app_db(q->s->app), usage_sql, 2, p, 0, usage_read, q) == GP_EOK)
+        q->usage_busy = true;
+}
+
+/* ---- the end of one job's turn ------------------------------------------- */
+
+/* "model=3,gpus=2" in filter order, and the reason in words. */
+static void
+reasons_text(const sched_queue *q, const place_result *r, char *out, size_t n, char *why,
+             size_t wn, uint32_t *considered)
+{
+    size_t   len = 0;
+    uint32_t best = 0;
+    int      top = -1;
+
+    out[0] = '\0';
+    *considered = r->considered;
+    if (r->status == PLACE_INVALID) {     /* a job-level refusal: no node could be considered */
+        snprintf(out, n, "%s=%u", msg_pending_reason_reason_names[r->job_reason], q->s->snap.nodes);
+        snprintf(why, wn, "not placeable: %s", msg_pending_reason_reason_names[r->job_reason]);
+        *considered = 0;
+        return;
+    }
+    for (int k = 0; k < PLACE_REASONS && len < n; k++) {
+        if (r->reasons[k] == 0)
+            continue;
+        len += (size_t)snprintf(out + len, n - len, "%s%s=%u", len ? "," : "",
+                                msg_pending_reason_reason_names[k], r->reasons[k]);
+        if (r->reasons[k] > best) {
+            best = r->reasons[k];
+            top = k;
+        }
+    }
+    if (top < 0)
+        snprintf(why, wn, "no node fits (%u considered)", r->considered);
+    else
+        snprintf(why, wn, "no node fits: %s on %u of %u nodes considered",
+                 msg_pending_reason_reason_names[top], best, r->considered);
+}
+
+/* Reasons stored, claim ended; a 'pending' event only when they changed. */
+static const char waiting_sql[] =
+    "WITH old AS (SELECT id, waiting FROM jobs WHERE id = $1 AND state = 'pending'\n"
+    "    AND claimed_by = $5 FOR UPDATE),\n"
+    "u AS (UPDATE jobs j SET waiting = $2, nodes_considered = $3::bigint, reason = $4,\n"
+    "    claimed_by = NULL, claim_until = NULL,\n"
+    "    event_seq = j.event_seq + (old.waiting IS DISTINCT FROM $2)::int,\n"
+    "    updated_ms = CASE WHEN old.waiting IS DISTINCT FROM $2 THEN $6::bigint\n"
+    "                      ELSE j.updated_ms END\n"
+    "  FROM old WHERE j.id = old.id\n"
+    "  RETURNING j.id, j.event_seq, old.waiting IS DISTINCT FROM $2 AS changed)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, reason, at_ms)\n"
+    "  SELECT id, event_seq, 'pending', 'pending', $4, $6::bigint FROM u WHERE changed\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
+
+typedef struct wait_write {
+    sched *s;
+    char   tenant[GP_MAX_ID + 1];
+} wait_write;
+
+static void
+waiting_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    wait_write *w = arg;
+
+    if (err != GP_EOK || nres != 1)
+        GP_WARN("pending_write_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    else
+        sched_event_rows(w->s, w->tenant, res[0]);
+    free(w);
+}
+
+static void
+write_waiting(sched_queue *q, const place_result *r, bool preempting)
+{
+    sched      *s = q->s;
+    const msg_job *j = &cur(q)->job;
+    char        text[512], why[256], cons[16], now[24];
+    uint32_t    considered;
+    wait_write *w = calloc(1, sizeof(*w));
+    const char *p[] = {j->id, text, cons, why, gp_app_instance(s->app), now};
+
+    reasons_text(q, r, text, sizeof(text), why, sizeof(why), &considered);
+    if (preempting)
+        snprintf(why, sizeof(why), "preempting lower-priority work");
+    snprintf(cons, sizeof(cons), "%u", considered);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    sched_count(s->m_unplaced);
+    if (w == NULL)
+        return;
+    w->s = s;
+    snprintf(w->tenant, sizeof(w->tenant), "%s", j->tenant);
+    if (gp_db_query(gp_app_db(s->app), waiting_sql, 6, p, 0, waiting_written, w) != GP_EOK)
+        free(w);
+}
+
+/* fair.h's hold: the held (oldest starving) job's target nodes are claimed
+ * so no other job starts there; the claim moves with the held job. */
+static void
+unclaim(sched_queue *q)
+{
+    for (uint32_t i = 0; i < q->nclaimed; i++)
+        snap_node_claim(&q->s->snap, q->claimed[i], false);
+    q->nclaimed = 0;
+    q->held[0] = '\0';
+}
+
+static void
+hold_targets(sched_queue *q, const msg_job *j)
+{
+    place_params p = q->pp;
+    place_result *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return;
+    unclaim(q);
+    p.ignore_free = true;
+    p.claimant = true;
+    p.max_choices = 1;
+    if (place(&q->s->snap, j->tenant, &j->spec, &p, r) == PLACE_OK) {
+        snprintf(q->held, sizeof(q->held), "%s", j->id);
+        for (uint32_t i = 0; i < r->choice[0].nnodes; i++) {
+            snprintf(q->claimed[i], sizeof(q->claimed[i]), "%s", r->choice[0].node[i]);
+            snap_node_claim(&q->s->snap, q->claimed[i], true);
+        }
+        q->nclaimed = r->choice[0].nnodes;
+        GP_INFO("job_held", "job=%s site=%s nodes=%u", j->id, r->choice[0].site, q->nclaimed);
+    }
+    free(r);
+}
+
+/* Counts over every node when the bounded walk left some out and the
+ * fleet is small enough (explain mode costs O(fleet)). */
+static void
+explain(sched_queue *q, const msg_job *j)
+{
+    place_params p = q->pp;
+
+    if (q->r.status != PLACE_NONE || q->r.index_skipped == 0 ||
+        q->s->snap.nodes > q->s->cfg->explain_max_nodes)
+        return;
+    p.walk_all = true;
+    place(&q->s->snap, j->tenant, &j->spec, &p, &q->r);
+}
+
+static void
+unplaced(sched_queue *q)
+{
+    qjob *qj = cur(q);
+    bool  preempting = qj->preempting;
+
+    if (q->order[q->i].hold && strcmp(q->held, qj->job.id) != 0)
+        hold_targets(q, &qj->job);
+    if (!preempting && q->r.status == PLACE_NONE)
+        preempting = sched_preempt_try(q->s, &qj->job, &q->pp);
+    explain(q, &qj->job);
+    write_waiting(q, &q->r, preempting);
+    q->i++;
+    next_job(q);
+}
+
+/* ---- commit and dispatch -------------------------------------------------- */
+
+static const char commit_sql[] =
+    "WITH u AS (UPDATE jobs SET state = 'starting', attempts_made = $3::int, waiting = NULL,\n"
+    "    nodes_considered = NULL, reason = '', claimed_by = NULL, claim_until = NULL,\n"
+    "    updated_ms = $5::bigint, event_seq = event_seq + 1\n"
+    "  WHERE id = $1 AND state = 'pending' AND attempts_made = $2::int AND claimed_by = $19\n"
+    "  RETURNING id, event_seq),\n"
+    "a AS (INSERT INTO attempts (job_id, attempt, rank, site, node, gpus, state, created_ms,\n"
+    "    latency_est_ms, score, score_latency, score_price, score_packing, score_reliability,\n"
+    "    score_thermal, price_micros_per_gpu_hour, currency)\n"
+    "  SELECT u.id, $3::int, r.ord - 1, $4, r.node, string_to_array(r.g, ',')::int[],\n"
+    "    'reserved', $5::bigint, $8::float8, $9::int, $10::int, $11::int, $12::int, $13::int,\n"
+    "    $14::int, NULLIF($15, '')::bigint, NULLIF($16, '')\n"
+    "  FROM u, unnest($6::text[], $7::text[]) WITH ORDINALITY AS r(node, g, ord) RETURNING 1)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT u.id, u.event_seq, 'placed', 'starting', $3::int, $4, $17, $18, $5::bigint\n"
+    "  FROM u RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
+
+static void
+gpus_text(uint64_t mask, char *out, size_t n)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (int g = 0; g <= SCHED_RES_MAX_GPU && len < n; g++)
+        if (mask & (1ull << g))
+            len += (size_t)snprintf(out + len, n - len, "%s%d", len ? "," : "", g);
+}
+
+static void
+unbook_choice(sched_queue *q, const place_choice *c, bool redis)
+{
+    char nodes[PLACE_MAX_NODES][GP_MAX_ID + 1];
+
+    for (uint32_t i = 0; i < c->nnodes; i++) {
+        snprintf(nodes[i], sizeof(nodes[i]), "%s", c->node[i]);
+        if (!redis)
+            snap_unbook(&q->s->snap, c->node[i], cur(q)->job.id, q->attempt);
+    }
+    if (redis)
+        sched_release(q->s, c->site, cur(q)->job.id, q->attempt, nodes, c->nnodes);
+}
+
+static void
+dispatch_placed(sched_queue *q, const place_choice *c)
+{
+    const msg_job *j = &cur(q)->job;
+    sched_placed  *p = calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        return;            /* the attempt's lease never starts: the reconcile ends it */
+    snprintf(p->job, sizeof(p->job), "%s", j->id);
+    snprintf(p->tenant, sizeof(p->tenant), "%s", j->tenant);
+    snprintf(p->site, sizeof(p->site), "%s", c->site);
+    p->attempt = q->attempt;
+    p->nnodes = c->nnodes;
+    for (uint32_t i = 0; i < c->nnodes; i++) {
+        snprintf(p->node[i], sizeof(p->node[i]), "%s", c->node[i]);
+        p->gpus[i] = c->gpus[i];
+    }
+    p->resume_ms = j->checkpoint_ms;
+    p->spec = j->spec;                     /* moved: the job row's copy lets go of it */
+    cur(q)->job.spec = (msg_job_spec){0};
+    sched_dispatch(q->s, p);
+}
+
+static void
+committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_queue        *q = arg;
+    const place_choice *c = &q->r.choice[q->choice];
+    qjob               *qj = cur(q);
+
+    if (err != GP_EOK || nres != 1 || PQntuples(res[0]) != 1) {
+        /* not pending any more, placed by another instance, or the write
+         * failed: give back what was booked for this attempt */
+        if (err != GP_EOK)
+            GP_WARN("attempt_write_failed", "job=%s code=%s detail=\"%s\"", qj->job.id,
+                    gp_err_name(err), detail);
+        sched_count(q->s->m_claim_lost);
+        unbook_choice(q, c, false);
+        unbook_choice(q, c, true);
+    } else {
+        sched_event_rows(q->s, qj->job.tenant, res[0]);
+        sched_count(q->s->m_placements);
+        if (q->s->m_place_latency != NULL && gp_wall_ms() > qj->job.created_ms)
+            gp_hist_observe(q->s->m_place_latency, (gp_wall_ms() - qj->job.created_ms) / 1000.0);
+        GP_INFO("job_placed", "job=%s attempt=%u site=%s node=%s score=%d latency_ms=%.1f",
+                qj->job.id, q->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
+        if (strcmp(q->held, qj->job.id) == 0)
+            unclaim(q);
+        dispatch_placed(q, c);
+    }
+    q->i++;
+    next_job(q);
+}
+
+static gp_err
+commit_params(sched_queue *q, const place_choice *c, gp_buf *nodes, gp_buf *gpus, char v[][32])
+{
+    char   g[64];
+    gp_err rc = gp_pgarr_begin(nodes);
+
+    if (rc == GP_EOK)
+        rc = gp_pgarr_begin(gpus);
+    for (uint32_t i = 0; rc == GP_EOK && i < c->nnodes; i++) {
+        gpus_text(c->gpus[i], g, sizeof(g));
+        rc = gp_pgarr_add(nodes, c->node[i]);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(gpus, g);
+    }
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(nodes);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(gpus);
+    snprintf(v[0], 32, "%u", cur(q)->job.attempts_made);
+    snprintf(v[1], 32, "%u", q->attempt);
+    snprintf(v[2], 32, "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(v[3], 32, "%.3f", c->latency_ms);
+    snprintf(v[4], 32, "%d", c->score.total);
+    snprintf(v[5], 32, "%d", c->score.latency);
+    snprintf(v[6], 32, "%d", c->score.price);
+    snprintf(v[7], 32, "%d", c->score.packing);
+    snprintf(v[8], 32, "%d", c->score.reliability);
+    snprintf(v[9], 32, "%d", c->score.thermal);
+    if (c->priced)
+        snprintf(v[10], 32, "%lld", (long long)c->price_micros);
+    else
+        v[10][0] = '\0';
+    return rc;
+}
+
+static void
+commit(sched_queue *q)
+{
+    const place_choice *c = &q->r.choice[q->choice];
+    char                v[11][32], why[128];
+    gp_buf              nodes, gpus;
+    gp_err              rc;
+
+    gp_buf_init(&nodes, 4096);
+    gp_buf_init(&gpus, 4096);
+    rc = commit_params(q, c, &nodes, &gpus, v);
+    snprintf(why, sizeof(why), "score %d (latency %d price %d packing %d reliability %d "
+             "thermal %d)", c->score.total, c->score.latency, c->score.price, c->score.packing,
+             c->score.reliability, c->score.thermal);
+    const char *p[] = {cur(q)->job.id, v[0], v[1], c->site, v[2], nodes.p, gpus.p, v[3], v[4],
+                       v[5], v[6], v[7], v[8], v[9], v[10], c->priced ? c->currency : "",
+                       c->node[0], why, gp_app_instance(q->s->app)};
+
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(q->s->app), commit_sql, 19, p, 0, committed, q);
+    gp_buf_fini(&nodes);
+    gp_buf_fini(&gpus);
+    if (rc != GP_EOK)
+        committed(q, rc, NULL, 0, "not sent");
+}
+
+/* ---- reserve ------------------------------------------------------------- */
+
+static void
+refreshed(void *arg, gp_err err, const sched_res_entry *e, size_t n)
+{
+    sched_queue *q = arg;
+
+    /* what Redis holds that the snapshot lacks (another instance's
+     * booking): booked here as non-interruptible, never a victim */
+    for (size_t i = 0; err == GP_EOK && i < n; i++)
+        snap_book(&q->s->snap, e[i].node, 1ull << e[i].gpu, e[i].job, e[i].attempt, INT32_MAX,
+                  false);
+    q->choice++;
+    try_choice(q);
+}
+
+static void
+booked(void *arg, const sched_res_result *res)
+{
+    sched_queue        *q = arg;
+    const place_choice *c = &q->r.choice[q->choice];
+    qjob               *qj = cur(q);
+
+    if (res->status == SCHED_RES_OK) {
+        for (uint32_t i = 0; i < c->nnodes; i++)
+            snap_book(&q->s->snap, c->node[i], c->gpus[i], qj->job.id, q->attempt,
+                      qj->job.spec.priority, qj->job.spec.interruptible);
+        commit(q);
+        return;
+    }
+    if (res->status == SCHED_RES_UNHEALTHY) {
+        msg_node_state st = {.state = SNAP_STALE};
+
+        snprintf(st.node, sizeof(st.node), "%s", res->node);
+        snprintf(st.site, sizeof(st.site), "%s", c->site);
+        snap_node_state(&q->s->snap, &st);
+    }
+    if (res->status == SCHED_RES_BUSY &&
+        sched_reserve_read(q->s->res, c->site, res->node, refreshed, q) == GP_EOK)
+        return;
+    if (res->status == SCHED_RES_ERROR) {
+        GP_WARN("reserve_failed", "job=%s code=%s", qj->job.id, gp_err_name(res->err));
+        q->r.status = PLACE_NONE;
+        unplaced(q);
+        return;
+    }
+    q->choice++;
+    try_choice(q);
+}
+
+static void
+try_choice(sched_queue *q)
+{
+    const place_choice *c;
+    sched_res_node      nodes[PLACE_MAX_NODES];
+    gp_err              rc;
+
+    if (q->choice >= q->r.nchoices) {          /* every choice lost its race */
+        q->r.status = PLACE_NONE;
+        q->r.reasons[MSG_PENDING_REASON_REASON_RESERVED] += q->r.nchoices;
+        unplaced(q);
+        return;
+    }
+    c = &q->r.choice[q->choice];
+    for (uint32_t i = 0; i < c->nnodes; i++)
+        nodes[i] = (sched_res_node){c->node[i], c->gpus[i]};
+    rc = sched_reserve_book(q->s->res, c->site, cur(q)->job.id, q->attempt, nodes, c->nnodes,
+                            booked, q);
+    if (rc != GP_EOK) {
+        sched_res_result r = {.status = SCHED_RES_ERROR, .err = rc};
+
+        booked(q, &r);
+    }
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static void
+place_one(sched_queue *q)
+{
+    qjob *qj = cur(q);
+
+    q->pp.now_wall_ms = gp_wall_ms();
+    q->pp.now_mono_ms = gp_mono_ms();
+    q->pp.claimant = strcmp(q->held, qj->job.id) == 0;
+    q->attempt = qj->job.attempts_made + 1;
+    q->choice = 0;
+    if (place(&q->s->snap, qj->job.tenant, &qj->job.spec, &q->pp, &q->r) == PLACE_OK)
+        try_choice(q);
+    else
+        unplaced(q);
+}
+
+static void
+unclaimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    (void)arg, (void)res, (void)nres;
+    if (err != GP_EOK)                    /* the claims expire by themselves */
+        GP_WARN("unclaim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+}
+
+/* Jobs of the batch not tried (dispatch at its bound) are given back at
+ * once rather than left to their claim's expiry. */
+static void
+unclaim_rest(sched_queue *q)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, 8192);
+    if (gp_pgarr_begin(&b) != GP_EOK)
+        return;
+    for (size_t i = q->i; i < q->n; i++)
+        gp_pgarr_add(&b, ((qjob *)q->order[i].data)->job.id);
+    if (gp_pgarr_end(&b) == GP_EOK) {
+        const char *p[] = {b.p, gp_app_instance(q->s->app)};
+
+        gp_db_query(gp_app_db(q->s->app),
+                    "UPDATE jobs SET claimed_by = NULL, claim_until = NULL\n"
+                    "WHERE id = ANY($1::text[]) AND claimed_by = $2 AND state = 'pending'",
+                    2, p, 0, unclaimed, NULL);
+    }
+    gp_buf_fini(&b);
+}
+
+static void
+pass_end(sched_queue *q)
+{
+    if (q->i < q->n)
+        unclaim_rest(q);
+    for (size_t i = 0; i < q->n; i++)
+        gp_msg_clear(&msg_job_desc, &q->jobs[i].job);
+    free(q->jobs);
+    free(q->order);
+    q->jobs = NULL;
+    q->order = NULL;
+    q->n = q->i = 0;
+    q->busy = false;
+}
+
+static void
+next_job(sched_queue *q)
+{
+    if (q->i < q->n && q->s->dispatching < q->s->cfg->dispatch_max) {
+        place_one(q);
+        return;
+    }
+    /* jobs left (dispatch at its bound): their claims expire; a short
+     * claim would be cleaner, but expiry keeps the rule one rule */
+    pass_end(q);
+}
+
+static gp_err
+load_batch(sched_queue *q, const PGresult *res)
+{
+    uint64_t now_wall = gp_wall_ms(), now_mono = gp_mono_ms();
+    int      n = PQntuples(res), pcol = PQfnumber(res, "preempting");
+
+    q->jobs = calloc((size_t)n + 1, sizeof(*q->jobs));
+    q->order = calloc((size_t)n + 1, sizeof(*q->order));
+    if (q->jobs == NULL || q->order == NULL)
+        return GP_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        qjob     *qj = &q->jobs[q->n];
+        fair_job *f = &q->order[q->n];
+
+        if (sched_row_to_msg(&msg_job_desc, res, i, &qj->job) != GP_EOK) {
+            gp_msg_clear(&msg_job_desc, &qj->job);
+            continue;                          /* logged; its claim expires */
+        }
+        qj->preempting = PQgetvalue(res, i, pcol)[0] == 't';
+        snprintf(f->job, sizeof(f->job), "%s", qj->job.id);
+        snprintf(f->tenant, sizeof(f->tenant), "%s", qj->job.tenant);
+        f->priority = qj->job.spec.priority;
+        f->gpus = (uint32_t)(qj->job.spec.gpus_per_node * qj->job.spec.nodes);
+        f->submitted_ms = now_mono - (now_wall > qj->job.created_ms
+                                      ? now_wall - qj->job.created_ms : 0);
+        f->data = qj;
+        q->n++;
+    }
+    fair_order(&q->s->fair, q->order, q->n, now_mono);
+    return GP_EOK;
+}
+
+static void
+claimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_queue *q = arg;
+
+    if (err != GP_EOK || nres != 1) {
+        GP_WARN("claim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        q->busy = false;
+        return;
+    }
+    if (load_batch(q, res[0]) != GP_EOK) {
+        pass_end(q);
+        return;
+    }
+    if (q->n > 0)
+        GP_DEBUG("place_pass", "jobs=%zu", q->n);
+    next_job(q);
+}
+
+void
+sched_place_run(gp_app *app, void *arg)
+{
+    sched       *s = arg;
+    sched_queue *q = s->queue;
+    char         sql[2048], ms[16], lim[16];
+    const char  *p[] = {gp_app_instance(app), ms, lim};
+
+    if (!s->fed) {                 /* the first inventory load, retried until done */
+        sched_feed_run(app, s);
+        return;
+    }
+    usage_refresh(q);
+    /* an empty fleet has nothing to place on and no reason to count:
+     * jobs are not claimed (nor their reasons rewritten) until nodes exist */
+    if (q->busy || s->dispatching >= s->cfg->dispatch_max || s->snap.nodes == 0)
+        return;
+    snprintf(ms, sizeof(ms), "%u", s->cfg->claim_ms);
+    snprintf(lim, sizeof(lim), "%u", s->cfg->place_batch);
+    snprintf(sql, sizeof(sql),
+             "UPDATE jobs j SET claimed_by = $1, claim_until = now() + $2::int * interval '1 ms'\n"
+             "FROM (SELECT id FROM jobs WHERE state = 'pending'\n"
+             "  AND (claim_until IS NULL OR claim_until < now())\n"
+             "  ORDER BY priority DESC, created_ms, id LIMIT $3::int FOR UPDATE SKIP LOCKED) c\n"
+             "WHERE j.id = c.id\n"
+             "RETURNING %s, coalesce(j.preempt_until > now(), false) AS preempting",
+             sched_job_cols);
+    if (gp_db_query(gp_app_db(app), sql, 3, p, 0, claimed, q) == GP_EOK)
+        q->busy = true;
+}
+
+gp_err
+sched_queue_start(sched *s)
+{
+    sched_queue *q = calloc(1, sizeof(*q));
+    gp_metrics  *m = gp_app_metrics(s->app);
+    static const char *const fails[3] = {"refused", "timeout", "error"};
+    char                     labels[64];
+
+    if (q == NULL)
+        return GP_ENOMEM;
+    q->s = s;
+    s->queue = q;
+    place_params_default(&q->pp);
+    s->m_placements = gp_metrics_counter(m, "gp_scheduler_placements_total", NULL,
+                                         "Attempts placed (reserved and written)");
+    s->m_unplaced = gp_metrics_counter(m, "gp_scheduler_unplaced_total", NULL,
+                                       "Placement tries that left a job pending");
+    s->m_preemptions = gp_metrics_counter(m, "gp_scheduler_preemptions_total", NULL,
+                                          "Attempts chosen as preemption victims");
+    s->m_claim_lost = gp_metrics_counter(m, "gp_scheduler_placement_conflicts_total", NULL,
+                                         "Placements given back: the job was no longer pending "
+                                         "or claimed by this instance, or the write failed");
+    for (int k = 0; k < 3; k++) {
+        snprintf(labels, sizeof(labels), "reason=\"%s\"", fails[k]);
+        s->m_failed_start[k] = gp_metrics_counter(m, "gp_scheduler_failed_starts_total", labels,
+                                                  "Attempts that failed to start, by reason");
+    }
+    s->m_queue_depth = gp_metrics_gauge(m, "gp_scheduler_queue_depth", NULL,
+                                        "Pending jobs (read every usage-ms)");
+    s->m_place_latency = gp_metrics_hist(m, "gp_scheduler_placement_latency_seconds", NULL,
+                                         "From submit to placed, per placed attempt");
+    return GP_EOK;
+}

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# sched_place_test.sh -- placement, dispatch and preemption of
+# gridpool-scheduler against real services (run under
+# tests/harness/with-stack.sh): gridpool-registry, TWO scheduler instances,
+# and a small fleet of gridpool-agent processes on the simulated GPU
+# backend ("sim:" commands run in the agent's loop).
+#
+# Fleet: site s1 with n1..n3 (1 x L4 each); n4 (1 x H100) joins later.
+#   1. a job is placed on a node that satisfies it and dispatched; its
+#      attempt row has the score breakdown and the latency estimate;
+#   2. an H100 job waits with reason counts (model = 3 of 3 nodes), one
+#      'pending' event however many passes; placed on n4 once n4 registers;
+#   3. a refused dispatch (sim:start_fail, max_attempts 2) -> two attempts
+#      failed_to_start on two different nodes, GPUs released, job failed;
+#   3b. a node that does not answer (its agent SIGSTOPped) -> failed_to_start
+#      with TIMEOUT after dispatch-timeout-ms, GPU released;
+#   4. two instances racing on a batch of jobs never place one job twice;
+#   5. with the fleet full of interruptible low-priority work, a
+#      high-priority job preempts one victim (checkpoint then stop), the
+#      victim's job goes back to pending, the job is placed, no cascade.
+set -u
+B=$GP_BUILD
+G="$B/bin/gpctl --timeout 5000"
+D=$GP_STACK_DIR
+TENANT=op
+tmp=$(mktemp -d /tmp/sched-place-test.XXXXXX)
+n=0
+failed=0
+pids=()
+
+cleanup() {
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() {        # description, status (0 = pass)
+    n=$((n + 1))
+    if [ "$2" -eq 0 ]; then
+        echo "ok $n - $1"
+    else
+        echo "not ok $n - $1"
+        failed=$((failed + 1))
+    fi
+}
+
+start() {     # name, program, args...
+    local name=$1
+    shift
+    "$@" >"$D/$name.log" 2>&1 </dev/null &
+    pids+=($!)
+}
+
+sql() {       # query -> unaligned, tuples only
+    psql "$GP_PG_CONNINFO" -XAtq -c "$1" 2>>"$tmp/psql.err"
+}
+
+submit() {    # args... -> job id
+    $G submit --tenant "$TENANT" -o json "$@" 2>>"$tmp/gpctl.err" |
+        /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+
+state() { sql "SELECT state FROM jobs WHERE id = '$1'"; }
+
+wait_sql() {  # query, expected, tries (x 0.2 s)
+    for _ in $(seq 1 "$3"); do
+        [ "$(sql "$1")" = "$2" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+agent() {     # node, model
+    start "agent-$1" "$B/bin/gridpool-agent" --config "$D/gp.env" --site s1 --node "$1" \
+        --gpu-backend sim --sim-gpus 1 --sim-model "$2" --http-port 0 --heartbeat-ms 500
+}
+
+sched() {     # name
+    start "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
+        --place-ms 200 --dispatch-timeout-ms 2000 --preempt-grace-ms 1000 \
+        --checkpoint-root "$tmp/ckpt" --log-level debug
+}
+
+# ---- the stack --------------------------------------------------------------
+
+start registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500
+for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
+$G create tenant op --kind operator >/dev/null &&
+    $G create site s1 --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
+    $G create pool p-all --tenant op --scope global >/dev/null
+ok "tenant, site and a global pool are created" $?
+for i in 1 2 3; do agent "n$i" L4; done
+for _ in $(seq 1 100); do
+    [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 3 ] && break
+    sleep 0.1
+done
+sched sched-a
+sched sched-b
+for _ in $(seq 1 100); do
+    grep -q feed_ready "$D/sched-a.log" && grep -q feed_ready "$D/sched-b.log" && break
+    sleep 0.1
+done
+grep -q 'feed_ready.*nodes=3' "$D/sched-a.log" && grep -q 'feed_ready.*nodes=3' "$D/sched-b.log"
+ok "both scheduler instances loaded the fleet from the registry (3 nodes)" $?
+
+# ---- 1. placed and dispatched --------------------------------------------------
+
+j1=$(submit --command 'sim:run=600s exit=0' --gpus 1 --model L4)
+wait_sql "SELECT state FROM attempts WHERE job_id = '$j1' AND attempt = 1" starting 50
+ok "a job is placed and dispatched (its attempt acked: starting)" $?
+row=$(sql "SELECT node, array_to_string(gpus, ','), latency_est_ms IS NOT NULL,
+           score IS NOT NULL AND score_latency IS NOT NULL AND score_price IS NOT NULL AND
+           score_packing IS NOT NULL AND score_reliability IS NOT NULL AND score_thermal IS NOT NULL,
+           score = score_latency + score_price + score_packing + score_reliability + score_thermal
+           AND score_latency <= 4000 AND score_price <= 2000 AND score_packing <= 3000
+           AND score_reliability <= 3000 AND score_thermal <= 1000 AND score > 0
+           FROM attempts WHERE job_id = '$j1'")
+echo "$row" | grep -Eq '^n[123]\|0\|t\|t\|t$'
+ok "the attempt row: an L4 node, GPU 0, latency estimate, score and its weighted parts ($row)" $?
+[ "$(sql "SELECT event FROM job_events WHERE job_id = '$j1' ORDER BY seq")" = "$(printf 'submitted\nplaced')" ]
+ok "events: submitted, placed" $?
+[ "$(state "$j1")" = starting ] || [ "$(state "$j1")" = running ]
+ok "the job is starting" $?
+
+# ---- 2. pending with reasons, then placed when capacity registers -----------------
+
+j2=$(submit --command 'sim:run=600s exit=0' --gpus 1 --model H100)
+wait_sql "SELECT waiting FROM jobs WHERE id = '$j2'" 'model=3' 50
+ok "an H100 job waits: reason model on 3 nodes" $?
+sleep 1.5                                   # several passes of both instances
+[ "$(sql "SELECT nodes_considered, state FROM jobs WHERE id = '$j2'")" = '3|pending' ]
+ok "... over 3 nodes considered, still pending" $?
+[ "$(sql "SELECT count(*) FROM job_events WHERE job_id = '$j2' AND event = 'pending'")" = 1 ]
+ok "... one 'pending' event, not one per pass" $?
+$G get jobs "$j2" --tenant "$TENANT" -o json >"$tmp/j2.json" 2>/dev/null
+/usr/bin/python3 -c "
+import json,sys; d=json.load(open('$tmp/j2.json')); d=d[0] if isinstance(d,list) else d
+sys.exit(0 if d.get('waiting')==[{'reason':'model','nodes':3}] and d.get('nodes_considered')==3 else 1)"
+ok "job get shows waiting [{model, 3}] and nodes_considered 3" $?
+agent n4 H100
+wait_sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j2'" 'n4:starting' 100
+ok "the H100 job is placed on n4 once n4 registers" $?
+
+# ---- 3. refused dispatch: failed to start, released, retried, bounded ------------
+
+j3=$(submit --command 'sim:start_fail' --gpus 1 --model L4 --max-attempts 2)
+wait_sql "SELECT state FROM jobs WHERE id = '$j3'" failed 100
+ok "a job whose start is refused fails after max_attempts" $?
+[ "$(sql "SELECT count(*), count(DISTINCT node), bool_and(state = 'failed_to_start')
+          FROM attempts WHERE job_id = '$j3'")" = '2|2|t' ]
+ok "... two attempts, failed_to_start, on two different nodes (the retry went elsewhere)" $?
+[ "$(sql "SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = '$j3'")" = \
+  'submitted,placed,attempt_failed,requeued,placed,attempt_failed,failed' ]
+ok "... events placed, attempt_failed, requeued, placed, attempt_failed, failed" $?
+held=0
+for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
+    redis-cli -p "$GP_REDIS_PORT" hgetall "$k" | grep -q "^$j3:" && held=1
+done
+[ "$held" -eq 0 ]
+ok "... its GPUs are released in Redis" $?
+
+# ---- 3b. a node that does not answer: failed to start on the deadline ---------------
+
+agent n5 A100-80G
+n5pid=${pids[-1]}
+for _ in $(seq 1 100); do
+    $G get nodes n5 -o json 2>/dev/null | grep -q '"state":"healthy"' && break
+    sleep 0.1
+done
+sleep 0.5                                   # the NodeState event reached both instances
+kill -STOP "$n5pid"
+t0=$(date +%s%N)
+j5=$(submit --command 'sim:run=600s' --gpus 1 --model A100-80G --max-attempts 1)
+wait_sql "SELECT state FROM jobs WHERE id = '$j5'" failed 60
+ok "a dispatch to a node that does not answer fails the attempt (max_attempts 1: job failed)" $?
+t1=$(date +%s%N)
+[ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5'")" = 'n5:failed_to_start' ] &&
+    sql "SELECT reason FROM attempts WHERE job_id = '$j5'" | grep -q TIMEOUT &&
+    [ $(( (t1 - t0) / 1000000 )) -ge 1500 ]
+ok "... on n5, failed_to_start with TIMEOUT after the dispatch deadline ($(( (t1 - t0) / 1000000 )) ms)" $?
+held=0
+for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
+    redis-cli -p "$GP_REDIS_PORT" hgetall "$k" | grep -q "^$j5:" && held=1
+done
+[ "$held" -eq 0 ]
+ok "... its GPU is released" $?
+kill -CONT "$n5pid"
+
+# ---- 4. two instances, a batch of jobs: never placed twice ------------------------
+
+lows=()
+for i in 1 2 3 4 5 6; do
+    lows+=("$(submit --command 'sim:run=600s' --gpus 1 --model L4 --priority 10 --interruptible)")
+done
+wait_sql "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id
+          WHERE j.priority = 10 AND a.state IN ('reserved','starting','running')" 2 100
+ok "two low-priority jobs take the two free L4 nodes" $?
+sleep 2                                     # both instances keep passing over the rest
+[ "$(sql "SELECT count(*) FROM (SELECT job_id FROM job_events WHERE event = 'placed'
+          GROUP BY job_id, attempt HAVING count(*) > 1) x")" = 0 ] &&
+[ "$(sql "SELECT count(*) FROM (SELECT job_id FROM attempts
+          WHERE state IN ('reserved','starting','running') GROUP BY job_id HAVING count(*) > 1) x")" = 0 ] &&
+[ "$(sql "SELECT count(*) FROM (SELECT node FROM attempts
+          WHERE state IN ('reserved','starting','running') GROUP BY node HAVING count(*) > 1) x")" = 0 ]
+ok "no job placed twice, no node holding two attempts for its one GPU" $?
+grep -q place_pass "$D/sched-a.log" && grep -q place_pass "$D/sched-b.log"
+ok "both instances claimed and placed batches meanwhile (place_pass in both logs)" $?
+conflicts=0
+for x in sched-a sched-b; do
+    port=$(grep -o 'http_port=[0-9]*' "$D/$x.log" | head -1 | cut -d= -f2)
+    c=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^gp_scheduler_placement_conflicts_total //p')
+    conflicts=$((conflicts + ${c:-1}))
+done
+[ "$conflicts" -eq 0 ]
+ok "no placement was given back for a lost claim (the claim rule kept the instances apart)" $?
+
+# ---- 5. preemption -----------------------------------------------------------
+
+hi=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --priority 500)
+wait_sql "SELECT count(*) FROM job_events WHERE job_id = '$hi' AND event = 'preempting'" 1 50
+ok "the high-priority job starts a preemption (event preempting)" $?
+victim=$(sql "SELECT job_id || ':' || attempt FROM attempts WHERE preempted_by = '$hi'")
+vj=${victim%%:*}
+[ -n "$vj" ] && [ "$(sql "SELECT priority, interruptible FROM jobs WHERE id = '$vj'")" = '10|t' ]
+ok "the victim ($victim) is an interruptible low-priority attempt" $?
+wait_sql "SELECT state FROM jobs WHERE id = '$vj'" pending 60
+ok "the victim's job goes back to pending" $?
+logs="$D/sched-a.log $D/sched-b.log"
+cat $logs | grep "preempt_signal.*job=$vj " | sed -E 's/.*action=([a-z]+).*result=([A-Z]+).*/\1:\2/' \
+    >"$tmp/sig"
+[ "$(tr '\n' ' ' <"$tmp/sig")" = 'checkpoint:OK stop:OK ' ]
+ok "the victim got checkpoint, then stop (both acked by its agent)" $?
+vrec="$(sql "SELECT preemptions, attempts_made FROM jobs WHERE id = '$vj'") $(sql "SELECT state FROM attempts WHERE job_id = '$vj'") $(sql "SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = '$vj'")"
+echo "$vrec" | grep -Eq '^1\|1 preempted submitted,(pending,)?placed,preempted,requeued(,pending)?$'
+ok "the preemption ($vrec) is recorded (preemptions 1, attempt preempted, events preempted, requeued)" $?
+wait_sql "SELECT state FROM attempts WHERE job_id = '$hi'" starting 60
+ok "the high-priority job is placed on the freed GPU" $?
+sleep 2
+[ "$(sql "SELECT count(*) FROM attempts WHERE preempted_by IS NOT NULL")" = 1 ]
+ok "no cascade: one victim only" $?
+
+$G cancel job "$j1" --tenant "$TENANT" >/dev/null 2>&1
+echo "1..$n"
+[ "$failed" -eq 0 ]

@@ -194,6 +194,12 @@ static const char step3_sql[] =
     "  why := CASE st WHEN 'succeeded' THEN '' WHEN 'failed' THEN 'exited with status ' || p_exit\n"
     "    WHEN 'killed' THEN 'killed on the node' WHEN 'lost' THEN 'its lease expired on the node'\n"
     "    ELSE 'failed to start' END;\n"
+    /* the durable consumer handles messages concurrently, so an end may
+     * be taken before its 'started': the job is told it started first */
+    "  IF cur AND j.state = 'starting' AND p_event <> 'failed_to_start' THEN\n"
+    "    UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "    " EV("'started'", "'running'", "''", "NULL")
+    "  END IF;\n"
     "  UPDATE attempts x SET state = st, reason = why, exit_code = p_exit, ended_ms = p_at\n"
     "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
     "  UPDATE jobs SET gpu_ms = (SELECT COALESCE(sum(y.gpu_ms), 0) FROM attempts y\n"

@@ -285,7 +285,7 @@ start(const char *name, int http, const char *const *extra)
 
 static const char *const sched_args[] = {
     "--outbox-ms", "200", "--outbox-grace-ms", "1000", "--maxrun-ms", "200",
-    "--reconcile-ms", "500", "--reconcile-grace-ms", "3000", "--lease-ms", "3000",
+    "--reconcile-ms", "500", "--reconcile-grace-ms", "20000", "--lease-ms", "3000",
     "--heartbeat-ms", "500", NULL};
 
 static bool

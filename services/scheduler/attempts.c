@@ -45,6 +45,23 @@ publish_row(sched *s, const PGresult *res, int i)
         sched_event_publish(s, &ev);   /* a failure leaves the row to the outbox */
 }
 
+/* A preempted attempt ended on its node (its GPUs are released by
+ * sched_attempt_ended like any end): the preemption goes on.
+ * MERGE POINT: sched_preempted_ended() is declared in scheduler.h by the
+ * placement loop's change (feed.c/queue.c/dispatch.c), written in
+ * parallel; once both are merged, remove the #ifdef.  This is its one
+ * call site. */
+static void
+preempted_ended(sched *s, const char *job_id, uint32_t attempt)
+{
+    GP_INFO("preempted_attempt_ended", "job=%s attempt=%u", job_id, attempt);
+#ifdef SCHED_HAVE_PREEMPTED_ENDED
+    sched_preempted_ended(s, job_id, attempt);
+#else
+    (void)s;
+#endif
+}
+
 void
 sched_attempt_rows(sched *s, const PGresult *res)
 {
@@ -61,6 +78,9 @@ sched_attempt_rows(sched *s, const PGresult *res)
             sched_attempt_stop(s, PQgetvalue(res, i, job),
                                (uint32_t)strtoul(PQgetvalue(res, i, att), NULL, 10),
                                PQgetvalue(res, i, site), PQgetvalue(res, i, node));
+        if (strcmp(PQgetvalue(res, i, kind), "preempted") == 0)
+            preempted_ended(s, PQgetvalue(res, i, job),
+                            (uint32_t)strtoul(PQgetvalue(res, i, att), NULL, 10));
     }
 }
 

@@ -187,6 +187,11 @@ static const char step3_sql[] =
     "  END IF;\n"
     /* an end: an attempt that ended before (cancelled, timed out,
      * superseded, or this event seen already) keeps its state */
+    /* a preempted attempt's end is the preemption's to finish */
+    "  IF a.state = 'preempted' THEN\n"
+    "    RETURN QUERY SELECT 'preempted'::text, j.tenant, p_job, 0::bigint, p_event, a.state,\n"
+    "      p_attempt, p_site, p_node, a.reason, p_exit, p_at;\n"
+    "  END IF;\n"
     "  IF a.state NOT IN " LIVE " THEN RETURN; END IF;\n"
     "  st := CASE WHEN p_event = 'exited' AND p_exit = 0 THEN 'succeeded'\n"
     "    WHEN p_event = 'exited' THEN 'failed' WHEN p_event = 'killed' THEN 'killed'\n"

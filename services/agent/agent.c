@@ -21,15 +21,23 @@
                                         MSG_NODE_REGISTER_ATTEMPTS_MAXITEMS),               \
                                  MSG_HEARTBEAT_ATTEMPTS_MAXITEMS)
 #define MAX_THROTTLE      MSG_GPU_TELEMETRY_THROTTLE_MAXITEMS
-#define MAX_QUEUED_EVENTS 256      /* events kept while cut off (the agent's own bound) */
+#define MAX_QUEUED_EVENTS 256      /* attempt events not yet stored (the agent's own bound) */
+#define EV_RETRY_MIN_MS   500      /* an unstored event is sent again after this, doubling */
+#define EV_RETRY_MAX_MS   15000
 #define BACKOFF_MIN_MS    1000
 #define BACKOFF_MAX_MS    30000
 #define LEASE_CHECK_S     0.2
 
-enum { REQ_NONE, REQ_REGISTER, REQ_LEASE };
+enum { REQ_NONE, REQ_REGISTER, REQ_LEASE, REQ_EVENT };
 
 typedef struct reqctx reqctx;
 typedef struct outmsg outmsg;
+
+/* An attempt event and its message id "<job>.<attempt>.<event>[.<n>]". */
+typedef struct outev {
+    msg_attempt_event ev;
+    char              id[MSG_ATTEMPT_EVENT_JOB_ID_MAXLEN + 48];
+} outev;
 
 /* One register/lease call: its callback may come after agent_free, so the
  * context outlives the agent and just forgets it. */
@@ -72,8 +80,16 @@ struct agent {
     uint64_t          seq, rng, last_sample_ms;
     attempt          *atts;
     int               natts;
-    msg_attempt_event *evq;            /* held while cut off; grown on demand */
+    /* The attempt event outbox: events until the stream ATTEMPTS stored
+     * them, oldest first, one on the wire at a time (a started before its
+     * exited); grown on demand up to MAX_QUEUED_EVENTS. */
+    outev            *evq;
     int               nevq, capevq;
+    bool              ev_inflight;
+    uint64_t          ev_token;
+    unsigned          ev_retry_ms;
+    ev_timer          ev_t;
+    uint64_t          ev_dropped;
     gpu_sample        last[GPU_MAX];
     double            power[GPU_MAX];
     unsigned          delay_ms, jitter_ms;
@@ -81,7 +97,7 @@ struct agent {
 };
 
 static void schedule_req(agent *a, double after_s);
-static void send_event(agent *a, const msg_attempt_event *ev);
+static void send_event(agent *a, const msg_attempt_event *ev, const char *id);
 static void on_result(agent *a, uint64_t token, uint64_t sent_ns, gp_err err, bool transport,
                       const msg_node_registered *r, const char *detail);
 static void call_now(agent *a, reqctx *ctx);
@@ -445,14 +461,13 @@ apply_lists(agent *a, const msg_node_registered *r)
 
 static void hb_fire(struct ev_loop *loop, ev_timer *w, int revents);
 
+static void ev_pump(agent *a);
+
+/* A lease or registration answered: the uplink works, send what waits. */
 static void
 flush_events(agent *a)
 {
-    int n = a->nevq;
-
-    a->nevq = 0;
-    for (int i = 0; i < n; i++)
-        send_event(a, &a->evq[i]);
+    ev_pump(a);
 }
 
 static void
@@ -683,39 +698,151 @@ hb_fire(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- attempts ------------------------------------------------------------- */
 
+/* Attempt events must not be lost: the final one carries the counters
+ * billing needs.  Each goes to the stream ATTEMPTS and stays in the outbox
+ * until the stream acknowledged it (retried with backoff, through a cut
+ * uplink, a server restart or a control plane that is down).  With a
+ * JetStream context the publish carries the message id, so the stream
+ * stores a retried event once; a bus without one (the simulator's, or
+ * the agent under a node-only identity, whose PubAck must come to its own
+ * reply inbox) sends a request to the same subject and reads the stream's
+ * PubAck as the reply.  The scheduler is idempotent on (job, attempt,
+ * event) either way. */
+static void ev_pump(agent *a);
+
 static void
-send_event(agent *a, const msg_attempt_event *ev)
+ev_done(agent *a, uint64_t token, bool stored)
+{
+    if (token != a->ev_token || !a->ev_inflight)
+        return;
+    a->ev_inflight = false;
+    if (stored && a->connected && a->nevq > 0) {   /* a reply over a cut uplink never came */
+        memmove(a->evq, a->evq + 1, sizeof(a->evq[0]) * (size_t)(a->nevq - 1));
+        a->nevq--;
+        a->ev_retry_ms = 0;
+        ev_pump(a);
+        return;
+    }
+    a->ev_retry_ms = a->ev_retry_ms ? a->ev_retry_ms * 2 : EV_RETRY_MIN_MS;
+    if (a->ev_retry_ms > EV_RETRY_MAX_MS)
+        a->ev_retry_ms = EV_RETRY_MAX_MS;
+    GP_DEBUG("agent_event_retry", "node=%s job=%s retry_ms=%u", a->o.node, a->evq[0].ev.job_id,
+             a->ev_retry_ms);
+    ev_timer_stop(a->loop, &a->ev_t);
+    ev_timer_set(&a->ev_t, a->ev_retry_ms / 1000.0 * (0.8 + 0.4 * gp_rng_unit(&a->rng)), 0);
+    ev_timer_start(a->loop, &a->ev_t);
+}
+
+static void
+ev_js_cb(void *arg, gp_err err)
+{
+    reqctx *c = arg;
+
+    if (c->a != NULL) {
+        ctx_unlink(c->a, c);
+        ev_done(c->a, c->token, err == GP_EOK);
+    }
+    free(c);
+}
+
+/* The stream's PubAck is JSON: {"stream":...,"seq":...} or {"error":...}. */
+static void
+ev_req_cb(void *arg, gp_err err, const char *data, size_t len)
+{
+    reqctx *c = arg;
+    bool    ok = err == GP_EOK && len > 0 && memmem(data, len, "\"error\"", 7) == NULL &&
+                 memmem(data, len, "\"seq\"", 5) != NULL;
+
+    if (c->a != NULL) {
+        ctx_unlink(c->a, c);
+        ev_done(c->a, c->token, ok);
+    }
+    free(c);
+}
+
+static gp_err
+ev_send(agent *a, reqctx *c, const gp_buf *b)
+{
+    gp_err rc = gp_bus_js_pub(a->bus, a->s_att, a->evq[0].id, b->p, b->n, ev_js_cb, c);
+
+    if (rc == GP_EINVAL)                      /* no JetStream context on this bus */
+        rc = gp_bus_request(a->bus, a->s_att, b->p, b->n, req_timeout_ms(a), ev_req_cb, c);
+    return rc;
+}
+
+static void
+ev_pump(agent *a)
+{
+    reqctx *c;
+    gp_buf  b;
+    gp_err  rc;
+
+    if (a->stopped || a->ev_inflight || a->nevq == 0 || !a->connected ||
+        a->paused || ev_is_active(&a->ev_t))
+        return;
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        return;                               /* the next event or lease grant pumps again */
+    *c = (reqctx){.a = a, .token = ++a->ev_token, .kind = REQ_EVENT, .next = a->ctxs};
+    a->ctxs = c;
+    a->ev_inflight = true;
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    rc = gp_msg_encode(&msg_attempt_event_desc, &a->evq[0].ev, &b);
+    if (rc == GP_EOK)
+        rc = ev_send(a, c, &b);
+    gp_buf_fini(&b);
+    if (rc != GP_EOK) {
+        ctx_unlink(a, c);
+        free(c);
+        ev_done(a, a->ev_token, false);
+    }
+}
+
+static void
+ev_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    agent *a = GP_CONTAINER_OF(w, agent, ev_t);
+
+    (void)loop;
+    (void)revents;
+    ev_pump(a);
+}
+
+/* Into the outbox, oldest first; when full the oldest is dropped (counted:
+ * the heartbeats still carry the counters). */
+static void
+send_event(agent *a, const msg_attempt_event *ev, const char *id)
 {
     if (a->stopped)
         return;                        /* the control plane refused the node */
-    if (a->cut_off || !a->connected || a->paused) {
-        if (a->nevq == a->capevq && a->capevq < MAX_QUEUED_EVENTS) {
-            int                cap = a->capevq ? a->capevq * 2 : 8;
-            msg_attempt_event *q = realloc(a->evq, sizeof(*q) * (size_t)cap);
+    if (a->nevq == a->capevq && a->capevq < MAX_QUEUED_EVENTS) {
+        int    cap = a->capevq ? a->capevq * 2 : 8;
+        outev *q = realloc(a->evq, sizeof(*q) * (size_t)cap);
 
-            if (q != NULL) {
-                a->evq = q;
-                a->capevq = cap;
-            }
+        if (q != NULL) {
+            a->evq = q;
+            a->capevq = cap;
         }
-        if (a->nevq == a->capevq && a->nevq == 0)
-            return;                    /* no memory: the heartbeat still carries the counters */
-        if (a->nevq == a->capevq) {
-            GP_WARN("agent_event_dropped", "node=%s job=%s reason=queue_full", a->o.node,
-                    a->evq[0].job_id);
-            memmove(a->evq, a->evq + 1, sizeof(a->evq[0]) * (size_t)(a->nevq - 1));
-            a->nevq--;
-        }
-        a->evq[a->nevq++] = *ev;
-        return;
     }
-    publish_msg(a, a->s_att, &msg_attempt_event_desc, ev);
+    if (a->nevq == a->capevq && a->nevq <= 1)
+        return;                        /* no memory: the heartbeat still carries the counters */
+    if (a->nevq == a->capevq) {        /* the head may be on the wire: drop the next one */
+        a->ev_dropped++;
+        GP_WARN("agent_event_dropped", "node=%s job=%s reason=queue_full dropped=%llu",
+                a->o.node, a->evq[1].ev.job_id, (unsigned long long)a->ev_dropped);
+        memmove(a->evq + 1, a->evq + 2, sizeof(a->evq[0]) * (size_t)(a->nevq - 2));
+        a->nevq--;
+    }
+    a->evq[a->nevq].ev = *ev;
+    snprintf(a->evq[a->nevq].id, sizeof(a->evq[0].id), "%s", id);
+    a->nevq++;
+    ev_pump(a);
 }
 
 static void
 emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
 {
     msg_attempt_event ev;
+    char              id[sizeof(((outev *)0)->id)];
 
     memset(&ev, 0, sizeof(ev));
     snprintf(ev.site, sizeof(ev.site), "%s", a->o.site);
@@ -737,7 +864,13 @@ emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__GPU_MS);
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__ENERGY_MJ);
     }
-    send_event(a, &ev);
+    /* checkpointed events are numbered, so each one is stored once */
+    if (event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED && t != NULL)
+        snprintf(id, sizeof(id), "%s.%u.%s.%u", job, num, msg_attempt_event_event_names[event],
+                 t->ckpts);
+    else
+        snprintf(id, sizeof(id), "%s.%u.%s", job, num, msg_attempt_event_event_names[event]);
+    send_event(a, &ev, id);
 }
 
 /* The simulator's ground truth hears of every attempt once, at its end. */
@@ -783,6 +916,7 @@ agent_attempt_exited(agent *a, attempt *t)
 void
 agent_attempt_checkpointed(agent *a, attempt *t)
 {
+    t->ckpts++;
     emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED, t);
 }
 
@@ -1007,6 +1141,7 @@ agent_new(struct ev_loop *loop, gp_bus *bus, const agent_opts *o, gpu_backend *g
     ev_timer_init(&a->req_t, req_fire, 0, 0);
     ev_timer_init(&a->hb_t, hb_fire, 0, 0);
     ev_timer_init(&a->lease_t, lease_fire, LEASE_CHECK_S, LEASE_CHECK_S);
+    ev_timer_init(&a->ev_t, ev_retry, 0, 0);
     sample_gpus(a);
     schedule_req(a, o->start_delay_s);
     return a;
@@ -1020,6 +1155,7 @@ agent_free(agent *a)
     ev_timer_stop(a->loop, &a->req_t);
     ev_timer_stop(a->loop, &a->hb_t);
     ev_timer_stop(a->loop, &a->lease_t);
+    ev_timer_stop(a->loop, &a->ev_t);
     for (attempt *t = a->atts, *n; t != NULL; t = n) {
         n = t->next;
         attempt_kill_now(t);

@@ -39,6 +39,7 @@ struct attempt {
     bool            stopping;
     bool            done;                /* reaped; reported in one more heartbeat */
     bool            ckpt_pending;
+    unsigned        ckpts;               /* checkpointed events sent: numbers their message ids */
     struct timespec ckpt_sent;           /* wall clock of the last SIGUSR1 */
     char            ckpt_dir[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1];
     char            ckpt_file[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1 + 16];   /* + "/CHECKPOINT_DONE" */

@@ -29,17 +29,15 @@
  *     "ghost" and writes nothing, so a never-registered or deleted node
  *     recreates nothing; the beat is counted
  *     (gp_registry_heartbeats_unknown_node_total) and dropped.
- *   - A lease looks at the mark; without it PostgreSQL decides, and a node
- *     it does not have gets NOTFOUND ("register again").  When neither
- *     answers the lease is granted.
+ *   - The scheduler's lease reads the mark; without it the node gets
+ *     NOTFOUND ("register again"), and the registration restores it.
  *   - After a Redis flush the marks are gone for everyone: the reseed
  *     (next cron tick, once PostgreSQL answers) restores them for every
  *     inventory node, whatever its state, and is retried until every chunk
  *     of it succeeded (only then is the epoch written).  Beats in between
  *     are dropped (counted), never answered, so no agent reacts to them; a
- *     lease in between finds the node in PostgreSQL, is granted, and
- *     restores that node's entry.  So a legit node loses at most the beats
- *     until the reseed took and never has to re-register.
+ *     lease in between is answered NOTFOUND by the scheduler and the agent
+ *     registers again, which restores its entry.
  *   - A node an operator deleted is refused at registration (DENIED) until
  *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
@@ -545,33 +543,6 @@ epoch_checked(void *arg, const redisReply *rep, gp_err err)
         r->reseeding = false;
 }
 
-/* The lease path found a node PostgreSQL has but whose live hash lacks its
- * 'reg' mark (a reseed that has not run or not reached it): that one node
- * is restored at once with the reseed script, so its beats count again. */
-static void
-restored(void *arg, const redisReply *rep, gp_err err)
-{
-    registry *r = arg;
-
-    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR)
-        GP_DEBUG("live_restore_failed", "code=%s", err != GP_EOK ? gp_err_name(err) : "REDIS");
-    else
-        (*r->m_restored)++;
-}
-
-void
-registry_live_restore(registry *r, const char *site, const char *node, const char *state)
-{
-    char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN];
-    const char *keys[2] = {ks, kn};
-    const char *args[3] = {node, site, state};
-    unsigned    shard = registry_shard(site);
-
-    registry_seen_key(ks, shard);
-    registry_node_key(kn, shard, node);
-    gp_kvscript_call(&r->reseed_script, gp_app_kv(r->app), restored, r, 2, keys, 3, args, NULL);
-}
-
 /* ---- removing a node from a shard, checked and retried ----
  *
  * A removal that failed would leave a deleted node's 'reg' mark (its beats
@@ -764,9 +735,6 @@ registry_live_start(registry *r)
     r->m_reseed_failures = gp_metrics_counter(m, "gp_registry_redis_reseed_failures_total", NULL,
                                               "Reseeds of Redis that failed (a chunk or the "
                                               "inventory read), retried after a backoff");
-    r->m_restored = gp_metrics_counter(m, "gp_registry_live_restored_total", NULL,
-                                       "Nodes whose missing live entry a lease restored "
-                                       "from PostgreSQL");
     gp_backoff_init(&r->reseed_backoff, &r->reseed_backoff);
     gp_kvscript_init(&r->unlock_script, registry_unlock_lua);
     gp_kvscript_init(&r->forget_script, registry_forget_lua);

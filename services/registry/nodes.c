@@ -1,4 +1,4 @@
-/* nodes.c -- node registration, heartbeats and leases on
+/* nodes.c -- node registration and heartbeats on
  * gp.node.<site>.<node>.*, and node get/list/delete on gp.admin.node.*.
  *
  * Registration writes the inventory (node and GPUs) to PostgreSQL in one
@@ -112,8 +112,9 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
 
     out->heartbeat_ms = r->cfg->heartbeat_ms;
     out->lease_ms = r->cfg->lease_ms;
-    /* Until the scheduler owns grants, every attempt an agent reports is
-     * granted to it; the kill list stays empty. */
+    /* A registration keeps what the agent reports until its first lease
+     * renewal, which the scheduler answers from its reservations (the
+     * grants) with the attempts to kill. */
     if (attempts->n > 0 && (out->keep.v = calloc(attempts->n, sizeof(msg_attempt_ref))) != NULL) {
         memcpy(out->keep.v, attempts->v, attempts->n * sizeof(msg_attempt_ref));
         out->keep.n = attempts->n;
@@ -291,67 +292,6 @@ on_heartbeat(gp_req *req, const void *in, void *out)
         registry_live_beat(gp_req_state(req), hb->site, hb->node, b.p, b.n, hb->uplink_rtt_ms);
     gp_buf_fini(&b);
     return rc;
-}
-
-/* A lease is granted to a node the inventory has.  The 'reg' mark of its
- * live hash says so in one Redis read; without it (never registered,
- * deleted, or Redis flushed and not yet reseeded) PostgreSQL decides, and a
- * node it does not have gets NOTFOUND: register again.  When neither can
- * answer the lease is granted: an outage must not stop the fleet's work. */
-static void
-lease_grant(gp_req *req)
-{
-    fill_lease(req, &((const msg_lease_renew *)gp_req_in(req))->attempts, gp_req_out(req));
-    gp_req_done(req, GP_EOK);
-}
-
-static void
-lease_pg(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
-{
-    gp_req *req = arg;
-
-    (void)nres;
-    (void)detail;
-    if (err == GP_EOK && PQntuples(res[0]) == 0) {
-        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' is not in the inventory "
-                                     "(never registered, or deleted): register again",
-                                     gp_req_param(req, "node")));
-        return;
-    }
-    /* In the inventory but not in the live view: restored now rather than
-     * left invisible (beats dropped, never stale) until a reseed. */
-    if (err == GP_EOK)
-        registry_live_restore(gp_req_state(req), gp_req_param(req, "site"),
-                              gp_req_param(req, "node"), PQgetvalue(res[0], 0, 0));
-    lease_grant(req);
-}
-
-static void
-lease_kv(void *arg, const redisReply *rep, gp_err err)
-{
-    gp_req     *req = arg;
-    const char *p[2] = {gp_req_param(req, "node"), gp_req_param(req, "site")};
-
-    if (err != GP_EOK || rep->type != REDIS_REPLY_NIL ||
-        gp_db_query(gp_app_db(gp_req_app(req)), "SELECT state FROM nodes WHERE id = $1 AND site = $2",
-                    2, p, 0, lease_pg, req) != GP_EOK)
-        lease_grant(req);
-}
-
-static gp_err
-on_lease(gp_req *req, const void *in, void *out)
-{
-    const msg_lease_renew *q = in;
-    char                   key[REGISTRY_KEY_LEN];
-
-    if (!gp_id_ok(gp_req_param(req, "site")) || !gp_id_ok(gp_req_param(req, "node")))
-        return gp_req_fail(req, GP_EINVAL, "bad site or node in subject");
-
-    registry_node_key(key, registry_shard(gp_req_param(req, "site")), gp_req_param(req, "node"));
-    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), lease_kv, req, "HGET %s reg", key) == GP_EOK)
-        return GP_EPENDING;
-    fill_lease(req, &q->attempts, out);            /* Redis away: granted */
-    return GP_EOK;
 }
 
 /* ---- node get / list / delete ----------------------------------------------------- */
@@ -660,7 +600,6 @@ on_node_readmit(gp_req *req, const void *in, void *out)
 const gp_route registry_node_routes[] = {
     {GP_OP_NODE_REGISTER, on_register, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
-    {GP_OP_NODE_LEASE, on_lease, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},

@@ -81,7 +81,7 @@ typedef struct registry {
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
-    uint64_t           *m_reseed_failures, *m_restored;
+    uint64_t           *m_reseed_failures;
     uint64_t           *m_forget_failures, *m_forget_dropped;
     double             *m_forget_pending;
     double             *m_changes_pending;  /* queued + in flight, set at each scrape */
@@ -129,9 +129,6 @@ void registry_live_beat(registry *r, const char *site, const char *node, const v
  * Redis has answered once.  The time of state transitions and of a
  * registration's state_since, so every instance stamps them alike. */
 uint64_t registry_now_ms(registry *r);
-/* Restores one inventory node's live entry (its 'reg' mark, its place in
- * the index) as the reseed does, for a node a lease found without it. */
-void registry_live_restore(registry *r, const char *site, const char *node, const char *state);
 /* Removes a node's keys from a site's shard (hash with its 'reg' mark,
  * index entry, RTT): after a delete, and in the old site after a move.
  * Checked: a failed removal is retried from the cron with backoff until

@@ -27,12 +27,22 @@
  * an integrator filters on gp.events.<tenant>.job.> or one job's ">". */
 static char        jobs_subject[GP_MAX_SUBJECT];
 static const char *jobs_subjects[] = {jobs_subject, NULL};
+/* ATTEMPTS: the nodeAttempt op's pattern (every node's attempt events). */
+static char        attempts_subject[GP_MAX_SUBJECT];
+static const char *attempts_subjects[] = {attempts_subject, NULL};
 
 /* Integrators replay a week with a durable consumer; a publish retried
  * within two minutes is stored once. */
 const gp_stream_cfg sched_streams[] = {
     {.name = "JOBS", .subjects = (const char **)jobs_subjects, .max_age_s = 7 * 24 * 3600,
      .duplicate_window_s = 120, .memory = false},
+    /* Attempt events until the scheduler took them (the agents retry until
+     * stored; the final event carries the counters billing needs): a week
+     * covers any outage of the scheduler; an agent's retry within 10 min
+     * (its outbox's backoff tops at 15 s, a cut uplink may hold it longer)
+     * is stored once. */
+    {.name = "ATTEMPTS", .subjects = (const char **)attempts_subjects,
+     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
 
@@ -199,6 +209,11 @@ sched_events_start(sched *s)
 
     jobs_stream_subject();
     GP_INFO("jobs_stream", "subjects=%s", jobs_subject);
+    {
+        const char *any[] = {NULL, NULL, NULL};   /* every site and node */
+
+        gp_op_pattern(GP_OP_NODE_ATTEMPT, attempts_subject, sizeof(attempts_subject), any);
+    }
 
     s->m_events_published = gp_metrics_counter(m, "gp_scheduler_job_events_published_total", NULL,
                                                "Job events stored in the stream JOBS");

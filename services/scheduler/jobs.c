@@ -540,14 +540,60 @@ on_list(gp_req *req, const void *in, void *out)
 
 /* ---- cancel -------------------------------------------------------------------- */
 
-/* Where an attempt's end frees what it held.  The GPU reservations in
- * Redis are released here by the reservation module (a later step wires
- * it in); until then nothing is booked, so nothing is freed. */
+/* Where an attempt's end frees what it held: its GPUs on that node in
+ * Redis (the release is fenced by (job, attempt): it removes only what
+ * that attempt holds, so an old attempt's end never frees its
+ * successor's GPUs, and it is idempotent), this instance's booking in its
+ * snapshot, and a kick of the placement loop, since GPUs came free.  A
+ * release that fails is logged and counted: the reconcile task removes
+ * the reservation once it is older than its grace, since PostgreSQL no
+ * longer has the attempt live. */
+typedef struct release_ctx {
+    sched   *s;
+    char     job_id[GP_MAX_ID + 1];
+    char     node[GP_MAX_ID + 1];
+    uint32_t attempt;
+} release_ctx;
+
+static void
+released(void *arg, const sched_res_result *res)
+{
+    release_ctx *c = arg;
+
+    if (res->status != SCHED_RES_OK) {
+        sched_count(c->s->m_release_failures);
+        GP_WARN("attempt_release_failed", "job=%s attempt=%u node=%s code=%s", c->job_id,
+                c->attempt, c->node, gp_err_name(res->err));
+    } else {
+        GP_DEBUG("attempt_released", "job=%s attempt=%u node=%s gpus=%u", c->job_id, c->attempt,
+                 c->node, res->gpus);
+    }
+    free(c);
+}
+
 void
 sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
                     const char *node)
 {
-    (void)s;
+    sched_res_node n = {.node = node, .gpus = 0};   /* 0: whatever (job, attempt) holds there */
+    release_ctx   *c = calloc(1, sizeof(*c));
+    gp_err         rc = GP_ENOMEM;
+
+    if (c != NULL) {
+        *c = (release_ctx){.s = s, .attempt = attempt};
+        snprintf(c->job_id, sizeof(c->job_id), "%s", job_id);
+        snprintf(c->node, sizeof(c->node), "%s", node);
+        rc = sched_reserve_release(s->res, site, job_id, attempt, &n, 1, released, c);
+    }
+    if (rc != GP_EOK) {
+        free(c);
+        sched_count(s->m_release_failures);
+        GP_WARN("attempt_release_failed", "job=%s attempt=%u node=%s code=%s", job_id, attempt,
+                node, gp_err_name(rc));
+    }
+    snap_unbook(&s->snap, node, job_id, attempt);
+    if (s->place_task != NULL)
+        gp_task_kick(s->place_task);
     GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s", job_id, attempt, site, node);
 }
 
@@ -572,8 +618,9 @@ stop_answered(void *arg, gp_err err, const void *reply, const char *detail)
     free(sg);
 }
 
-static void
-stop_attempt(sched *s, const char *job_id, uint32_t attempt, const char *site, const char *node)
+void
+sched_attempt_stop(sched *s, const char *job_id, uint32_t attempt, const char *site,
+                   const char *node)
 {
     msg_attempt_signal q = {.attempt = attempt, .action = MSG_ATTEMPT_SIGNAL_ACTION_STOP};
     char               subj[GP_MAX_SUBJECT];
@@ -615,7 +662,7 @@ cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         return;
     }
     for (int i = 0; i < PQntuples(res[1]); i++)
-        stop_attempt(s, job->id, (uint32_t)strtoul(PQgetvalue(res[1], i, 0), NULL, 10),
+        sched_attempt_stop(s, job->id, (uint32_t)strtoul(PQgetvalue(res[1], i, 0), NULL, 10),
                      PQgetvalue(res[1], i, 1), PQgetvalue(res[1], i, 2));
     if (PQntuples(res[2]) == 1)
         event_row(s, job->tenant, res[2]);

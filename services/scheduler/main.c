@@ -51,6 +51,18 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "a big job that waited this long is held: nodes are kept free for it"),
     GP_CFG_UINT("hold-gpus", scheduler_cfg, hold_gpus, 8, 1, 1024,
                 "a job asking at least this many GPUs in all counts as big (for the hold)"),
+    /* attempts, leases, fencing; heartbeat-ms and lease-ms as the registry's defaults,
+     * since either may answer an agent (registration, lease) */
+    GP_CFG_UINT("heartbeat-ms", scheduler_cfg, heartbeat_ms, 5000, 100, 600000,
+                "heartbeat interval handed to agents in a lease reply"),
+    GP_CFG_UINT("lease-ms", scheduler_cfg, lease_ms, 60000, 1000, 3600000,
+                "attempt lease handed to agents in a lease reply"),
+    GP_CFG_UINT("maxrun-ms", scheduler_cfg, maxrun_ms, 5000, 100, 600000,
+                "how often attempts running past their job's max_run_s are ended"),
+    GP_CFG_UINT("reconcile-ms", scheduler_cfg, reconcile_ms, 60000, 200, 3600000,
+                "how often Redis reservations are reconciled with PostgreSQL's live attempts"),
+    GP_CFG_UINT("reconcile-grace-ms", scheduler_cfg, reconcile_grace_ms, 30000, 0, 3600000,
+                "age of a reservation no live attempt backs before the reconcile removes it"),
     GP_CFG_END
 };
 
@@ -85,8 +97,14 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         sched_jobs_start(&s);
         sched_events_start(&s);
+        sched_attempts_start(&s);
+        sched_lease_start(&s);
+        sched_reconcile_start(&s);
         if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
-            gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL)
+            gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL ||
+            gp_app_every(app, "maxrun", cfg.maxrun_ms / 1000.0, sched_maxrun_run, &s) == NULL ||
+            gp_app_every(app, "reconcile", cfg.reconcile_ms / 1000.0, sched_reconcile_run, &s) ==
+                NULL)
             rc = GP_ENOMEM;
     }
     if (rc == GP_EOK)
@@ -101,7 +119,8 @@ main(int argc, char **argv)
     if (rc == GP_EOK)
         rc = gp_app_streams(app, sched_streams);
     if (rc == GP_EOK)
-        rc = gp_app_serve(app, &s, sched_job_routes, NULL);
+        rc = gp_app_serve(app, &s, sched_job_routes, sched_attempt_routes, sched_lease_routes,
+                          NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);

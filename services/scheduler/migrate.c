@@ -108,8 +108,186 @@ static const char step2_sql[] =
     "  ADD COLUMN nodes_considered bigint,\n"
     "  ADD COLUMN preempt_until timestamptz;\n";
 
+
+/* Step 3: attempt events, grants and fencing (attempts.c, maxrun).
+ * jobs.progress_ms: the work done at the job's last checkpoint (the
+ * agent's progress_ms), which a later attempt's RunAttempt.resume_ms
+ * carries; attempts.progress_ms the same per attempt;
+ * attempts.running_since_ms: when the scheduler took the attempt's
+ * 'started', on the database's clock, which max run time is measured on
+ * (one clock for the start and the check, whatever the agents' dates).
+ *
+ * The two functions decide an attempt event and the max run time each in
+ * one transaction and one round trip, taking the job's row lock first
+ * (the order every writer of a job and its attempts keeps).  They return
+ * what the caller does after the commit: 'event' rows (job_events written
+ * unpublished: the outbox) to publish, and 'stop' rows (another node of
+ * the attempt) to signal and release. */
+#define LIVE "('reserved','starting','running')"
+#define OUT_COLS "kind text, tenant text, job_id text, seq bigint, event text, state text, " \
+    "attempt int, site text, node text, reason text, exit_code int, at_ms bigint"
+#define EV(ev, st, reason, code) \
+    "RETURN QUERY SELECT 'event'::text, j.tenant, e.job_id, e.seq, e.event, e.state, e.attempt,\n" \
+    "  e.site, e.node, e.reason, e.exit_code, e.at_ms FROM sched_event_add(p_job, " ev ", " st \
+    ", p_attempt, p_site, p_node, " reason ", " code ", p_now) e;\n"
+
+static const char step3_sql[] =
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS progress_ms bigint NOT NULL DEFAULT 0\n"
+    "  CHECK (progress_ms >= 0);\n"
+    "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS progress_ms bigint CHECK (progress_ms >= 0);\n"
+    "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS running_since_ms bigint;\n"
+    "CREATE INDEX IF NOT EXISTS attempts_running ON attempts (running_since_ms)\n"
+    "  WHERE state = 'running';\n"
+    /* one event row, numbered from the job's event_seq */
+    "CREATE OR REPLACE FUNCTION sched_event_add(p_job text, p_event text, p_state text,\n"
+    "    p_attempt int, p_site text, p_node text, p_reason text, p_exit int, p_at bigint)\n"
+    "RETURNS job_events LANGUAGE sql AS $f$\n"
+    "  WITH s AS (UPDATE jobs SET event_seq = event_seq + 1 WHERE id = p_job RETURNING event_seq)\n"
+    "  INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, exit_code,\n"
+    "    at_ms) SELECT p_job, s.event_seq, p_event, p_state, p_attempt, p_site, p_node,\n"
+    "    COALESCE(p_reason, ''), p_exit, p_at FROM s RETURNING *\n"
+    "$f$;\n"
+    "CREATE OR REPLACE FUNCTION sched_attempt_event(p_job text, p_attempt int, p_site text,\n"
+    "    p_node text, p_event text, p_exit int, p_at bigint, p_gpu bigint, p_mj bigint,\n"
+    "    p_progress bigint, p_now bigint)\n"
+    "RETURNS TABLE (" OUT_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  j jobs%ROWTYPE;\n"
+    "  a attempts%ROWTYPE;\n"
+    "  cur boolean;\n"
+    "  st text;\n"
+    "  why text;\n"
+    "BEGIN\n"
+    "  SELECT * INTO j FROM jobs WHERE jobs.id = p_job FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    "  SELECT * INTO a FROM attempts x WHERE x.job_id = p_job AND x.attempt = p_attempt\n"
+    "    AND x.node = p_node FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    /* counters are cumulative: the largest report is the latest, so a
+     * repeated or late event never lowers them */
+    "  UPDATE attempts x SET gpu_ms = GREATEST(x.gpu_ms, COALESCE(p_gpu, 0)),\n"
+    "    energy_mj = GREATEST(x.energy_mj, COALESCE(p_mj, 0))\n"
+    "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    /* only the job's newest attempt moves a live job */
+    "  cur := j.state IN ('starting','running') AND p_attempt =\n"
+    "    (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = p_job);\n"
+    "  IF p_event = 'checkpointed' THEN\n"
+    "    UPDATE attempts x SET checkpoint_ms = GREATEST(x.checkpoint_ms, p_at),\n"
+    "      progress_ms = GREATEST(x.progress_ms, p_progress)\n"
+    "      WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "    IF cur AND (j.checkpoint_ms IS NULL OR p_at > j.checkpoint_ms) THEN\n"
+    "      UPDATE jobs SET checkpoint_ms = p_at, updated_ms = p_now,\n"
+    "        progress_ms = GREATEST(jobs.progress_ms, COALESCE(p_progress, 0)) WHERE jobs.id = p_job;\n"
+    "      " EV("'checkpointed'", "j.state", "''", "NULL")
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  IF p_event = 'started' THEN\n"
+    "    IF a.state IN ('reserved','starting') THEN\n"
+    "      UPDATE attempts x SET state = 'running', started_ms = p_at,\n"
+    "        running_since_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint\n"
+    "        WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "      IF cur AND j.state = 'starting' AND NOT EXISTS (SELECT 1 FROM attempts y\n"
+    "          WHERE y.job_id = p_job AND y.attempt = p_attempt AND y.state IN ('reserved','starting'))\n"
+    "      THEN\n"
+    "        UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "        " EV("'started'", "'running'", "''", "NULL")
+    "      END IF;\n"
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    /* an end: an attempt that ended before (cancelled, timed out,
+     * superseded, or this event seen already) keeps its state */
+    /* a preempted attempt's end is the preemption's to finish */
+    "  IF a.state = 'preempted' THEN\n"
+    "    RETURN QUERY SELECT 'preempted'::text, j.tenant, p_job, 0::bigint, p_event, a.state,\n"
+    "      p_attempt, p_site, p_node, a.reason, p_exit, p_at;\n"
+    "  END IF;\n"
+    "  IF a.state NOT IN " LIVE " THEN RETURN; END IF;\n"
+    "  st := CASE WHEN p_event = 'exited' AND p_exit = 0 THEN 'succeeded'\n"
+    "    WHEN p_event = 'exited' THEN 'failed' WHEN p_event = 'killed' THEN 'killed'\n"
+    "    WHEN p_event = 'lease_expired' THEN 'lost' ELSE 'failed_to_start' END;\n"
+    "  why := CASE st WHEN 'succeeded' THEN '' WHEN 'failed' THEN 'exited with status ' || p_exit\n"
+    "    WHEN 'killed' THEN 'killed on the node' WHEN 'lost' THEN 'its lease expired on the node'\n"
+    "    ELSE 'failed to start' END;\n"
+    /* the durable consumer handles messages concurrently, so an end may
+     * be taken before its 'started': the job is told it started first */
+    "  IF cur AND j.state = 'starting' AND p_event <> 'failed_to_start' THEN\n"
+    "    UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "    " EV("'started'", "'running'", "''", "NULL")
+    "  END IF;\n"
+    "  UPDATE attempts x SET state = st, reason = why, exit_code = p_exit, ended_ms = p_at\n"
+    "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "  UPDATE jobs SET gpu_ms = (SELECT COALESCE(sum(y.gpu_ms), 0) FROM attempts y\n"
+    "    WHERE y.job_id = p_job) WHERE jobs.id = p_job;\n"
+    "  IF NOT cur THEN RETURN; END IF;\n"
+    "  IF st = 'succeeded' THEN\n"
+    "    IF NOT EXISTS (SELECT 1 FROM attempts y WHERE y.job_id = p_job AND y.attempt = p_attempt\n"
+    "        AND y.state <> 'succeeded') THEN\n"
+    "      UPDATE jobs SET state = 'succeeded', reason = '', exit_code = 0, ended_ms = p_now,\n"
+    "        updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "      " EV("'succeeded'", "'succeeded'", "''", "0")
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    /* the attempt failed: its other nodes stop; the job retries or fails */
+    "  RETURN QUERY UPDATE attempts y SET state = 'killed', ended_ms = p_now,\n"
+    "    reason = 'another node of the attempt ended: ' || why\n"
+    "    WHERE y.job_id = p_job AND y.attempt = p_attempt AND y.state IN " LIVE "\n"
+    "    RETURNING 'stop'::text, j.tenant, y.job_id, 0::bigint, ''::text, y.state, y.attempt,\n"
+    "      y.site, y.node, y.reason, y.exit_code, y.ended_ms;\n"
+    "  IF GREATEST(j.attempts_made, p_attempt) >= j.max_attempts THEN\n"
+    "    UPDATE jobs SET state = 'failed', exit_code = p_exit, ended_ms = p_now, updated_ms = p_now,\n"
+    "      reason = 'attempt ' || p_attempt || ' ' || why || '; no attempts left'\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    " EV("'attempt_failed'", "'failed'", "why", "p_exit")
+    "    " EV("'failed'", "'failed'", "'attempt ' || p_attempt || ' ' || why || '; no attempts left'", "p_exit")
+    "  ELSE\n"
+    "    UPDATE jobs SET state = 'pending', exit_code = p_exit, updated_ms = p_now,\n"
+    "      reason = 'requeued: attempt ' || p_attempt || ' ' || why WHERE jobs.id = p_job;\n"
+    "    " EV("'attempt_failed'", "'pending'", "why", "p_exit")
+    "    " EV("'requeued'", "'pending'", "'attempt ' || p_attempt || ' ' || why", "NULL")
+    "  END IF;\n"
+    "END\n"
+    "$f$;\n"
+    /* max run time: the newest attempt of a live job running longer than
+     * the job's max_run_s (database clock) ends 'timed_out' on every node
+     * and the job fails; a batch per call */
+    "CREATE OR REPLACE FUNCTION sched_maxrun(p_now bigint, p_limit int)\n"
+    "RETURNS TABLE (" OUT_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  r record;\n"
+    "  j jobs%ROWTYPE;\n"
+    "  dbnow bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;\n"
+    "  p_job text; p_attempt int; p_site text; p_node text; why text;\n"
+    "BEGIN\n"
+    "  FOR r IN SELECT DISTINCT a.job_id, a.attempt FROM attempts a JOIN jobs jj ON jj.id = a.job_id\n"
+    "      WHERE a.state = 'running' AND jj.max_run_s > 0 AND jj.state IN ('starting','running')\n"
+    "        AND a.running_since_ms + jj.max_run_s * 1000 <= dbnow LIMIT p_limit LOOP\n"
+    "    SELECT * INTO j FROM jobs WHERE jobs.id = r.job_id AND jobs.state IN ('starting','running')\n"
+    "      FOR UPDATE;\n"
+    "    IF NOT FOUND OR r.attempt <> (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = r.job_id)\n"
+    "      THEN CONTINUE; END IF;\n"
+    "    p_job := r.job_id; p_attempt := r.attempt;\n"
+    "    why := 'max run time of ' || j.max_run_s || ' s exceeded';\n"
+    "    SELECT y.site, y.node INTO p_site, p_node FROM attempts y WHERE y.job_id = p_job\n"
+    "      AND y.attempt = p_attempt ORDER BY y.rank LIMIT 1;\n"
+    "    RETURN QUERY UPDATE attempts y SET state = 'timed_out', reason = why, ended_ms = p_now\n"
+    "      WHERE y.job_id = p_job AND y.attempt = p_attempt AND y.state IN " LIVE "\n"
+    "      RETURNING 'stop'::text, j.tenant, y.job_id, 0::bigint, ''::text, y.state, y.attempt,\n"
+    "        y.site, y.node, y.reason, y.exit_code, y.ended_ms;\n"
+    "    UPDATE jobs SET state = 'failed', reason = why, ended_ms = p_now, updated_ms = p_now\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    " EV("'timed_out'", "'failed'", "why", "NULL")
+    "  END LOOP;\n"
+    "END\n"
+    "$f$;\n";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
+    {3, "attempt events, progress, max run time", step3_sql},
     GP_MIGRATION_END
 };

@@ -16,7 +16,7 @@
  *      the attempt-event path on killed/exited, and here once the agent
  *      acked the stop) marks it 'preempted', releases its GPUs and puts
  *      its job back to pending, resuming from its checkpoint
- *      (jobs.checkpoint_ms is sent as resume_ms); a preempted attempt is
+ *      (jobs.progress_ms is sent as resume_ms); a preempted attempt is
  *      not charged against max_attempts.
  * The preemptor is then placed by the normal pass when the GPUs free (it
  * is first in order: it has the higher priority). */

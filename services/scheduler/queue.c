@@ -358,7 +358,7 @@ dispatch_placed(sched_queue *q, const place_choice *c)
         snprintf(p->node[i], sizeof(p->node[i]), "%s", c->node[i]);
         p->gpus[i] = c->gpus[i];
     }
-    p->resume_ms = j->checkpoint_ms;
+    p->resume_ms = j->progress_ms;      /* work done at its last checkpoint */
     p->spec = j->spec;                     /* moved: the job row's copy lets go of it */
     cur(q)->job.spec = (msg_job_spec){0};
     sched_dispatch(q->s, p);

@@ -41,6 +41,12 @@ typedef struct scheduler_cfg {
     unsigned      fair_half_life_ms; /* fair.h: usage decay */
     unsigned      hold_after_ms;     /* fair.h: a big job waiting this long is held */
     unsigned      hold_gpus;         /* fair.h: a big job asks at least this many GPUs */
+    /* attempts, leases, fencing (attempts.c, lease.c, reconcile.c) */
+    unsigned      heartbeat_ms;      /* handed to agents in a lease reply (as the registry's) */
+    unsigned      lease_ms;          /* attempt lease handed to agents (as the registry's) */
+    unsigned      maxrun_ms;         /* how often max run time is checked */
+    unsigned      reconcile_ms;      /* how often Redis reservations are reconciled */
+    unsigned      reconcile_grace_ms;/* age of a reservation no live attempt backs before removal */
 } scheduler_cfg;
 
 extern const gp_cfg_opt scheduler_cfg_opts[];
@@ -82,6 +88,15 @@ typedef struct sched {
     uint64_t            *m_failed_start[3];   /* refused, timeout, other (dispatch.c) */
     double              *m_queue_depth;
     gp_hist             *m_place_latency;
+    /* attempts, leases, fencing */
+    bool                 maxrun_busy, reconcile_busy;
+    uint64_t            *m_attempt_events[6];   /* by AttemptEvent.event */
+    uint64_t            *m_attempt_event_errors;
+    uint64_t            *m_leases[4];     /* by outcome (lease.c: LEASE_*) */
+    uint64_t            *m_lease_kills;   /* attempts a lease reply told a node to kill */
+    uint64_t            *m_release_failures, *m_timed_out;
+    uint64_t            *m_reconcile_runs[3];   /* done, skipped (another instance), failed */
+    double              *m_reconcile_last[3];   /* removed, rebuilt, conflicts of the last pass */
 } sched;
 
 /* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
@@ -101,6 +116,33 @@ void sched_jobs_count(gp_app *app, void *arg);
  * later): the one place its node's resources are released. */
 void sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
                          const char *node);
+
+/* Stops one node of an attempt: a stop AttemptSignal (a failure is
+ * counted: the node's lease kill list stops it later), then
+ * sched_attempt_ended. */
+void sched_attempt_stop(sched *s, const char *job_id, uint32_t attempt, const char *site,
+                        const char *node);
+
+/* attempts.c: AttemptEvent from the stream ATTEMPTS (a durable route),
+ * and the "maxrun" task (max run time). */
+extern const gp_route sched_attempt_routes[];
+extern const gp_durable sched_attempts_durable;
+void sched_attempts_start(sched *s);
+void sched_maxrun_run(gp_app *app, void *arg);
+/* Acts on the rows sched_attempt_event() / sched_maxrun() returned after
+ * their commit: publishes 'event' rows, stops 'stop' rows. */
+void sched_attempt_rows(sched *s, const struct pg_result *res);
+
+/* lease.c: gp.node.<site>.<node>.lease, served by the scheduler.  The
+ * node's reservations are its grants: keep = the reported attempts that
+ * hold one on that node, kill = the others. */
+extern const gp_route sched_lease_routes[];
+void sched_lease_start(sched *s);
+
+/* reconcile.c: the "reconcile" task (Redis reservations against
+ * PostgreSQL's live attempts, one instance a pass by a Redis lock). */
+void sched_reconcile_start(sched *s);
+void sched_reconcile_run(gp_app *app, void *arg);
 
 /* validate.c: a submitted spec's semantics beyond the codec's types and
  * bounds, and its defaults.  On failure returns the typed error and

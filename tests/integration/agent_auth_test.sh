@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # agent_auth_test.sh -- an agent's NATS identity covers only its own
 # gp.node.<site>.<node>.> subjects (deploy/nats-agent-permissions.md):
-# with that authorization the agent registers, heartbeats and answers
-# health; the same credentials used for another node are refused by
+# with that authorization the agent registers, heartbeats, answers
+# health and gets its attempt events acknowledged by the stream ATTEMPTS; the same credentials used for another node are refused by
 # nats-server itself.  Uses its own nats-server with authorization, and
 # the harness' Redis and PostgreSQL.
 set -u
@@ -17,6 +17,7 @@ check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; 
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$D/auth.conf" <<CONF
 listen: 127.0.0.1:$port
+jetstream { store_dir: "$D/auth-js" }
 authorization {
   users = [
     { user: control, password: cpw }
@@ -55,6 +56,43 @@ for _ in $(seq 1 100); do
 done
 check "the agent registers and heartbeats with a node-only identity" \
     sh -c "$G get nodes n1 -o json | grep -q '\"state\":\"healthy\"'"
+
+# Attempt events: the agent sends each to the stream ATTEMPTS and waits
+# for the stream's acknowledgement in its own reply inbox; the scheduler
+# (control identity) takes them from the stream.
+"$B/bin/gridpool-scheduler" --config "$D/gp.env" --nats-url "$ctl" --http-port 0 \
+    >"$D/scheduler.log" 2>&1 </dev/null &
+echo $! >"$D/pids/scheduler.pid"
+for _ in $(seq 1 100); do grep -q 'event=js_stream_ready.*ATTEMPTS\|stream=ATTEMPTS' "$D/scheduler.log" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+/usr/bin/python3 - "$port" <<'PY' >"$D/run.out" 2>&1
+import socket, sys
+# RunAttempt {job_id, attempt, command} as msgpack, by hand (fixmap, fixstr)
+def s(x): b = x.encode(); return bytes([0xa0 | len(b)]) + b
+body = bytes([0x83]) + s("job_id") + s("j-auth") + s("attempt") + b"\x01" + s("command") + s("sim:run=300ms")
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+c.recv(4096)
+c.sendall(b'CONNECT {"user":"control","pass":"cpw","verbose":false,"pedantic":false}\r\n'
+          b"SUB _INBOX.authtest 1\r\n" +
+          b"PUB gp.node.s1.n1.cmd.run _INBOX.authtest %d\r\n" % len(body) + body + b"\r\nPING\r\n")
+buf = b""
+while b"MSG _INBOX.authtest" not in buf:
+    buf += c.recv(4096)
+print("acked")
+PY
+check "RunAttempt reached the agent" grep -q acked "$D/run.out"
+events=0
+for _ in $(seq 1 100); do
+    events=$(grep -c 'event=attempt_event job=j-auth' "$D/scheduler.log")
+    [ "$events" -ge 2 ] && break
+    sleep 0.1
+done
+check "its started and exited events reached the scheduler through the stream ATTEMPTS ($events)" \
+    test "$events" -ge 2
+sleep 2
+check "each was acknowledged at once: taken once, not sent again ($(grep -c 'event=attempt_event job=j-auth' "$D/scheduler.log"))" \
+    test "$(grep -c 'event=attempt_event job=j-auth' "$D/scheduler.log")" -eq 2
+
 # The server's log must be there and be the server's (it says it is ready)
 # for "no violation in it" to mean anything.
 check "no permission violation for the agent's own traffic (in the server's log)" \

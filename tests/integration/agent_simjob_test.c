@@ -90,6 +90,19 @@ on_hb(void *arg, const gp_bus_msg *m)
         nhb++;
 }
 
+/* Acks an attempt event as the stream ATTEMPTS does (a PubAck), so the
+ * agent's outbox moves on instead of sending it again. */
+static void
+ack_event(const gp_bus_msg *m)
+{
+    static int seq;
+    char       ack[64];
+    int        n = snprintf(ack, sizeof(ack), "{\"stream\":\"ATTEMPTS\",\"seq\":%d}", ++seq);
+
+    if (m->reply != NULL)
+        gp_bus_pub(bus, m->reply, NULL, ack, (size_t)n);
+}
+
 static void
 on_attempt(void *arg, const gp_bus_msg *m)
 {
@@ -98,8 +111,12 @@ on_attempt(void *arg, const gp_bus_msg *m)
 
     (void)arg;
     memset(&e, 0, sizeof(e));
-    if (nevents == 128 || gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0))
+    /* a control plane that does not answer neither stores nor acks: the
+     * agent keeps the event and sends it again */
+    if (!answering || nevents == 128 ||
+        gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0))
         return;
+    ack_event(m);
     snprintf(r->job, sizeof(r->job), "%s", e.job_id);
     r->event = e.event;
     r->exit_code = e.exit_code;

@@ -124,9 +124,18 @@ on_attempt(void *arg, const gp_bus_msg *m)
     msg_attempt_event e;
 
     (void)arg;
-    if (gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0) != GP_EOK ||
+    /* a control plane that does not answer neither stores nor acks: the
+     * agent keeps the event in its outbox and sends it again */
+    if (!answering || gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0) != GP_EOK ||
         nevents == 64)
         return;
+    /* acked as the stream ATTEMPTS does (a PubAck) */
+    if (m->reply != NULL) {
+        char ack[64];
+        int  n = snprintf(ack, sizeof(ack), "{\"stream\":\"ATTEMPTS\",\"seq\":%d}", nevents + 1);
+
+        gp_bus_pub(bus, m->reply, NULL, ack, (size_t)n);
+    }
     snprintf(events[nevents].job, sizeof(events[0].job), "%s", e.job_id);
     events[nevents].attempt = e.attempt;
     events[nevents].event = e.event;

@@ -126,6 +126,19 @@ on_hb(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_heartbeat_desc, &hb);
 }
 
+/* Acks an attempt event as the stream ATTEMPTS does (a PubAck), so the
+ * agent's outbox moves on instead of sending it again. */
+static void
+ack_event(const gp_bus_msg *m)
+{
+    static int seq;
+    char       ack[64];
+    int        n = snprintf(ack, sizeof(ack), "{\"stream\":\"ATTEMPTS\",\"seq\":%d}", ++seq);
+
+    if (m->reply != NULL)
+        gp_bus_pub(bus, m->reply, NULL, ack, (size_t)n);
+}
+
 static void
 on_attempt(void *arg, const gp_bus_msg *m)
 {
@@ -135,6 +148,7 @@ on_attempt(void *arg, const gp_bus_msg *m)
     memset(&e, 0, sizeof(e));
     if (gp_msg_decode(&msg_attempt_event_desc, m->data, m->len, &e, NULL, 0) != GP_EOK)
         return;
+    ack_event(m);
     if (strcmp(e.job_id, "j1") == 0 && e.event == MSG_ATTEMPT_EVENT_EVENT_STARTED)
         started++;
     if (strcmp(e.job_id, "j1") == 0 && (e.event == MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED ||

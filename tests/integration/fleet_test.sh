@@ -6,7 +6,7 @@
 # stopped node goes stale after the configured missed beats and healthy
 # again when it resumes; a node an operator deletes is refused when its
 # agent comes back (lease NOTFOUND, re-registration DENIED) and its agent
-# stops, until the operator readmits it.  Run by tests/run.sh through with-stack.sh.
+# stops, until the operator readmits it (the lease is the scheduler's).  Run by tests/run.sh through with-stack.sh.
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR
@@ -27,6 +27,11 @@ py() { /usr/bin/python3 -c "$@"; }
 echo $! >"$D/pids/registry.pid"
 for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
 check "registry healthy" $G health
+# the scheduler answers the agents' leases (NOTFOUND for a node the
+# inventory lost, which makes its agent register again)
+"$B/bin/gridpool-scheduler" --config "$D/gp.env" --heartbeat-ms $HB_MS --lease-ms 6000 \
+    --http-port 0 >"$D/scheduler.log" 2>&1 </dev/null &
+echo $! >"$D/pids/scheduler.pid"
 
 t0=$(now)
 "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites "$SITES" --seed 7 \

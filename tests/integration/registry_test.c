@@ -295,7 +295,6 @@ bad_heartbeats(void)
     free(body);
 }
 
-static gp_err lease(const char *node, char *d);
 
 static void
 test_live(void)
@@ -338,12 +337,6 @@ test_live(void)
     freeReplyObject(rep);
     redisFree(rc2);
     seen = (uint64_t)time(NULL) * 1000;
-    {
-        char d[GP_ERRBUF_LEN] = "";
-
-        /* its 'reg' mark is gone until the reseed: PostgreSQL vouches for it */
-        expect("lease of a registered node right after FLUSHALL", lease("n1", d), GP_EOK, d);
-    }
     wait_s(HB_MS * 2 / 1000.0);
     n = get_node(&rc);
     T_OKM(rc == GP_EOK && n.last_seen_ms >= seen - 1000 && GP_HAS(&n, MSG_NODE__TELEMETRY),
@@ -406,20 +399,6 @@ redis(const char *fmt, ...)
     va_end(ap);
     redisFree(c);
     return rep;
-}
-
-static gp_err
-lease(const char *node, char *d)
-{
-    char                subj[128];
-    msg_lease_renew     q = {0};
-    msg_node_registered r = {0};
-    gp_err              rc;
-
-    snprintf(subj, sizeof(subj), "gp.node.s1.%s.lease", node);
-    rc = call(subj, &msg_lease_renew_desc, &q, &msg_node_registered_desc, &r, d);
-    gp_msg_clear(&msg_node_registered_desc, &r);
-    return rc;
 }
 
 static long long
@@ -518,40 +497,18 @@ test_reseed_lock_expiry(void)
     T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and wrote the epoch");
 }
 
-/* A lease of a node PostgreSQL has but whose live hash lost its 'reg'
- * mark (with the epoch there, so no reseed comes) restores it at once. */
-static void
-test_lease_restores(void)
-{
-    char d[GP_ERRBUF_LEN] = "";
-
-    beating = 0;
-    wait_s(HB_MS * 1.5 / 1000);
-    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "the epoch is there: no reseed will run");
-    freeReplyObject(redis("DEL %s", NODE_KEY("n1")));
-    expect("lease of a node missing from the live view", lease("n1", d), GP_EOK, d);
-    T_OKM(wait_reg_mark("n1", 1, 2), "the lease restored n1's 'reg' mark");
-    T_OKM(metric("gp_registry_live_restored_total") >= 1, "restores are counted");
-    beating = 1;
-    wait_s(HB_MS * 1.5 / 1000);
-    T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
-}
-
 /* A node the inventory does not have: its beats are dropped and counted
- * (nothing appears in Redis), its lease is refused NOTFOUND. */
+ * (nothing appears in Redis), so the scheduler's lease, which reads the
+ * 'reg' mark, answers it NOTFOUND. */
 static void
 test_ghost(void)
 {
-    char d[GP_ERRBUF_LEN] = "";
-
     send_beat("g1");
     send_beat("g1");
     wait_s(0.5);
     T_OKM(redis_int("EXISTS %s", NODE_KEY("g1")) == 0, "a never-registered node's beat creates no live hash");
     T_OKM(metric("gp_registry_heartbeats_unknown_node_total") >= 2, "its beats are counted");
-    expect("lease of a never-registered node", lease("g1", d), GP_ENOTFOUND, d);
-    T_OKM(strstr(d, "register again") != NULL, "the detail says to register again: %s", d);
-    expect("lease of a registered node", lease("n1", d), GP_EOK, d);
+    T_OKM(reg_mark("g1") == 0 && reg_mark("n1") == 1, "only the registered node has its 'reg' mark");
 }
 
 /* The live view stores the heartbeat as decoded and re-encoded, not the
@@ -634,11 +591,10 @@ test_capacity_and_delete(void)
     expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
     expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
 
-    /* deleted by an operator: beats dropped, lease NOTFOUND, registration DENIED */
+    /* deleted by an operator: beats dropped, 'reg' mark gone, registration DENIED */
     send_beat("n1");
     wait_s(0.5);
     T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 0, "a beat of a deleted node recreates nothing in Redis");
-    expect("lease of a deleted node", lease("n1", d), GP_ENOTFOUND, d);
     register_node("n1", GP_EDENIED);
     T_OKM(strstr(last_detail, "deleted by an operator at 20") != NULL, "DENIED says when: %s", last_detail);
     {
@@ -654,7 +610,7 @@ test_capacity_and_delete(void)
     send_beat("n1");
     wait_s(0.5);
     T_OKM(redis_int("EXISTS %s", NODE_KEY("n1")) == 1, "re-admitted and registered, its beats count again");
-    expect("lease after re-admission", lease("n1", d), GP_EOK, d);
+    T_OKM(reg_mark("n1") == 1, "re-admitted, it has its 'reg' mark again");
 }
 
 /* "stale,stale,..." for p1..p4 from nodes.state, or "" without PostgreSQL. */
@@ -1211,7 +1167,6 @@ main(void)
     test_live();
     test_reseed_retry();
     test_reseed_lock_expiry();
-    test_lease_restores();
     test_hb_reencoded();
     test_capacity_and_delete();
     test_pg_outage();

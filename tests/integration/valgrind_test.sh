@@ -133,6 +133,9 @@ while time.time() < end and not (acked and exited):
     parts = line.split()
     body = msgpack.unpackb(f.read(int(parts[-1]) + 2)[:-2], raw=False)
     print(parts[1].decode(), body)
+    if len(parts) == 5 and parts[2] == b'1':   # acked as the stream ATTEMPTS does (a PubAck)
+        ack = b'{"stream":"ATTEMPTS","seq":1}'
+        s.sendall(b'PUB %s %d\r\n%s\r\n' % (parts[3], len(ack), ack))
     if parts[2] == b'2':
         acked = body.get('job_id') == 'vg1' and body.get('pid', 0) > 0
     elif body.get('job_id') == 'vg1' and body.get('event') == 'exited':

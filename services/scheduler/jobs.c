@@ -16,6 +16,7 @@
 #include "gp/dbrow.h"
 #include "gp/id.h"
 #include "gp/log.h"
+#include "place.h"
 #include "scheduler.h"
 
 enum { SUBMIT_CREATED, SUBMIT_DUPLICATE, SUBMIT_CONFLICT, SUBMIT_INVALID, SUBMIT_UNKNOWN_TENANT,
@@ -120,6 +121,43 @@ typedef struct submit {
     char        now[24];
     gp_dbparams p;                 /* the INSERT's parameters */
 } submit;
+
+/* The pool or product a spec names must exist and be the tenant's to use
+ * (the rights rule, place.h), checked against the snapshot once it has
+ * been loaded from the registry: a typed error naming the field at
+ * submit, rather than a job pending forever.  Before the first load the
+ * placement pass reports the same as a pending reason. */
+static gp_err
+spec_refs_check(sched *s, const char *tenant, const msg_job_spec *sp, char *why, size_t n)
+{
+    const snap *sn = &s->snap;
+    int32_t     i;
+
+    if (!s->fed)
+        return GP_EOK;
+    if (GP_HAS(sp, MSG_JOB_SPEC__PRODUCT) && sp->product[0] != '\0') {
+        if ((i = snap_product_find(sn, sp->product)) < 0) {
+            snprintf(why, n, "product: no product '%s'", sp->product);
+            return GP_ENOTFOUND;
+        }
+        if ((i = snap_pool_find(sn, sn->product[i].pool)) < 0 ||
+            !place_may_use(sn, tenant, &sn->pool[i])) {
+            snprintf(why, n, "product: tenant '%s' may not use product '%s'", tenant, sp->product);
+            return GP_EDENIED;
+        }
+    }
+    if (GP_HAS(sp, MSG_JOB_SPEC__POOL) && sp->pool[0] != '\0') {
+        if ((i = snap_pool_find(sn, sp->pool)) < 0) {
+            snprintf(why, n, "pool: no pool '%s'", sp->pool);
+            return GP_ENOTFOUND;
+        }
+        if (!place_may_use(sn, tenant, &sn->pool[i])) {
+            snprintf(why, n, "pool: tenant '%s' may not use pool '%s'", tenant, sp->pool);
+            return GP_EDENIED;
+        }
+    }
+    return GP_EOK;
+}
 
 static void
 submit_free(submit *sb)
@@ -326,6 +364,10 @@ on_submit(gp_req *req, const void *in, void *out)
         return rc;
     }
     if ((rc = sched_spec_check(&sp, why, sizeof(why))) != GP_EOK) {
+        sched_count(s->m_submits[SUBMIT_INVALID]);
+        return gp_req_fail(req, rc, "%s", why);
+    }
+    if ((rc = spec_refs_check(s, tenant, &sp, why, sizeof(why))) != GP_EOK) {
         sched_count(s->m_submits[SUBMIT_INVALID]);
         return gp_req_fail(req, rc, "%s", why);
     }

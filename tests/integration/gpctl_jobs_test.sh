@@ -121,8 +121,8 @@ expect "submit with flags" 0 '' submit --tenant "$TENANT" --name t1 --command 's
 grep -Eq '^job/[A-Za-z0-9_-]+ submitted' "$tmp/out"
 ok "submit prints the job id" $?
 job1=$(sed -nE 's|^job/([A-Za-z0-9_-]+) submitted.*|\1|p' "$tmp/out")
-expect "the same request id again" 0 '' submit --tenant "$TENANT" --command 'sim:run=600s exit=0' \
-    --gpus 1 --request-id gpctl-t1 -o json
+expect "the same request id again" 0 '' submit --tenant "$TENANT" --name t1 \
+    --command 'sim:run=600s exit=0' --gpus 1 --request-id gpctl-t1 -o json
 json_check "an idempotent resubmission returns the same job" "d['id'] == '$job1'"
 
 cat >"$tmp/wait.yaml" <<'EOF'

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # deploy/demo.sh BUILD -- after `make up`: every service's health, then a
 # simulated 1,000-site EV-charging network (about 3,000 nodes) registering
-# and heartbeating, shown through gpctl.
+# and heartbeating, and a seeded workload of jobs (deploy/workload-example.conf,
+# submitted through gp.api like an integrator's) placed and run on it, shown
+# through gpctl.
 set -eu
 build=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +26,8 @@ if [ -f "$run/pids/sim.pid" ] && kill -0 "$(cat "$run/pids/sim.pid")" 2>/dev/nul
 else
     echo "== starting the simulated fleet: $sites sites (build/run/logs/sim.log)"
     "$build/bin/gridpool-sim" --config "$run/gp.env" --http-port 0 --sites "$sites" --seed 42 \
-        --inventory-out "$run/inventory.json" >"$run/logs/sim.log" 2>&1 </dev/null &
+        --inventory-out "$run/inventory.json" --workload "${GP_DEMO_WORKLOAD:-$top/deploy/workload-example.conf}" \
+        --truth "$run/truth.jsonl" >"$run/logs/sim.log" 2>&1 </dev/null &
     echo $! >"$run/pids/sim.pid"
     for i in $(seq 1 600); do
         grep -q '^sim: registered' "$run/logs/sim.log" && break
@@ -33,6 +36,11 @@ else
     done
 fi
 grep '^sim: registered' "$run/logs/sim.log" || echo "(the fleet is still registering)"
+
+echo
+echo "== the workload: jobs submitted at 5/s, placed and run (a few seconds in)"
+sleep 5
+"$gpctl" get jobs --state running 2>/dev/null | head -8 || true
 
 echo
 echo "== the fleet as one pool"
@@ -46,6 +54,10 @@ gridpool is up; the fleet keeps heartbeating.  Try:
   $build/bin/gpctl describe node \$($build/bin/gpctl get nodes -o json | head -2 | tail -1 | sed 's/.*"id":"\\([^"]*\\)".*/\\1/')
   $build/bin/gpctl get gpus --model H100
   $build/bin/gpctl get pools
+  $build/bin/gpctl get jobs --state pending            # each with why it waits
+  $build/bin/gpctl describe job \$($build/bin/gpctl get jobs -o json | head -2 | tail -1 | sed 's/.*"id":"\\([^"]*\\)".*/\\1/')
+  $build/bin/gpctl watch jobs                          # live job events until Ctrl-C
+  $build/bin/gpctl submit --tenant acme --command 'sim:run=60s' --gpus 2 --model L4
   curl -s http://127.0.0.1:\$(grep -o 'http_port=[0-9]*' build/run/logs/registry.log | head -1 | cut -d= -f2)/metrics | grep gp_registry
 'make down' stops everything.
 TXT

@@ -396,7 +396,7 @@ race_pick(race_req *q, int round, int i)
 {
     int a = rand() % RACE_NODES;
 
-    snprintf(q->job, sizeof(q->job), "r%d_%d", round, i);
+    snprintf(q->job, sizeof(q->job), "r%d_%d", round % 1000, i % 1000);   /* bounded: fits job[] */
     q->nn = 1 + (size_t)(rand() % 2);
     for (size_t k = 0; k < q->nn; k++) {
         q->n[k].node = race_node[(a + (int)k) % RACE_NODES];

@@ -200,9 +200,11 @@ static const char step3_sql[] =
     /* an end: an attempt that ended before (cancelled, timed out,
      * superseded, or this event seen already) keeps its state */
     /* a preempted attempt's end is the preemption's to finish */
-    "  IF a.state = 'preempted' THEN\n"
+    /* (also when the victim's end arrives before the stop's ack marked it) */
+    "  IF a.state = 'preempted' OR COALESCE(a.preempted_by, '') <> '' THEN\n"
     "    RETURN QUERY SELECT 'preempted'::text, j.tenant, p_job, 0::bigint, p_event, a.state,\n"
     "      p_attempt, p_site, p_node, a.reason, p_exit, p_at;\n"
+    "    RETURN;\n"
     "  END IF;\n"
     "  IF a.state NOT IN " LIVE " THEN RETURN; END IF;\n"
     "  st := CASE WHEN p_event = 'exited' AND p_exit = 0 THEN 'succeeded'\n"

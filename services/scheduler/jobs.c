@@ -639,49 +639,11 @@ sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *
     GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s", job_id, attempt, site, node);
 }
 
-typedef struct stop_sig {
-    sched   *s;
-    char     job_id[GP_MAX_ID + 1];
-    char     node[GP_MAX_ID + 1];
-    uint32_t attempt;
-} stop_sig;
-
-static void
-stop_answered(void *arg, gp_err err, const void *reply, const char *detail)
-{
-    stop_sig *sg = arg;
-
-    (void)reply;
-    if (err != GP_EOK) {    /* the node's lease kill list stops it later */
-        sched_count(sg->s->m_signal_failures);
-        GP_WARN("attempt_stop_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
-                sg->job_id, sg->attempt, sg->node, gp_err_name(err), detail);
-    }
-    free(sg);
-}
-
 void
 sched_attempt_stop(sched *s, const char *job_id, uint32_t attempt, const char *site,
                    const char *node)
 {
-    msg_attempt_signal q = {.attempt = attempt, .action = MSG_ATTEMPT_SIGNAL_ACTION_STOP};
-    char               subj[GP_MAX_SUBJECT];
-    stop_sig          *sg = calloc(1, sizeof(*sg));
-    gp_err             rc = sg != NULL ? gp_op_subjectf(GP_OP_NODE_SIGNAL, subj, sizeof(subj),
-                                                        site, node)
-                                       : GP_ENOMEM;
-
-    if (sg != NULL) {
-        *sg = (stop_sig){.s = s, .attempt = attempt};
-        snprintf(sg->job_id, sizeof(sg->job_id), "%s", job_id);
-        snprintf(sg->node, sizeof(sg->node), "%s", node);
-    }
-    snprintf(q.job_id, sizeof(q.job_id), "%s", job_id);
-    if (rc == GP_EOK)
-        rc = gp_call(gp_app_bus(s->app), subj, &msg_attempt_signal_desc, &q, &msg_attempt_ack_desc,
-                     s->cfg->signal_timeout_ms, stop_answered, sg);
-    if (rc != GP_EOK && sg != NULL)
-        stop_answered(sg, rc, NULL, "not sent");
+    sched_signal(s, site, node, job_id, attempt, MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
     sched_attempt_ended(s, job_id, attempt, site, node);
 }
 

@@ -92,9 +92,12 @@ sched_signal(sched *s, const char *site, const char *node, const char *job, uint
 static void
 released(void *arg, const sched_res_result *res)
 {
-    (void)arg;
-    if (res->status != SCHED_RES_OK)      /* the reconcile removes the orphan later */
+    sched *s = arg;
+
+    if (res->status != SCHED_RES_OK) {    /* the reconcile removes the orphan later */
+        sched_count(s->m_release_failures);
         GP_WARN("release_failed", "node=%s code=%s", res->node, gp_err_name(res->err));
+    }
 }
 
 void
@@ -108,9 +111,11 @@ sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
         snap_unbook(&s->snap, node[i], job, attempt);
         nodes[i] = (sched_res_node){node[i], 0};       /* 0: whatever (job, attempt) holds */
     }
-    if (n > 0 && sched_reserve_release(s->res, site, job, attempt, nodes, n, released, NULL) !=
-                     GP_EOK)
+    if (n > 0 && sched_reserve_release(s->res, site, job, attempt, nodes, n, released, s) !=
+                     GP_EOK) {
+        sched_count(s->m_release_failures);
         GP_WARN("release_failed", "job=%s attempt=%u site=%s code=not_sent", job, attempt, site);
+    }
     sched_place_kick(s);                  /* capacity changed */
 }
 

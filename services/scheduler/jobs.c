@@ -590,52 +590,14 @@ on_list(gp_req *req, const void *in, void *out)
  * release that fails is logged and counted: the reconcile task removes
  * the reservation once it is older than its grace, since PostgreSQL no
  * longer has the attempt live. */
-typedef struct release_ctx {
-    sched   *s;
-    char     job_id[GP_MAX_ID + 1];
-    char     node[GP_MAX_ID + 1];
-    uint32_t attempt;
-} release_ctx;
-
-static void
-released(void *arg, const sched_res_result *res)
-{
-    release_ctx *c = arg;
-
-    if (res->status != SCHED_RES_OK) {
-        sched_count(c->s->m_release_failures);
-        GP_WARN("attempt_release_failed", "job=%s attempt=%u node=%s code=%s", c->job_id,
-                c->attempt, c->node, gp_err_name(res->err));
-    } else {
-        GP_DEBUG("attempt_released", "job=%s attempt=%u node=%s gpus=%u", c->job_id, c->attempt,
-                 c->node, res->gpus);
-    }
-    free(c);
-}
-
 void
 sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
                     const char *node)
 {
-    sched_res_node n = {.node = node, .gpus = 0};   /* 0: whatever (job, attempt) holds there */
-    release_ctx   *c = calloc(1, sizeof(*c));
-    gp_err         rc = GP_ENOMEM;
+    char one[1][GP_MAX_ID + 1];
 
-    if (c != NULL) {
-        *c = (release_ctx){.s = s, .attempt = attempt};
-        snprintf(c->job_id, sizeof(c->job_id), "%s", job_id);
-        snprintf(c->node, sizeof(c->node), "%s", node);
-        rc = sched_reserve_release(s->res, site, job_id, attempt, &n, 1, released, c);
-    }
-    if (rc != GP_EOK) {
-        free(c);
-        sched_count(s->m_release_failures);
-        GP_WARN("attempt_release_failed", "job=%s attempt=%u node=%s code=%s", job_id, attempt,
-                node, gp_err_name(rc));
-    }
-    snap_unbook(&s->snap, node, job_id, attempt);
-    if (s->place_task != NULL)
-        gp_task_kick(s->place_task);
+    snprintf(one[0], sizeof(one[0]), "%s", node);
+    sched_release(s, site, job_id, attempt, one, 1);   /* Redis, snapshot, placement kick */
     GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s", job_id, attempt, site, node);
 }
 

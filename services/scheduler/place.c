@@ -394,10 +394,19 @@ static bool better(const place_choice *a, const place_choice *b)
     return a->left < b->left;
 }
 
+static bool avoided(const place_params *p, const place_choice *c)
+{
+    for (uint32_t i = 0; i < c->nnodes; i++)
+        for (uint32_t k = 0; k < p->navoid; k++)
+            if (strcmp(c->node[i], p->avoid[k]) == 0) return true;
+    return false;
+}
+
 static void keep_choice(const snap *s, const place_params *p, place_result *r, uint32_t max,
                         place_choice *c)
 {
     if (p->rank && (c->rank = p->rank(p->rank_arg, s, c)) == UINT64_MAX) return;
+    if (p->navoid > 0 && avoided(p, c)) c->rank |= UINT64_C(1) << 63;
     if (r->nchoices == max && !better(c, &r->choice[max - 1])) return;
     uint32_t i = r->nchoices < max ? r->nchoices++ : max - 1;
     while (i > 0 && better(c, &r->choice[i - 1])) {

@@ -89,6 +89,7 @@
 #define PLACE_MAX_PRODUCTS 256     /* usable products per job considered */
 #define PLACE_MAX_DEPTH   16       /* parent chain */
 #define PLACE_REASONS     15       /* PendingReason enum size */
+#define PLACE_MAX_AVOID   16       /* nodes a retry avoids */
 
 #define PLACE_W_LATENCY 4
 #define PLACE_W_PRICE   2
@@ -122,6 +123,12 @@ typedef struct place_params {
      * first, then score; UINT64_MAX drops the choice. NULL: score only. */
     uint64_t (*rank)(void *arg, const snap *s, const struct place_choice *c);
     void *rank_arg;
+    /* Nodes where the job's earlier attempts failed to start or were lost
+     * (Nomad's reschedule penalty, made absolute): a choice that uses one
+     * ranks after every choice that does not, so a retry goes elsewhere
+     * when it can and still lands there when nothing else fits. */
+    const char (*avoid)[SNAP_ID_LEN];
+    uint32_t navoid;
 } place_params;
 
 typedef struct place_score {

@@ -37,6 +37,9 @@
 typedef struct qjob {
     msg_job job;
     bool    preempting;              /* a preemption it started still runs */
+    /* nodes of its attempts that failed to start or were lost (place.h) */
+    char     avoid[PLACE_MAX_AVOID][SNAP_ID_LEN];
+    uint32_t navoid;
 } qjob;
 
 typedef struct sched_queue {
@@ -541,6 +544,8 @@ place_one(sched_queue *q)
     q->pp.now_wall_ms = gp_wall_ms();
     q->pp.now_mono_ms = gp_mono_ms();
     q->pp.claimant = strcmp(q->held, qj->job.id) == 0;
+    q->pp.avoid = (const char (*)[SNAP_ID_LEN])qj->avoid;
+    q->pp.navoid = qj->navoid;
     q->attempt = qj->job.attempts_made + 1;
     q->choice = 0;
     if (place(&q->s->snap, qj->job.tenant, &qj->job.spec, &q->pp, &q->r) == PLACE_OK)
@@ -607,11 +612,26 @@ next_job(sched_queue *q)
     pass_end(q);
 }
 
+/* "n1,n7": the newest first (the claim's query orders them), so the
+ * bound keeps the most recent. */
+static void
+load_avoid(qjob *qj, const char *list)
+{
+    char *save = NULL, *tok, buf[PLACE_MAX_AVOID * SNAP_ID_LEN];
+
+    snprintf(buf, sizeof(buf), "%s", list);
+    qj->navoid = 0;
+    for (tok = strtok_r(buf, ",", &save); tok && qj->navoid < PLACE_MAX_AVOID;
+         tok = strtok_r(NULL, ",", &save))
+        snprintf(qj->avoid[qj->navoid++], SNAP_ID_LEN, "%s", tok);
+}
+
 static gp_err
 load_batch(sched_queue *q, const PGresult *res)
 {
     uint64_t now_wall = gp_wall_ms(), now_mono = gp_mono_ms();
     int      n = PQntuples(res), pcol = PQfnumber(res, "preempting");
+    int      acol = PQfnumber(res, "avoid");
 
     q->jobs = calloc((size_t)n + 1, sizeof(*q->jobs));
     q->order = calloc((size_t)n + 1, sizeof(*q->order));
@@ -626,6 +646,7 @@ load_batch(sched_queue *q, const PGresult *res)
             continue;                          /* logged; its claim expires */
         }
         qj->preempting = PQgetvalue(res, i, pcol)[0] == 't';
+        load_avoid(qj, PQgetvalue(res, i, acol));
         snprintf(f->job, sizeof(f->job), "%s", qj->job.id);
         snprintf(f->tenant, sizeof(f->tenant), "%s", qj->job.tenant);
         f->priority = qj->job.spec.priority;
@@ -663,7 +684,7 @@ sched_place_run(gp_app *app, void *arg)
 {
     sched       *s = arg;
     sched_queue *q = s->queue;
-    char         sql[2048], ms[16], lim[16];
+    char         sql[4096], ms[16], lim[16];
     const char  *p[] = {gp_app_instance(app), ms, lim};
 
     if (!s->fed) {                 /* the first inventory load, retried until done */
@@ -683,7 +704,10 @@ sched_place_run(gp_app *app, void *arg)
              "  AND (claim_until IS NULL OR claim_until < now())\n"
              "  ORDER BY priority DESC, created_ms, id LIMIT $3::int FOR UPDATE SKIP LOCKED) c\n"
              "WHERE j.id = c.id\n"
-             "RETURNING %s, coalesce(j.preempt_until > now(), false) AS preempting",
+             "RETURNING %s, coalesce(j.preempt_until > now(), false) AS preempting,\n"
+             "  coalesce((SELECT string_agg(a.node, ',' ORDER BY a.attempt DESC)\n"
+             "    FROM attempts a WHERE a.job_id = j.id\n"
+             "    AND a.state IN ('failed_to_start', 'lost')), '') AS avoid",
              sched_job_cols);
     if (gp_db_query(gp_app_db(app), sql, 3, p, 0, claimed, q) == GP_EOK)
         q->busy = true;

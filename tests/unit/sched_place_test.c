@@ -449,6 +449,43 @@ static void test_packing_and_scores(void)
     snap_free(&s);
 }
 
+/* A retry avoids the nodes where the job's earlier attempts failed to
+ * start or were lost, whatever their score, but still lands there when
+ * nothing else fits. */
+static void test_avoid(void)
+{
+    snap s;
+    fleet(&s);
+    place_params p;
+    place_params_default(&p);
+    place_result r;
+    char m[1][32];
+    msg_job_spec j = job(2);
+    job_models(&j, m, "H100");
+    snprintf(j.pool, sizeof j.pool, "ber_only");
+    T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);
+    T_OK(!strcmp(r.choice[0].node[0], "ber-2"));          /* the best fit */
+    static const char avoid[2][SNAP_ID_LEN] = {"xx-9", "ber-2"};
+    p.avoid = avoid;
+    p.navoid = 2;
+    T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);
+    T_EQ_INT(r.nchoices, 2);
+    T_OK(!strcmp(r.choice[0].node[0], "ber-1"));          /* goes elsewhere */
+    T_OK(!strcmp(r.choice[1].node[0], "ber-2"));          /* kept as the fallback */
+    T_OK(r.choice[1].score.total > r.choice[0].score.total);
+    /* when the avoided node is the only fit, it is still chosen */
+    j = job(8);
+    job_models(&j, m, "H100");
+    snprintf(j.pool, sizeof j.pool, "ber_only");
+    static const char avoid1[1][SNAP_ID_LEN] = {"ber-1"};
+    p.avoid = avoid1;
+    p.navoid = 1;
+    T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);    /* only ber-1 has 8 */
+    T_EQ_INT(r.nchoices, 1);
+    T_OK(!strcmp(r.choice[0].node[0], "ber-1"));
+    snap_free(&s);
+}
+
 static void test_multi_node(void)
 {
     snap s;
@@ -640,6 +677,7 @@ int main(void)
     test_filters();
     test_latency_model();
     test_packing_and_scores();
+    test_avoid();
     test_multi_node();
     test_index_updates();
     test_bound();

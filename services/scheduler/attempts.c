@@ -213,13 +213,10 @@ void
 sched_attempts_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
-    char        labels[64];
 
-    for (int k = 0; k < 6; k++) {
-        snprintf(labels, sizeof(labels), "event=\"%s\"", msg_attempt_event_event_names[k]);
-        s->m_attempt_events[k] = gp_metrics_counter(m, "gp_scheduler_attempt_events_total",
-                                                    labels, "Attempt events taken, by event");
-    }
+    gp_metrics_counters(m, "gp_scheduler_attempt_events_total", "event",
+                        msg_attempt_event_event_names, 6, "Attempt events taken, by event",
+                        s->m_attempt_events);
     s->m_attempt_event_errors = gp_metrics_counter(
         m, "gp_scheduler_attempt_event_errors_total", NULL,
         "Attempt events that could not be stored (delivered again)");

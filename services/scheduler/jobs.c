@@ -727,23 +727,13 @@ void
 sched_jobs_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
-    char        labels[64];
 
-    for (int k = 0; k < 6; k++) {
-        snprintf(labels, sizeof(labels), "outcome=\"%s\"", submit_outcomes[k]);
-        s->m_submits[k] = gp_metrics_counter(m, "gp_scheduler_submits_total", labels,
-                                             "Job submissions by outcome");
-    }
-    for (int k = 0; k < 4; k++) {
-        snprintf(labels, sizeof(labels), "outcome=\"%s\"", cancel_outcomes[k]);
-        s->m_cancels[k] = gp_metrics_counter(m, "gp_scheduler_cancels_total", labels,
-                                             "Job cancellations by outcome");
-    }
-    for (int k = 0; k < 6; k++) {
-        snprintf(labels, sizeof(labels), "state=\"%s\"", msg_job_state_names[k]);
-        s->m_jobs[k] = gp_metrics_gauge(m, "gp_scheduler_jobs", labels,
-                                        "Jobs by state (counted every gauge-ms)");
-    }
+    gp_metrics_counters(m, "gp_scheduler_submits_total", "outcome", submit_outcomes, 6,
+                        "Job submissions by outcome", s->m_submits);
+    gp_metrics_counters(m, "gp_scheduler_cancels_total", "outcome", cancel_outcomes, 4,
+                        "Job cancellations by outcome", s->m_cancels);
+    gp_metrics_gauges(m, "gp_scheduler_jobs", "state", msg_job_state_names, 6,
+                      "Jobs by state (counted every gauge-ms)", s->m_jobs);
     s->m_signal_failures = gp_metrics_counter(
         m, "gp_scheduler_stop_signal_failures_total", NULL,
         "Stop signals to agents that failed (the lease kill list catches them)");

@@ -160,13 +160,9 @@ void
 sched_lease_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
-    char        labels[64];
 
-    for (int k = 0; k < 4; k++) {
-        snprintf(labels, sizeof(labels), "outcome=\"%s\"", lease_outcomes[k]);
-        s->m_leases[k] = gp_metrics_counter(m, "gp_scheduler_leases_total", labels,
-                                            "Lease renewals by outcome");
-    }
+    gp_metrics_counters(m, "gp_scheduler_leases_total", "outcome", lease_outcomes, 4,
+                        "Lease renewals by outcome", s->m_leases);
     s->m_lease_kills = gp_metrics_counter(m, "gp_scheduler_lease_kills_total", NULL,
                                           "Attempts a lease reply told a node to kill");
 }

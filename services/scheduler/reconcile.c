@@ -144,15 +144,10 @@ void
 sched_reconcile_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
-    char        labels[64];
     static const char *const last[] = {"removed", "rebuilt", "conflicts"};
 
-    for (int k = 0; k < 3; k++) {
-        snprintf(labels, sizeof(labels), "result=\"%s\"", run_results[k]);
-        s->m_reconcile_runs[k] = gp_metrics_counter(m, "gp_scheduler_reconcile_runs_total",
-                                                    labels, "Reconcile passes by result");
-        snprintf(labels, sizeof(labels), "what=\"%s\"", last[k]);
-        s->m_reconcile_last[k] = gp_metrics_gauge(m, "gp_scheduler_reconcile_last", labels,
-                                                  "Reservations changed by the last reconcile");
-    }
+    gp_metrics_counters(m, "gp_scheduler_reconcile_runs_total", "result", run_results, 3,
+                        "Reconcile passes by result", s->m_reconcile_runs);
+    gp_metrics_gauges(m, "gp_scheduler_reconcile_last", "what", last, 3,
+                      "Reservations changed by the last reconcile", s->m_reconcile_last);
 }

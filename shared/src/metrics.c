@@ -2,6 +2,8 @@
 #include "gp/metrics.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +108,49 @@ gp_metrics_gauge(gp_metrics *m, const char *name, const char *labels, const char
 {
     series *s = get(m, name, labels, help, M_GAUGE);
     return s ? &s->v.gauge : NULL;
+}
+
+/* The label "key=\"value\"" of series k of a vector; false if it does not fit. */
+static bool
+vec_label(char *out, size_t len, const char *key, const char *value)
+{
+    int w = snprintf(out, len, "%s=\"%s\"", key, value);
+
+    return w > 0 && (size_t)w < len;
+}
+
+gp_err
+gp_metrics_counters(gp_metrics *m, const char *name, const char *key, const char *const *values,
+                    int n, const char *help, uint64_t **out)
+{
+    char   labels[256];
+    gp_err rc = GP_EOK;
+
+    for (int k = 0; k < n; k++) {
+        out[k] = NULL;
+        if (rc == GP_EOK && vec_label(labels, sizeof(labels), key, values[k]))
+            out[k] = gp_metrics_counter(m, name, labels, help);
+        if (out[k] == NULL)
+            rc = GP_ENOMEM;
+    }
+    return rc;
+}
+
+gp_err
+gp_metrics_gauges(gp_metrics *m, const char *name, const char *key, const char *const *values,
+                  int n, const char *help, double **out)
+{
+    char   labels[256];
+    gp_err rc = GP_EOK;
+
+    for (int k = 0; k < n; k++) {
+        out[k] = NULL;
+        if (rc == GP_EOK && vec_label(labels, sizeof(labels), key, values[k]))
+            out[k] = gp_metrics_gauge(m, name, labels, help);
+        if (out[k] == NULL)
+            rc = GP_ENOMEM;
+    }
+    return rc;
 }
 
 gp_hist *

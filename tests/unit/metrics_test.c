@@ -57,6 +57,36 @@ main(void)
     gp_buf_fini(&out);
     gp_metrics_free(m);
 
+    /* a vector: one series per label value, the same series when asked
+     * again; a value that does not fit the label is refused, not cut */
+    {
+        static const char *const outcomes[] = {"ok", "invalid", "denied"};
+        uint64_t *c[3], *again[3];
+        double   *gs[2];
+        char      big[300];
+
+        m = gp_metrics_new();
+        T_EQ_INT(gp_metrics_counters(m, "gp_v_total", "outcome", outcomes, 3, "V", c), GP_EOK);
+        T_OK(c[0] && c[1] && c[2] && c[0] != c[1] && c[1] != c[2]);
+        T_EQ_INT(gp_metrics_counters(m, "gp_v_total", "outcome", outcomes, 3, "V", again), GP_EOK);
+        T_OK(again[0] == c[0] && again[2] == c[2]);
+        T_OK(gp_metrics_counter(m, "gp_v_total", "outcome=\"denied\"", "V") == c[2]);
+        T_EQ_INT(gp_metrics_gauges(m, "gp_vg", "state", outcomes, 2, "VG", gs), GP_EOK);
+        *c[1] += 2;
+        *gs[1] = 7;
+        gp_buf_init(&out, 0);
+        T_OK(gp_metrics_render(m, &out) == GP_EOK);
+        T_OK(strstr(out.p, "gp_v_total{outcome=\"invalid\"} 2\n") != NULL);
+        T_OK(strstr(out.p, "gp_vg{state=\"invalid\"} 7\n") != NULL);
+        gp_buf_fini(&out);
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        const char *const toolong[] = {"ok", big};
+        T_EQ_INT(gp_metrics_counters(m, "gp_w_total", "k", toolong, 2, "W", c), GP_ENOMEM);
+        T_OK(c[0] != NULL && c[1] == NULL);
+        gp_metrics_free(m);
+    }
+
     gp_buf_init(&out, 16);
     T_EQ_INT(gp_buf_append(&out, "0123456789", 10), GP_EOK);
     T_EQ_INT(gp_buf_append(&out, "0123456789", 10), GP_ETOOBIG);   /* cap holds */

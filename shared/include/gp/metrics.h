@@ -38,6 +38,15 @@ double   *gp_metrics_gauge(gp_metrics *m, const char *name, const char *labels,
 gp_hist  *gp_metrics_hist(gp_metrics *m, const char *name, const char *labels,
                           const char *help);
 
+/* One series per value of one label, the way a service counts outcomes:
+ * out[k] = name{key="values[k]"} for k < n. Returns GP_EOK, or GP_ENOMEM
+ * when the series limit is reached (that out[k] and the rest are NULL) or
+ * a label does not fit. */
+gp_err gp_metrics_counters(gp_metrics *m, const char *name, const char *key,
+                           const char *const *values, int n, const char *help, uint64_t **out);
+gp_err gp_metrics_gauges(gp_metrics *m, const char *name, const char *key,
+                         const char *const *values, int n, const char *help, double **out);
+
 void   gp_hist_observe(gp_hist *h, double seconds);
 /* Quantile estimate (0 < q < 1) from the buckets, in seconds; 0 if empty. */
 double gp_hist_quantile(const gp_hist *h, double q);

@@ -3,9 +3,7 @@
 # registry and a small simulated fleet (run by tests/run.sh through
 # tests/harness/with-stack.sh: GP_BUILD, GP_NATS_URL, GP_STACK_DIR set).
 #
-# Skips (TAP "1..0 # SKIP") until gridpool-scheduler serves the job API
-# (apiJobSubmit in its --print-routes), so it starts running by itself
-# once the scheduler lands.  Then: submit (flags, -f YAML, -f JSON),
+# Checks: submit (flags, -f YAML, -f JSON),
 # idempotent resubmission, a typed refusal (exit 1), get jobs (tenant and
 # admin lists, filters, JSON), describe job of a job that cannot be placed
 # (why it waits), placement and get attempts, watch jobs until SIGINT
@@ -16,70 +14,13 @@ SCHED=$GP_BUILD/bin/gridpool-scheduler
 REGISTRY=$GP_BUILD/bin/gridpool-registry
 SIM=$GP_BUILD/bin/gridpool-sim
 TENANT=op                       # the simulator's operator tenant: owns every site and pool
-tmp=$(mktemp -d /tmp/gpctl-jobs-test.XXXXXX)
-n=0
-failed=0
-pids=()
 
-if ! [ -x "$SCHED" ] || ! "$SCHED" --print-routes 2>/dev/null | grep -q apiJobSubmit; then
-    echo "1..0 # SKIP gridpool-scheduler does not serve the job API yet (no apiJobSubmit in --print-routes)"
-    rm -rf "$tmp"
-    exit 0
-fi
-
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() {        # description, condition result (0 = pass)
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then
-        echo "ok $n - $1"
-    else
-        echo "not ok $n - $1"
-        failed=$((failed + 1))
-        echo "# exit $rc; stdout: $(head -c 600 "$tmp/out")"
-        echo "# stderr: $(head -c 600 "$tmp/err")"
-    fi
-}
-
-run() {       # gpctl args...; sets rc, writes $tmp/out and $tmp/err
-    "$GPCTL" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-}
-
-expect() {    # description, exit code, stderr regex (may be ""), gpctl args...
-    local what=$1 want=$2 re=$3
-    shift 3
-    run "$@"
-    local pass=1
-    if [ "$rc" -eq "$want" ] && { [ -z "$re" ] || grep -Eq "$re" "$tmp/err"; }; then
-        pass=0
-    fi
-    ok "$what" $pass
-}
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
+tap_on_fail=gpctl_on_fail
 
 pyjson() {    # python expression on `d` (the parsed stdout); prints its value
     /usr/bin/python3 -c "import json; d=json.load(open('$tmp/out')); print($1)" 2>>"$tmp/err"
-}
-
-json_check() {  # description, python expression on `d`
-    /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out')); sys.exit(0 if ($2) else 1)" \
-        2>>"$tmp/err"
-    ok "$1" $?
-}
-
-start() {     # name, program, args...
-    local name=$1
-    shift
-    mkdir -p "$GP_STACK_DIR/pids"
-    "$@" >"$GP_STACK_DIR/$name.log" 2>&1 </dev/null &
-    pids+=($!)
-    echo $! >"$GP_STACK_DIR/pids/$name.pid"
 }
 
 # job_state ID: the job's state from gpctl get jobs ID -o json, or "".
@@ -100,10 +41,10 @@ wait_state() {  # ID, states regex, tries (x 0.25 s)
 
 # ---- the stack ----------------------------------------------------------------------
 
-start registry "$REGISTRY" --config "$GP_STACK_DIR/gp.env" --http-port 0
-start sim "$SIM" --config "$GP_STACK_DIR/gp.env" --http-port 0 --sites 3 --seed 7 \
+spawn registry "$REGISTRY" --config "$GP_STACK_DIR/gp.env" --http-port 0
+spawn sim "$SIM" --config "$GP_STACK_DIR/gp.env" --http-port 0 --sites 3 --seed 7 \
     --inventory-out "$tmp/inv.json"
-start scheduler "$SCHED" --config "$GP_STACK_DIR/gp.env" --http-port 0
+spawn scheduler "$SCHED" --config "$GP_STACK_DIR/gp.env" --http-port 0
 for _ in $(seq 1 150); do
     grep -q '^sim: registered' "$GP_STACK_DIR/sim.log" &&
         "$GPCTL" --timeout 500 health scheduler >/dev/null 2>&1 && break
@@ -198,5 +139,4 @@ ok "the cancelled job is cancelled" $?
 expect "cancel job of the others" 0 '' cancel job "$job1" --tenant "$TENANT"
 expect "cancel job" 0 '' cancel job "$job2" --tenant "$TENANT"
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_end

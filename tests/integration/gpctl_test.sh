@@ -11,50 +11,9 @@
 set -u
 GPCTL=$GP_BUILD/bin/gpctl
 REGISTRY=$GP_BUILD/bin/gridpool-registry
-tmp=$(mktemp -d /tmp/gpctl-test.XXXXXX)
-n=0
-failed=0
-reg_pid=
-
-cleanup() {
-    [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null && wait "$reg_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() {        # description, condition result (0 = pass)
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then
-        echo "ok $n - $1"
-    else
-        echo "not ok $n - $1"
-        failed=$((failed + 1))
-        echo "# exit $rc; stdout: $(head -c 600 "$tmp/out")"
-        echo "# stderr: $(head -c 600 "$tmp/err")"
-    fi
-}
-
-run() {       # gpctl args...; sets rc, writes $tmp/out and $tmp/err
-    "$GPCTL" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-}
-
-expect() {    # description, exit code, stderr regex (may be ""), gpctl args...
-    local what=$1 want=$2 re=$3
-    shift 3
-    run "$@"
-    local pass=1
-    if [ "$rc" -eq "$want" ] && { [ -z "$re" ] || grep -Eq "$re" "$tmp/err"; }; then
-        pass=0
-    fi
-    ok "$what" $pass
-}
-
-json_check() {  # description, python expression on `d` (the parsed stdout)
-    /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out')); sys.exit(0 if ($2) else 1)" \
-        2>>"$tmp/err"
-    ok "$1" $?
-}
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
+tap_on_fail=gpctl_on_fail
 
 # ---- without the registry ------------------------------------------------------
 
@@ -129,10 +88,7 @@ fi
 [ -x "$REGISTRY" ]
 ok "gridpool-registry is built" $?
 {
-    mkdir -p "$GP_STACK_DIR/pids"
-    "$REGISTRY" --config "$GP_STACK_DIR/gp.env" --http-port 0 >"$GP_STACK_DIR/registry.log" 2>&1 &
-    reg_pid=$!
-    echo "$reg_pid" >"$GP_STACK_DIR/pids/registry.pid"
+    spawn registry "$REGISTRY" --config "$GP_STACK_DIR/gp.env" --http-port 0
     for _ in $(seq 1 100); do
         "$GPCTL" --timeout 500 health >/dev/null 2>&1 && break
         sleep 0.2
@@ -205,5 +161,4 @@ ok "gridpool-registry is built" $?
     expect "delete of a deleted site: exit 1 NOTFOUND" 1 '^gpctl: NOTFOUND: ' delete site s1
 }
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_end

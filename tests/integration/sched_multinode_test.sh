@@ -19,55 +19,12 @@ B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
 D=$GP_STACK_DIR
 TENANT=op
-tmp=$(mktemp -d /tmp/sched-multinode-test.XXXXXX)
-n=0
-failed=0
-pids=()
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
 
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() {        # description, status (0 = pass)
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then
-        echo "ok $n - $1"
-    else
-        echo "not ok $n - $1"
-        failed=$((failed + 1))
-    fi
-}
-
-start() {     # name, program, args...
-    local name=$1
-    shift
-    "$@" >"$D/$name.log" 2>&1 </dev/null &
-    pids+=($!)
-}
-
-sql() {       # query -> unaligned, tuples only
-    psql "$GP_PG_CONNINFO" -XAtq -c "$1" 2>>"$tmp/psql.err"
-}
-
-submit() {    # args... -> job id
-    $G submit --tenant "$TENANT" -o json "$@" 2>>"$tmp/gpctl.err" |
-        /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
-}
-
-wait_sql() {  # query, expected, tries (x 0.2 s)
-    for _ in $(seq 1 "$3"); do
-        [ "$(sql "$1")" = "$2" ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
 
 agent() {     # site, node
-    start "agent-$2" "$B/bin/gridpool-agent" --config "$D/gp.env" --site "$1" --node "$2" \
+    spawn "agent-$2" "$B/bin/gridpool-agent" --config "$D/gp.env" --site "$1" --node "$2" \
         --gpu-backend sim --sim-gpus 2 --sim-model L4 --http-port 0 --heartbeat-ms 500
 }
 
@@ -88,7 +45,7 @@ live() {      # job -> its live attempt rows as node:attempt:state, sorted
 
 # ---- the stack --------------------------------------------------------------
 
-start registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
 $G create tenant op --kind operator >/dev/null &&
     $G create site hub --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
@@ -103,7 +60,7 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 # hold after 3 s for jobs of >= 4 GPUs (the default is 30 min for 8)
-start sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
+spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
     --place-ms 200 --dispatch-timeout-ms 3000 --hold-after-ms 3000 --hold-gpus 4 \
     --checkpoint-root "$tmp/ckpt" --log-level debug
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
@@ -181,5 +138,4 @@ ok "... no small job started on its nodes ($site) once they were held" $?
 [ "$(sql "SELECT count(*) FROM jobs WHERE state = 'pending' AND id <> '$big'")" -ge 1 ]
 ok "... small jobs were still waiting when it was placed (it did not just find an empty fleet)" $?
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_end

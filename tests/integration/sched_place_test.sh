@@ -23,69 +23,25 @@ B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
 D=$GP_STACK_DIR
 TENANT=op
-tmp=$(mktemp -d /tmp/sched-place-test.XXXXXX)
-n=0
-failed=0
-pids=()
-
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() {        # description, status (0 = pass)
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then
-        echo "ok $n - $1"
-    else
-        echo "not ok $n - $1"
-        failed=$((failed + 1))
-    fi
-}
-
-start() {     # name, program, args...
-    local name=$1
-    shift
-    "$@" >"$D/$name.log" 2>&1 </dev/null &
-    pids+=($!)
-}
-
-sql() {       # query -> unaligned, tuples only
-    psql "$GP_PG_CONNINFO" -XAtq -c "$1" 2>>"$tmp/psql.err"
-}
-
-submit() {    # args... -> job id
-    $G submit --tenant "$TENANT" -o json "$@" 2>>"$tmp/gpctl.err" |
-        /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
-}
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
 
 state() { sql "SELECT state FROM jobs WHERE id = '$1'"; }
 
-wait_sql() {  # query, expected, tries (x 0.2 s)
-    for _ in $(seq 1 "$3"); do
-        [ "$(sql "$1")" = "$2" ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
-
 agent() {     # node, model
-    start "agent-$1" "$B/bin/gridpool-agent" --config "$D/gp.env" --site s1 --node "$1" \
+    spawn "agent-$1" "$B/bin/gridpool-agent" --config "$D/gp.env" --site s1 --node "$1" \
         --gpu-backend sim --sim-gpus 1 --sim-model "$2" --http-port 0 --heartbeat-ms 500
 }
 
 sched() {     # name
-    start "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
+    spawn "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
         --place-ms 200 --dispatch-timeout-ms 2000 --preempt-grace-ms 1000 \
         --checkpoint-root "$tmp/ckpt" --log-level debug
 }
 
 # ---- the stack --------------------------------------------------------------
 
-start registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
 $G create tenant op --kind operator >/dev/null &&
     $G create site s1 --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
@@ -244,5 +200,4 @@ sleep 2
 ok "no cascade: one victim only" $?
 
 $G cancel job "$j1" --tenant "$TENANT" >/dev/null 2>&1
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_end

@@ -19,9 +19,19 @@
  * claims expire (PostgreSQL's clock, so instances agree).  The attempt's
  * commit also requires claimed_by = <instance>.
  *
- * One pass at a time; the jobs of a pass are placed one after the other
- * (each waits for its Redis and PostgreSQL round trips), so the snapshot
- * the next job sees holds the previous job's booking. */
+ * One pass at a time; the jobs of a pass are placed one after the other:
+ * each waits for its Redis booking, so the snapshot the next job sees holds
+ * the previous job's booking.  The PostgreSQL transaction that follows a
+ * booking does not hold the pass up: up to COMMITS_MAX of them are in
+ * flight while the next jobs are placed (at 100,000 nodes, waiting for each
+ * commit kept a pass at ~100 placements/s behind the submits' own writes;
+ * place_bench).  Nothing a commit decides is needed by the next job: the
+ * booking is already in Redis and the snapshot, a failed commit gives back
+ * exactly its own booking (fenced by job and attempt), and the dispatch
+ * still follows its commit.  The pass ends once its commits have returned.
+ * A pass that claimed a full batch and placed at least half of it kicks
+ * the next one at its end, so a backlog drains pass after pass instead of
+ * one batch per place-ms. */
 #include <libpq-fe.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,9 +52,26 @@ typedef struct qjob {
     uint32_t navoid;
 } qjob;
 
+/* PostgreSQL transactions of placements in flight at once (the pool has
+ * pg-pool connections; more would only queue in gp_db). */
+#define COMMITS_MAX 8
+
+/* One placement's commit: what committed() needs, copied, since the pass
+ * moves on to the next job (q->r and q->attempt are the next job's). */
+typedef struct pcommit {
+    struct sched_queue *q;
+    qjob               *qj;          /* in q->jobs: freed only at pass_end, after every commit */
+    place_choice        c;
+    uint32_t            attempt;
+} pcommit;
+
 typedef struct sched_queue {
     sched        *s;
     bool          busy, usage_busy;
+    unsigned      commits;           /* placements' transactions in flight */
+    bool          stalled;           /* next_job waits for a commit to return */
+    bool          draining;          /* unplaced() waits for every commit to return */
+    size_t        sent;              /* commits sent by this pass */
     uint64_t      usage_at;          /* gp_mono_ms of the last usage read */
     qjob         *jobs;
     fair_job     *order;
@@ -57,6 +84,7 @@ typedef struct sched_queue {
     char          held[GP_MAX_ID + 1];
     char          claimed[PLACE_MAX_NODES][GP_MAX_ID + 1];
     uint32_t      nclaimed;
+    double       *m_snap_nodes;     /* gp_scheduler_snapshot_nodes */
 } sched_queue;
 
 static void next_job(sched_queue *q);
@@ -290,6 +318,13 @@ unplaced(sched_queue *q)
     qjob *qj = cur(q);
     bool  preempting = qj->preempting;
 
+    /* Preemption and the hold choose among the snapshot's bookings, and a
+     * victim's attempt row must exist: the commits in flight land first
+     * (q->r stays this job's meanwhile; committed() calls us again). */
+    if (q->commits > 0) {
+        q->draining = true;
+        return;
+    }
     if (q->order[q->i].hold && strcmp(q->held, qj->job.id) != 0)
         hold_targets(q, &qj->job);
     if (!preempting && q->r.status == PLACE_NONE)
@@ -331,23 +366,23 @@ gpus_text(uint64_t mask, char *out, size_t n)
 }
 
 static void
-unbook_choice(sched_queue *q, const place_choice *c, bool redis)
+unbook_choice(sched_queue *q, const char *job, uint32_t attempt, const place_choice *c, bool redis)
 {
     char nodes[PLACE_MAX_NODES][GP_MAX_ID + 1];
 
     for (uint32_t i = 0; i < c->nnodes; i++) {
         snprintf(nodes[i], sizeof(nodes[i]), "%s", c->node[i]);
         if (!redis)
-            snap_unbook(&q->s->snap, c->node[i], cur(q)->job.id, q->attempt);
+            snap_unbook(&q->s->snap, c->node[i], job, attempt);
     }
     if (redis)
-        sched_release(q->s, c->site, cur(q)->job.id, q->attempt, nodes, c->nnodes);
+        sched_release(q->s, c->site, job, attempt, nodes, c->nnodes);
 }
 
 static void
-dispatch_placed(sched_queue *q, const place_choice *c)
+dispatch_placed(sched_queue *q, qjob *qj, uint32_t attempt, const place_choice *c)
 {
-    const msg_job *j = &cur(q)->job;
+    const msg_job *j = &qj->job;
     sched_placed  *p = calloc(1, sizeof(*p));
 
     if (p == NULL)
@@ -355,7 +390,7 @@ dispatch_placed(sched_queue *q, const place_choice *c)
     snprintf(p->job, sizeof(p->job), "%s", j->id);
     snprintf(p->tenant, sizeof(p->tenant), "%s", j->tenant);
     snprintf(p->site, sizeof(p->site), "%s", c->site);
-    p->attempt = q->attempt;
+    p->attempt = attempt;
     p->nnodes = c->nnodes;
     for (uint32_t i = 0; i < c->nnodes; i++) {
         snprintf(p->node[i], sizeof(p->node[i]), "%s", c->node[i]);
@@ -363,16 +398,17 @@ dispatch_placed(sched_queue *q, const place_choice *c)
     }
     p->resume_ms = j->progress_ms;      /* work done at its last checkpoint */
     p->spec = j->spec;                     /* moved: the job row's copy lets go of it */
-    cur(q)->job.spec = (msg_job_spec){0};
+    qj->job.spec = (msg_job_spec){0};
     sched_dispatch(q->s, p);
 }
 
 static void
 committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    sched_queue        *q = arg;
-    const place_choice *c = &q->r.choice[q->choice];
-    qjob               *qj = cur(q);
+    pcommit            *pc = arg;
+    sched_queue        *q = pc->q;
+    const place_choice *c = &pc->c;
+    qjob               *qj = pc->qj;
 
     if (err != GP_EOK || nres != 1 || PQntuples(res[0]) != 1) {
         /* not pending any more, placed by another instance, or the write
@@ -381,26 +417,36 @@ committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
             GP_WARN("attempt_write_failed", "job=%s code=%s detail=\"%s\"", qj->job.id,
                     gp_err_name(err), detail);
         sched_count(q->s->m_claim_lost);
-        unbook_choice(q, c, false);
-        unbook_choice(q, c, true);
+        unbook_choice(q, qj->job.id, pc->attempt, c, false);
+        unbook_choice(q, qj->job.id, pc->attempt, c, true);
     } else {
         sched_event_rows(q->s, qj->job.tenant, res[0]);
         sched_count(q->s->m_placements);
         if (q->s->m_place_latency != NULL && gp_wall_ms() > qj->job.created_ms)
             gp_hist_observe(q->s->m_place_latency, (gp_wall_ms() - qj->job.created_ms) / 1000.0);
         GP_INFO("job_placed", "job=%s attempt=%u site=%s node=%s score=%d latency_ms=%.1f",
-                qj->job.id, q->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
+                qj->job.id, pc->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
         if (strcmp(q->held, qj->job.id) == 0)
             unclaim(q);
-        dispatch_placed(q, c);
+        dispatch_placed(q, qj, pc->attempt, c);
     }
-    q->i++;
-    next_job(q);
+    free(pc);
+    q->commits--;
+    if (q->draining) {                /* an unplaced job waits for them all */
+        if (q->commits == 0) {
+            q->draining = false;
+            unplaced(q);
+        }
+    } else if (q->stalled) {          /* the pass waited for this one */
+        q->stalled = false;
+        next_job(q);
+    }
 }
 
 static gp_err
-commit_params(sched_queue *q, const place_choice *c, gp_buf *nodes, gp_buf *gpus, char v[][32])
+commit_params(const pcommit *pc, gp_buf *nodes, gp_buf *gpus, char v[][32])
 {
+    const place_choice *c = &pc->c;
     char   g[64];
     gp_err rc = gp_pgarr_begin(nodes);
 
@@ -416,8 +462,8 @@ commit_params(sched_queue *q, const place_choice *c, gp_buf *nodes, gp_buf *gpus
         rc = gp_pgarr_end(nodes);
     if (rc == GP_EOK)
         rc = gp_pgarr_end(gpus);
-    snprintf(v[0], 32, "%u", cur(q)->job.attempts_made);
-    snprintf(v[1], 32, "%u", q->attempt);
+    snprintf(v[0], 32, "%u", pc->qj->job.attempts_made);
+    snprintf(v[1], 32, "%u", pc->attempt);
     snprintf(v[2], 32, "%llu", (unsigned long long)gp_wall_ms());
     snprintf(v[3], 32, "%.3f", c->latency_ms);
     snprintf(v[4], 32, "%d", c->score.total);
@@ -433,30 +479,45 @@ commit_params(sched_queue *q, const place_choice *c, gp_buf *nodes, gp_buf *gpus
     return rc;
 }
 
-static void
+/* Sends the placement's transaction and moves on to the next job; false
+ * when the context could not be allocated (nothing sent). */
+static bool
 commit(sched_queue *q)
 {
-    const place_choice *c = &q->r.choice[q->choice];
+    pcommit            *pc = malloc(sizeof(*pc));
+    const place_choice *c;
     char                v[11][32], why[128];
     gp_buf              nodes, gpus;
     gp_err              rc;
 
+    if (pc == NULL)
+        return false;
+    *pc = (pcommit){.q = q, .qj = cur(q), .c = q->r.choice[q->choice], .attempt = q->attempt};
+    c = &pc->c;
+    q->commits++;
+    q->sent++;
     gp_buf_init(&nodes, 4096);
     gp_buf_init(&gpus, 4096);
-    rc = commit_params(q, c, &nodes, &gpus, v);
+    rc = commit_params(pc, &nodes, &gpus, v);
     snprintf(why, sizeof(why), "score %d (latency %d price %d packing %d reliability %d "
              "thermal %d)", c->score.total, c->score.latency, c->score.price, c->score.packing,
              c->score.reliability, c->score.thermal);
-    const char *p[] = {cur(q)->job.id, v[0], v[1], c->site, v[2], nodes.p, gpus.p, v[3], v[4],
+    const char *p[] = {pc->qj->job.id, v[0], v[1], c->site, v[2], nodes.p, gpus.p, v[3], v[4],
                        v[5], v[6], v[7], v[8], v[9], v[10], c->priced ? c->currency : "",
                        c->node[0], why, gp_app_instance(q->s->app)};
 
     if (rc == GP_EOK)
-        rc = gp_db_query(gp_app_db(q->s->app), commit_sql, 19, p, 0, committed, q);
+        rc = gp_db_query(gp_app_db(q->s->app), commit_sql, 19, p, 0, committed, pc);
     gp_buf_fini(&nodes);
     gp_buf_fini(&gpus);
-    if (rc != GP_EOK)
-        committed(q, rc, NULL, 0, "not sent");
+    q->i++;                           /* the commit goes on without the pass */
+    if (rc != GP_EOK) {
+        q->stalled = true;            /* committed() continues the pass */
+        committed(pc, rc, NULL, 0, "not sent");
+        return true;
+    }
+    next_job(q);
+    return true;
 }
 
 /* ---- reserve ------------------------------------------------------------- */
@@ -486,7 +547,14 @@ booked(void *arg, const sched_res_result *res)
         for (uint32_t i = 0; i < c->nnodes; i++)
             snap_book(&q->s->snap, c->node[i], c->gpus[i], qj->job.id, q->attempt,
                       qj->job.spec.priority, qj->job.spec.interruptible);
-        commit(q);
+        if (commit(q))
+            return;
+        /* out of memory: give the booking back, the job stays pending (its
+         * claim expires) */
+        unbook_choice(q, qj->job.id, q->attempt, c, false);
+        unbook_choice(q, qj->job.id, q->attempt, c, true);
+        q->i++;
+        next_job(q);
         return;
     }
     if (res->status == SCHED_RES_UNHEALTHY) {
@@ -588,6 +656,11 @@ unclaim_rest(sched_queue *q)
 static void
 pass_end(sched_queue *q)
 {
+    /* a full batch mostly placed: more is likely pending and placeable.
+     * (Not when most of it stayed unplaced: each pass would claim the same
+     * waiting jobs again at once; they wait for place-ms or a kick.) */
+    bool full = q->n > 0 && q->n >= q->s->cfg->place_batch && 2 * q->sent >= q->n;
+
     if (q->i < q->n)
         unclaim_rest(q);
     for (size_t i = 0; i < q->n; i++)
@@ -596,15 +669,29 @@ pass_end(sched_queue *q)
     free(q->order);
     q->jobs = NULL;
     q->order = NULL;
-    q->n = q->i = 0;
+    q->n = q->i = q->sent = 0;
     q->busy = false;
+    /* a full batch: more may be pending; the next pass now rather than at
+     * the next tick (submits kick it too, but a backlog has no submits) */
+    if (full && q->s->dispatching < q->s->cfg->dispatch_max)
+        sched_place_kick(q->s);
 }
 
 static void
 next_job(sched_queue *q)
 {
-    if (q->i < q->n && q->s->dispatching < q->s->cfg->dispatch_max) {
+    /* commits in flight count against dispatch-max: each becomes a
+     * dispatch when it returns */
+    if (q->i < q->n && q->s->dispatching + q->commits < q->s->cfg->dispatch_max) {
+        if (q->commits >= COMMITS_MAX) {
+            q->stalled = true;        /* committed() calls us again */
+            return;
+        }
         place_one(q);
+        return;
+    }
+    if (q->commits > 0) {             /* the jobs are freed at pass_end */
+        q->stalled = true;
         return;
     }
     /* jobs left (dispatch at its bound): their claims expire; a short
@@ -692,6 +779,8 @@ sched_place_run(gp_app *app, void *arg)
         return;
     }
     usage_refresh(q);
+    if (q->m_snap_nodes != NULL)
+        *q->m_snap_nodes = s->snap.nodes;
     /* an empty fleet has nothing to place on and no reason to count:
      * jobs are not claimed (nor their reasons rewritten) until nodes exist */
     if (q->busy || s->dispatching >= s->cfg->dispatch_max || s->snap.nodes == 0)
@@ -742,6 +831,10 @@ sched_queue_start(sched *s)
     }
     s->m_queue_depth = gp_metrics_gauge(m, "gp_scheduler_queue_depth", NULL,
                                         "Pending jobs (read every usage-ms)");
+    /* nodes the snapshot holds, so a bench (or an operator) sees when an
+     * instance knows the whole fleet, nodes fetched one by one included */
+    q->m_snap_nodes = gp_metrics_gauge(m, "gp_scheduler_snapshot_nodes", NULL,
+                                       "Nodes in this instance's snapshot (set every placement pass)");
     s->m_place_latency = gp_metrics_hist(m, "gp_scheduler_placement_latency_seconds", NULL,
                                          "From submit to placed, per placed attempt");
     return GP_EOK;

@@ -34,11 +34,14 @@ typedef struct sim_cfg {
     char          truth[512];
     char          workload[512];
     bool          no_fleet;
+    bool          hub_pools;
+    bool          admin_only;
 } sim_cfg;
 
 static const gp_cfg_opt sim_opts[] = {
     GP_CFG_TABLE(sim_cfg, common, gp_common_cfg_opts),
-    GP_CFG_UINT("sites", sim_cfg, sites, 10, 1, 20000, "sites to simulate (1,000 sites = about 3,000 nodes)"),
+    GP_CFG_UINT("sites", sim_cfg, sites, 10, 1, 40000,
+                "sites to simulate (1,000 sites = about 3,000 nodes; place_bench runs 33,400 for 100,000)"),
     GP_CFG_UINT("seed", sim_cfg, seed, 1, 0, 4294967295LL, "seed: the same seed gives the same fleet"),
     GP_CFG_STR("faults", sim_cfg, faults, "", "fault script (see services/sim/faults.c)"),
     GP_CFG_STR("inventory-out", sim_cfg, inventory_out, "", "write the fleet's inventory as JSON here"),
@@ -47,6 +50,17 @@ static const gp_cfg_opt sim_opts[] = {
     GP_CFG_UINT("spread-ms", sim_cfg, spread_ms, 2000, 0, 600000,
                 "first registrations are spread over this long"),
     GP_CFG_BOOL("admin", sim_cfg, admin, 1, "create tenants, sites, pools, products via gp.admin.*"),
+    /* The registry's pool list counts each pool's GPUs through the pool_gpus
+     * view, per pool: at 100,000 nodes the 334 hub pools take it ~2 minutes
+     * (over any request deadline), so a fleet that size (place_bench) is
+     * built without them. */
+    GP_CFG_BOOL("hub-pools", sim_cfg, hub_pools, 1,
+                "give each hub site its own pool (and products); 0: only the global and "
+                "regional pools"),
+    /* place_bench creates the inventory first, starts the schedulers on it
+     * (a small first load), then runs the agents with --admin 0 */
+    GP_CFG_BOOL("admin-only", sim_cfg, admin_only, 0,
+                "create the inventory (tenants, sites, pools, products) and exit: no agents"),
     GP_CFG_UINT("admin-window", sim_cfg, admin_window, 64, 1, 1024, "admin requests in flight"),
     GP_CFG_UINT("admin-wait-ms", sim_cfg, admin_wait_ms, 30000, 0, 600000,
                 "how long to wait for the registry to answer before starting without it"),
@@ -235,6 +249,7 @@ typedef struct admin {
     const workload *wl;
     wl_run    **wl_run;
     bool        no_fleet;
+    bool        admin_only;
     int         phase, next, total, inflight;
     unsigned    window;
     double      deadline;
@@ -363,6 +378,10 @@ pump(admin *ad)
            ad->created, ad->existed, ad->failed, ad->absent ? " (no registry)" : "",
            gp_mono_s() - ad->s->t_start);
     fflush(stdout);
+    if (ad->admin_only) {
+        gp_app_stop(ad->s->app);
+        return;
+    }
     if (!ad->no_fleet)
         start_agents(ad->s, ad->script);
     if (ad->wl != NULL)
@@ -407,7 +426,7 @@ run(sim_cfg *c, sim *s, sim_script *script, const workload *wl)
 {
     wl_run *wr = NULL;
     admin  ad = {.s = s, .script = script, .window = c->admin_window, .wl = wl, .wl_run = &wr,
-                 .no_fleet = c->no_fleet};
+                 .no_fleet = c->no_fleet, .admin_only = c->admin_only};
     gp_err rc = gp_app_new("sim", SIM_VERSION, &c->common, 0, NULL, &s->app);
 
     if (rc == GP_EOK) {
@@ -472,6 +491,9 @@ main(int argc, char **argv)
         fprintf(stderr, "gridpool-sim: out of memory building the fleet\n");
         return 1;
     }
+    if (!cfg.hub_pools)                /* build_pools puts the hubs' pools last */
+        while (s.f.npools > 0 && s.f.pools[s.f.npools - 1].scope == MSG_POOL_SCOPE_SITE)
+            s.f.npools--;
     printf("sim: fleet seed %u: %d sites, %d nodes, %d GPUs, %d pools, %d products\n", cfg.seed,
            s.f.nsites, s.f.nnodes, s.f.ngpus, s.f.npools, fleet_nproducts(&s.f));
     fflush(stdout);

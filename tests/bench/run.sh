@@ -16,13 +16,20 @@
 #   pub      tests/bench/pub_bench      time the loop spends in one gp_bus_pub:
 #                                       idle connection vs a server that stops
 #                                       reading (an in-process fake server)
+#   place    tests/bench/place_bench    gridpool-scheduler placing 1-GPU jobs on
+#                                       ~100,000 simulated nodes (gridpool-sim),
+#                                       one and two instances, submit->placed
+#                                       p50/p99 at full and half rate, vs
+#                                       redis-benchmark running the book script
 #
 # One private stack (tests/harness/stack.sh: nats-server, redis-server,
 # PostgreSQL on free loopback ports in a temp folder) serves the run and is
 # torn down on any exit.  Figures also go to BUILD_DIR/bench.txt as
 # key=value lines; each benchmark's notes go to BUILD_DIR/bench-logs/.
 # Every loop in the benchmarks is bounded in count and time; each program
-# also runs under a timeout.  Expect about 1-2 minutes, at most ~4.
+# also runs under a timeout.  Expect about 1-2 minutes without place, at
+# most ~4; place alone takes ~3-5 minutes (most of it the fleet's
+# registration).  GP_BENCH_ONLY=name[,name] runs only those.
 set -u
 [ $# -ge 1 ] || { echo "usage: tests/bench/run.sh BUILD_DIR" >&2; exit 2; }
 build=$(cd "$1" && pwd) || exit 2
@@ -33,7 +40,8 @@ out=$build/bench.txt
 logs=$build/bench-logs
 
 for f in test/bench/codec_bench test/bench/chassis_bench test/bench/hb_bench test/bench/pub_bench \
-         bin/gridpool-registry test/bin/testsvc; do
+         test/bench/place_bench bin/gridpool-registry bin/gridpool-scheduler bin/gridpool-sim \
+         test/bin/testsvc; do
     [ -x "$build/$f" ] || { echo "bench: $build/$f missing (build it first)" >&2; exit 2; }
 done
 command -v redis-benchmark >/dev/null || { echo "bench: redis-benchmark missing (make deps)" >&2; exit 2; }
@@ -58,6 +66,9 @@ kv=$dir/bench.kv
 status=0
 run_bench() {     # name, seconds
     local name=$1 limit=$2 start=$SECONDS rc
+    if [ -n "${GP_BENCH_ONLY:-}" ] && [[ ",$GP_BENCH_ONLY," != *",$name,"* ]]; then
+        return
+    fi
     printf 'bench: %-8s ...' "$name" >&2
     timeout -k 5 "$limit" "$build/test/bench/${name}_bench" >>"$kv" 2>"$logs/$name.log"
     rc=$?
@@ -78,6 +89,7 @@ export GP_BUILD=$build GP_HARNESS=$harness
 
 run_bench chassis 120
 run_bench hb 220
+run_bench place 420
 echo "bench_loadavg_end=$(cut -d' ' -f1 /proc/loadavg)" >>"$kv"
 cp "$kv" "$out"
 
@@ -107,6 +119,12 @@ row "codec decode (msg/s)" "$(num codec_decode_msgs_s)" "msgpack_unpack_next" \
 row "registry heartbeats (hb/s)" "$(num hb_steady_per_s)" "redis-benchmark EVALSHA" \
     "$(num hb_redis_ref_per_s)" "$(num hb_ratio 2)" ">= 50000 hb/s"
 row "registry RSS (bytes/node)" "$(num hb_rss_bytes_per_node)" "-" "-" "-" "< 2048"
+row "placements 1 instance (/s)" "$(num place_one_per_s)" "redis-benchmark EVALSHA book" \
+    "$(num place_redis_ref_per_s)" "$(num place_one_ratio 3)" ">= 5000/s"
+row "placements 2 instances (/s)" "$(num place_two_per_s)" "redis-benchmark EVALSHA book" \
+    "$(num place_redis_ref_per_s)" "$(num place_two_ratio 3)" ">= 5000/s"
+row "submit->placed p99, half (ms)" "$(num place_half_p99_ms 1)" "p50 (ms)" \
+    "$(num place_half_p50_ms 1)" "-" "< 10 ms"
 row "publish, server not reading (ms)" "$(num pub_stalled_worst_ms 1)" "publish, idle (us, p50)" \
     "$(num pub_idle_us_p50 2)" "-" "(measured)"
 echo
@@ -134,6 +152,15 @@ echo "  publish: $(num pub_msg_bytes)-byte messages on the loop thread; idle p50
      "stalls after $(num pub_stalled_first_stall_s 3) s, worst $(num pub_stalled_worst_ms 0) ms," \
      "$(num pub_stalled_over_10ms) publishes over 10 ms, loop inside publish $(num pub_stalled_loop_share 2)" \
      "of the phase (write deadline $(num pub_write_deadline_ms) ms, connect timeout $(num pub_connect_timeout_ms) ms)"
+echo "  place: $(num place_nodes) nodes ($(num place_gpus) GPUs) registered in $(num place_register_s) s," \
+     "snapshots $(num place_snapshot_nodes_a)/$(num place_snapshot_nodes_b) nodes; 1-GPU jobs, tenant op"
+echo "         two instances: $(num place_two_per_s)/s, p50 $(num place_two_p50_ms 1) ms p99" \
+     "$(num place_two_p99_ms 1) ms ($(num place_two_submitted) submitted at $(num place_two_submit_per_s)/s)"
+echo "         one instance:  $(num place_one_per_s)/s, p50 $(num place_one_p50_ms 1) ms p99" \
+     "$(num place_one_p99_ms 1) ms ($(num place_one_submitted) submitted at $(num place_one_submit_per_s)/s)"
+echo "         half rate ($(num place_half_rate)/s): p50 $(num place_half_p50_ms 1) ms p99" \
+     "$(num place_half_p99_ms 1) ms; failed starts $(num place_failed_starts), placed twice" \
+     "$(num place_placed_twice), book script same as the copy: $(num place_script_match)"
 echo
 echo "figures: $out   notes: $logs/"
 exit $status

@@ -45,6 +45,7 @@ void place_params_default(place_params *p)
     memset(p, 0, sizeof *p);
     p->k_min = 50;
     p->pct = 5;
+    p->k_max = 300;
     p->max_choices = 8;
 }
 
@@ -715,6 +716,7 @@ int place(snap *s, const char *tenant, const msg_job_spec *spec,
     walk w = {&j, r, 0, p->max_choices, next_gen(s)};
     if (!w.max || w.max > PLACE_MAX_CHOICES) w.max = PLACE_MAX_CHOICES;
     uint64_t pct = (uint64_t)b.size * p->pct / 100;
+    if (p->k_max && pct > p->k_max) pct = p->k_max;
     w.target = pct > p->k_min ? (uint32_t)pct : p->k_min;
     if (!w.target) w.target = 1;
     if (p->walk_all) w.target = UINT32_MAX;

@@ -58,8 +58,13 @@
  * the job's; free-GPU buckets >= gpus_per_node) and walks the smallest. Nodes
  * the index leaves out are not examined (result.index_skipped). The walk
  * stops when it has found max(k_min, pct% of the index's size) feasible
- * nodes (Kubernetes' percentageOfNodesToScore, Nomad's candidate limit): at
- * most that many are scored; result.considered counts nodes examined.
+ * nodes, capped at k_max (Kubernetes' percentageOfNodesToScore, Nomad's
+ * candidate limit): at most that many are scored; result.considered counts
+ * nodes examined. The cap is what keeps a placement's cost flat as the
+ * fleet grows: 5% of 100,000 nodes is 5,000 nodes (~1 ms of CPU) a job,
+ * which alone would bound one instance under 1,000 placements/s; 300
+ * feasible nodes still leave the score a wide choice (Nomad looks at
+ * log2(n) for a service job, 2 for a batch job).
  * With walk_all (explaining a pending job, and tests) every node is examined.
  * Multi-node jobs: when a node of a not yet visited site is met, the whole
  * site is examined once; feasible sites are counted instead of nodes.
@@ -108,6 +113,7 @@ struct place_choice;
 typedef struct place_params {
     uint32_t k_min;          /* always look for at least this many feasible (50) */
     uint32_t pct;            /* ... or pct% of the index's nodes (5) */
+    uint32_t k_max;          /* ... but never more than this many (300; 0: no cap) */
     uint32_t max_choices;    /* <= PLACE_MAX_CHOICES (8) */
     uint64_t now_wall_ms;    /* the power price's time of day */
     uint64_t now_mono_ms;    /* failure decay */

@@ -621,11 +621,20 @@ static void test_bound(void)
     place_result r;
     msg_job_spec j = job(1);
 
-    /* 5% of 100,000: 5,000 feasible found, no more examined */
+    /* 5% of 100,000 is 5,000, capped at k_max: 300 feasible found, no more examined */
     T_EQ_INT(place(&s, "op", &j, &p, &r), PLACE_OK);
     T_EQ_INT(r.index_size, 100000);
-    T_EQ_INT(r.considered, 5000);
+    T_EQ_INT(r.considered, 300);
     T_EQ_INT(r.nchoices, 8);
+    /* no cap: 5% */
+    p.k_max = 0;
+    place(&s, "op", &j, &p, &r);
+    T_EQ_INT(r.considered, 5000);
+    /* a k_min above the cap wins (an explicit ask for more) */
+    p.k_max = 300;
+    p.k_min = 400;
+    place(&s, "op", &j, &p, &r);
+    T_EQ_INT(r.considered, 400);
     /* percentage 0: k_min */
     p.pct = 0;
     p.k_min = 50;

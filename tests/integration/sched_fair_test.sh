@@ -17,8 +17,8 @@
 #      of each other, the L4s was kept busy, and both still had work
 #      waiting at the end (each asked for more than it got throughout).
 #      Contrapositive: a light tenant td (no usage) submitting mid-window is
-#      placed ahead of the heavy tenants' 300-odd older jobs (within one
-#      job length), where first come first served would make it wait
+#      placed ahead of the heavy tenants' 300-odd older jobs (within two
+#      job lengths), where first come first served would make it wait
 #      minutes.
 #   2. Preemption with resume (concurrently, on the RTX 4090s, tenant tc): six
 #      interruptible priority-100 jobs (sim:run=20s ckpt=2s) fill the 6 GPUs
@@ -221,13 +221,15 @@ for i in 1 2 3 4; do
 done
 inl="'$(echo "${light[@]}" | sed "s/ /','/g")'"
 older=$(sql "SELECT count(*) FROM jobs WHERE tenant IN ('ta','tb') AND state = 'pending'")
-wait_sql "SELECT count(*) FROM attempts WHERE job_id IN ($inl)" 4 $((RUN_S * 5 + 25))
+wait_sql "SELECT count(*) FROM attempts WHERE job_id IN ($inl)" 4 $((RUN_S * 10 + 25))
 rc=$?
 took=$(py "print(round(($(sql "SELECT coalesce(max(created_ms), 0) FROM attempts WHERE job_id IN ($inl)") - $tl) / 1000, 1))")
-# first come first served would make them wait for the older jobs: minutes
-[ $rc -eq 0 ] && py "import sys; sys.exit(not ($took <= $RUN_S + 3 and $older >= 100))"
+# The L4 jobs started together and end in waves a job length apart, so the
+# light jobs wait up to one job length for GPUs; first come first served
+# would make them wait for the older jobs: $older / 24 GPUs x RUN_S, minutes.
+[ $rc -eq 0 ] && py "import sys; sys.exit(not ($took <= 2 * $RUN_S and $older >= 100))"
 rc=$?
-ok "a light tenant's 4 jobs are placed within one job length and a bit ($took s) ahead of $older older pending jobs of ta and tb" $rc
+ok "a light tenant's 4 jobs are placed within two job lengths ($took s) ahead of $older older pending jobs of ta and tb" $rc
 
 # ---- 1. fairness over the window ------------------------------------------------------
 
@@ -315,7 +317,13 @@ ok "no cascade: only the high-priority job preempted, two victims, none preempte
 grep -q 'level=error' "$D/scheduler.log"
 [ $? -ne 0 ]
 ok "the scheduler logged no errors" $?
-[ "$failed" -eq 0 ] || sort "$tmp/gpctl.err" "$tmp/psql.err" | uniq -c | sort -rn | head -5 | sed 's/^/# /'
+if [ "$failed" -ne 0 ]; then    # what to look at: the stack's folder goes with the stack
+    sort "$tmp/gpctl.err" "$tmp/psql.err" 2>/dev/null | uniq -c | sort -rn | head -5 | sed 's/^/# /'
+    keep=$(mktemp -d /tmp/sched-fair-failed.XXXXXX)
+    cp "$D"/*.log "$D"/*.json "$D"/truth.jsonl "$keep"/ 2>/dev/null
+    pg_dump "$GP_PG_CONNINFO" -t jobs -t attempts -t job_events -a >"$keep/db.sql" 2>/dev/null
+    echo "# logs kept in $keep"
+fi
 echo "# duration $(($(date +%s) - t_start)) s"
 echo "1..$n"
 [ "$failed" -eq 0 ]

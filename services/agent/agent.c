@@ -1003,8 +1003,11 @@ agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *d
     t->next = a->atts;
     a->atts = t;
     a->natts++;
-    GP_INFO("attempt_started", "node=%s job=%s attempt=%u pid=%d gpus=%d", a->o.node, t->job_id,
-            t->num, (int)t->pid, t->ngpus);
+    /* resume_ms: the checkpointed work RunAttempt says this attempt resumes
+     * from, so a resume can be followed in the node's log */
+    GP_INFO("attempt_started", "node=%s job=%s attempt=%u pid=%d gpus=%d resume_ms=%llu",
+            a->o.node, t->job_id, t->num, (int)t->pid, t->ngpus,
+            (unsigned long long)in->resume_ms);
     emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_STARTED, t);
     if (!ev_is_active(&a->lease_t))
         ev_timer_start(a->loop, &a->lease_t);

@@ -112,6 +112,23 @@ static void effective(const fair *f, fair_job *jobs, size_t n, uint64_t now_ms)
             held = j;
     }
     if (held) held->hold = true;
+    /* One bonus per priority: its oldest job's. Aging lifts a priority
+     * toward the ones above it; a bonus per job would also split one
+     * priority into tiers by minutes waited, and the fair share, which only
+     * orders inside a tier, would never see a newcomer's jobs next to an
+     * older backlog (first come first served by the minute). O(n x p), p
+     * the priorities in the batch. */
+    for (size_t i = 0; i < n; i++) {
+        bool first = true;
+        int32_t top = jobs[i].eff_priority;
+        for (size_t k = 0; k < i && first; k++) first = jobs[k].priority != jobs[i].priority;
+        if (!first) continue;
+        for (size_t k = i + 1; k < n; k++)
+            if (jobs[k].priority == jobs[i].priority && jobs[k].eff_priority > top)
+                top = jobs[k].eff_priority;
+        for (size_t k = i; k < n; k++)
+            if (jobs[k].priority == jobs[i].priority) jobs[k].eff_priority = top;
+    }
 }
 
 static int by_tier_tenant_age(const void *a, const void *b)

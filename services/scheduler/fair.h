@@ -3,8 +3,11 @@
  * ORDER of a batch of pending jobs, first to last:
  *   1. Held job first (below): at most one job in the batch.
  *   2. Effective priority, higher first: priority + aging bonus, where the
- *      bonus is 1 per aging_step_ms waited, at most aging_max (aging cannot
- *      carry a job past work more than aging_max above it).
+ *      bonus is 1 per aging_step_ms waited by the oldest job of that
+ *      priority in the batch, at most aging_max (aging cannot carry a job
+ *      past work more than aging_max above it). Every job of one priority
+ *      gets the same bonus, so aging lifts a priority over higher ones but
+ *      never orders the jobs of one priority by age ahead of fair share.
  *   3. Weighted fair share between tenants (Slurm/Armada style): a tenant's
  *      share is its GPU-seconds used, decayed exponentially with half-life
  *      half_life_ms, divided by its weight (default 1). Within one effective

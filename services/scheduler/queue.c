@@ -12,9 +12,14 @@
  * CLAIM RULE (several instances): a pass takes jobs with
  *   UPDATE jobs SET claimed_by = <instance>, claim_until = now() + claim-ms
  *   WHERE id IN (SELECT id ... WHERE state = 'pending' AND (claim_until IS
- *   NULL OR claim_until < now()) ORDER BY priority DESC, created_ms, id
- *   LIMIT place-batch FOR UPDATE SKIP LOCKED)
- * so two instances never hold one job at once; the claim ends when the
+ *   NULL OR claim_until < now()) ORDER BY priority DESC, <the job's rank
+ *   among its tenant's pending jobs of that priority, oldest first>,
+ *   created_ms, id LIMIT place-batch FOR UPDATE SKIP LOCKED)
+ * so two instances never hold one job at once.  The rank deals the batch
+ * round-robin over the tenants of a priority: ordered by age alone, a
+ * tenant that queued place-batch jobs first filled every batch and fair.h
+ * never saw the others' jobs (first come first served, whatever their
+ * usage).  The claim ends when the
  * job is placed or its reasons are written, and a crashed instance's
  * claims expire (PostgreSQL's clock, so instances agree).  The attempt's
  * commit also requires claimed_by = <instance>.
@@ -428,6 +433,16 @@ committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
                 qj->job.id, pc->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
         if (strcmp(q->held, qj->job.id) == 0)
             unclaim(q);
+        /* Charge the tenant now (fair.h's estimate, charge_s per GPU) so
+         * the next passes see it; the next usage read replaces it with the
+         * attempts table's figures.  Without it every pass until that read
+         * (usage-ms) ordered by the same stale usage, and each GPU freed
+         * meanwhile went to the same tenant: shares swung by usage-ms worth
+         * of the fleet's turnover. */
+        fair_record(&q->s->fair, qj->job.tenant,
+                    (double)q->s->fair.cfg.charge_s * (double)qj->job.spec.gpus_per_node *
+                        (double)(qj->job.spec.nodes ? qj->job.spec.nodes : 1),
+                    gp_mono_ms());
         dispatch_placed(q, qj, pc->attempt, c);
     }
     free(pc);
@@ -789,9 +804,14 @@ sched_place_run(gp_app *app, void *arg)
     snprintf(lim, sizeof(lim), "%u", s->cfg->place_batch);
     snprintf(sql, sizeof(sql),
              "UPDATE jobs j SET claimed_by = $1, claim_until = now() + $2::int * interval '1 ms'\n"
-             "FROM (SELECT id FROM jobs WHERE state = 'pending'\n"
-             "  AND (claim_until IS NULL OR claim_until < now())\n"
-             "  ORDER BY priority DESC, created_ms, id LIMIT $3::int FOR UPDATE SKIP LOCKED) c\n"
+             "FROM (SELECT id FROM jobs WHERE id IN (\n"
+             "    SELECT id FROM (SELECT id, priority, created_ms, row_number() OVER\n"
+             "        (PARTITION BY tenant, priority ORDER BY created_ms, id) AS rn\n"
+             "      FROM jobs WHERE state = 'pending'\n"
+             "      AND (claim_until IS NULL OR claim_until < now())) r\n"
+             "    ORDER BY priority DESC, rn, created_ms, id LIMIT $3::int)\n"
+             "  AND state = 'pending' AND (claim_until IS NULL OR claim_until < now())\n"
+             "  FOR UPDATE SKIP LOCKED) c\n"
              "WHERE j.id = c.id\n"
              "RETURNING %s, coalesce(j.preempt_until > now(), false) AS preempting,\n"
              "  coalesce((SELECT string_agg(a.node, ',' ORDER BY a.attempt DESC)\n"

@@ -86,6 +86,15 @@ static void test_priority_and_aging(void)
     T_OK(!strcmp(q[2].job, "mid"));
     T_OK(!strcmp(q[3].job, "zero-ancient"));
     T_EQ_INT(q[3].eff_priority, 100);          /* bounded by aging_max */
+    /* one priority, one bonus: the heavy tenant's backlog waited minutes
+     * longer, yet the light newcomer goes first (fair share, not age) */
+    fair_job r[3] = {fj("h-old", "H", 100, 1, now - 5 * MIN_MS), fj("h-new", "H", 100, 1, now),
+                     fj("l-new", "L", 100, 1, now)};
+    fair_order(&f, r, 3, now);
+    T_OKM(!strcmp(r[0].job, "l-new"), "newcomer first: %s", r[0].job);
+    T_OK(!strcmp(r[1].job, "h-old") && !strcmp(r[2].job, "h-new"));
+    T_EQ_INT(r[0].eff_priority, 105);
+    T_EQ_INT(r[2].eff_priority, 105);
     fair_free(&f);
 }
 

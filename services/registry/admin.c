@@ -49,6 +49,7 @@ static const col tenant_cols[] = {
     {"kind", "kind", "kind", "$%d", 0},
     {"name", "name", "name", "$%d", 0},
     {"revenue_share_bp", "revenue_share_bp", "revenue_share_bp", "$%d::int", 0},
+    {"fair_share_weight", "fair_share_weight", "fair_share_weight", "$%d::int", 0},
     {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 

@@ -99,8 +99,15 @@ static const char step2_sql[] =
     "  site text NOT NULL DEFAULT '',\n"
     "  retired_at timestamptz NOT NULL DEFAULT now());\n";
 
+/* Step 3: a tenant's weight in the scheduler's fair share (Tenant.
+ * fair_share_weight); existing tenants get 1, the weight of everyone. */
+static const char step3_sql[] =
+    "ALTER TABLE tenants ADD COLUMN IF NOT EXISTS fair_share_weight int NOT NULL DEFAULT 1\n"
+    "  CHECK (fair_share_weight BETWEEN 1 AND 10000);\n";
+
 const gp_migration registry_migrations[] = {
     {1, "initial schema", step1_sql},
     {2, "retired nodes", step2_sql},
+    {3, "fair-share weight of a tenant", step3_sql},
     GP_MIGRATION_END
 };

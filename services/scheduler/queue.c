@@ -728,6 +728,18 @@ load_avoid(qjob *qj, const char *list)
         snprintf(qj->avoid[qj->navoid++], SNAP_ID_LEN, "%s", tok);
 }
 
+/* The tenant's fair-share weight, from the inventory (Tenant.
+ * fair_share_weight), set before the batch is ordered: the usage read
+ * rebuilds fair.h's table, and a tenant appears there by its usage or by
+ * its first job. */
+static void
+tenant_weight(sched *s, const char *tenant)
+{
+    int32_t t = snap_tenant_find(&s->snap, tenant);
+
+    fair_set_weight(&s->fair, tenant, t >= 0 ? s->snap.tenant[t].weight : 1);
+}
+
 static gp_err
 load_batch(sched_queue *q, const PGresult *res)
 {
@@ -757,6 +769,7 @@ load_batch(sched_queue *q, const PGresult *res)
                                       ? now_wall - qj->job.created_ms : 0);
         f->data = qj;
         q->n++;
+        tenant_weight(q->s, qj->job.tenant);
     }
     fair_order(&q->s->fair, q->order, q->n, now_mono);
     return GP_EOK;

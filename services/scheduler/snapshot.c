@@ -355,6 +355,7 @@ int snap_tenant_upsert(snap *s, const msg_tenant *t)
     }
     copy_id(s->tenant[i].id, t->id, SNAP_ID_LEN);
     copy_id(s->tenant[i].parent, t->parent, SNAP_ID_LEN);
+    s->tenant[i].weight = t->fair_share_weight ? t->fair_share_weight : 1;
     return 0;
 }
 

@@ -65,6 +65,7 @@ typedef struct snap_map {
 
 typedef struct snap_tenant {
     char id[SNAP_ID_LEN], parent[SNAP_ID_LEN];
+    uint32_t weight;              /* fair share (Tenant.fair_share_weight), >= 1 */
     bool used;
 } snap_tenant;
 

@@ -192,6 +192,22 @@ static void balanced(const place_result *r)
 
 /* ---- tests ------------------------------------------------------------------------ */
 
+/* The fair-share weight comes with the tenant: 1 unless given. */
+static void test_tenant_weight(void)
+{
+    snap s;
+    T_OK(snap_init(&s, NULL) == 0);
+    msg_tenant t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.id, sizeof t.id, "w1");
+    T_OK(snap_tenant_upsert(&s, &t) == 0);
+    T_EQ_INT(s.tenant[snap_tenant_find(&s, "w1")].weight, 1);
+    t.fair_share_weight = 3;
+    T_OK(snap_tenant_upsert(&s, &t) == 0);              /* an update changes it */
+    T_EQ_INT(s.tenant[snap_tenant_find(&s, "w1")].weight, 3);
+    snap_free(&s);
+}
+
 static void test_rights(void)
 {
     snap s;
@@ -682,6 +698,7 @@ static void test_bound(void)
 
 int main(void)
 {
+    test_tenant_weight();
     test_rights();
     test_filters();
     test_latency_model();

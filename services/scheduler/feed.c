@@ -37,6 +37,7 @@ typedef struct feed_kind {
 typedef struct sched_feed {
     sched      *s;
     bool        busy;                 /* a load is running */
+    bool        sync_busy;            /* a bookings sync is running */
     int         kind;                 /* K_* being paged */
     char        after[GP_MAX_ID + 1];
     snap_map    seen[K_N];            /* ids seen by this load */
@@ -172,14 +173,38 @@ drop_ended(sched *s, const snap_map *live)
     }
 }
 
+/* The snapshot's bookings made equal to PostgreSQL's live attempts (every
+ * instance's): ended ones dropped, missing ones added.  Returns how many
+ * were added. */
+static int
+bookings_apply(sched *s, const PGresult *res)
+{
+    snap_map live;
+    char     key[200];
+    int      booked = 0;
+
+    snap_map_init(&live);
+    for (int i = 0; i < PQntuples(res); i++) {
+        hold_key(key, sizeof(key), PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+                 PQgetvalue(res, i, 2));
+        snap_map_put(&live, key, 1);
+    }
+    drop_ended(s, &live);
+    snap_map_free(&live);
+    for (int i = 0; i < PQntuples(res); i++)    /* -1 when already booked: kept as is */
+        booked += snap_book(&s->snap, PQgetvalue(res, i, 2), gpu_mask(PQgetvalue(res, i, 3)),
+                            PQgetvalue(res, i, 0),
+                            (uint32_t)strtoul(PQgetvalue(res, i, 1), NULL, 10),
+                            atoi(PQgetvalue(res, i, 4)), PQgetvalue(res, i, 5)[0] == 't') == 0;
+    return booked;
+}
+
 static void
 bookings_loaded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     sched_feed *f = arg;
     sched      *s = f->s;
-    snap_map    live;
-    char        key[200];
-    int         booked = 0;
+    int         booked;
 
     f->busy = false;
     if (err != GP_EOK || nres != 1) {     /* the next load retries (placement waits if unfed) */
@@ -187,20 +212,7 @@ bookings_loaded(void *arg, gp_err err, PGresult *const *res, int nres, const cha
         sched_count(f->m_load_failures);
         return;
     }
-    snap_map_init(&live);
-    for (int i = 0; i < PQntuples(res[0]); i++) {
-        hold_key(key, sizeof(key), PQgetvalue(res[0], i, 0), PQgetvalue(res[0], i, 1),
-                 PQgetvalue(res[0], i, 2));
-        snap_map_put(&live, key, 1);
-    }
-    drop_ended(s, &live);
-    snap_map_free(&live);
-    for (int i = 0; i < PQntuples(res[0]); i++)    /* -1 when already booked: kept as is */
-        booked += snap_book(&s->snap, PQgetvalue(res[0], i, 2), gpu_mask(PQgetvalue(res[0], i, 3)),
-                            PQgetvalue(res[0], i, 0),
-                            (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10),
-                            atoi(PQgetvalue(res[0], i, 4)),
-                            PQgetvalue(res[0], i, 5)[0] == 't') == 0;
+    booked = bookings_apply(s, res[0]);
     if (!s->fed)
         GP_INFO("feed_ready", "nodes=%u sites=%u bookings=%d", s->snap.nodes, s->snap.sites,
                 booked);
@@ -208,20 +220,51 @@ bookings_loaded(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     sched_place_kick(s);                  /* new nodes, freed GPUs: capacity may have changed */
 }
 
+static const char bookings_sql[] =
+    "SELECT a.job_id, a.attempt, a.node, array_to_string(a.gpus, ','), j.priority,\n"
+    "  j.interruptible FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
+    "WHERE a.state IN ('reserved','starting','running')";
+
 static void
 load_bookings(sched_feed *f)
 {
-    gp_err rc = gp_db_query(
-        gp_app_db(f->s->app),
-        "SELECT a.job_id, a.attempt, a.node, array_to_string(a.gpus, ','), j.priority,\n"
-        "  j.interruptible FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
-        "WHERE a.state IN ('reserved','starting','running')",
-        0, NULL, 0, bookings_loaded, f);
+    gp_err rc = gp_db_query(gp_app_db(f->s->app), bookings_sql, 0, NULL, 0, bookings_loaded, f);
 
     if (rc != GP_EOK) {
         f->busy = false;
         GP_WARN("feed_bookings_failed", "code=%s detail=\"not sent\"", gp_err_name(rc));
     }
+}
+
+static void
+bookings_synced(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_feed *f = arg;
+
+    f->sync_busy = false;
+    if (err != GP_EOK || nres != 1) {
+        GP_WARN("bookings_sync_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    bookings_apply(f->s, res[0]);
+    sched_place_kick(f->s);
+}
+
+/* Task "bookings" (every bookings-ms): an attempt another instance ended,
+ * or a booking this instance learned from Redis (a BUSY refresh) that the
+ * reconcile has since removed, would otherwise keep its GPUs taken in this
+ * snapshot until the next inventory load (feed-ms), and placements on a
+ * busy fleet came in bursts that far apart. */
+void
+sched_bookings_run(gp_app *app, void *arg)
+{
+    sched      *s = arg;
+    sched_feed *f = s->feed;
+
+    if (!s->fed || f == NULL || f->busy || f->sync_busy)
+        return;
+    if (gp_db_query(gp_app_db(app), bookings_sql, 0, NULL, 0, bookings_synced, f) == GP_EOK)
+        f->sync_busy = true;
 }
 
 /* ---- paging ---------------------------------------------------------------- */

@@ -19,6 +19,8 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "how often jobs are counted by state (gp_scheduler_jobs)"),
     GP_CFG_UINT("signal-timeout-ms", scheduler_cfg, signal_timeout_ms, 2000, 100, 60000,
                 "deadline of a stop signal sent to an agent"),
+    GP_CFG_UINT("bookings-ms", scheduler_cfg, bookings_ms, 5000, 200, 600000,
+                "how often the snapshot's GPU bookings are synced with PostgreSQL's live attempts"),
     GP_CFG_UINT("feed-ms", scheduler_cfg, feed_ms, 60000, 1000, 3600000,
                 "how often the registry's inventory (tenants, sites, pools, products, nodes) is "
                 "reloaded over the bus; node state follows NodeState events in between"),
@@ -113,6 +115,7 @@ main(int argc, char **argv)
         rc = sched_feed_start(&s);
     if (rc == GP_EOK &&
         (gp_app_every(app, "feed", cfg.feed_ms / 1000.0, sched_feed_run, &s) == NULL ||
+         gp_app_every(app, "bookings", cfg.bookings_ms / 1000.0, sched_bookings_run, &s) == NULL ||
          (s.place_task = gp_app_every(app, "place", cfg.place_ms / 1000.0, sched_place_run,
                                       &s)) == NULL))
         rc = GP_ENOMEM;

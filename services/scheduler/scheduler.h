@@ -28,6 +28,7 @@ typedef struct scheduler_cfg {
     unsigned      signal_timeout_ms; /* deadline of a stop signal to an agent */
     /* placement (feed.c, queue.c, dispatch.c, preempt_run.c) */
     unsigned      feed_ms;           /* how often the registry's inventory is reloaded */
+    unsigned      bookings_ms;       /* how often the snapshot's bookings are synced */
     unsigned      place_ms;          /* placement pass period (also kicked) */
     unsigned      place_batch;       /* pending jobs claimed per pass */
     unsigned      claim_ms;          /* how long a claim keeps other instances off a job */
@@ -175,6 +176,7 @@ void sched_events_start(sched *s);
  * of this and other instances' attempts (PostgreSQL, at start). */
 gp_err sched_feed_start(sched *s);
 void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
+void   sched_bookings_run(gp_app *app, void *arg); /* the "bookings" task (feed.c) */
 
 /* queue.c: the "place" task: claim pending jobs, order, place, reserve,
  * write the attempt, dispatch. */

@@ -129,19 +129,19 @@ static const char stale_end_sql[] =
     "WITH st AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE " STALE_RESERVED ")\n"
     "UPDATE attempts a SET ended_ms = $1::bigint,\n"
     "  state = CASE WHEN a.state = 'reserved' THEN 'failed_to_start' ELSE 'killed' END,\n"
-    "  reason = CASE WHEN a.state = 'reserved' THEN $3 ELSE 'another node of the attempt was '\n"
-    "    || $3 END\n"
+    "  reason = CASE WHEN a.state = 'reserved' THEN $3::text\n"
+    "    ELSE 'another node of the attempt was ' || $3::text END\n"
     "FROM st WHERE a.job_id = st.job_id AND a.attempt = st.attempt\n"
     "  AND a.state IN ('reserved','starting','running')\n"
     "RETURNING a.job_id, a.attempt, a.site, a.node";
 /* the job, if that attempt is still its latest: as dispatch.c's fts_job_sql */
 static const char stale_job_sql[] =
     "WITH c AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE state = 'failed_to_start'\n"
-    "    AND ended_ms = $1::bigint AND reason = $3),\n"
+    "    AND ended_ms = $1::bigint AND reason = $3 AND $2::bigint >= 0),\n"
     "u AS (UPDATE jobs j SET\n"
     "    state = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN 'failed'\n"
     "                 ELSE 'pending' END,\n"
-    "    reason = 'attempt ' || c.attempt || ' ' || $3, updated_ms = $1::bigint,\n"
+    "    reason = 'attempt ' || c.attempt || ' ' || $3::text, updated_ms = $1::bigint,\n"
     "    event_seq = j.event_seq + 2, claimed_by = NULL, claim_until = NULL,\n"
     "    ended_ms = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN $1::bigint END\n"
     "  FROM c WHERE j.id = c.job_id AND j.attempts_made = c.attempt\n"

@@ -91,7 +91,8 @@ registered() { grep -q '^sim: registered' "$D/sim.log" || ! kill -0 "$(pid_of si
 wait_for 120 registered
 nodes=$($PY -c "import json; print(json.load(open('$D/inv.json'))['nodes'])")
 grep -q '^sim: registered' "$D/sim.log"
-ok "the fleet registered: $SITES sites, $nodes nodes ($(since "$t0") s)" $?
+rc=$?
+ok "the fleet registered: $SITES sites, $nodes nodes ($(since "$t0") s)" $rc
 all_healthy() {
     [ "$($G get nodes --state healthy -o json 2>/dev/null | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null)" = "$nodes" ]
 }
@@ -100,7 +101,8 @@ ok "every node is healthy in the registry" $?
 # The scheduler starts on the whole fleet: its first feed load sees every node.
 sched sched-a
 wait_for 120 grep -q "feed_ready nodes=$nodes " "$D/sched-a.log"
-ok "the scheduler loaded the fleet ($(grep -o 'feed_ready nodes=[0-9]*' "$D/sched-a.log"))" $?
+rc=$?
+ok "the scheduler loaded the fleet ($(grep -o 'feed_ready nodes=[0-9]*' "$D/sched-a.log"))" $rc
 for _ in 1 2 3; do $G get nodes -o json >"$D/nodes.json" && break; done
 for _ in 1 2 3; do $G get sites -o json >"$D/sites.json" && break; done
 
@@ -302,7 +304,8 @@ rc=$?
 sed 's/^/# /' "$D/inv1.out" | tail -n 12
 ok "invariants over the history, Redis and the simulator's truth: clean (exit $rc)" $rc
 grep -q '"gpu_idx":\[' "$D/truth.jsonl"
-ok "the truth has attempt lines with their GPU indexes ($(wc -l <"$D/truth.jsonl") lines)" $?
+rc=$?
+ok "the truth has attempt lines with their GPU indexes ($(wc -l <"$D/truth.jsonl") lines)" $rc
 
 # ---- phase 2: two schedulers, one killed -------------------------------------
 wait_for 120 grep -q "feed_ready nodes=$nodes " "$D/sched-b.log"
@@ -370,13 +373,16 @@ ok "resubmitted: all $JOBS2 client ids accepted, each the same job as before, $J
 ok "the database holds exactly $JOBS2 jobs of the workload, one per client id" $?
 wait_for $SETTLE2 quiet fleet2 "$JOBS2"
 rc=$?
+ok "after the dead instance's claims expired, every job ended or waits with reasons ($(since "$t2") s; $(quiet_row fleet2))" $rc
 never_sent() { [ "$(sql "SELECT state || ':' || (reason LIKE 'never dispatched%') FROM attempts
     WHERE job_id = '$PJ' AND attempt = 1")" = "failed_to_start:true" ]; }
 wait_for 30 never_sent
-ok "the never-dispatched attempt ended: failed_to_start, never dispatched ($(sql "SELECT state FROM attempts WHERE job_id = '$PJ' AND attempt = 1"))" $?
-wait_for 60 test "$(sql "SELECT state FROM jobs WHERE id = '$PJ'")" = succeeded
-ok "... and its job ran again elsewhere and succeeded ($(sql "SELECT state || ' attempts ' || attempts_made || ', events ' || (SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = id) FROM jobs WHERE id = '$PJ'"))" $?
-ok "after the dead instance's claims expired, every job ended or waits with reasons ($(since "$t2") s; $(quiet_row fleet2))" $rc
+rc=$?
+ok "the never-dispatched attempt ended: failed_to_start, never dispatched ($(sql "SELECT state FROM attempts WHERE job_id = '$PJ' AND attempt = 1"))" $rc
+planted_ok() { [ "$(sql "SELECT state FROM jobs WHERE id = '$PJ'")" = succeeded ]; }
+wait_for 60 planted_ok
+rc=$?
+ok "... and its job ran again elsewhere and succeeded ($(sql "SELECT state || ' attempts ' || attempts_made || ', events ' || (SELECT string_agg(e.event, ',' ORDER BY e.seq) FROM job_events e WHERE e.job_id = j.id) FROM jobs j WHERE j.id = '$PJ'"))" $rc
 dump fleet2
 check_jobs fleet2 all
 ok "phase 2: every job exists, none live, pending ones have reasons, every attempt fits its job" $?

@@ -102,6 +102,17 @@ all_healthy() {
 }
 wait_for 60 all_healthy
 ok "every node is healthy in the registry" $?
+# The workload's 20 customer tenants exist before the scheduler starts (the
+# generator's own create then finds them: EXISTS).  The placement snapshot
+# learns tenants only from its inventory loads (feed-ms, 60 s): jobs of a
+# tenant created after a load wait with no_rights until the next one (open,
+# see the issue 7 report), which would only add a minute here.
+for i in $(seq -w 1 20); do
+    $G create tenant "cust-$i" --parent op --kind customer >/dev/null 2>&1 ||
+        $G get tenants "cust-$i" >/dev/null 2>&1
+done
+[ "$($G get tenants -o json | $PY -c 'import json,sys; print(sum(t["id"].startswith("cust-") for t in json.load(sys.stdin)))')" = 20 ]
+ok "the 20 customer tenants exist" $?
 # The scheduler starts on the whole fleet: its first feed load sees every node.
 sched sched-a
 wait_for 120 grep -q "feed_ready nodes=$nodes " "$D/sched-a.log"
@@ -223,6 +234,8 @@ if mode == "all":
             say("job still live", jid)
         elif st == "pending" and not j.get("waiting"):
             say("pending without reasons", jid)
+        elif st == "pending" and {w["reason"] for w in j["waiting"]} == {"no_rights"}:
+            say("pending for no_rights alone (every customer may use the operator's pools)", jid)
 placed = multi = unplaceable = 0
 reasons = collections.Counter()
 for jid, j in jobs.items():
@@ -382,6 +395,7 @@ ok "the database holds exactly $JOBS2 jobs of the workload, one per client id" $
 wait_for $SETTLE2 quiet fleet2 "$JOBS2"
 rc=$?
 ok "after the dead instance's claims expired, every job ended or waits with reasons ($(since "$t2") s; $(quiet_row fleet2))" $rc
+dump fleet2
 never_sent() { [ "$(sql "SELECT state || ':' || (reason LIKE 'never dispatched%') FROM attempts
     WHERE job_id = '$PJ' AND attempt = 1")" = "failed_to_start:true" ]; }
 wait_for 30 never_sent
@@ -391,7 +405,6 @@ planted_ok() { [ "$(sql "SELECT state FROM jobs WHERE id = '$PJ'")" = succeeded 
 wait_for 60 planted_ok
 rc=$?
 ok "... and its job ran again elsewhere and succeeded ($(sql "SELECT state || ' attempts ' || attempts_made || ', events ' || (SELECT string_agg(e.event, ',' ORDER BY e.seq) FROM job_events e WHERE e.job_id = j.id) FROM jobs j WHERE j.id = '$PJ'"))" $rc
-dump fleet2
 check_jobs fleet2 all
 ok "phase 2: every job exists, none live, pending ones have reasons, every attempt fits its job" $?
 # the reconcile (every 1 s, grace 5 s) removes what sched-a booked and never wrote

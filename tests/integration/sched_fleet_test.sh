@@ -69,12 +69,18 @@ wait_for() {  # seconds, command...: polls every 0.2 s until the command succeed
 # answer can take more than the default 5 s, and a dispatch that times out
 # after the agent started it runs on until its node's next lease renewal
 # (the fencing gap the lease bounds), which --truth would report
+# Reconcile every 5 s (grace 5 s), not faster: a pass may book again an
+# attempt that ended after it read PostgreSQL; an instance that then meets
+# that booking (BUSY) books it into its snapshot, and nothing takes it out
+# of the snapshot before the next inventory load (feed-ms, 60 s) -- with a
+# 1 s period the placements came in bursts a minute apart (open, see the
+# issue 7 report).
 # The 20 s request and PostgreSQL deadlines are for a loaded 2-core machine:
 # at 5 s the first inventory load (1,000 sites a page) timed out for minutes.
 sched() {     # instance name
     start "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
         --lease-ms 30000 --place-ms 200 --place-batch 128 --claim-ms 3000 \
-        --reconcile-ms 1000 --reconcile-grace-ms 5000 --preempt-grace-ms 1000 --maxrun-ms 1000 \
+        --reconcile-ms 5000 --reconcile-grace-ms 5000 --preempt-grace-ms 1000 --maxrun-ms 1000 \
         --checkpoint-root "$D/ckpt" --dispatch-timeout-ms 15000 \
         --request-timeout-ms 20000 --pg-timeout-ms 20000
 }
@@ -407,7 +413,7 @@ rc=$?
 ok "... and its job ran again elsewhere and succeeded ($(sql "SELECT state || ' attempts ' || attempts_made || ', events ' || (SELECT string_agg(e.event, ',' ORDER BY e.seq) FROM job_events e WHERE e.job_id = j.id) FROM jobs j WHERE j.id = '$PJ'"))" $rc
 check_jobs fleet2 all
 ok "phase 2: every job exists, none live, pending ones have reasons, every attempt fits its job" $?
-# the reconcile (every 1 s, grace 5 s) removes what sched-a booked and never wrote
+# the reconcile (every 5 s, grace 5 s) removes what sched-a booked and never wrote
 wait_for 30 reconciled
 "$INV" --redis --truth "$D/truth.jsonl" >"$D/inv2.out" 2>&1
 rc=$?

@@ -424,6 +424,6 @@ kill -0 "$(pid_of sched-b)" && ! grep -q 'level=error' "$D/sched-b.log"
 ok "sched-b is alive and logged no errors" $?
 echo "# whole test: $(since "$t0") s"
 # GP_FLEET_KEEP=DIR keeps the logs and listings (the stack folder goes away)
-[ -n "${GP_FLEET_KEEP:-}" ] && mkdir -p "$GP_FLEET_KEEP" && cp "$D"/*.log "$D"/*.ids "$D"/*.tsv "$D"/*.out "$GP_FLEET_KEEP"/ 2>/dev/null
+[ -n "${GP_FLEET_KEEP:-}" ] && mkdir -p "$GP_FLEET_KEEP" && cp "$D"/*.log "$D"/*.ids "$D"/*.tsv "$D"/*.out "$D"/*.json "$GP_FLEET_KEEP"/ 2>/dev/null
 echo "1..$n"
 [ "$failed" -eq 0 ]

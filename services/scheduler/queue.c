@@ -212,12 +212,23 @@ reasons_text(const sched_queue *q, const place_result *r, char *out, size_t n, c
                  msg_pending_reason_reason_names[top], best, r->considered);
 }
 
-/* Reasons stored, claim ended; a 'pending' event only when they changed. */
+/* Reasons stored, claim ended; a 'pending' event only when they changed.
+ * Back-off: a job whose reasons are the same as at its last try is not
+ * claimed again for as long as they have been the same (at most claim-ms;
+ * on PostgreSQL's clock), so its retries thin out 1, 2, 4... s apart.
+ * Without it, jobs nothing can place (a model no node has, a latency bound
+ * under every site's) were claimed again by every pass ahead of all lower-
+ * priority work: place-batch of them filled every batch and the rest of
+ * the queue starved (sched_fleet_test).  Changed reasons (capacity moved)
+ * and a job that started a preemption are tried again at once. */
 static const char waiting_sql[] =
-    "WITH old AS (SELECT id, waiting FROM jobs WHERE id = $1 AND state = 'pending'\n"
+    "WITH old AS (SELECT id, waiting, updated_ms FROM jobs WHERE id = $1 AND state = 'pending'\n"
     "    AND claimed_by = $5 FOR UPDATE),\n"
     "u AS (UPDATE jobs j SET waiting = $2, nodes_considered = $3::bigint, reason = $4,\n"
-    "    claimed_by = NULL, claim_until = NULL,\n"
+    "    claimed_by = NULL,\n"
+    "    claim_until = CASE WHEN old.waiting IS DISTINCT FROM $2 OR $7::bool THEN NULL\n"
+    "      ELSE now() + LEAST(GREATEST($6::bigint - old.updated_ms, 0), $8::bigint)\n"
+    "                   * interval '1 ms' END,\n"
     "    event_seq = j.event_seq + (old.waiting IS DISTINCT FROM $2)::int,\n"
     "    updated_ms = CASE WHEN old.waiting IS DISTINCT FROM $2 THEN $6::bigint\n"
     "                      ELSE j.updated_ms END\n"
@@ -252,19 +263,22 @@ write_waiting(sched_queue *q, const place_result *r, bool preempting)
     char        text[512], why[256], cons[16], now[24];
     uint32_t    considered;
     wait_write *w = calloc(1, sizeof(*w));
-    const char *p[] = {j->id, text, cons, why, gp_app_instance(s->app), now};
+    char        claim_ms[16];
+    const char *p[] = {j->id, text, cons, why, gp_app_instance(s->app), now,
+                       preempting ? "true" : "false", claim_ms};
 
     reasons_text(q, r, text, sizeof(text), why, sizeof(why), &considered);
     if (preempting)
         snprintf(why, sizeof(why), "preempting lower-priority work");
     snprintf(cons, sizeof(cons), "%u", considered);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(claim_ms, sizeof(claim_ms), "%u", s->cfg->claim_ms);
     sched_count(s->m_unplaced);
     if (w == NULL)
         return;
     w->s = s;
     snprintf(w->tenant, sizeof(w->tenant), "%s", j->tenant);
-    if (gp_db_query(gp_app_db(s->app), waiting_sql, 6, p, 0, waiting_written, w) != GP_EOK)
+    if (gp_db_query(gp_app_db(s->app), waiting_sql, 8, p, 0, waiting_written, w) != GP_EOK)
         free(w);
 }
 

@@ -10,6 +10,18 @@
  * must exceed the time from a booking to its attempt row's commit plus one
  * pass (reserve.h).
  *
+ * Before that, an attempt still 'reserved' (placed, never acknowledged by
+ * its node) longer than dispatch-timeout-ms + reconcile-grace-ms after its
+ * placement was never dispatched: the instance that placed it stopped
+ * between its commit and its RunAttempt (kill -9: sched_fleet_test).  A
+ * live instance ends such an attempt itself within dispatch-timeout-ms
+ * (acked -> 'starting', refused or no answer -> 'failed_to_start'), so
+ * nobody else would ever end it: its job stayed 'starting' for good and
+ * its GPUs booked.  It ends here as failed_to_start (its other nodes'
+ * rows killed), its GPUs are released, and its job goes back to pending
+ * (attempt_failed, requeued) or fails as a failed start does
+ * (dispatch.c).  The job rows are locked first, as every writer does.
+ *
  * One instance a pass: reconcile is idempotent (every change re-checked by
  * a script) so two passes at once are only wasted work; a Redis lock
  * (SET NX with a TTL of one period, like the registry's reseed lock) keeps
@@ -20,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/clock.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -105,16 +118,94 @@ live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     }
 }
 
+#define NEVER_DISPATCHED "never dispatched: the scheduler instance that placed it stopped"
+#define STALE_RESERVED "state = 'reserved' AND created_ms < $1::bigint - $2::bigint"
+
+static const char stale_lock_sql[] =
+    "SELECT id FROM jobs WHERE id IN (SELECT job_id FROM attempts WHERE " STALE_RESERVED ")\n"
+    "ORDER BY id FOR UPDATE";
+/* every live row of such an attempt ends; the rows to release come back */
+static const char stale_end_sql[] =
+    "WITH st AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE " STALE_RESERVED ")\n"
+    "UPDATE attempts a SET ended_ms = $1::bigint,\n"
+    "  state = CASE WHEN a.state = 'reserved' THEN 'failed_to_start' ELSE 'killed' END,\n"
+    "  reason = CASE WHEN a.state = 'reserved' THEN $3::text\n"
+    "    ELSE 'another node of the attempt was ' || $3::text END\n"
+    "FROM st WHERE a.job_id = st.job_id AND a.attempt = st.attempt\n"
+    "  AND a.state IN ('reserved','starting','running')\n"
+    "RETURNING a.job_id, a.attempt, a.site, a.node";
+/* the job, if that attempt is still its latest: as dispatch.c's fts_job_sql */
+static const char stale_job_sql[] =
+    "WITH c AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE state = 'failed_to_start'\n"
+    "    AND ended_ms = $1::bigint AND reason = $3 AND $2::bigint >= 0),\n"
+    "u AS (UPDATE jobs j SET\n"
+    "    state = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN 'failed'\n"
+    "                 ELSE 'pending' END,\n"
+    "    reason = 'attempt ' || c.attempt || ' ' || $3::text, updated_ms = $1::bigint,\n"
+    "    event_seq = j.event_seq + 2, claimed_by = NULL, claim_until = NULL,\n"
+    "    ended_ms = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN $1::bigint END\n"
+    "  FROM c WHERE j.id = c.job_id AND j.attempts_made = c.attempt\n"
+    "    AND j.state IN ('starting','running')\n"
+    "  RETURNING j.id, j.event_seq, j.state, c.attempt)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
+    "  SELECT id, event_seq - 1, 'attempt_failed', state, attempt, $3, $1::bigint FROM u\n"
+    "  UNION ALL\n"
+    "  SELECT id, event_seq, CASE WHEN state = 'failed' THEN 'failed' ELSE 'requeued' END,\n"
+    "    state, attempt, $3, $1::bigint FROM u\n"
+    "  RETURNING (SELECT tenant FROM jobs WHERE id = job_id) AS tenant, job_id, seq, event,\n"
+    "    state, attempt, site, node, reason, exit_code, at_ms";
+
+static void read_live(sched *s);
+
+static void
+stale_ended(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched *s = arg;
+
+    if (err != GP_EOK || nres != 3) {
+        GP_WARN("reconcile_stale_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    } else {
+        for (int i = 0; i < PQntuples(res[1]); i++) {
+            char node[1][GP_MAX_ID + 1];
+
+            snprintf(node[0], sizeof(node[0]), "%s", PQgetvalue(res[1], i, 3));
+            GP_WARN("attempt_never_dispatched", "job=%s attempt=%s node=%s action=ended",
+                    PQgetvalue(res[1], i, 0), PQgetvalue(res[1], i, 1), node[0]);
+            sched_release(s, PQgetvalue(res[1], i, 2), PQgetvalue(res[1], i, 0),
+                          (uint32_t)strtoul(PQgetvalue(res[1], i, 1), NULL, 10), node, 1);
+        }
+        sched_event_rows(s, NULL, res[2]);
+    }
+    read_live(s);
+}
+
 static void
 locked(void *arg, const redisReply *rep, gp_err err)
 {
-    sched *s = arg;
+    sched    *s = arg;
+    char      now[24], age[24];
+    const char *p[] = {now, age, NEVER_DISPATCHED};
+    gp_db_tx *tx;
 
     if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS) {   /* nil: another instance has it */
         s->reconcile_busy = false;
         sched_count(s->m_reconcile_runs[err == GP_EOK ? RUN_SKIPPED : RUN_FAILED]);
         return;
     }
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    snprintf(age, sizeof(age), "%llu",
+             (unsigned long long)s->cfg->dispatch_timeout_ms + s->cfg->reconcile_grace_ms);
+    tx = gp_db_tx_new(gp_app_db(s->app));
+    gp_db_tx_add(tx, stale_lock_sql, 2, p);
+    gp_db_tx_add(tx, stale_end_sql, 3, p);
+    gp_db_tx_add(tx, stale_job_sql, 3, p);
+    if (gp_db_tx_run(tx, 0, stale_ended, s) != GP_EOK)
+        read_live(s);
+}
+
+static void
+read_live(sched *s)
+{
     if (gp_db_query(gp_app_db(s->app),
                     "SELECT a.job_id, a.attempt, a.site, a.node, array_to_string(a.gpus, ',')\n"
                     "FROM attempts a WHERE a.state IN ('reserved','starting','running')\n"

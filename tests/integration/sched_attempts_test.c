@@ -177,12 +177,16 @@ make_job(const char *job, int max_attempts, int max_run_s)
     T_OKM(r[0] == '\0', "job %s inserted %s", job, r);
 }
 
-/* The attempt's row (state), the job 'starting' again, the reservation. */
+/* The attempt's row (state), the job 'starting' again, the reservation.
+ * created_ms is now, as a placement stamps it: a 'reserved' row older than
+ * dispatch-timeout + reconcile-grace is one its instance never dispatched,
+ * and the reconcile ends it (reconcile.c). */
 static void
 make_attempt(const char *job, unsigned attempt, const char *node, int gpu, const char *state)
 {
     const char *r = sql1("INSERT INTO attempts (job_id, attempt, site, node, gpus, state, "
-                         "created_ms) VALUES ('%s', %u, '" SITE "', '%s', '{%d}', '%s', 0)",
+                         "created_ms) VALUES ('%s', %u, '" SITE "', '%s', '{%d}', '%s', "
+                         "(extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
                          job, attempt, node, gpu, state);
 
     T_OKM(r[0] == '\0', "attempt %s:%u inserted %s", job, attempt, r);

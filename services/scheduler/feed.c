@@ -38,6 +38,7 @@ typedef struct sched_feed {
     sched      *s;
     bool        busy;                 /* a load is running */
     bool        sync_busy;            /* a bookings sync is running */
+    bool        tenant_busy;          /* a tenant fetch is running (one at a time) */
     int         kind;                 /* K_* being paged */
     char        after[GP_MAX_ID + 1];
     snap_map    seen[K_N];            /* ids seen by this load */
@@ -383,6 +384,53 @@ node_fetch_start(sched_feed *f, const char *node)
                      gp_app_cfg(f->s->app)->request_timeout_ms, node_fetched, nf);
     if (rc != GP_EOK)
         node_fetched(nf, rc, NULL, "not sent");
+}
+
+/* A tenant the snapshot does not know (created since the last load) is
+ * fetched when a job of it is placed, so its jobs do not wait for the next
+ * load (feed-ms) on no_rights: the placement pass asks, and the answer
+ * kicks the next pass.  One fetch at a time; a job whose tenant is still
+ * unknown is asked for again by the next pass. */
+typedef struct tenant_fetch {
+    sched_feed *f;
+} tenant_fetch;
+
+static void
+tenant_fetched(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    tenant_fetch *tf = arg;
+    sched_feed   *f = tf->f;
+
+    free(tf);
+    f->tenant_busy = false;
+    if (err != GP_EOK || reply == NULL) {
+        GP_DEBUG("feed_tenant_get_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    if (snap_tenant_upsert(&f->s->snap, reply) == 0)
+        sched_place_kick(f->s);
+}
+
+void
+sched_feed_tenant(sched *s, const char *tenant)
+{
+    sched_feed    *f = s->feed;
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+    tenant_fetch  *tf;
+    gp_err         rc;
+
+    if (f == NULL || f->tenant_busy || (tf = calloc(1, sizeof(*tf))) == NULL)
+        return;
+    tf->f = f;
+    f->tenant_busy = true;
+    snprintf(q.id, sizeof(q.id), "%s", tenant);
+    rc = gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(s->app), subj, &msg_id_request_desc, &q, &msg_tenant_desc,
+                     gp_app_cfg(s->app)->request_timeout_ms, tenant_fetched, tf);
+    if (rc != GP_EOK)
+        tenant_fetched(tf, rc, NULL, "not sent");
 }
 
 static void

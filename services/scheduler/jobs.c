@@ -311,9 +311,10 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
 {
     submit *sb = arg;
 
-    (void)reply;
     if (err == GP_EOK) {
         tenant_remember(sb->s, sb->tenant);
+        if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
+            snap_tenant_upsert(&sb->s->snap, reply);
         submit_write(sb);
     } else if (err == GP_ENOTFOUND && !transport) {
         gp_req_fail(sb->req, GP_ENOTFOUND, "tenant: '%s' is unknown", sb->tenant);

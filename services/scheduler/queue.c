@@ -645,6 +645,8 @@ place_one(sched_queue *q)
     q->pp.navoid = qj->navoid;
     q->attempt = qj->job.attempts_made + 1;
     q->choice = 0;
+    if (snap_tenant_find(&q->s->snap, qj->job.tenant) < 0)
+        sched_feed_tenant(q->s, qj->job.tenant);    /* created since the last load */
     if (place(&q->s->snap, qj->job.tenant, &qj->job.spec, &q->pp, &q->r) == PLACE_OK)
         try_choice(q);
     else

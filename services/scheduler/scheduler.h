@@ -177,6 +177,8 @@ void sched_events_start(sched *s);
 gp_err sched_feed_start(sched *s);
 void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
 void   sched_bookings_run(gp_app *app, void *arg); /* the "bookings" task (feed.c) */
+/* Fetches a tenant the snapshot lacks (feed.c); the answer kicks placement. */
+void   sched_feed_tenant(sched *s, const char *tenant);
 
 /* queue.c: the "place" task: claim pending jobs, order, place, reserve,
  * write the attempt, dispatch. */

@@ -199,5 +199,19 @@ sleep 2
 [ "$(sql "SELECT count(*) FROM attempts WHERE preempted_by IS NOT NULL")" = 1 ]
 ok "no cascade: one victim only" $?
 
+# ---- 6. a tenant created after the schedulers loaded the inventory -------------
+
 $G cancel job "$j1" --tenant "$TENANT" >/dev/null 2>&1
+for j in "$hi" "${lows[@]}"; do $G cancel job "$j" --tenant "$TENANT" >/dev/null 2>&1; done
+wait_sql "SELECT count(*) FROM attempts WHERE node IN ('n1','n2','n3')
+          AND state IN ('reserved','starting','running')" 0 100
+ok "the L4 nodes are free again" $?
+$G create tenant late --kind customer --parent op >/dev/null
+t0=$(date +%s%N)
+jl=$(TENANT=late submit --command 'sim:run=600s' --gpus 1 --model L4)
+# the inventory reloads every feed-ms (60 s): the tenant must be learnt sooner
+wait_sql "SELECT state IN ('starting','running') FROM attempts WHERE job_id = '$jl'" t 75
+st=$?
+ok "a job of a tenant created after the inventory load is placed in $(( ($(date +%s%N) - t0) / 1000000 )) ms, not after the next load" $st
+$G cancel job "$jl" --tenant late >/dev/null 2>&1
 tap_end

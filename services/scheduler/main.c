@@ -128,6 +128,8 @@ main(int argc, char **argv)
         rc = gp_app_run(app);
     gp_app_free(app);
     sched_reserve_free(s.res);
+    gp_buf_fini(&s.recon_jobs);
+    gp_buf_fini(&s.recon_attempts);
     snap_free(&s.snap);
     fair_free(&s.fair);
     gp_lib_close();

@@ -22,6 +22,16 @@
  * (attempt_failed, requeued) or fails as a failed start does
  * (dispatch.c).  The job rows are locked first, as every writer does.
  *
+ * The truth is read before Redis is changed, so an attempt that ends in
+ * between (its row ended, its release done) is booked again by the
+ * rebuild.  After a pass that rebuilt anything, the attempts it read as
+ * live and that have ended since are released again (the fenced release
+ * of that job and attempt): an end that committed before this re-check
+ * is seen by it, and one after it does its own release after the
+ * rebuild.  Without the re-check such a booking stayed until a later pass
+ * removed it past the grace, and instances that met it (BUSY) kept the
+ * GPUs taken meanwhile.
+ *
  * One instance a pass: reconcile is idempotent (every change re-checked by
  * a script) so two passes at once are only wasted work; a Redis lock
  * (SET NX with a TTL of one period, like the registry's reseed lock) keeps
@@ -33,6 +43,7 @@
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -49,11 +60,52 @@ set_gauge(double *g, double v)
 }
 
 static void
+rechecked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched *s = arg;
+    int    n = err == GP_EOK && nres == 1 ? PQntuples(res[0]) : 0;
+
+    s->reconcile_busy = false;
+    if (err != GP_EOK) {     /* the orphans go by the grace, as before */
+        GP_WARN("reconcile_recheck_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char node[1][GP_MAX_ID + 1];
+
+        snprintf(node[0], sizeof(node[0]), "%s", PQgetvalue(res[0], i, 3));
+        sched_release(s, PQgetvalue(res[0], i, 2), PQgetvalue(res[0], i, 0),
+                      (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10), node, 1);
+    }
+    if (n > 0)
+        GP_INFO("reconcile_recheck", "released=%d", n);
+}
+
+/* The attempts read as live that have ended since (see the top). */
+static void
+recheck(sched *s)
+{
+    const char *p[] = {s->recon_jobs.p, s->recon_attempts.p};
+
+    if (s->recon_jobs.p == NULL ||
+        gp_db_query(gp_app_db(s->app),
+                    "SELECT a.job_id, a.attempt, a.site, a.node FROM attempts a\n"
+                    "JOIN unnest($1::text[], $2::int[]) AS l(job, att)\n"
+                    "  ON a.job_id = l.job AND a.attempt = l.att\n"
+                    "WHERE a.state NOT IN ('reserved','starting','running')",
+                    2, p, 0, rechecked, s) != GP_EOK)
+        s->reconcile_busy = false;
+}
+
+static void
 reconciled(void *arg, const sched_res_reconciled *r)
 {
     sched *s = arg;
 
-    s->reconcile_busy = false;
+    if (r->rebuilt > 0)
+        recheck(s);
+    else
+        s->reconcile_busy = false;
     sched_count(s->m_reconcile_runs[r->err == GP_EOK ? RUN_DONE : RUN_FAILED]);
     set_gauge(s->m_reconcile_last[0], r->removed);
     set_gauge(s->m_reconcile_last[1], r->rebuilt);
@@ -86,6 +138,35 @@ gpu_mask(const char *list)
     return m;
 }
 
+/* The (job, attempt) pairs of the live read, for recheck(); on a failure
+ * to build them the re-check is skipped (recon_jobs.p NULL). */
+static void
+remember_live(sched *s, const PGresult *res, int n)
+{
+    gp_err rc;
+
+    gp_buf_fini(&s->recon_jobs);
+    gp_buf_fini(&s->recon_attempts);
+    gp_buf_init(&s->recon_jobs, (size_t)n * (2 * GP_MAX_ID + 8) + 64);   /* quoted, escaped */
+    gp_buf_init(&s->recon_attempts, (size_t)n * 16 + 64);
+    rc = gp_pgarr_begin(&s->recon_jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_begin(&s->recon_attempts);
+    for (int i = 0; i < n && rc == GP_EOK; i++) {
+        rc = gp_pgarr_add(&s->recon_jobs, PQgetvalue(res, i, 0));
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&s->recon_attempts, PQgetvalue(res, i, 1));
+    }
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&s->recon_jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&s->recon_attempts);
+    if (rc != GP_EOK) {
+        gp_buf_fini(&s->recon_jobs);
+        gp_buf_init(&s->recon_jobs, 0);
+    }
+}
+
 static void
 live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -102,6 +183,7 @@ live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         free(live);
         return;
     }
+    remember_live(s, res[0], n);
     for (int i = 0; i < n; i++)     /* the strings are the result's: reconcile copies them */
         live[i] = (sched_res_live){.job = PQgetvalue(res[0], i, 0),
                                    .attempt = (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10),

@@ -45,15 +45,15 @@ publish_row(sched *s, const PGresult *res, int i)
         sched_event_publish(s, &ev);   /* a failure leaves the row to the outbox */
 }
 
-/* A preempted attempt ended on its node (its GPUs are released by
- * sched_attempt_ended like any end): the preemption goes on.
+/* A preempted attempt ended on one node (its GPUs are released by
+ * sched_attempt_ended like any end): the preemption goes on for that node.
  * sched_preempted_ended() (preempt_run.c) is idempotent: the stop's
  * acknowledgement may have run it already. */
 static void
-preempted_ended(sched *s, const char *job_id, uint32_t attempt)
+preempted_ended(sched *s, const char *job_id, uint32_t attempt, const char *node)
 {
-    GP_INFO("preempted_attempt_ended", "job=%s attempt=%u", job_id, attempt);
-    sched_preempted_ended(s, job_id, attempt);
+    GP_INFO("preempted_attempt_ended", "job=%s attempt=%u node=%s", job_id, attempt, node);
+    sched_preempted_ended(s, job_id, attempt, node);
 }
 
 void
@@ -74,7 +74,8 @@ sched_attempt_rows(sched *s, const PGresult *res)
                                PQgetvalue(res, i, site), PQgetvalue(res, i, node));
         if (strcmp(PQgetvalue(res, i, kind), "preempted") == 0)
             preempted_ended(s, PQgetvalue(res, i, job),
-                            (uint32_t)strtoul(PQgetvalue(res, i, att), NULL, 10));
+                            (uint32_t)strtoul(PQgetvalue(res, i, att), NULL, 10),
+                            PQgetvalue(res, i, node));
     }
 }
 

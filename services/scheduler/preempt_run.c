@@ -10,14 +10,19 @@
  *      meanwhile) and a 'preempting' event; each victim attempt gets
  *      preempted_by, each victim job preemptions + 1 and a 'preempted'
  *      event;
- *   3. each victim's nodes get AttemptSignal checkpoint now and, after
- *      preempt-grace-ms (a timer), stop;
- *   4. the end of a preempted attempt (sched_preempted_ended: called by
- *      the attempt-event path on killed/exited, and here once the agent
- *      acked the stop) marks it 'preempted', releases its GPUs and puts
- *      its job back to pending, resuming from its checkpoint
- *      (jobs.progress_ms is sent as resume_ms); a preempted attempt is
- *      not charged against max_attempts.
+ *   3. every node of each victim attempt gets AttemptSignal checkpoint
+ *      now and, after preempt-grace-ms (a timer), stop: the nodes are
+ *      those the record returns (all live ranks of the attempt), not only
+ *      those the plan named -- a multi-node victim is evicted whole, and
+ *      a rank left running would keep GPUs the release below gives away;
+ *   4. the end of a preempted attempt ON ONE NODE (sched_preempted_ended:
+ *      called by the attempt-event path on killed/exited of that node,
+ *      and here once that node's agent acked the stop) marks that node's
+ *      row 'preempted' and releases that node's GPUs only; once no row of
+ *      the attempt is live any more its job goes back to pending,
+ *      resuming from its checkpoint (jobs.progress_ms is sent as
+ *      resume_ms); a preempted attempt is not charged against
+ *      max_attempts.
  * The preemptor is then placed by the normal pass when the GPUs free (it
  * is first in order: it has the higher priority). */
 #include <ev.h>
@@ -67,7 +72,7 @@ victim_of(preemption *pr, const preempt_victim *pv, const char *site)
 
 typedef struct ended_ctx {
     sched   *s;
-    char     job[GP_MAX_ID + 1];
+    char     job[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
     uint32_t attempt;
 } ended_ctx;
 
@@ -75,15 +80,20 @@ static const char end_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE"
 static const char end_attempt_sql[] =
     "UPDATE attempts SET state = 'preempted', reason = 'preempted by ' || preempted_by,\n"
     "  ended_ms = coalesce(ended_ms, $3::bigint)\n"
-    "WHERE job_id = $1 AND attempt = $2::int AND preempted_by IS NOT NULL\n"
+    "WHERE job_id = $1 AND attempt = $2::int AND node = $4 AND preempted_by IS NOT NULL\n"
     "  AND state IN ('reserved','starting','running')";
 static const char end_nodes_sql[] =
-    "SELECT site, node FROM attempts WHERE job_id = $1 AND attempt = $2::int ORDER BY rank";
+    "SELECT site, node FROM attempts WHERE job_id = $1 AND attempt = $2::int AND node = $3";
+/* the job goes back only when the last node of the attempt ended: a rank
+ * still live means the attempt still runs (the job row lock above orders
+ * the ends of its nodes, from any instance) */
 static const char end_job_sql[] =
     "WITH u AS (UPDATE jobs SET state = 'pending',\n"
     "    reason = 'preempted; resumes from its last checkpoint',\n"
     "    updated_ms = $3::bigint, event_seq = event_seq + 1\n"
     "  WHERE id = $1 AND attempts_made = $2::int AND state IN ('starting','running')\n"
+    "    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 AND attempt = $2::int\n"
+    "      AND state IN ('reserved','starting','running'))\n"
     "  RETURNING id, event_seq, tenant)\n"
     "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
     "  SELECT id, event_seq, 'requeued', 'pending', $2::int, 'preempted', $3::bigint FROM u\n"
@@ -98,14 +108,14 @@ ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
     uint32_t   n = 0;
 
     if (err != GP_EOK || nres != 4) {
-        GP_WARN("preempted_end_write_failed", "job=%s attempt=%u code=%s detail=\"%s\"", c->job,
-                c->attempt, gp_err_name(err), detail);
+        GP_WARN("preempted_end_write_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
+                c->job, c->attempt, c->node, gp_err_name(err), detail);
         free(c);
         return;
     }
     for (int i = 0; i < PQntuples(res[2]) && n < PLACE_MAX_NODES; i++)
         snprintf(nodes[n++], sizeof(nodes[0]), "%s", PQgetvalue(res[2], i, 1));
-    if (n > 0)                     /* release is fenced by (job, attempt): idempotent */
+    if (n > 0)    /* this node only; fenced by (job, attempt): idempotent */
         sched_release(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n);
     sched_event_rows(c->s, NULL, res[3]);
     if (PQntuples(res[3]) > 0)
@@ -114,11 +124,12 @@ ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
 }
 
 void
-sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt)
+sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt, const char *node)
 {
     ended_ctx  *c = calloc(1, sizeof(*c));
     char        a[16], now[24];
-    const char *v[] = {job_id, a, now};
+    const char *v[] = {job_id, a, now, node};
+    const char *vn[] = {job_id, a, node};
     gp_db_tx   *tx;
 
     if (c == NULL)
@@ -126,12 +137,13 @@ sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt)
     c->s = s;
     c->attempt = attempt;
     snprintf(c->job, sizeof(c->job), "%s", job_id);
+    snprintf(c->node, sizeof(c->node), "%s", node);
     snprintf(a, sizeof(a), "%u", attempt);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     tx = gp_db_tx_new(gp_app_db(s->app));
     gp_db_tx_add(tx, end_lock_sql, 1, v);
-    gp_db_tx_add(tx, end_attempt_sql, 3, v);
-    gp_db_tx_add(tx, end_nodes_sql, 2, v);
+    gp_db_tx_add(tx, end_attempt_sql, 4, v);
+    gp_db_tx_add(tx, end_nodes_sql, 3, vn);
     gp_db_tx_add(tx, end_job_sql, 3, v);
     if (gp_db_tx_run(tx, 0, ended_written, c) != GP_EOK)
         ended_written(c, GP_EUNAVAIL, NULL, 0, "not sent");
@@ -139,23 +151,59 @@ sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt)
 
 /* ---- signals ------------------------------------------------------------- */
 
-/* Each signal's answer is logged: the record of what a victim was told. */
+/* Each signal's answer is logged, with its node: the record of what each
+ * node of a victim was told.  The node travels with the signal (arg): the
+ * stop's ack ends the attempt on that node only. */
+typedef struct sig_node {
+    char node[GP_MAX_ID + 1];
+} sig_node;
+
+static sig_node *
+sig_node_new(const char *node)
+{
+    sig_node *n = malloc(sizeof(*n));
+
+    if (n != NULL)
+        snprintf(n->node, sizeof(n->node), "%s", node);
+    return n;
+}
+
 static void
 checkpointed(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
 {
-    (void)s, (void)arg;
-    GP_INFO("preempt_signal", "action=checkpoint job=%s attempt=%u result=%s", job, attempt,
-            gp_err_name(err));
+    sig_node *n = arg;
+
+    (void)s;
+    GP_INFO("preempt_signal", "action=checkpoint job=%s attempt=%u node=%s result=%s", job,
+            attempt, n->node, gp_err_name(err));
+    free(n);
 }
 
 static void
 stopped(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
 {
-    (void)arg;
-    GP_INFO("preempt_signal", "action=stop job=%s attempt=%u result=%s", job, attempt,
-            gp_err_name(err));
-    if (err == GP_EOK)             /* the agent is stopping it: the job goes back now */
-        sched_preempted_ended(s, job, attempt);
+    sig_node *n = arg;
+
+    GP_INFO("preempt_signal", "action=stop job=%s attempt=%u node=%s result=%s", job, attempt,
+            n->node, gp_err_name(err));
+    /* the agent is stopping it there: that node's GPUs go back now (a
+     * failed stop leaves it to that node's end event or lease) */
+    if (err == GP_EOK)
+        sched_preempted_ended(s, job, attempt, n->node);
+    free(n);
+}
+
+static void
+signal_victims(preemption *pr, int action, sched_signal_cb *cb)
+{
+    for (uint32_t i = 0; i < pr->nv; i++)
+        for (uint32_t k = 0; k < pr->v[i].nnodes; k++) {
+            sig_node *n = sig_node_new(pr->v[i].node[k]);
+
+            if (n != NULL)     /* without memory: that node's lease kill list stops it */
+                sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job,
+                             pr->v[i].attempt, action, cb, n);
+        }
 }
 
 static void
@@ -164,10 +212,7 @@ grace_over(struct ev_loop *loop, ev_timer *w, int revents)
     preemption *pr = w->data;
 
     (void)loop, (void)revents;
-    for (uint32_t i = 0; i < pr->nv; i++)
-        for (uint32_t k = 0; k < pr->v[i].nnodes; k++)
-            sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job, pr->v[i].attempt,
-                         MSG_ATTEMPT_SIGNAL_ACTION_STOP, k == 0 ? stopped : NULL, NULL);
+    signal_victims(pr, MSG_ATTEMPT_SIGNAL_ACTION_STOP, stopped);
     GP_INFO("preemption_stop", "job=%s victims=%u", pr->job, pr->nv);
     free(pr);
 }
@@ -175,11 +220,7 @@ grace_over(struct ev_loop *loop, ev_timer *w, int revents)
 static void
 signal_all(preemption *pr)
 {
-    for (uint32_t i = 0; i < pr->nv; i++)
-        for (uint32_t k = 0; k < pr->v[i].nnodes; k++)
-            sched_signal(pr->s, pr->v[i].site, pr->v[i].node[k], pr->v[i].job, pr->v[i].attempt,
-                         MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT, k == 0 ? checkpointed : NULL,
-                         NULL);
+    signal_victims(pr, MSG_ATTEMPT_SIGNAL_ACTION_CHECKPOINT, checkpointed);
     ev_timer_init(&pr->grace, grace_over, pr->s->cfg->preempt_grace_ms / 1000.0, 0);
     pr->grace.data = pr;
     ev_timer_start(gp_app_loop(pr->s->app), &pr->grace);
@@ -208,13 +249,44 @@ static const char mark_victims_sql[] =
     "    'preempted by ' || $1, $4::bigint FROM j JOIN a ON a.job_id = j.id AND a.rank = 0\n"
     "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
     "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
+/* every live node of each victim attempt, whatever nodes the plan named */
+static const char victim_nodes_sql[] =
+    "SELECT a.job_id, a.attempt, a.site, a.node FROM attempts a\n"
+    "  JOIN unnest($2::text[], $3::int[]) AS v(job, att) ON a.job_id = v.job AND a.attempt = v.att\n"
+    "WHERE a.preempted_by = $1 AND a.state IN ('reserved','starting','running')\n"
+    "ORDER BY a.job_id, a.attempt, a.rank";
+
+/* The victims' nodes become those the record returned: the plan names a
+ * multi-node victim only on the node(s) it evicts it from, but the attempt
+ * is stopped on all of them.  Nodes the plan did not name are marked
+ * evicting too (no other plan counts on that booking meanwhile). */
+static void
+victim_nodes(preemption *pr, const PGresult *res)
+{
+    for (uint32_t i = 0; i < pr->nv; i++)
+        pr->v[i].nnodes = 0;
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *job = PQgetvalue(res, r, 0), *node = PQgetvalue(res, r, 3);
+        uint32_t    att = (uint32_t)strtoul(PQgetvalue(res, r, 1), NULL, 10);
+
+        for (uint32_t i = 0; i < pr->nv; i++) {
+            victim *v = &pr->v[i];
+
+            if (v->attempt != att || strcmp(v->job, job) != 0 || v->nnodes >= PLACE_MAX_NODES)
+                continue;
+            snprintf(v->site, sizeof(v->site), "%s", PQgetvalue(res, r, 2));
+            snprintf(v->node[v->nnodes++], sizeof(v->node[0]), "%s", node);
+            snap_mark_evicting(&pr->s->snap, node, job, att);
+        }
+    }
+}
 
 static void
 recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     preemption *pr = arg;
 
-    if (err != GP_EOK || nres != 2 || PQntuples(res[0]) != 1) {
+    if (err != GP_EOK || nres != 3 || PQntuples(res[0]) != 1) {
         /* not recorded: no signal goes out; the marks expire with the
          * snapshot's next refresh of those bookings (their attempt ends) */
         GP_WARN("preemption_write_failed", "job=%s code=%s detail=\"%s\"", pr->job,
@@ -224,6 +296,7 @@ recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
     }
     sched_event_rows(pr->s, NULL, res[0]);
     sched_event_rows(pr->s, NULL, res[1]);
+    victim_nodes(pr, res[2]);
     signal_all(pr);
 }
 
@@ -262,6 +335,7 @@ record(preemption *pr)
         tx = gp_db_tx_new(gp_app_db(pr->s->app));
         gp_db_tx_add(tx, mark_hi_sql, 4, hi);
         gp_db_tx_add(tx, mark_victims_sql, 4, vv);
+        gp_db_tx_add(tx, victim_nodes_sql, 3, vv);
         rc = gp_db_tx_run(tx, 0, recorded, pr);
     }
     gp_buf_fini(&jobs);

@@ -218,11 +218,14 @@ void   sched_signal(sched *s, const char *site, const char *node, const char *jo
  * lower-priority attempts (checkpoint, grace, stop).  True when a
  * preemption was started for it. */
 bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
-/* What the end of a PREEMPTED attempt does: the attempt's rows become
- * 'preempted', its GPUs are released, its job goes back to pending (not
- * failed; a preempted attempt is not charged against max_attempts).
- * Idempotent: called by the attempt-event path (killed/exited of an
- * attempt with preempted_by set) and after the agent acked the stop. */
-void   sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt);
+/* What the end of a PREEMPTED attempt on one node does: that node's row
+ * becomes 'preempted', that node's GPUs are released, and once no node of
+ * the attempt is live its job goes back to pending (not failed; a
+ * preempted attempt is not charged against max_attempts).  Idempotent:
+ * called by the attempt-event path (killed/exited on that node of an
+ * attempt with preempted_by set) and after that node's agent acked the
+ * stop. */
+void   sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt,
+                             const char *node);
 
 #endif

@@ -13,7 +13,13 @@
 #   4. hold: a big job (2 x 2 GPUs) waiting behind a stream of small jobs
 #      that keep backfilling the hub is held after hold-after-ms: its nodes
 #      are claimed, no small job starts there any more, and it is placed
-#      once the small work on them ends.
+#      once the small work on them ends;
+#   5. preempting a 2-node victim for a job that needs one of its nodes:
+#      the victim is checkpointed and stopped on BOTH nodes (not only the
+#      node the plan named), each node's GPUs are released only once that
+#      node's attempt ended, its job goes back to pending once both ended,
+#      and it is placed again on two nodes when the preemptor goes; the
+#      agents' own logs show no node ran two attempts at once.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
@@ -62,6 +68,7 @@ done
 # hold after 3 s for jobs of >= 4 GPUs (the default is 30 min for 8)
 spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
     --place-ms 200 --dispatch-timeout-ms 3000 --hold-after-ms 3000 --hold-gpus 4 \
+    --preempt-grace-ms 1000 \
     --checkpoint-root "$tmp/ckpt" --log-level debug
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
 grep -q 'feed_ready.*nodes=3' "$D/sched.log"
@@ -137,5 +144,95 @@ site=$(sql "SELECT string_agg(DISTINCT node, ',') FROM attempts WHERE job_id = '
 ok "... no small job started on its nodes ($site) once they were held" $?
 [ "$(sql "SELECT count(*) FROM jobs WHERE state = 'pending' AND id <> '$big'")" -ge 1 ]
 ok "... small jobs were still waiting when it was placed (it did not just find an empty fleet)" $?
+
+# ---- 5. a multi-node victim is preempted whole, released node by node -------------
+
+for j in $(sql "SELECT id FROM jobs WHERE state IN ('pending','starting','running')"); do
+    $G cancel job "$j" --tenant "$TENANT" >/dev/null 2>&1
+done
+wait_sql "SELECT count(*) FROM attempts WHERE state IN ('reserved','starting','running')" 0 100
+st=$?
+for _ in $(seq 1 50); do
+    [ -z "$(booked h1)$(booked h2)$(booked e1)" ] && break
+    sleep 0.2
+done
+[ "$st" -eq 0 ] && [ -z "$(booked h1)$(booked h2)$(booked e1)" ]
+ok "5: the fleet is empty again (no live attempt, nothing booked)" $?
+v=$(submit --command 'sim:run=600s ckpt=1s' --gpus 2 --nodes 2 --model L4 --interruptible \
+    --priority 10)
+wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$v' AND state = 'running'" 2 100
+got=$(live "$v")
+[ "$got" = "h1:1:up,h2:1:up" ]
+ok "an interruptible low-priority 2-node victim runs on h1 and h2 ($got)" $?
+fill=$(submit --command 'sim:run=600s' --gpus 2 --model L4 --priority 100)
+wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$fill' AND state = 'running'" 1 100
+got=$(live "$fill")
+[ "$got" = "e1:1:up" ]
+ok "a non-interruptible job fills e1 ($got)" $?
+hi=$(submit --command 'sim:run=600s' --gpus 2 --model L4 --priority 500)
+wait_sql "SELECT count(*) FROM job_events WHERE job_id = '$hi' AND event = 'preempting'" 1 50
+ok "a high-priority job needing one hub node's GPUs starts a preemption" $?
+wait_sql "SELECT state FROM jobs WHERE id = '$v'" pending 100
+ok "the victim's job goes back to pending" $?
+# the plan names the victim on the one node it evicts it from; the whole
+# attempt must be told, every node answering for itself
+sigs=$(grep -o "preempt_signal action=[a-z]* job=$v attempt=1 node=[a-z0-9]* result=[A-Z]*" \
+    "$D/sched.log" | sed -E 's/.*action=([a-z]+).*node=([a-z0-9]+) result=([A-Z]+)/\2:\1:\3/' |
+    sort | paste -sd, -)
+[ "$sigs" = "h1:checkpoint:OK,h1:stop:OK,h2:checkpoint:OK,h2:stop:OK" ]
+ok "... after checkpoint and stop on BOTH of its nodes, each acked (${sigs:-none})" $?
+# each node's attempt ended (its stop acked, or its end taken: whichever
+# came first) before the job went back: the scheduler's log, in order
+# (timestamps of two nodes' ends taken by concurrent transactions may be
+# a millisecond apart either way, the log's order may not)
+rq=$(grep -n "job_requeued_after_preemption job=$v attempt=1" "$D/sched.log" | head -n 1 | cut -d: -f1)
+early=
+for nd in h1 h2; do
+    e=$(grep -nE "(preempt_signal action=stop job=$v attempt=1 node=$nd result=OK|preempted_attempt_ended job=$v attempt=1 node=$nd)" \
+        "$D/sched.log" | head -n 1 | cut -d: -f1)
+    [ -n "$e" ] && [ -n "$rq" ] && [ "$e" -lt "$rq" ] || early="$early $nd"
+done
+[ -z "$early" ] && [ "$(sql "SELECT count(*) FROM attempts WHERE job_id = '$v' AND attempt = 1
+                            AND state = 'preempted' AND ended_ms IS NOT NULL")" = 2 ]
+ok "... requeued only after both nodes' attempts ended, both rows 'preempted'${early:+ (requeued before:$early)}" $?
+wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$hi' AND state = 'running'" 1 100
+hn=$(sql "SELECT node FROM attempts WHERE job_id = '$hi'")
+other=h1
+[ "$hn" = h1 ] && other=h2
+sleep 1                                     # several passes
+[ -n "$hn" ] && [ "$(booked "$hn")" = "$hi:1,$hi:1" ] && [ -z "$(booked "$other")" ] &&
+    [ "$(sql "SELECT state FROM jobs WHERE id = '$v'")" = pending ]
+ok "the preemptor runs on $hn, $other is free, the victim waits (one hub node is not enough)" $?
+$G cancel job "$hi" --tenant "$TENANT" >/dev/null 2>&1
+wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$v' AND attempt = 2
+          AND state IN ('starting','running')" 2 100
+got=$(live "$v")
+[ "$got" = "h1:2:up,h2:2:up" ]
+ok "once the preemptor is cancelled the victim is placed again on two nodes ($got)" $?
+# the agents' own record: on each node the victim's first attempt ended
+# before anything else started there
+bad=
+for nd in h1 h2; do
+    end1=$(grep -n "attempt_ended node=$nd job=$v attempt=1 " "$D/agent-$nd.log" | head -n 1 | cut -d: -f1)
+    for who in "$hi attempt=1" "$v attempt=2"; do
+        st=$(grep -n "attempt_started node=$nd job=$who " "$D/agent-$nd.log" | head -n 1 | cut -d: -f1)
+        [ -z "$st" ] && continue
+        [ -n "$end1" ] && [ "$end1" -lt "$st" ] || bad="$bad $nd:${who% *}"
+    done
+done
+[ -z "$bad" ]
+ok "on each agent the victim's attempt 1 ended before the next attempt started there${bad:+ (not on$bad)}" $?
+# a node the preemption did not stop keeps running the victim after its
+# GPUs were given back, until its lease's kill list finds it (revoked)
+rev=$(cat "$D/agent-h1.log" "$D/agent-h2.log" | grep -o "attempt_revoked node=[a-z0-9]* job=$v attempt=1" |
+    sed 's/ job.*//; s/.*=//' | paste -sd, -)
+[ -z "$rev" ]
+ok "the victim was stopped by the preemption on both nodes, none left to its lease (revoked: ${rev:-none})" $?
+"$GP_HARNESS/invariants.sh" --redis >"$tmp/inv.out" 2>&1
+st=$?
+[ "$st" -eq 0 ] || cat "$tmp/inv.out" >&2
+ok "invariants over the whole history: no double booking, no two live attempts, Redis matches" $st
+$G cancel job "$v" --tenant "$TENANT" >/dev/null 2>&1
+$G cancel job "$fill" --tenant "$TENANT" >/dev/null 2>&1
 
 tap_end

@@ -114,8 +114,11 @@ ok "cancelled: no live attempt left" $?
 
 # ---- 4. the hold: a big job is not starved by backfilling small ones -------------
 
-small() { submit --command 'sim:run=3s' --gpus 1 --model L4 --priority 100 >/dev/null; }
-for _ in 1 2 3 4 5 6; do small; done       # fill the fleet's 6 GPUs
+# Run times are staggered so the hub's GPUs never all come free at once: if
+# they did, the big job (older, first in order) would simply fit there and
+# the hold would never be needed (seen on a quiet machine with equal runs).
+small() { submit --command "sim:run=${1:-4}s" --gpus 1 --model L4 --priority 100 >/dev/null; }
+for r in 2 3 4 5 6 7; do small $r; done     # fill the fleet's 6 GPUs
 wait_sql "SELECT count(*) FROM attempts WHERE state IN ('starting','running')" 6 100
 ok "six small jobs fill the fleet" $?
 big=$(submit --command 'sim:run=600s' --gpus 2 --nodes 2 --model L4 --priority 100)

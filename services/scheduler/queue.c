@@ -213,7 +213,8 @@ reasons_text(const sched_queue *q, const place_result *r, char *out, size_t n, c
 }
 
 /* Reasons stored, claim ended; a 'pending' event only when they changed.
- * Back-off: a job whose reasons are the same as at its last try is not
+ * Back-off: a job whose reasons are the same as at its last try, and that
+ * no busy, down or draining node would fit (waits_for_capacity), is not
  * claimed again for as long as they have been the same (at most claim-ms;
  * on PostgreSQL's clock), so its retries thin out 1, 2, 4... s apart.
  * Without it, jobs nothing can place (a model no node has, a latency bound
@@ -255,6 +256,19 @@ waiting_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     free(w);
 }
 
+/* Nodes that would fit but are busy, down or draining now: GPUs free up
+ * all the time, and such a job must be tried at every pass (no back-off)
+ * or the claim, not fair share, decides who gets them (sched_fair_test
+ * saw shares of 870:770 GPU-s, and a preemption start 10 s late). */
+static bool
+waits_for_capacity(const place_result *r)
+{
+    return r->status == PLACE_NONE &&
+           (r->reasons[MSG_PENDING_REASON_REASON_RESERVED] > 0 ||
+            r->reasons[MSG_PENDING_REASON_REASON_UNHEALTHY] > 0 ||
+            r->reasons[MSG_PENDING_REASON_REASON_DRAINING] > 0);
+}
+
 static void
 write_waiting(sched_queue *q, const place_result *r, bool preempting)
 {
@@ -265,7 +279,7 @@ write_waiting(sched_queue *q, const place_result *r, bool preempting)
     wait_write *w = calloc(1, sizeof(*w));
     char        claim_ms[16];
     const char *p[] = {j->id, text, cons, why, gp_app_instance(s->app), now,
-                       preempting ? "true" : "false", claim_ms};
+                       preempting || waits_for_capacity(r) ? "true" : "false", claim_ms};
 
     reasons_text(q, r, text, sizeof(text), why, sizeof(why), &considered);
     if (preempting)

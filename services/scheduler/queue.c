@@ -871,7 +871,6 @@ sched_queue_start(sched *s)
     sched_queue *q = calloc(1, sizeof(*q));
     gp_metrics  *m = gp_app_metrics(s->app);
     static const char *const fails[3] = {"refused", "timeout", "error"};
-    char                     labels[64];
 
     if (q == NULL)
         return GP_ENOMEM;
@@ -887,11 +886,8 @@ sched_queue_start(sched *s)
     s->m_claim_lost = gp_metrics_counter(m, "gp_scheduler_placement_conflicts_total", NULL,
                                          "Placements given back: the job was no longer pending "
                                          "or claimed by this instance, or the write failed");
-    for (int k = 0; k < 3; k++) {
-        snprintf(labels, sizeof(labels), "reason=\"%s\"", fails[k]);
-        s->m_failed_start[k] = gp_metrics_counter(m, "gp_scheduler_failed_starts_total", labels,
-                                                  "Attempts that failed to start, by reason");
-    }
+    gp_metrics_counters(m, "gp_scheduler_failed_starts_total", "reason", fails, 3,
+                        "Attempts that failed to start, by reason", s->m_failed_start);
     s->m_queue_depth = gp_metrics_gauge(m, "gp_scheduler_queue_depth", NULL,
                                         "Pending jobs (read every usage-ms)");
     /* nodes the snapshot holds, so a bench (or an operator) sees when an

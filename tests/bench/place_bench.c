@@ -445,12 +445,17 @@ log_has(const char *path, const char *needle, char *line_out, size_t n)
     return hit;
 }
 
+/* b_spawn of a literal argument list. */
+static pid_t
+spawn(const char *const *argv, const char *logpath)
+{
+    return b_spawn((char *const *)argv, logpath);
+}
+
 static pid_t
 start_scheduler(const char *build, const char *stack, int i)
 {
     char        bin[512], port[16], logp[512], inst[16];
-    const char *argv[20];
-    int         n = 0;
 
     sched_port[i] = b_free_port();
     /* GP_BENCH_SCHEDULER: another build of the scheduler, for before/after */
@@ -461,21 +466,16 @@ start_scheduler(const char *build, const char *stack, int i)
     snprintf(port, sizeof(port), "%d", sched_port[i]);
     snprintf(inst, sizeof(inst), "pb-%c", 'a' + i);
     snprintf(logp, sizeof(logp), "%s/scheduler-%c.log", stack, 'a' + i);
-    argv[n++] = bin;
-    argv[n++] = "--http-port";
-    argv[n++] = port;
-    argv[n++] = "--instance";
-    argv[n++] = inst;
-    /* the registry's lists are slow at this size (its site and pool counts):
-     * a page may take seconds; and no periodic reload during the run */
-    argv[n++] = "--request-timeout-ms";
-    argv[n++] = "60000";
-    argv[n++] = "--feed-ms";
-    argv[n++] = "3600000";
-    argv[n++] = "--log-level";
-    argv[n++] = "warn";
-    argv[n] = NULL;
-    return b_spawn((char *const *)argv, logp);
+    return spawn((const char *const[]){
+        bin,
+        "--http-port", port,
+        "--instance", inst,
+        /* the registry's lists are slow at this size (its site and pool counts):
+         * a page may take seconds; and no periodic reload during the run */
+        "--request-timeout-ms", "60000",
+        "--feed-ms", "3600000",
+        "--log-level", "warn",
+        NULL}, logp);
 }
 
 static void
@@ -521,10 +521,9 @@ main(void)
     redisReply   *rep;
     char          bin[512], logp[512], simlog[512], port[16], sha[41] = "", line[1024];
     char          refcmd[512];
-    const char   *argv[24];
     phase         ph_two = {.name = "two", .instances = 2}, ph_one = {.name = "one", .instances = 1};
     phase         ph_half = {.name = "half", .instances = 1};
-    int           reg_port = b_free_port(), exit_code = 1, nodes = 0, n;
+    int           reg_port = b_free_port(), exit_code = 1, nodes = 0;
     double        t0, t_reg = 0, known[NSCHED] = {0, 0}, ref = -1, fs0, fs1;
     long long     twice;
     bool          match = false, reg_done = false;
@@ -554,20 +553,14 @@ main(void)
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", build);
     snprintf(port, sizeof(port), "%d", reg_port);
     snprintf(logp, sizeof(logp), "%s/registry.log", stack);
-    n = 0;
-    argv[n++] = bin;
-    argv[n++] = "--http-port";
-    argv[n++] = port;
-    argv[n++] = "--heartbeat-ms";
-    argv[n++] = "600000";
-    argv[n++] = "--pg-timeout-ms";           /* its lists at 100,000 nodes: see above */
-    argv[n++] = "60000";
-    argv[n++] = "--request-timeout-ms";      /* the same, for the route's deadline */
-    argv[n++] = "60000";
-    argv[n++] = "--log-level";
-    argv[n++] = "warn";
-    argv[n] = NULL;
-    reg_pid = b_spawn((char *const *)argv, logp);
+    reg_pid = spawn((const char *const[]){
+        bin,
+        "--http-port", port,
+        "--heartbeat-ms", "600000",
+        "--pg-timeout-ms", "60000", /* its lists at 100,000 nodes: see above */
+        "--request-timeout-ms", "60000", /* the same, for the route's deadline */
+        "--log-level", "warn",
+        NULL}, logp);
     if (!b_wait_healthy(reg_pid, reg_port, 30)) {
         b_note("place: registry not healthy within 30 s (log: %s)", logp);
         goto out;
@@ -577,21 +570,15 @@ main(void)
      * node reaches the snapshots by its NodeState event */
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-sim", build);
     snprintf(simlog, sizeof(simlog), "%s/sim-admin.log", stack);
-    n = 0;
-    argv[n++] = bin;
-    argv[n++] = "--sites";
-    argv[n++] = sites;
-    argv[n++] = "--hub-pools";
-    argv[n++] = "0";
-    argv[n++] = "--admin-only";
-    argv[n++] = "1";
-    argv[n++] = "--http-port";
-    argv[n++] = "0";
-    argv[n++] = "--log-level";
-    argv[n++] = "error";
-    argv[n] = NULL;
     t0 = b_now();
-    sim_pid = b_spawn((char *const *)argv, simlog);
+    sim_pid = spawn((const char *const[]){
+        bin,
+        "--sites", sites,
+        "--hub-pools", "0",
+        "--admin-only", "1",
+        "--http-port", "0",
+        "--log-level", "error",
+        NULL}, simlog);
     while (waitpid(sim_pid, NULL, WNOHANG) != sim_pid && b_now() - t0 < 90)
         usleep(100000);
     if (b_now() - t0 >= 90 || !log_has(simlog, "inventory in registry", line, sizeof(line))) {
@@ -613,25 +600,17 @@ main(void)
     }
     b_note("place: both schedulers loaded the inventory after %.1f s", b_now() - t0);
     snprintf(simlog, sizeof(simlog), "%s/sim.log", stack);
-    n = 0;
-    argv[n++] = bin;
-    argv[n++] = "--sites";
-    argv[n++] = sites;
-    argv[n++] = "--hub-pools";
-    argv[n++] = "0";
-    argv[n++] = "--admin";
-    argv[n++] = "0";
-    argv[n++] = "--heartbeat-ms";
-    argv[n++] = "600000";
-    argv[n++] = "--spread-ms";
-    argv[n++] = spread;
-    argv[n++] = "--http-port";
-    argv[n++] = "0";
-    argv[n++] = "--log-level";               /* its log is polled for one line */
-    argv[n++] = "error";
-    argv[n] = NULL;
     t0 = b_now();
-    sim_pid = b_spawn((char *const *)argv, simlog);
+    sim_pid = spawn((const char *const[]){
+        bin,
+        "--sites", sites,
+        "--hub-pools", "0",
+        "--admin", "0",
+        "--heartbeat-ms", "600000",
+        "--spread-ms", spread,
+        "--http-port", "0",
+        "--log-level", "error", /* its log is polled for one line */
+        NULL}, simlog);
     for (double next_note = b_now() + 15;
          !log_has(simlog, "registered ", line, sizeof(line)) && b_now() - t0 < REGISTER_MAX_S;
          usleep(200000)) {

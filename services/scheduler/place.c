@@ -343,7 +343,8 @@ static int node_eval(const place_job *j, int32_t ni, node_view *v)
     if (j->bound && v->lat_ms > j->bound) return R_(LATENCY);
     if (n->claimed && !j->p->claimant && !j->p->ignore_free) return R_(RESERVED);
     uint64_t usable = j->p->ignore_free ? n->all_mask
-                                        : n->free_mask | evictable(s, n, j->p->evict_below);
+                                        : n->free_mask | evictable(s, n, j->p->evict_below) |
+                                              snap_held_for(s, n, j->p->heir);
     v->avail = v->fit & usable;
     if (pop(v->avail) < j->g) return R_(RESERVED);
     return -1;
@@ -647,7 +648,7 @@ static pick choose_index(const place_job *j, const geo_box *box)
     if (!j->any_model) consider(&b, PLACE_IX_MODEL, model_size(j), 0);
     int32_t vc = vram_class_of(j->min_vram);
     if (j->min_vram) consider(&b, PLACE_IX_VRAM, range_size(s->by_vram, vc, SNAP_VRAM_CLASSES - 1), vc);
-    if (!j->p->ignore_free && !j->p->evict_below && j->g <= SNAP_NODE_GPUS)
+    if (!j->p->ignore_free && !j->p->evict_below && !j->p->heir_walk && j->g <= SNAP_NODE_GPUS)
         consider(&b, PLACE_IX_FREE, range_size(s->by_free, (int32_t)j->g, SNAP_NODE_GPUS),
                  (int32_t)j->g);
     return b;

@@ -135,6 +135,12 @@ typedef struct place_params {
      * when it can and still lands there when nothing else fits. */
     const char (*avoid)[SNAP_ID_LEN];
     uint32_t navoid;
+    /* The job's id: GPUs held for it (a preemption it made handed them
+     * over, snap_handover) count as free.  heir_walk: it may hold some now
+     * (its preemption runs), so the walk does not use the free-count index,
+     * which files a node by its GPUs free to everyone. */
+    const char *heir;
+    bool heir_walk;
 } place_params;
 
 typedef struct place_score {

@@ -22,7 +22,10 @@
  *      the attempt is live any more its job goes back to pending,
  *      resuming from its checkpoint (jobs.progress_ms is sent as
  *      resume_ms); a preempted attempt is not charged against
- *      max_attempts.
+ *      max_attempts.  The GPUs are not freed but handed over: held in
+ *      Redis for the preemptor (reserve.h), so another instance cannot
+ *      give them to the requeued victim or other lower-priority work
+ *      first; the hold lapses if the preemptor goes elsewhere.
  * The preemptor is then placed by the normal pass when the GPUs free (it
  * is first in order: it has the higher priority). */
 #include <ev.h>
@@ -83,7 +86,8 @@ static const char end_attempt_sql[] =
     "WHERE job_id = $1 AND attempt = $2::int AND node = $4 AND preempted_by IS NOT NULL\n"
     "  AND state IN ('reserved','starting','running')";
 static const char end_nodes_sql[] =
-    "SELECT site, node FROM attempts WHERE job_id = $1 AND attempt = $2::int AND node = $3";
+    "SELECT site, node, preempted_by FROM attempts\n"
+    "WHERE job_id = $1 AND attempt = $2::int AND node = $3";
 /* the job goes back only when the last node of the attempt ended: a rank
  * still live means the attempt still runs (the job row lock above orders
  * the ends of its nodes, from any instance) */
@@ -115,8 +119,12 @@ ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
     }
     for (int i = 0; i < PQntuples(res[2]) && n < PLACE_MAX_NODES; i++)
         snprintf(nodes[n++], sizeof(nodes[0]), "%s", PQgetvalue(res[2], i, 1));
-    if (n > 0)    /* this node only; fenced by (job, attempt): idempotent */
-        sched_release(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n);
+    /* this node only; fenced by (job, attempt): idempotent.  Its GPUs are
+     * held for the preemptor (reserve.h): with two instances, the other
+     * one placed the requeued victim on them first (priority inversion) */
+    if (n > 0)
+        sched_release_to(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n,
+                         PQgetisnull(res[2], 0, 2) ? NULL : PQgetvalue(res[2], 0, 2));
     sched_event_rows(c->s, NULL, res[3]);
     if (PQntuples(res[3]) > 0)
         GP_INFO("job_requeued_after_preemption", "job=%s attempt=%u", c->job, c->attempt);

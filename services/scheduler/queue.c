@@ -657,6 +657,8 @@ place_one(sched_queue *q)
     q->pp.claimant = strcmp(q->held, qj->job.id) == 0;
     q->pp.avoid = (const char (*)[SNAP_ID_LEN])qj->avoid;
     q->pp.navoid = qj->navoid;
+    q->pp.heir = qj->job.id;              /* GPUs its preemption handed it */
+    q->pp.heir_walk = qj->preempting;
     q->attempt = qj->job.attempts_made + 1;
     q->choice = 0;
     if (snap_tenant_find(&q->s->snap, qj->job.tenant) < 0)

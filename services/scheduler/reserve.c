@@ -215,21 +215,22 @@ check_nodes(const sched_res_node *nodes, size_t n, bool release)
 }
 
 /* Book: KEYS index, (res, live) per node; ARGV holder, (node, gpus) per node.
- * Release: KEYS index, res per node; ARGV the same. */
+ * Release: KEYS index, res per node; ARGV the same, then the heir ("" none). */
 static gp_err
 send_call(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
-          const sched_res_node *nodes, size_t n, bool release, sched_res_cb *cb, void *arg)
+          const sched_res_node *nodes, size_t n, bool release, const char *heir,
+          sched_res_cb *cb, void *arg)
 {
     char        keybuf[1 + 2 * SCHED_RES_MAX_NODES][SCHED_RES_KEY_LEN];
     char        gpubuf[SCHED_RES_MAX_NODES][3 * (SCHED_RES_MAX_GPU + 1) + 1];
-    const char *keys[1 + 2 * SCHED_RES_MAX_NODES], *args[1 + 2 * SCHED_RES_MAX_NODES];
+    const char *keys[1 + 2 * SCHED_RES_MAX_NODES], *args[2 + 2 * SCHED_RES_MAX_NODES];
     unsigned    shard;
     int         nk = 1, na = 1;
     gp_err      e;
     call       *c;
 
     if (site == NULL || job == NULL || !gp_id_ok(site) || !gp_id_ok(job) ||
-        (e = check_nodes(nodes, n, release)) != GP_EOK)
+        (heir != NULL && !gp_id_ok(heir)) || (e = check_nodes(nodes, n, release)) != GP_EOK)
         return GP_EINVAL;
     if ((c = calloc(1, sizeof(*c))) == NULL)
         return GP_ENOMEM;
@@ -253,6 +254,8 @@ send_call(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
         args[na++] = nodes[i].node;
         args[na++] = gpubuf[i];
     }
+    if (release)
+        args[na++] = heir != NULL ? heir : "";
     e = gp_kvscript_call(release ? &r->release : &r->book, r->kv, call_done, c, nk, keys, na, args,
                          NULL);
     if (e != GP_EOK)
@@ -264,14 +267,24 @@ gp_err
 sched_reserve_book(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
                    const sched_res_node *nodes, size_t n, sched_res_cb *cb, void *arg)
 {
-    return send_call(r, site, job, attempt, nodes, n, false, cb, arg);
+    return send_call(r, site, job, attempt, nodes, n, false, NULL, cb, arg);
 }
 
 gp_err
 sched_reserve_release(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
                       const sched_res_node *nodes, size_t n, sched_res_cb *cb, void *arg)
 {
-    return send_call(r, site, job, attempt, nodes, n, true, cb, arg);
+    return send_call(r, site, job, attempt, nodes, n, true, NULL, cb, arg);
+}
+
+gp_err
+sched_reserve_handover(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
+                       const sched_res_node *nodes, size_t n, const char *heir,
+                       sched_res_cb *cb, void *arg)
+{
+    if (heir == NULL)
+        return GP_EINVAL;
+    return send_call(r, site, job, attempt, nodes, n, true, heir, cb, arg);
 }
 
 /* ---- reading ------------------------------------------------------------------------- */

@@ -23,6 +23,11 @@
  *   - Release: removes only fields whose value is that (job, attempt)'s, so
  *     attempt 1 can never free attempt 2's GPUs (the attempt number is the
  *     fencing token); idempotent.
+ *   - Hand over (a preempted attempt's release): each GPU freed is held
+ *     for the preemptor ("<job>:0:<ms>"); the book script lets only that
+ *     job book it until the hold is SCHED_RES_HOLD_MS old, and a booking
+ *     of that job frees the node's other GPUs held for it.  The reconcile
+ *     removes a hold past its grace like any reservation no attempt backs.
  *   - Reconcile, against PostgreSQL's live attempts (the caller reads them;
  *     this module never reads PostgreSQL): (a) a reservation no live
  *     attempt backs is removed once it is older than a grace period on
@@ -149,6 +154,14 @@ gp_err sched_reserve_book(sched_reserve *r, const char *site, const char *job, u
 gp_err sched_reserve_release(sched_reserve *r, const char *site, const char *job,
                              uint32_t attempt, const sched_res_node *nodes, size_t n,
                              sched_res_cb *cb, void *arg);
+/* Release, but hold every GPU freed for heir's next attempt (attempt 0 in
+ * Redis, "<heir>:0:<ms>"): only heir may book it, for SCHED_RES_HOLD_MS
+ * (reserve_scripts.h).  A preempted attempt's GPUs go to its preemptor so
+ * no instance gives them to lower-priority work first; result.gpus = the
+ * GPUs handed over. */
+gp_err sched_reserve_handover(sched_reserve *r, const char *site, const char *job,
+                              uint32_t attempt, const sched_res_node *nodes, size_t n,
+                              const char *heir, sched_res_cb *cb, void *arg);
 /* The reservations of one node (to refresh a free-GPU mask after BUSY). */
 gp_err sched_reserve_read(sched_reserve *r, const char *site, const char *node,
                           sched_res_read_cb *cb, void *arg);

@@ -52,6 +52,25 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
 #define SCHED_RES_LUA_HOLDER_OF                                                             \
     "local function holder_of(v) return (string.match(v, '^(.*):%d+$')) end\n"
 
+/* A hold: the GPUs a preempted attempt gave back, kept for its preemptor
+ * "<job>:0:<ms>" (attempt 0 is never an attempt: attempts count from 1).
+ * Only that job may book a held GPU, until SCHED_RES_HOLD_MS after the
+ * hold on Redis's clock; then it is free to anyone.  Without it another
+ * instance placed the requeued lower-priority victim on the freed GPUs
+ * before the preemptor's instance saw them free (sched_place_test part 5
+ * with two instances). */
+#define SCHED_RES_HOLD_MS     20000
+#define SCHED_RES_HOLD_MS_LUA "20000"
+
+/* true when v is a hold ("<job>:0:<ms>") that 'job' may take: its own, or
+ * one past SCHED_RES_HOLD_MS (needs 'now'). */
+#define SCHED_RES_LUA_TAKES_HOLD                                                            \
+    "local function takes_hold(v, job)\n"                                                   \
+    "  local j, ms = string.match(v, '^(.*):0:(%d+)$')\n"                                   \
+    "  if not j then return false end\n"                                                   \
+    "  return j == job or now - tonumber(ms) >= " SCHED_RES_HOLD_MS_LUA "\n"               \
+    "end\n"
+
 /* Book GPUs of one or more nodes of one site, all or nothing.
  * KEYS[1] the shard's index; then per node i: KEYS[2i] its reservations,
  * KEYS[2i+1] its live hash.  ARGV[1] holder "<job>:<attempt>"; per node i:
@@ -59,13 +78,18 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
  * Every check comes before any write, so a refusal writes nothing:
  *   {'unhealthy', node, state}  live hash without 'reg' ("unregistered")
  *                               or a state other than healthy
- *   {'busy', node, gpu, value}  a GPU held by another holder
+ *   {'busy', node, gpu, value}  a GPU held by another holder (or held for
+ *                               another job's preemption, unexpired)
  *   {'ok', n}                   booked; n = GPUs newly booked (0: all were
- *                               already this holder's, an idempotent retry) */
+ *                               already this holder's, an idempotent retry)
+ * A job that books a GPU held for it takes it, and the node's other GPUs
+ * held for it are freed (it needs them no more). */
 static const char sched_res_book_lua[] =
     SCHED_RES_LUA_NOW
     SCHED_RES_LUA_HOLDER_OF
+    SCHED_RES_LUA_TAKES_HOLD
     "local holder = ARGV[1]\n"
+    "local job = string.match(holder, '^(.*):%d+$')\n"
     "local n = (#KEYS - 1) / 2\n"
     "for i = 1, n do\n"
     "  local live = redis.call('HMGET', KEYS[2 * i + 1], 'state', 'reg')\n"
@@ -73,13 +97,28 @@ static const char sched_res_book_lua[] =
     "  if live[1] ~= 'healthy' then return {'unhealthy', ARGV[2 * i], live[1] or 'unknown'} end\n"
     "  for g in string.gmatch(ARGV[2 * i + 1], '%d+') do\n"
     "    local v = redis.call('HGET', KEYS[2 * i], g)\n"
-    "    if v and holder_of(v) ~= holder then return {'busy', ARGV[2 * i], g, v} end\n"
+    "    if v and holder_of(v) ~= holder and not takes_hold(v, job) then\n"
+    "      return {'busy', ARGV[2 * i], g, v}\n"
+    "    end\n"
     "  end\n"
     "end\n"
-    "local booked = 0\n"
+    "local booked, mine = 0, job .. ':0'\n"
     "for i = 1, n do\n"
+    "  local k = KEYS[2 * i]\n"
+    "  local took = false\n"
     "  for g in string.gmatch(ARGV[2 * i + 1], '%d+') do\n"
-    "    booked = booked + redis.call('HSETNX', KEYS[2 * i], g, holder .. ':' .. nows)\n"
+    "    local v = redis.call('HGET', k, g)\n"
+    "    if not v or holder_of(v) ~= holder then\n"
+    "      took = took or (v and holder_of(v) == mine)\n"
+    "      redis.call('HSET', k, g, holder .. ':' .. nows)\n"
+    "      booked = booked + 1\n"
+    "    end\n"
+    "  end\n"
+    "  if took then\n"
+    "    local all = redis.call('HGETALL', k)\n"
+    "    for j = 1, #all, 2 do\n"
+    "      if holder_of(all[j + 1]) == mine then redis.call('HDEL', k, all[j]) end\n"
+    "    end\n"
     "  end\n"
     "  redis.call('SADD', KEYS[1], ARGV[2 * i])\n"
     "end\n"
@@ -88,11 +127,16 @@ static const char sched_res_book_lua[] =
 /* Release GPUs of one holder (fencing: a field whose value belongs to
  * another job or attempt is left alone).  KEYS[1] the shard's index, KEYS[1+i]
  * node i's reservations; ARGV[1] holder; ARGV[2i] node id, ARGV[2i+1] GPU
- * indexes ("" = every GPU this holder has on the node).  A node left with
- * no reservation leaves the index.  Returns the number of GPUs freed. */
+ * indexes ("" = every GPU this holder has on the node); the last ARGV
+ * (ARGV[2n+2]) an heir job or "": each GPU freed is held for the heir
+ * ("<heir>:0:<now>", see SCHED_RES_HOLD_MS) instead of freed -- a
+ * preempted attempt hands its GPUs to its preemptor.  A node left with no
+ * reservation leaves the index.  Returns the number of GPUs freed. */
 static const char sched_res_release_lua[] =
+    SCHED_RES_LUA_NOW
     SCHED_RES_LUA_HOLDER_OF
     "local holder = ARGV[1]\n"
+    "local heir = ARGV[2 * (#KEYS - 1) + 2] or ''\n"
     "local freed = 0\n"
     "for i = 1, #KEYS - 1 do\n"
     "  local k = KEYS[1 + i]\n"
@@ -106,7 +150,12 @@ static const char sched_res_release_lua[] =
     "  for _, g in ipairs(gpus) do\n"
     "    local v = redis.call('HGET', k, g)\n"
     "    if v and holder_of(v) == holder then\n"
-    "      freed = freed + redis.call('HDEL', k, g)\n"
+    "      if heir ~= '' then\n"
+    "        redis.call('HSET', k, g, heir .. ':0:' .. nows)\n"
+    "        freed = freed + 1\n"
+    "      else\n"
+    "        freed = freed + redis.call('HDEL', k, g)\n"
+    "      end\n"
     "    end\n"
     "  end\n"
     "  if redis.call('EXISTS', k) == 0 then redis.call('SREM', KEYS[1], ARGV[2 * i]) end\n"
@@ -144,7 +193,8 @@ static const char sched_res_orphans_lua[] =
  * index, KEYS[1+i] the reservations of entry i's node; per entry i:
  * ARGV[3i-2] node, ARGV[3i-1] GPU, ARGV[3i] holder.  A free GPU is booked
  * for its holder as of now; one held by the same holder is left as it is;
- * one held by another is never overwritten and is reported.
+ * one held for a preemptor (a hold, attempt 0) is taken: the truth wins;
+ * one held by another attempt is never overwritten and is reported.
  * Returns {rebuilt, node, gpu, value, node, gpu, value...} (the conflicts). */
 static const char sched_res_rebuild_lua[] =
     SCHED_RES_LUA_NOW
@@ -156,6 +206,9 @@ static const char sched_res_rebuild_lua[] =
     "  if not v then\n"
     "    redis.call('HSET', k, g, holder .. ':' .. nows)\n"
     "    redis.call('SADD', KEYS[1], node)\n"
+    "    out[1] = out[1] + 1\n"
+    "  elseif string.match(v, ':0:%d+$') then\n"   /* a hold: the truth wins */
+    "    redis.call('HSET', k, g, holder .. ':' .. nows)\n"
     "    out[1] = out[1] + 1\n"
     "  elseif holder_of(v) ~= holder then\n"
     "    out[#out + 1] = node\n"

@@ -209,6 +209,10 @@ void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */
 /* Releases an attempt's GPUs (Redis and snapshot) on every node given. */
 void   sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
                      char (*node)[GP_MAX_ID + 1], uint32_t n);
+/* The same, but the GPUs are held for heir (a preempted attempt's
+ * preemptor: reserve.h's hand-over) rather than freed; heir NULL: release. */
+void   sched_release_to(sched *s, const char *site, const char *job, uint32_t attempt,
+                        char (*node)[GP_MAX_ID + 1], uint32_t n, const char *heir);
 /* A signal to an attempt on a node; cb may be NULL. */
 typedef void sched_signal_cb(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg);
 void   sched_signal(sched *s, const char *site, const char *node, const char *job,

@@ -538,7 +538,11 @@ static void node_refree(snap *s, int32_t ni)
 {
     snap_node *n = &s->node[ni];
     uint64_t held = 0;
-    for (int32_t h = n->holds; h != SNAP_NONE; h = s->hold[h].next) held |= s->hold[h].mask;
+    n->heir_holds = 0;
+    for (int32_t h = n->holds; h != SNAP_NONE; h = s->hold[h].next) {
+        held |= s->hold[h].mask;
+        n->heir_holds += s->hold[h].attempt == SNAP_HEIR_ATTEMPT;
+    }
     n->free_mask = n->all_mask & ~held;
     node_relink(s, ni, SNAP_IX_FREE, (int32_t)popcount64(n->free_mask));
 }
@@ -694,10 +698,27 @@ int snap_node_fault(snap *s, const char *id, uint64_t now_ms)
 
 /* ---- bookings --------------------------------------------------------------- */
 
+static int32_t *hold_find(snap *s, int32_t ni, const char *job, uint32_t attempt);
+
+/* A job's booking takes what was held for it on the node (reserve.h: the
+ * book script frees the node's other GPUs held for it too). */
+static void drop_heir_holds(snap *s, int32_t ni, const char *job)
+{
+    int32_t *p;
+    if (!s->node[ni].heir_holds) return;
+    while ((p = hold_find(s, ni, job, SNAP_HEIR_ATTEMPT)) != NULL) {
+        int32_t h = *p;
+        *p = s->hold[h].next;
+        hold_release(s, h);
+    }
+    node_refree(s, ni);
+}
+
 int snap_book(snap *s, const char *node, uint64_t mask, const char *job,
               uint32_t attempt, int32_t priority, bool interruptible)
 {
     int32_t ni = map_get(&s->node_ix, node);
+    if (ni != SNAP_NONE && attempt != SNAP_HEIR_ATTEMPT) drop_heir_holds(s, ni, job);
     if (ni == SNAP_NONE || !mask || (mask & ~s->node[ni].free_mask)) return -1;
     int32_t h;
     if (s->hold_free != SNAP_NONE) {
@@ -738,6 +759,37 @@ int snap_unbook(snap *s, const char *node, const char *job, uint32_t attempt)
     hold_release(s, h);
     node_refree(s, ni);
     return 0;
+}
+
+int snap_handover(snap *s, const char *node, const char *job, uint32_t attempt,
+                  const char *heir)
+{
+    int32_t ni = map_get(&s->node_ix, node);
+    int n = 0;
+    int32_t *p;
+    if (ni == SNAP_NONE || attempt == SNAP_HEIR_ATTEMPT) return -1;
+    while ((p = hold_find(s, ni, job, attempt)) != NULL) {
+        snap_hold *x = &s->hold[*p];
+        copy_id(x->job, heir, SNAP_ID_LEN);
+        x->attempt = SNAP_HEIR_ATTEMPT;
+        x->priority = INT32_MAX;
+        x->interruptible = false;
+        x->evicting = false;
+        n++;
+    }
+    if (!n) return -1;
+    node_refree(s, ni);
+    return 0;
+}
+
+uint64_t snap_held_for(const snap *s, const snap_node *n, const char *job)
+{
+    uint64_t m = 0;
+    if (!n->heir_holds || !job) return 0;
+    for (int32_t h = n->holds; h != SNAP_NONE; h = s->hold[h].next)
+        if (s->hold[h].attempt == SNAP_HEIR_ATTEMPT && !strcmp(s->hold[h].job, job))
+            m |= s->hold[h].mask;
+    return m;
 }
 
 int snap_mark_evicting(snap *s, const char *node, const char *job, uint32_t attempt)

@@ -47,6 +47,7 @@
 #define SNAP_MAX_NAMES   4096    /* distinct GPU models, distinct regions */
 #define SNAP_MODEL_MIXED 0       /* model id of a node with mixed or no GPUs */
 #define SNAP_NONE        (-1)
+#define SNAP_HEIR_ATTEMPT 0      /* a hold for a preemptor, not an attempt */
 
 /* Node states (same numbers as MSG_NODE_STATE_*). */
 enum { SNAP_UNKNOWN = 0, SNAP_HEALTHY = 1, SNAP_STALE = 2, SNAP_DRAINING = 3,
@@ -125,6 +126,7 @@ typedef struct snap_node {
     bool cordoned;
     bool claimed;                 /* fair.h hold: kept for the held job */
     int32_t holds;                /* first hold, SNAP_NONE */
+    uint32_t heir_holds;          /* holds of attempt SNAP_HEIR_ATTEMPT */
     uint32_t fail_milli;          /* failures x 1000 at fail_at_ms */
     uint64_t fail_at_ms;          /* monotonic */
     int32_t temp_c;               /* hottest GPU; INT32_MIN: unknown */
@@ -194,6 +196,13 @@ int snap_book(snap *s, const char *node, uint64_t mask, const char *job,
               uint32_t attempt, int32_t priority, bool interruptible);
 int snap_unbook(snap *s, const char *node, const char *job, uint32_t attempt);
 int snap_mark_evicting(snap *s, const char *node, const char *job, uint32_t attempt);
+/* A preempted attempt's bookings on node become holds for its preemptor
+ * (reserve.h's hand-over): attempt SNAP_HEIR_ATTEMPT, never a victim.  A
+ * booking of the heir on that node drops them (snap_book). -1: none. */
+int snap_handover(snap *s, const char *node, const char *job, uint32_t attempt,
+                  const char *heir);
+/* The GPUs of n held for job (0 when none or job NULL). */
+uint64_t snap_held_for(const snap *s, const snap_node *n, const char *job);
 
 /* Reads. */
 int32_t snap_node_find(const snap *s, const char *id);

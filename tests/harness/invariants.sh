@@ -41,6 +41,9 @@
 #      (and released after its end), so a busy scheduler shows short-lived
 #      differences: a difference is reported only if it is still there,
 #      identical, after --confirm-ms (default 1000; 0 = one look).
+#      A hold ("<job>:0:<ms>": a preempted attempt's GPUs kept for its
+#      preemptor for 20 s, reserve.h) is not a booking: it is skipped, and
+#      it keeps its node in the index like any reservation.
 #  (d) --truth FILE: the simulator's ground truth (one JSON line per ended
 #      attempt, services/sim/truth.c): truth_two_attempts (two attempt
 #      numbers of one job running at once) and truth_gpu_shared (one GPU of
@@ -245,6 +248,8 @@ def read_redis(r):
         for j in range(0, len(kv), 2):
             v = kv[j + 1]
             holder = v.rsplit(":", 1)[0] if v.count(":") >= 2 else v
+            if holder.endswith(":0"):    # a hold for a preemptor, not a booking
+                continue
             res[(node, int(kv[j]))] = holder
     index = {}
     for sh in set(shard_of.values()):

@@ -363,6 +363,63 @@ test_release_fencing(void)
     T_OKM(r.status == SCHED_RES_OK && r.gpus == 0, "releasing again is OK (idempotent)");
 }
 
+/* A preempted attempt's GPUs handed over to its preemptor: held for it
+ * alone, taken by its booking (which frees the node's rest of the hold),
+ * free to anyone once the hold is SCHED_RES_HOLD_MS old; a rebuild from
+ * the truth overrides a hold.  Through r2 (no metrics: test_metrics
+ * counts r1's calls). */
+static sched_res_result
+handover(const char *site, const char *job, uint32_t att, const sched_res_node *n, size_t nn,
+         const char *heir)
+{
+    res_wait w = {0};
+
+    w.res.status = SCHED_RES_ERROR;
+    w.res.err = sched_reserve_handover(r2, site, job, att, n, nn, heir, res_cb, &w);
+    if (w.res.err == GP_EOK)
+        tl_run_until(loop, &w.done, 10);
+    return w.res;
+}
+
+static void
+test_handover(void)
+{
+    const char      *s = "hold-site";
+    sched_res_node   v[1] = {{"hold-n1", M(0, 1, 2)}}, all[1] = {{"hold-n1", 0}};
+    sched_res_node   g0[1] = {{"hold-n1", M(0)}}, g2[1] = {{"hold-n1", M(2)}};
+    sched_res_result r;
+    char             key[SCHED_RES_KEY_LEN];
+
+    live_node(s, "hold-n1", "healthy", true);
+    r = book(r2, s, "victim", 4, v, 1);
+    T_OKM(r.status == SCHED_RES_OK && r.gpus == 3, "the victim holds GPUs 0-2");
+    T_EQ_INT(sched_reserve_handover(r2, s, "victim", 4, all, 1, "bad id!", res_cb, NULL),
+             GP_EINVAL);
+    r = handover(s, "victim", 4, all, 1, "pre");
+    T_OKM(r.status == SCHED_RES_OK && r.gpus == 3, "3 GPUs handed over (%u)", r.gpus);
+    T_OKM(strncmp(field(s, "hold-n1", 1), "pre:0:", 6) == 0, "GPU 1 held for pre: %s",
+          field(s, "hold-n1", 1));
+    T_OKM(indexed(s, "hold-n1"), "a held node stays in the index");
+    r = book(r2, s, "victim", 5, g0, 1);
+    T_OKM(r.status == SCHED_RES_BUSY && strcmp(r.holder_job, "pre") == 0 &&
+              r.holder_attempt == 0, "the requeued victim cannot take a held GPU");
+    r = book(r2, s, "pre", 1, g0, 1);
+    T_OKM(r.status == SCHED_RES_OK && r.gpus == 1, "the preemptor takes GPU 0");
+    T_OKM(hlen(s, "hold-n1") == 1, "its booking freed the rest of the hold (%lld fields)",
+          hlen(s, "hold-n1"));
+    r = book(r2, s, "victim", 5, g2, 1);
+    T_OKM(r.status == SCHED_RES_OK, "so the victim gets GPU 2");
+    /* an old hold: free to anyone */
+    sched_res_key(key, gp_shard_of(s), "hold-n1");
+    kvs("HSET %s 3 other:0:%llu", key, (unsigned long long)(redis_ms() - SCHED_RES_HOLD_MS - 1));
+    r = book(r2, s, "late", 1, (sched_res_node[]){{"hold-n1", M(3)}}, 1);
+    T_OKM(r.status == SCHED_RES_OK, "a hold past SCHED_RES_HOLD_MS is free");
+    kvs("HSET %s 4 other:0:%llu", key, (unsigned long long)redis_ms());
+    r = book(r2, s, "late", 1, (sched_res_node[]){{"hold-n1", M(4)}}, 1);
+    T_OKM(r.status == SCHED_RES_BUSY, "a fresh hold of another job is not");
+    kvs("DEL %s", key);
+}
+
 /* ---- the race ---- */
 
 #define RACE_NODES  4
@@ -713,6 +770,7 @@ main(void)
     test_idempotent();
     test_unhealthy();
     test_release_fencing();
+    test_handover();
     test_race();
     test_reconcile_grace();
     test_orphan_recheck();

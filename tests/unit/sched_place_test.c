@@ -502,6 +502,40 @@ static void test_avoid(void)
     snap_free(&s);
 }
 
+/* A preempted attempt's GPUs handed over to its preemptor (snap_handover):
+ * free to the heir only, never to other work; the heir's booking drops
+ * the hold. */
+static void test_heir_hold(void)
+{
+    snap s;
+    fleet(&s);
+    place_params p;
+    place_params_default(&p);
+    place_result r;
+    char m[1][32];
+    msg_job_spec j = job(8);
+    job_models(&j, m, "H100");
+    snprintf(j.pool, sizeof j.pool, "ber_only");
+    T_OK(snap_book(&s, "ber-1", 0xff, "victim", 3, 10, true) == 0);
+    T_OK(place(&s, "cust", &j, &p, &r) != PLACE_OK);      /* only ber-1 has 8 */
+    T_OK(snap_handover(&s, "ber-1", "victim", 3, "pre") == 0);
+    T_OK(snap_handover(&s, "ber-1", "victim", 3, "pre") < 0);   /* nothing left */
+    int32_t ni = snap_node_find(&s, "ber-1");
+    T_EQ_INT(s.node[ni].heir_holds, 1);
+    T_EQ_INT(s.node[ni].free_mask & 0xff, 0);
+    p.heir = "someone-else";
+    T_OK(place(&s, "cust", &j, &p, &r) != PLACE_OK);      /* held: not theirs */
+    p.heir = "pre";
+    p.heir_walk = true;
+    T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);
+    T_OK(!strcmp(r.choice[0].node[0], "ber-1"));
+    T_EQ_INT(r.choice[0].gpus[0], 0xff);
+    T_OK(snap_book(&s, "ber-1", 0xff, "pre", 1, 500, false) == 0);   /* takes the hold */
+    T_EQ_INT(s.node[ni].heir_holds, 0);
+    T_OK(snap_check(&s) == 0);
+    snap_free(&s);
+}
+
 static void test_multi_node(void)
 {
     snap s;
@@ -704,6 +738,7 @@ int main(void)
     test_latency_model();
     test_packing_and_scores();
     test_avoid();
+    test_heir_hold();
     test_multi_node();
     test_index_updates();
     test_bound();

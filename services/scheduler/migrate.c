@@ -287,9 +287,16 @@ static const char step3_sql[] =
     "END\n"
     "$f$;\n";
 
+/* A placed preemptor frees the holds its victims handed over (queue.c):
+ * found by preempted_by, without a scan of every attempt. */
+static const char step4_sql[] =
+    "CREATE INDEX attempts_preempted_by ON attempts (preempted_by)\n"
+    "  WHERE preempted_by IS NOT NULL";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
     {3, "attempt events, progress, max run time", step3_sql},
+    {4, "attempts by preemptor", step4_sql},
     GP_MIGRATION_END
 };

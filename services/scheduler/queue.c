@@ -26,14 +26,18 @@
  *
  * One pass at a time; the jobs of a pass are placed one after the other:
  * each waits for its Redis booking, so the snapshot the next job sees holds
- * the previous job's booking.  The PostgreSQL transaction that follows a
- * booking does not hold the pass up: up to COMMITS_MAX of them are in
- * flight while the next jobs are placed (at 100,000 nodes, waiting for each
- * commit kept a pass at ~100 placements/s behind the submits' own writes;
- * place_bench).  Nothing a commit decides is needed by the next job: the
- * booking is already in Redis and the snapshot, a failed commit gives back
- * exactly its own booking (fenced by job and attempt), and the dispatch
- * still follows its commit.  The pass ends once its commits have returned.
+ * the previous job's booking.  The PostgreSQL write that follows a booking
+ * does not hold the pass up: booked placements gather in a batch of up to
+ * BATCH_MAX, written by ONE transaction (each job fenced on its own: moved
+ * to 'starting' only if still pending with the same attempts_made and
+ * claimed by this instance); the batch is sent when full or when the pass
+ * has nothing more to place now, with up to COMMITS_MAX batches in flight.
+ * One transaction per placement (and before that, waiting for each) kept
+ * PostgreSQL busiest of all on a 2-core machine (place_bench).  Nothing a
+ * commit decides is needed by the next job: the booking is already in
+ * Redis and the snapshot, a job the write refused gives back exactly its
+ * own booking (fenced by job and attempt), and the dispatch still follows
+ * its commit.  The pass ends once its batches have returned.
  * A pass that claimed a full batch and placed at least half of it kicks
  * the next one at its end, so a backlog drains pass after pass instead of
  * one batch per place-ms. */
@@ -49,31 +53,42 @@
 #include "place.h"
 #include "scheduler.h"
 
-typedef struct qjob {
+typedef struct qjob qjob;
+struct qjob {
     msg_job job;
     bool    preempting;              /* a preemption it started still runs */
     /* nodes of its attempts that failed to start or were lost (place.h) */
     char     avoid[PLACE_MAX_AVOID][SNAP_ID_LEN];
     uint32_t navoid;
-} qjob;
+};
 
-/* PostgreSQL transactions of placements in flight at once (the pool has
- * pg-pool connections; more would only queue in gp_db). */
-#define COMMITS_MAX 8
+/* Placements per transaction, and those transactions in flight at once
+ * (the pool has pg-pool connections, shared with submits and events).
+ * One transaction per placement cost PostgreSQL most of the machine at a
+ * few hundred placements/s (place_bench); a batch costs about one. */
+#define BATCH_MAX   64
+#define COMMITS_MAX 4
 
-/* One placement's commit: what committed() needs, copied, since the pass
+/* One placement of a batch: what committed() needs, copied, since the pass
  * moves on to the next job (q->r and q->attempt are the next job's). */
 typedef struct pcommit {
-    struct sched_queue *q;
-    qjob               *qj;          /* in q->jobs: freed only at pass_end, after every commit */
+    struct qjob        *qj;          /* in q->jobs: freed only at pass_end, after every commit */
     place_choice        c;
     uint32_t            attempt;
 } pcommit;
 
+typedef struct pbatch {
+    struct sched_queue *q;
+    uint32_t            n;
+    pcommit             e[BATCH_MAX];
+} pbatch;
+
 typedef struct sched_queue {
     sched        *s;
     bool          busy, usage_busy;
-    unsigned      commits;           /* placements' transactions in flight */
+    unsigned      commits;           /* batches' transactions in flight */
+    unsigned      inflight;          /* placements booked, not yet committed or given back */
+    pbatch       *batch;             /* being filled; sent when full or the pass waits */
     bool          stalled;           /* next_job waits for a commit to return */
     bool          draining;          /* unplaced() waits for every commit to return */
     size_t        sent;              /* commits sent by this pass */
@@ -93,6 +108,7 @@ typedef struct sched_queue {
 } sched_queue;
 
 static void next_job(sched_queue *q);
+static void flush(sched_queue *q);
 static void try_choice(sched_queue *q);
 
 void
@@ -354,6 +370,7 @@ unplaced(sched_queue *q)
     /* Preemption and the hold choose among the snapshot's bookings, and a
      * victim's attempt row must exist: the commits in flight land first
      * (q->r stays this job's meanwhile; committed() calls us again). */
+    flush(q);
     if (q->commits > 0) {
         q->draining = true;
         return;
@@ -370,22 +387,38 @@ unplaced(sched_queue *q)
 
 /* ---- commit and dispatch -------------------------------------------------- */
 
+/* One transaction for a batch of placements: per job arrays $1..$15, per
+ * attempt row (a multi-node job has one per node) $16..$19.  A job is
+ * moved to 'starting' only if it is still pending with the same
+ * attempts_made (the fencing token) and claimed by this instance; its
+ * attempt rows and 'placed' event follow only for those.  The 'placed'
+ * events returned name the jobs that made it. */
 static const char commit_sql[] =
-    "WITH u AS (UPDATE jobs SET state = 'starting', attempts_made = $3::int, waiting = NULL,\n"
+    "WITH j AS (SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[],\n"
+    "    $5::float8[], $6::int[], $7::int[], $8::int[], $9::int[], $10::int[], $11::int[],\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[])\n"
+    "  AS j(id, prev, att, site, lat, sc, sl, sp, spk, sr, st, price, cur, node0, why)),\n"
+    "u AS (UPDATE jobs SET state = 'starting', attempts_made = j.att, waiting = NULL,\n"
     "    nodes_considered = NULL, reason = '', claimed_by = NULL, claim_until = NULL,\n"
-    "    updated_ms = $5::bigint, event_seq = event_seq + 1\n"
-    "  WHERE id = $1 AND state = 'pending' AND attempts_made = $2::int AND claimed_by = $19\n"
-    "  RETURNING id, event_seq),\n"
+    "    updated_ms = $20::bigint, event_seq = jobs.event_seq + 1\n"
+    "  FROM j WHERE jobs.id = j.id AND jobs.state = 'pending' AND jobs.attempts_made = j.prev\n"
+    "    AND jobs.claimed_by = $21\n"
+    "  RETURNING jobs.id, jobs.event_seq, jobs.tenant),\n"
     "a AS (INSERT INTO attempts (job_id, attempt, rank, site, node, gpus, state, created_ms,\n"
     "    latency_est_ms, score, score_latency, score_price, score_packing, score_reliability,\n"
     "    score_thermal, price_micros_per_gpu_hour, currency)\n"
-    "  SELECT u.id, $3::int, r.ord - 1, $4, r.node, string_to_array(r.g, ',')::int[],\n"
-    "    'reserved', $5::bigint, $8::float8, $9::int, $10::int, $11::int, $12::int, $13::int,\n"
-    "    $14::int, NULLIF($15, '')::bigint, NULLIF($16, '')\n"
-    "  FROM u, unnest($6::text[], $7::text[]) WITH ORDINALITY AS r(node, g, ord) RETURNING 1)\n"
+    "  SELECT u.id, j.att, r.rank, j.site, r.node, string_to_array(r.g, ',')::int[],\n"
+    "    'reserved', $20::bigint, j.lat, j.sc, j.sl, j.sp, j.spk, j.sr, j.st,\n"
+    "    NULLIF(j.price, '')::bigint, NULLIF(j.cur, '')\n"
+    "  FROM u JOIN j ON j.id = u.id\n"
+    "    JOIN unnest($16::text[], $17::int[], $18::text[], $19::text[]) AS r(id, rank, node, g)\n"
+    "      ON r.id = u.id\n"
+    "  RETURNING 1)\n"
     "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
-    "  SELECT u.id, u.event_seq, 'placed', 'starting', $3::int, $4, $17, $18, $5::bigint\n"
-    "  FROM u RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
+    "  SELECT u.id, u.event_seq, 'placed', 'starting', j.att, j.site, j.node0, j.why,\n"
+    "    $20::bigint FROM u JOIN j ON j.id = u.id\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
+    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
 
 static void
 gpus_text(uint64_t mask, char *out, size_t n)
@@ -435,46 +468,122 @@ dispatch_placed(sched_queue *q, qjob *qj, uint32_t attempt, const place_choice *
     sched_dispatch(q->s, p);
 }
 
+/* A placed preemptor needs no hold any more: the GPUs its victims handed
+ * over on nodes it did not take (a multi-node victim on a hub, placed on
+ * one node) go back now rather than after SCHED_RES_HOLD_MS.  Its booking
+ * already took the holds of the nodes it is on; a release of holder
+ * "<job>:0" frees holds only (fenced). */
+typedef struct holds_ctx {
+    sched *s;
+    char   job[GP_MAX_ID + 1];
+} holds_ctx;
+
+static void
+holds_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    holds_ctx *h = arg;
+
+    if (err != GP_EOK || nres != 1)       /* they lapse by themselves */
+        GP_WARN("hold_release_failed", "job=%s code=%s detail=\"%s\"", h->job, gp_err_name(err),
+                detail);
+    for (int i = 0; err == GP_EOK && nres == 1 && i < PQntuples(res[0]); i++) {
+        char node[1][GP_MAX_ID + 1];
+
+        snprintf(node[0], sizeof(node[0]), "%s", PQgetvalue(res[0], i, 1));
+        sched_release(h->s, PQgetvalue(res[0], i, 0), h->job, SNAP_HEIR_ATTEMPT, node, 1);
+    }
+    free(h);
+}
+
+static void
+release_holds(sched_queue *q, const qjob *qj)
+{
+    holds_ctx  *h;
+    const char *p[] = {qj->job.id};
+
+    if (!qj->preempting || (h = calloc(1, sizeof(*h))) == NULL)
+        return;
+    h->s = q->s;
+    snprintf(h->job, sizeof(h->job), "%s", qj->job.id);
+    if (gp_db_query(gp_app_db(q->s->app),
+                    "SELECT DISTINCT site, node FROM attempts WHERE preempted_by = $1", 1, p, 0,
+                    holds_read, h) != GP_EOK)
+        free(h);
+}
+
+/* One placement of a batch, succeeded. */
+static void
+placed_ok(sched_queue *q, pcommit *pc)
+{
+    qjob               *qj = pc->qj;
+    const place_choice *c = &pc->c;
+
+    sched_count(q->s->m_placements);
+    if (q->s->m_place_latency != NULL && gp_wall_ms() > qj->job.created_ms)
+        gp_hist_observe(q->s->m_place_latency, (gp_wall_ms() - qj->job.created_ms) / 1000.0);
+    GP_INFO("job_placed", "job=%s attempt=%u site=%s node=%s score=%d latency_ms=%.1f",
+            qj->job.id, pc->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
+    if (strcmp(q->held, qj->job.id) == 0)
+        unclaim(q);
+    /* Charge the tenant now (fair.h's estimate, charge_s per GPU) so
+     * the next passes see it; the next usage read replaces it with the
+     * attempts table's figures.  Without it every pass until that read
+     * (usage-ms) ordered by the same stale usage, and each GPU freed
+     * meanwhile went to the same tenant: shares swung by usage-ms worth
+     * of the fleet's turnover. */
+    fair_record(&q->s->fair, qj->job.tenant,
+                (double)q->s->fair.cfg.charge_s * (double)qj->job.spec.gpus_per_node *
+                    (double)(qj->job.spec.nodes ? qj->job.spec.nodes : 1),
+                gp_mono_ms());
+    release_holds(q, qj);
+    dispatch_placed(q, qj, pc->attempt, c);
+}
+
+static bool
+in_result(const PGresult *res, const char *job)
+{
+    for (int i = 0; res != NULL && i < PQntuples(res); i++)
+        if (strcmp(PQgetvalue(res, i, 0), job) == 0)
+            return true;
+    return false;
+}
+
+/* Each placement of the batch: done, or given back; then the batch is freed. */
+static void
+batch_done(pbatch *b, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_queue    *q = b->q;
+    const PGresult *rows = err == GP_EOK && nres == 1 ? res[0] : NULL;
+
+    if (rows == NULL)
+        GP_WARN("attempt_write_failed", "jobs=%u code=%s detail=\"%s\"", b->n, gp_err_name(err),
+                detail);
+    else
+        sched_event_rows(q->s, NULL, rows);
+    for (uint32_t i = 0; i < b->n; i++) {
+        pcommit *pc = &b->e[i];
+
+        if (in_result(rows, pc->qj->job.id)) {
+            placed_ok(q, pc);
+            continue;
+        }
+        /* not pending any more, placed by another instance, or the write
+         * failed: give back what was booked for this attempt */
+        sched_count(q->s->m_claim_lost);
+        unbook_choice(q, pc->qj->job.id, pc->attempt, &pc->c, false);
+        unbook_choice(q, pc->qj->job.id, pc->attempt, &pc->c, true);
+    }
+    q->commits--;
+    q->inflight -= b->n;
+    free(b);
+}
+
 static void
 committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    pcommit            *pc = arg;
-    sched_queue        *q = pc->q;
-    const place_choice *c = &pc->c;
-    qjob               *qj = pc->qj;
+    sched_queue *q = ((pbatch *)arg)->q;
 
-    if (err != GP_EOK || nres != 1 || PQntuples(res[0]) != 1) {
-        /* not pending any more, placed by another instance, or the write
-         * failed: give back what was booked for this attempt */
-        if (err != GP_EOK)
-            GP_WARN("attempt_write_failed", "job=%s code=%s detail=\"%s\"", qj->job.id,
-                    gp_err_name(err), detail);
-        sched_count(q->s->m_claim_lost);
-        unbook_choice(q, qj->job.id, pc->attempt, c, false);
-        unbook_choice(q, qj->job.id, pc->attempt, c, true);
-    } else {
-        sched_event_rows(q->s, qj->job.tenant, res[0]);
-        sched_count(q->s->m_placements);
-        if (q->s->m_place_latency != NULL && gp_wall_ms() > qj->job.created_ms)
-            gp_hist_observe(q->s->m_place_latency, (gp_wall_ms() - qj->job.created_ms) / 1000.0);
-        GP_INFO("job_placed", "job=%s attempt=%u site=%s node=%s score=%d latency_ms=%.1f",
-                qj->job.id, pc->attempt, c->site, c->node[0], c->score.total, c->latency_ms);
-        if (strcmp(q->held, qj->job.id) == 0)
-            unclaim(q);
-        /* Charge the tenant now (fair.h's estimate, charge_s per GPU) so
-         * the next passes see it; the next usage read replaces it with the
-         * attempts table's figures.  Without it every pass until that read
-         * (usage-ms) ordered by the same stale usage, and each GPU freed
-         * meanwhile went to the same tenant: shares swung by usage-ms worth
-         * of the fleet's turnover. */
-        fair_record(&q->s->fair, qj->job.tenant,
-                    (double)q->s->fair.cfg.charge_s * (double)qj->job.spec.gpus_per_node *
-                        (double)(qj->job.spec.nodes ? qj->job.spec.nodes : 1),
-                    gp_mono_ms());
-        dispatch_placed(q, qj, pc->attempt, c);
-    }
-    free(pc);
-    q->commits--;
+    batch_done(arg, err, res, nres, detail);
     if (q->draining) {                /* an unplaced job waits for them all */
         if (q->commits == 0) {
             q->draining = false;
@@ -486,80 +595,106 @@ committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     }
 }
 
+/* The batch's arrays: per job (15) and per attempt row (4). */
+enum { CA_ID, CA_PREV, CA_ATT, CA_SITE, CA_LAT, CA_SC, CA_SL, CA_SP, CA_SPK, CA_SR, CA_ST,
+       CA_PRICE, CA_CUR, CA_NODE0, CA_WHY, CA_RID, CA_RRANK, CA_RNODE, CA_RG, CA_N };
+
 static gp_err
-commit_params(const pcommit *pc, gp_buf *nodes, gp_buf *gpus, char v[][32])
+batch_add(gp_buf *arr, const pcommit *pc)
 {
     const place_choice *c = &pc->c;
-    char   g[64];
-    gp_err rc = gp_pgarr_begin(nodes);
+    char   v[CA_WHY + 1][128], g[200];
+    gp_err rc = GP_EOK;
 
-    if (rc == GP_EOK)
-        rc = gp_pgarr_begin(gpus);
+    snprintf(v[CA_ID], 128, "%s", pc->qj->job.id);
+    snprintf(v[CA_PREV], 128, "%u", pc->qj->job.attempts_made);
+    snprintf(v[CA_ATT], 128, "%u", pc->attempt);
+    snprintf(v[CA_SITE], 128, "%s", c->site);
+    snprintf(v[CA_LAT], 128, "%.3f", c->latency_ms);
+    snprintf(v[CA_SC], 128, "%d", c->score.total);
+    snprintf(v[CA_SL], 128, "%d", c->score.latency);
+    snprintf(v[CA_SP], 128, "%d", c->score.price);
+    snprintf(v[CA_SPK], 128, "%d", c->score.packing);
+    snprintf(v[CA_SR], 128, "%d", c->score.reliability);
+    snprintf(v[CA_ST], 128, "%d", c->score.thermal);
+    snprintf(v[CA_PRICE], 128, "%lld", c->priced ? (long long)c->price_micros : 0LL);
+    if (!c->priced)
+        v[CA_PRICE][0] = '\0';
+    snprintf(v[CA_CUR], 128, "%s", c->priced ? c->currency : "");
+    snprintf(v[CA_NODE0], 128, "%s", c->node[0]);
+    snprintf(v[CA_WHY], 128, "score %d (latency %d price %d packing %d reliability %d "
+             "thermal %d)", c->score.total, c->score.latency, c->score.price, c->score.packing,
+             c->score.reliability, c->score.thermal);
+    for (int k = 0; rc == GP_EOK && k <= CA_WHY; k++)
+        rc = gp_pgarr_add(&arr[k], v[k]);
     for (uint32_t i = 0; rc == GP_EOK && i < c->nnodes; i++) {
+        char rank[16];
+
+        snprintf(rank, sizeof(rank), "%u", i);
         gpus_text(c->gpus[i], g, sizeof(g));
-        rc = gp_pgarr_add(nodes, c->node[i]);
+        rc = gp_pgarr_add(&arr[CA_RID], pc->qj->job.id);
         if (rc == GP_EOK)
-            rc = gp_pgarr_add(gpus, g);
+            rc = gp_pgarr_add(&arr[CA_RRANK], rank);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&arr[CA_RNODE], c->node[i]);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&arr[CA_RG], g);
     }
-    if (rc == GP_EOK)
-        rc = gp_pgarr_end(nodes);
-    if (rc == GP_EOK)
-        rc = gp_pgarr_end(gpus);
-    snprintf(v[0], 32, "%u", pc->qj->job.attempts_made);
-    snprintf(v[1], 32, "%u", pc->attempt);
-    snprintf(v[2], 32, "%llu", (unsigned long long)gp_wall_ms());
-    snprintf(v[3], 32, "%.3f", c->latency_ms);
-    snprintf(v[4], 32, "%d", c->score.total);
-    snprintf(v[5], 32, "%d", c->score.latency);
-    snprintf(v[6], 32, "%d", c->score.price);
-    snprintf(v[7], 32, "%d", c->score.packing);
-    snprintf(v[8], 32, "%d", c->score.reliability);
-    snprintf(v[9], 32, "%d", c->score.thermal);
-    if (c->priced)
-        snprintf(v[10], 32, "%lld", (long long)c->price_micros);
-    else
-        v[10][0] = '\0';
     return rc;
 }
 
-/* Sends the placement's transaction and moves on to the next job; false
- * when the context could not be allocated (nothing sent). */
+/* Sends the batch being filled as one transaction (no-op when empty).
+ * Each placement of it is already booked in Redis and the snapshot. */
+static void
+flush(sched_queue *q)
+{
+    pbatch     *b = q->batch;
+    gp_buf      arr[CA_N];
+    const char *p[CA_N + 2];
+    char        now[24];
+    gp_err      rc = GP_EOK;
+
+    if (b == NULL)
+        return;
+    q->batch = NULL;
+    for (int k = 0; k < CA_N; k++) {
+        gp_buf_init(&arr[k], 64 * 1024);     /* a cap: 64 jobs x 128 bytes, quoted */
+        if (rc == GP_EOK)
+            rc = gp_pgarr_begin(&arr[k]);
+    }
+    for (uint32_t i = 0; rc == GP_EOK && i < b->n; i++)
+        rc = batch_add(arr, &b->e[i]);
+    for (int k = 0; rc == GP_EOK && k < CA_N; k++)
+        rc = gp_pgarr_end(&arr[k]);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    for (int k = 0; k < CA_N; k++)
+        p[k] = arr[k].p;
+    p[CA_N] = now;
+    p[CA_N + 1] = gp_app_instance(q->s->app);
+    q->commits++;
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(q->s->app), commit_sql, CA_N + 2, p, 0, committed, b);
+    for (int k = 0; k < CA_N; k++)
+        gp_buf_fini(&arr[k]);
+    if (rc != GP_EOK)                 /* given back; the caller goes on */
+        batch_done(b, rc, NULL, 0, "not sent");
+}
+
+/* The booked placement joins the batch being filled, and the pass moves
+ * on to the next job; a full batch is sent.  False when the batch could
+ * not be allocated (nothing added). */
 static bool
 commit(sched_queue *q)
 {
-    pcommit            *pc = malloc(sizeof(*pc));
-    const place_choice *c;
-    char                v[11][32], why[128];
-    gp_buf              nodes, gpus;
-    gp_err              rc;
-
-    if (pc == NULL)
+    if (q->batch == NULL && (q->batch = calloc(1, sizeof(*q->batch))) == NULL)
         return false;
-    *pc = (pcommit){.q = q, .qj = cur(q), .c = q->r.choice[q->choice], .attempt = q->attempt};
-    c = &pc->c;
-    q->commits++;
+    q->batch->q = q;
+    q->batch->e[q->batch->n++] =
+        (pcommit){.qj = cur(q), .c = q->r.choice[q->choice], .attempt = q->attempt};
+    q->inflight++;
     q->sent++;
-    gp_buf_init(&nodes, 4096);
-    gp_buf_init(&gpus, 4096);
-    rc = commit_params(pc, &nodes, &gpus, v);
-    snprintf(why, sizeof(why), "score %d (latency %d price %d packing %d reliability %d "
-             "thermal %d)", c->score.total, c->score.latency, c->score.price, c->score.packing,
-             c->score.reliability, c->score.thermal);
-    const char *p[] = {pc->qj->job.id, v[0], v[1], c->site, v[2], nodes.p, gpus.p, v[3], v[4],
-                       v[5], v[6], v[7], v[8], v[9], v[10], c->priced ? c->currency : "",
-                       c->node[0], why, gp_app_instance(q->s->app)};
-
-    if (rc == GP_EOK)
-        rc = gp_db_query(gp_app_db(q->s->app), commit_sql, 19, p, 0, committed, pc);
-    gp_buf_fini(&nodes);
-    gp_buf_fini(&gpus);
-    q->i++;                           /* the commit goes on without the pass */
-    if (rc != GP_EOK) {
-        q->stalled = true;            /* committed() continues the pass */
-        committed(pc, rc, NULL, 0, "not sent");
-        return true;
-    }
-    next_job(q);
+    q->i++;
+    next_job(q);                      /* sends the batch when full */
     return true;
 }
 
@@ -729,14 +864,18 @@ next_job(sched_queue *q)
 {
     /* commits in flight count against dispatch-max: each becomes a
      * dispatch when it returns */
-    if (q->i < q->n && q->s->dispatching + q->commits < q->s->cfg->dispatch_max) {
+    if (q->batch != NULL && q->batch->n == BATCH_MAX) {
         if (q->commits >= COMMITS_MAX) {
             q->stalled = true;        /* committed() calls us again */
             return;
         }
+        flush(q);
+    }
+    if (q->i < q->n && q->s->dispatching + q->inflight < q->s->cfg->dispatch_max) {
         place_one(q);
         return;
     }
+    flush(q);                         /* nothing more to place now: send what is booked */
     if (q->commits > 0) {             /* the jobs are freed at pass_end */
         q->stalled = true;
         return;

@@ -11,6 +11,7 @@
 #define GP_BENCH_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -224,6 +225,80 @@ b_rss(pid_t pid)
             break;
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
+}
+
+/* CPU seconds (user + system) of a process; 0 when it is gone.  ppid
+ * (may be NULL): its parent. */
+static inline double
+b_cpu_of2(pid_t pid, pid_t *ppid)
+{
+    char               path[64], buf[1024], *p;
+    unsigned long long ut = 0, st = 0;
+    int                pp = 0;
+    FILE              *f;
+    size_t             n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (pid <= 0 || (f = fopen(path, "r")) == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (p == NULL || sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &pp,
+                            &ut, &st) != 3)
+        return 0;
+    if (ppid != NULL)
+        *ppid = (pid_t)pp;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static inline double
+b_cpu_of(pid_t pid)
+{
+    return b_cpu_of2(pid, NULL);
+}
+
+/* CPU seconds of a process and its live children (PostgreSQL's postmaster
+ * and its backends).  A backend that exited meanwhile is not counted. */
+static inline double
+b_cpu_tree(pid_t root)
+{
+    double         sum = b_cpu_of(root);
+    DIR           *d = opendir("/proc");
+    struct dirent *e;
+
+    while (root > 0 && d != NULL && (e = readdir(d)) != NULL) {
+        pid_t  pid = (pid_t)atoi(e->d_name), pp = 0;
+        double c;
+
+        if (pid <= 0 || pid == root)
+            continue;
+        c = b_cpu_of2(pid, &pp);
+        if (pp == root)
+            sum += c;
+    }
+    if (d != NULL)
+        closedir(d);
+    return sum;
+}
+
+/* The pid in the first line of dir/name, or -1. */
+static inline pid_t
+b_pid_file(const char *dir, const char *name)
+{
+    char  path[512];
+    int   pid = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = -1;
+        fclose(f);
+    }
+    return (pid_t)pid;
 }
 
 static inline int

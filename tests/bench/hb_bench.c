@@ -277,51 +277,13 @@ typedef struct cpu_snap {
     double s[CPU_NPROC];
 } cpu_snap;
 
-static double
-cpu_of(pid_t pid)
-{
-    char               path[64], buf[1024], *p;
-    unsigned long long ut = 0, st = 0;
-    FILE              *f;
-    size_t             n;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (pid <= 0 || (f = fopen(path, "r")) == NULL)
-        return 0;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    p = strrchr(buf, ')');
-    /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                            &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static pid_t
-pid_file(const char *dir, const char *name)
-{
-    char  path[512];
-    int   pid = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if ((f = fopen(path, "r")) != NULL) {
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = -1;
-        fclose(f);
-    }
-    return (pid_t)pid;
-}
-
 static void
 cpu_take(cpu_snap *c, pid_t reg, const char *stack)
 {
-    c->s[0] = cpu_of(reg);
-    c->s[1] = cpu_of(pid_file(stack, "redis.pid"));
-    c->s[2] = cpu_of(pid_file(stack, "nats.pid"));
-    c->s[3] = cpu_of(getpid());        /* the publisher, the poller and cnats */
+    c->s[0] = b_cpu_of(reg);
+    c->s[1] = b_cpu_of(b_pid_file(stack, "redis.pid"));
+    c->s[2] = b_cpu_of(b_pid_file(stack, "nats.pid"));
+    c->s[3] = b_cpu_of(getpid());        /* the publisher, the poller and cnats */
 }
 
 /* GP_BENCH_PERF=FILE: perf record of the registry during the steady rounds. */

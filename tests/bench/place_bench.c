@@ -40,6 +40,12 @@
  *   - latency: per job, attempts.created_ms (stamped when the placement's
  *     transaction is sent) - jobs.created_ms (stamped when the submit is
  *     handled), p50 and p99 over the phase's jobs, from PostgreSQL;
+ *   - CPU per placement, per phase: user + system seconds of each process
+ *     on the path (both schedulers, PostgreSQL's postmaster and backends,
+ *     nats-server, redis-server, registry, sim, this bench) over the
+ *     phase, divided by its placements: each placement's share of its
+ *     submit, placement, dispatch and start event, so the figure says
+ *     where the machine's cores go;
  *   - checks: a job placed twice (more than one attempt) and failed starts
  *     (gp_scheduler_failed_starts_total: RunAttempts not acknowledged) are
  *     printed, both should be 0;
@@ -86,6 +92,25 @@ static gp_bus         *bus;
 static pid_t           reg_pid = -1, sim_pid = -1, sched_pid[NSCHED] = {-1, -1};
 static int             sched_port[NSCHED];
 static PGconn         *pg;
+static const char     *stack_dir;
+
+/* CPU of every process on the path, per placement: where a placement's
+ * cost goes on this machine (every process shares its 2 cores). */
+enum { CPU_SCHED, CPU_PG, CPU_NATS, CPU_REDIS, CPU_REG, CPU_SIM, CPU_BENCH, CPU_N };
+static const char *const cpu_names[CPU_N] = {"scheduler", "postgres", "nats", "redis",
+                                             "registry", "sim", "bench"};
+
+static void
+cpu_take(double *c)
+{
+    c[CPU_SCHED] = b_cpu_of(sched_pid[SA]) + b_cpu_of(sched_pid[SB]);
+    c[CPU_PG] = b_cpu_tree(b_pid_file(stack_dir, "pg/data/postmaster.pid"));
+    c[CPU_NATS] = b_cpu_of(b_pid_file(stack_dir, "nats.pid"));
+    c[CPU_REDIS] = b_cpu_of(b_pid_file(stack_dir, "redis.pid"));
+    c[CPU_REG] = b_cpu_of(reg_pid);
+    c[CPU_SIM] = b_cpu_of(sim_pid);
+    c[CPU_BENCH] = b_cpu_of(getpid());
+}
 
 /* ---- submitting ------------------------------------------------------------ */
 
@@ -101,6 +126,7 @@ typedef struct phase {
     double      p50_ms, p99_ms, max_ms;
     long long   jobs_placed, jobs_pending_end;
     double      load;             /* 1-minute load average at its start */
+    double      cpu_us[CPU_N];    /* CPU per placement, by process (cpu_names) */
 } phase;
 
 static phase   *cur;
@@ -287,14 +313,53 @@ cancel_pending(const phase *p)
     PQclear(r);
 }
 
+/* pg_stat_statements (run.sh loads it in the bench's stack): reset at a
+ * phase's start; at its end the statements that cost PostgreSQL most
+ * (planning + execution) go to the notes.  Without the module: one note. */
+static void
+pg_stats_reset(void)
+{
+    PGresult *r = PQexec(pg, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+
+    PQclear(r);
+    r = PQexec(pg, "SELECT pg_stat_statements_reset()");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        b_note("place: pg_stat_statements not loaded: %s", PQerrorMessage(pg));
+    PQclear(r);
+}
+
+static void
+pg_stats_note(const phase *p)
+{
+    PGresult *r = PQexec(pg,
+        "SELECT calls, round((total_plan_time + total_exec_time)::numeric, 0),\n"
+        "  round(total_plan_time::numeric, 0),\n"
+        "  regexp_replace(left(query, 110), '\\s+', ' ', 'g')\n"
+        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database\n"
+        "  WHERE datname = current_database())\n"
+        "ORDER BY total_plan_time + total_exec_time DESC LIMIT 10");
+
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(r); i++)
+            b_note("place: phase %s: pg %s calls, %s ms (plan %s): %s", p->name,
+                   PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3));
+    PQclear(r);
+}
+
 static void
 run_phase(phase *p)
 {
     double  t[MAX_SAMPLES], v[MAX_SAMPLES], base, t0, next_poll, submit_end, settle_end;
     int     n = 0;
     char    sql[512];
+    double  c0[CPU_N], c1[CPU_N], tot = 0;
+    char    cpus[256];
+    size_t  cl = 0;
 
     cur = p;
+    pg_stats_reset();
+    cpu_take(c0);
     inflight = 0;
     base = placed_total(p->instances);
     t0 = b_now();
@@ -331,6 +396,15 @@ run_phase(phase *p)
         usleep(200);
     }
     p->placed = n > 0 ? v[n - 1] : 0;
+    cpu_take(c1);
+    for (int k = 0; k < CPU_N; k++) {
+        p->cpu_us[k] = p->placed > 0 ? (c1[k] - c0[k]) * 1e6 / p->placed : 0;
+        tot += p->cpu_us[k];
+        cl += (size_t)snprintf(cpus + cl, sizeof(cpus) - cl, " %s %.0f", cpu_names[k],
+                               p->cpu_us[k]);
+    }
+    b_note("place: phase %s: CPU us per placement (submit, placement, dispatch, start "
+           "event):%s; total %.0f", p->name, cpus, tot);
     /* steady part: between 10 % and 90 % of the phase's placements */
     if (n > 2 && p->placed > 20) {
         int i10 = 0, i90 = n - 1;
@@ -369,6 +443,7 @@ run_phase(phase *p)
            "%lld still pending", p->name, p->sent, p->accepted, p->refused,
            p->t_last_submit - p->t_first, p->placed, p->placed_per_s, p->steady_s, p->p50_ms,
            p->p99_ms, p->max_ms, p->jobs_pending_end);
+    pg_stats_note(p);
     cancel_pending(p);
 }
 
@@ -391,6 +466,12 @@ phase_kv(const phase *p)
     KV("max_ms", p->max_ms);
     KV("pending_end", (double)p->jobs_pending_end);
     KV("loadavg", p->load);
+    for (int i = 0; i < CPU_N; i++) {
+        char name[48];
+
+        snprintf(name, sizeof(name), "cpu_us_%s", cpu_names[i]);
+        KV(name, (double)(long long)p->cpu_us[i]);
+    }
 #undef KV
 }
 
@@ -529,6 +610,7 @@ main(void)
     bool          match = false, reg_done = false;
     char          sites[16], spread[16];
     int           nsites = SITES;
+    stack_dir = stack;
 
     /* a smaller fleet where the machine cannot register 100,000 nodes in
      * REGISTER_MAX_S (the figures then say how many: place_nodes) */

@@ -80,7 +80,7 @@ run_bench codec 60
 run_bench pub 30
 
 export GP_PG_TEMPLATE=$build/pg-template
-"$harness/stack.sh" start "$dir" >&2 || { echo "bench: the private stack did not start" >&2; exit 1; }
+GP_STACK_PG_STATS=1 "$harness/stack.sh" start "$dir" >&2 || { echo "bench: the private stack did not start" >&2; exit 1; }
 set -a
 # shellcheck disable=SC1091
 . "$dir/gp.env"
@@ -161,6 +161,11 @@ echo "         one instance:  $(num place_one_per_s)/s, p50 $(num place_one_p50_
 echo "         half rate ($(num place_half_rate)/s): p50 $(num place_half_p50_ms 1) ms p99" \
      "$(num place_half_p99_ms 1) ms; failed starts $(num place_failed_starts), placed twice" \
      "$(num place_placed_twice), book script same as the copy: $(num place_script_match)"
+echo "         CPU us per placement, one instance (its submit, placement, dispatch, start event):"
+echo "           scheduler $(num place_one_cpu_us_scheduler) postgres $(num place_one_cpu_us_postgres)" \
+     "nats $(num place_one_cpu_us_nats) redis $(num place_one_cpu_us_redis)" \
+     "registry $(num place_one_cpu_us_registry) sim $(num place_one_cpu_us_sim)" \
+     "bench $(num place_one_cpu_us_bench)"
 echo
 echo "figures: $out   notes: $logs/"
 exit $status

@@ -41,9 +41,14 @@ start_redis() {
     wait_port "$REDIS_PORT" 10
 }
 
+# GP_STACK_PG_STATS=1 (the benchmarks): pg_stat_statements loaded, with
+# planning time, so a bench can say which statements cost PostgreSQL most.
 start_pg() {
+    local stats=
+    [ "${GP_STACK_PG_STATS:-0}" = 1 ] &&
+        stats="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
     as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/pg.log" -w -t 30 \
-        -o "-k $dir/pg -p $PG_PORT -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        -o "-k $dir/pg -p $PG_PORT -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 $stats" \
         start >/dev/null
 }
 

@@ -9,12 +9,15 @@
  * does not race the handler's own publish), and the stream's duplicate
  * window stores a message published twice only once.  Integrators who
  * still see one twice (past the window) can tell by job_id and seq. */
+#include <ev.h>
 #include <libpq-fe.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -53,17 +56,96 @@ typedef struct pub {
     char   seq[24];
 } pub;
 
+/* Published rows are marked in batches: one UPDATE for up to MARK_BATCH
+ * rows, sent MARK_DELAY_S after the first or when full.  One UPDATE per
+ * event was three of the statements PostgreSQL ran for every job
+ * (submitted, placed, started), each its own round trip (place_bench).
+ * A mark lost (a crash, a failed write) only makes the outbox publish the
+ * event again: a duplicate the stream's window drops. */
+#define MARK_BATCH   256
+#define MARK_DELAY_S 0.005
+
+static struct marks {
+    sched    *s;
+    ev_timer  timer;
+    bool      armed;
+    unsigned  n;
+    char      job[MARK_BATCH][GP_MAX_ID + 1];
+    uint64_t  seq[MARK_BATCH];
+} mk;
+
 static void
 marked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    pub *p = arg;
+    (void)res, (void)nres;
+    if (err != GP_EOK)   /* the outbox will publish them again: duplicates the stream drops */
+        GP_WARN("job_event_mark_failed", "events=%u code=%s detail=\"%s\"",
+                (unsigned)(uintptr_t)arg, gp_err_name(err), detail);
+}
 
-    (void)res;
-    (void)nres;
-    if (err != GP_EOK)   /* the outbox will publish it again: a duplicate the stream drops */
-        GP_WARN("job_event_mark_failed", "job=%s seq=%s code=%s detail=\"%s\"", p->job_id,
-                p->seq, gp_err_name(err), detail);
-    free(p);
+static void
+marks_flush(void)
+{
+    gp_buf jobs, seqs;
+    char   seq[24];
+    gp_err rc;
+
+    if (mk.armed)
+        ev_timer_stop(gp_app_loop(mk.s->app), &mk.timer);
+    mk.armed = false;
+    if (mk.n == 0)
+        return;
+    gp_buf_init(&jobs, MARK_BATCH * (GP_MAX_ID + 4) + 8);
+    gp_buf_init(&seqs, MARK_BATCH * 24 + 8);
+    rc = gp_pgarr_begin(&jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_begin(&seqs);
+    for (unsigned i = 0; rc == GP_EOK && i < mk.n; i++) {
+        snprintf(seq, sizeof(seq), "%llu", (unsigned long long)mk.seq[i]);
+        rc = gp_pgarr_add(&jobs, mk.job[i]);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&seqs, seq);
+    }
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&jobs);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_end(&seqs);
+    const char *params[] = {jobs.p, seqs.p};
+
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(mk.s->app),
+                         "UPDATE job_events e SET published = true\n"
+                         "FROM unnest($1::text[], $2::bigint[]) AS m(job, seq)\n"
+                         "WHERE e.job_id = m.job AND e.seq = m.seq AND NOT e.published",
+                         2, params, 0, marked, (void *)(uintptr_t)mk.n);
+    if (rc != GP_EOK)
+        marked((void *)(uintptr_t)mk.n, rc, NULL, 0, "not queued");
+    gp_buf_fini(&jobs);
+    gp_buf_fini(&seqs);
+    mk.n = 0;
+}
+
+static void
+marks_due(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop, (void)w, (void)revents;
+    mk.armed = false;
+    marks_flush();
+}
+
+static void
+mark_add(sched *s, const char *job, uint64_t seq)
+{
+    mk.s = s;
+    if (mk.n == MARK_BATCH)
+        marks_flush();
+    snprintf(mk.job[mk.n], sizeof(mk.job[0]), "%s", job);
+    mk.seq[mk.n++] = seq;
+    if (!mk.armed) {
+        ev_timer_init(&mk.timer, marks_due, MARK_DELAY_S, 0);
+        ev_timer_start(gp_app_loop(s->app), &mk.timer);
+        mk.armed = true;
+    }
 }
 
 static void
@@ -76,8 +158,7 @@ outbox_release(pub *p)
 static void
 published(void *arg, gp_err err)
 {
-    pub        *p = arg;
-    const char *params[] = {p->job_id, p->seq};
+    pub *p = arg;
 
     outbox_release(p);
     if (err != GP_EOK) {
@@ -88,10 +169,8 @@ published(void *arg, gp_err err)
         return;
     }
     sched_count(p->s->m_events_published);
-    if (gp_db_query(gp_app_db(p->s->app),
-                    "UPDATE job_events SET published = true WHERE job_id = $1 AND seq = $2::bigint",
-                    2, params, 0, marked, p) != GP_EOK)
-        marked(p, GP_EUNAVAIL, NULL, 0, "not queued");
+    mark_add(p->s, p->job_id, strtoull(p->seq, NULL, 10));
+    free(p);
 }
 
 static gp_err

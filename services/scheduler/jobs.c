@@ -7,6 +7,7 @@
  * change writes its job_events row in the same transaction (events.c
  * publishes it after the commit).  Nothing here waits: PostgreSQL through
  * gp/db.h, the registry and the agents through gp/call.h. */
+#include <ev.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "gp/clock.h"
 #include "gp/dbrow.h"
 #include "gp/id.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "place.h"
 #include "scheduler.h"
@@ -113,6 +115,7 @@ event_row(sched *s, const char *tenant, const PGresult *res)
 /* ---- submit -------------------------------------------------------------------- */
 
 typedef struct submit {
+    struct submit *next;           /* in the batch being gathered */
     gp_req     *req;
     sched      *s;
     char        id[GP_MAX_ID + 1];
@@ -253,26 +256,21 @@ static const char submit_insert_sql[] =
     "INSERT INTO job_events (job_id, seq, event, state, at_ms)\n"
     "  SELECT id, 1, 'submitted', 'pending', $16::bigint FROM ins";
 
+/* The job row a submit's write gave back (its own, or the one its
+ * client_request_id already named). */
 static void
-submit_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+submit_row(submit *sb, const PGresult *res, int row)
 {
-    submit  *sb = arg;
     msg_job *job = gp_req_out(sb->req);
-    int      n = err == GP_EOK && nres == 2 ? PQntuples(res[1]) : 0;
 
-    if (err != GP_EOK || n != 1) {
-        submit_end(sb, SUBMIT_ERROR, db_fail(sb->req, err != GP_EOK ? err : GP_EINTERNAL,
-                                             err != GP_EOK ? detail : "no row"));
-        return;
-    }
-    if (strcmp(PQgetvalue(res[1], 0, PQfnumber(res[1], "same_spec")), "t") != 0) {
+    if (strcmp(PQgetvalue(res, row, PQfnumber(res, "same_spec")), "t") != 0) {
         gp_req_fail(sb->req, GP_ECONFLICT,
                     "client_request_id: '%s' was used for another spec (job %s)", sb->crid,
-                    PQgetvalue(res[1], 0, 0));
+                    PQgetvalue(res, row, 0));
         submit_end(sb, SUBMIT_CONFLICT, GP_ECONFLICT);
         return;
     }
-    if (sched_row_to_msg(&msg_job_desc, res[1], 0, job) != GP_EOK) {
+    if (sched_row_to_msg(&msg_job_desc, res, row, job) != GP_EOK) {
         submit_end(sb, SUBMIT_ERROR, gp_req_fail(sb->req, GP_EINTERNAL, "job row unreadable"));
         return;
     }
@@ -283,6 +281,20 @@ submit_written(void *arg, gp_err err, PGresult *const *res, int nres, const char
     job_event(sb->s, job->tenant, job->id, 1, MSG_JOB_EVENT_EVENT_SUBMITTED,
               MSG_JOB_EVENT_STATE_PENDING, "", job->created_ms);
     submit_end(sb, SUBMIT_CREATED, GP_EOK);
+}
+
+static void
+submit_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    submit *sb = arg;
+    int     n = err == GP_EOK && nres == 2 ? PQntuples(res[1]) : 0;
+
+    if (err != GP_EOK || n != 1) {
+        submit_end(sb, SUBMIT_ERROR, db_fail(sb->req, err != GP_EOK ? err : GP_EINTERNAL,
+                                             err != GP_EOK ? detail : "no row"));
+        return;
+    }
+    submit_row(sb, res[1], 0);
 }
 
 static void
@@ -306,6 +318,192 @@ submit_write(submit *sb)
                                                  gp_err_name(rc)));
 }
 
+/* ---- submits written in batches ---------------------------------------------- */
+
+/* Submits are gathered while the loop handles what one wake-up brought
+ * (an ev_prepare flushes them before it waits again: no added delay) and
+ * written by one transaction, up to SUBMIT_BATCH at a time.  One
+ * transaction per submit (BEGIN, INSERT, SELECT, COMMIT) was most of what
+ * PostgreSQL ran under a burst of submits (place_bench).  A batch the
+ * database refuses (one bad row fails all) is written again job by job,
+ * so each submit gets its own answer. */
+#define SUBMIT_BATCH 64
+
+static struct {
+    sched      *s;
+    ev_prepare  prep;
+    bool        armed;
+    submit     *head, **tail;
+    unsigned    n;
+    uint64_t   *m_batches, *m_batched;   /* transactions of 2+ submits, their submits */
+} sq;
+
+/* The submits' 16 parameters as 16 arrays (column i of every row).
+ * Rows go in in key order: two instances' batches sharing keys then wait
+ * for each other in one order, never in a circle (a deadlock PostgreSQL
+ * would break by failing one batch, written again job by job). */
+static const char submit_batch_sql[] =
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[],\n"
+    "    $5::text[], $6::int[], $7::int[], $8::int[], $9::bool[], $10::bigint[], $11::int[],\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[], $16::bigint[])\n"
+    "  AS v(id, tenant, crid, spec, name, prio, gpn, nodes, intr, maxrun, maxatt, pool,\n"
+    "    product, price, cur, now)),\n"
+    "ins AS (INSERT INTO jobs (id, tenant, client_request_id, state, spec, name, priority,\n"
+    "    gpus_per_node, nodes, interruptible, max_run_s, max_attempts, pool, product,\n"
+    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq)\n"
+    "  SELECT id, tenant, NULLIF(crid, ''), 'pending', spec, name, prio, gpn, nodes, intr,\n"
+    "    maxrun, maxatt, NULLIF(pool, ''), NULLIF(product, ''), NULLIF(price, '')::bigint,\n"
+    "    NULLIF(cur, ''), now, now, 1 FROM v ORDER BY tenant, crid\n"
+    "  ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING id, created_ms)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, at_ms)\n"
+    "  SELECT id, 1, 'submitted', 'pending', created_ms FROM ins";
+
+#define SUBMIT_NPARAMS 16          /* submit_params */
+
+typedef struct sbatch {
+    submit  *v[SUBMIT_BATCH];      /* NULL once answered */
+    unsigned n;
+} sbatch;
+
+static int
+row_owner(const sbatch *b, const char *req_id)
+{
+    for (unsigned i = 0; i < b->n; i++)
+        if (b->v[i] != NULL && strcmp(b->v[i]->id, req_id) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void
+batch_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sbatch *b = arg;
+    int     col = err == GP_EOK && nres == 2 ? PQfnumber(res[1], "req_id") : -1;
+
+    if (col < 0) {                    /* each alone: its own answer, its own error */
+        GP_WARN("submit_batch_failed", "jobs=%u code=%s detail=\"%s\"", b->n,
+                gp_err_name(err), detail);
+        for (unsigned i = 0; i < b->n; i++)
+            submit_write(b->v[i]);
+        free(b);
+        return;
+    }
+    for (int r = 0; r < PQntuples(res[1]); r++) {
+        int i = row_owner(b, PQgetvalue(res[1], r, col));
+
+        if (i >= 0) {
+            submit *sb = b->v[i];
+
+            b->v[i] = NULL;
+            submit_row(sb, res[1], r);          /* answers and frees sb */
+        }
+    }
+    for (unsigned i = 0; i < b->n; i++)
+        if (b->v[i] != NULL)
+            submit_end(b->v[i], SUBMIT_ERROR, db_fail(b->v[i]->req, GP_EINTERNAL, "no row"));
+    free(b);
+}
+
+static gp_err
+batch_params(const sbatch *b, gp_buf *arr)
+{
+    gp_err rc = GP_EOK;
+
+    for (int k = 0; k < SUBMIT_NPARAMS && rc == GP_EOK; k++)
+        rc = gp_pgarr_begin(&arr[k]);
+    for (unsigned i = 0; i < b->n && rc == GP_EOK; i++) {
+        const char *const *v = gp_dbparams_values(&b->v[i]->p);
+
+        for (int k = 0; k < SUBMIT_NPARAMS && rc == GP_EOK; k++)
+            rc = gp_pgarr_add(&arr[k], v[k]);
+    }
+    for (int k = 0; k < SUBMIT_NPARAMS && rc == GP_EOK; k++)
+        rc = gp_pgarr_end(&arr[k]);
+    return rc;
+}
+
+static void
+submits_flush(void)
+{
+    sbatch     *b;
+    gp_buf      arr[SUBMIT_NPARAMS];
+    const char *p[SUBMIT_NPARAMS];
+    char        sql[1024];
+    gp_db_tx   *tx;
+    gp_err      rc;
+    submit     *sb, *next;
+
+    if (sq.armed)
+        ev_prepare_stop(gp_app_loop(sq.s->app), &sq.prep);
+    sq.armed = false;
+    if (sq.n == 0)
+        return;
+    b = sq.n > 1 ? calloc(1, sizeof(*b)) : NULL;
+    for (sb = sq.head; sb != NULL; sb = next) {
+        next = sb->next;
+        sb->next = NULL;
+        if (b != NULL)
+            b->v[b->n++] = sb;
+        else
+            submit_write(sb);             /* one alone (or no memory): as it was */
+    }
+    sq.head = NULL, sq.tail = &sq.head, sq.n = 0;
+    if (b == NULL)
+        return;
+    sched_count(sq.m_batches);
+    if (sq.m_batched != NULL)
+        *sq.m_batched += b->n;
+    for (int k = 0; k < SUBMIT_NPARAMS; k++)
+        gp_buf_init(&arr[k], (size_t)SUBMIT_BATCH * (2 * GP_MAX_MSG_BYTES + 16));
+    rc = batch_params(b, arr);
+    for (int k = 0; k < SUBMIT_NPARAMS; k++)
+        p[k] = arr[k].p;
+    snprintf(sql, sizeof(sql),
+             "SELECT %s, j.spec = v.spec AS same_spec, v.id AS req_id\n"
+             "FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[])\n"
+             "  AS v(id, tenant, crid, spec)\n"
+             "CROSS JOIN LATERAL (SELECT * FROM jobs j0 WHERE j0.id = v.id\n"
+             "  OR (j0.tenant = v.tenant AND j0.client_request_id = NULLIF(v.crid, ''))\n"
+             "  LIMIT 1) j", sched_job_cols);
+    if (rc == GP_EOK) {
+        tx = gp_db_tx_new(gp_app_db(sq.s->app));
+        gp_db_tx_add(tx, submit_batch_sql, SUBMIT_NPARAMS, p);
+        gp_db_tx_add(tx, sql, 4, p);
+        rc = gp_db_tx_run(tx, 0, batch_written, b);
+    }
+    for (int k = 0; k < SUBMIT_NPARAMS; k++)
+        gp_buf_fini(&arr[k]);
+    if (rc != GP_EOK)
+        batch_written(b, rc, NULL, 0, "not sent");
+}
+
+static void
+submits_due(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    (void)loop, (void)w, (void)revents;
+    submits_flush();
+}
+
+static void
+submit_queue(submit *sb)
+{
+    if (sq.tail == NULL)
+        sq.tail = &sq.head;
+    sq.s = sb->s;
+    sb->next = NULL;
+    *sq.tail = sb;
+    sq.tail = &sb->next;
+    if (++sq.n == SUBMIT_BATCH) {
+        submits_flush();
+        return;
+    }
+    if (!sq.armed) {
+        ev_prepare_init(&sq.prep, submits_due);
+        ev_prepare_start(gp_app_loop(sb->s->app), &sq.prep);
+        sq.armed = true;
+    }
+}
+
 static void
 tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
 {
@@ -315,7 +513,7 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
         tenant_remember(sb->s, sb->tenant);
         if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
             snap_tenant_upsert(&sb->s->snap, reply);
-        submit_write(sb);
+        submit_queue(sb);
     } else if (err == GP_ENOTFOUND && !transport) {
         gp_req_fail(sb->req, GP_ENOTFOUND, "tenant: '%s' is unknown", sb->tenant);
         submit_end(sb, SUBMIT_UNKNOWN_TENANT, GP_ENOTFOUND);
@@ -337,7 +535,7 @@ tenant_check(submit *sb)
     gp_err         rc;
 
     if (tenant_known(sb->s, sb->tenant)) {
-        submit_write(sb);
+        submit_queue(sb);
         return;
     }
     snprintf(q.id, sizeof(q.id), "%s", sb->tenant);
@@ -738,4 +936,8 @@ sched_jobs_start(sched *s)
     s->m_signal_failures = gp_metrics_counter(
         m, "gp_scheduler_stop_signal_failures_total", NULL,
         "Stop signals to agents that failed (the lease kill list catches them)");
+    sq.m_batches = gp_metrics_counter(m, "gp_scheduler_submit_batches_total", NULL,
+                                      "Transactions that wrote two or more submits");
+    sq.m_batched = gp_metrics_counter(m, "gp_scheduler_submit_batched_total", NULL,
+                                      "Submits written by those transactions");
 }

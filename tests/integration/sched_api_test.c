@@ -609,6 +609,18 @@ gauge_at(int port, const char *state)
     return n;
 }
 
+static double
+batched_at(int port)
+{
+    char  *body = NULL;
+    double n = 0;
+
+    if (tl_http_get(port, "/metrics", &body) > 0)
+        n = tl_metric(body, "gp_scheduler_submit_batched_total");
+    free(body);
+    return n;
+}
+
 static void
 test_two_instances(void)
 {
@@ -660,6 +672,55 @@ test_two_instances(void)
           gauge_at(http_a, "cancelled"));
     T_OKM(submits_at(http_a) > 0 && submits_at(http_b) > 0,
           "both instances took submits (%.0f, %.0f)", submits_at(http_a), submits_at(http_b));
+    T_OKM(batched_at(http_a) + batched_at(http_b) > 0,
+          "submits that arrived together were written together (%.0f + %.0f in batches)",
+          batched_at(http_a), batched_at(http_b));
+}
+
+/* One key, two specs, sent at once (one batch or two): one job, one
+ * CONFLICT naming the key. */
+static void
+test_batch_conflict(void)
+{
+    enum { N = 8 };
+    static tl_reply r[N];
+    msg_job_spec    sp;
+    gp_buf          b;
+    char            subj[GP_MAX_SUBJECT];
+    int             done = 0, jobs = 0, conflicts = 0;
+
+    base_spec(&sp);
+    gp_op_subjectf(GP_OP_API_JOB_SUBMIT, subj, sizeof(subj), "other");
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    for (int i = 0; i < N; i++) {
+        snprintf(sp.client_request_id, sizeof(sp.client_request_id), "bc-%d", i / 2);
+        sp.priority = 10 + i % 2;           /* the second of each pair: another spec */
+        gp_buf_reset(&b);
+        gp_msg_encode(&msg_job_spec_desc, &sp, &b);
+        gp_bus_request(bus, subj, b.p, b.n, 5000, tl_reply_cb, &r[i]);
+    }
+    gp_buf_fini(&b);
+    for (int t = 0; t < 100 && done < N; t++) {
+        run_for(0.1);
+        done = 0;
+        for (int i = 0; i < N; i++)
+            done += r[i].done;
+    }
+    for (int i = 0; i < N; i++) {
+        msg_job a = {0};
+        char    d[GP_ERRBUF_LEN];
+        gp_err  rc = gp_msg_decode_reply(&msg_job_desc, r[i].data, r[i].len, &a, d, sizeof(d));
+
+        jobs += rc == GP_EOK;
+        conflicts += rc == GP_ECONFLICT && strstr(d, "client_request_id") != NULL;
+        gp_msg_clear(&msg_job_desc, &a);
+        free(r[i].data);
+    }
+    T_OKM(jobs == N / 2 && conflicts == N / 2,
+          "a key sent with two specs at once: one job, one CONFLICT per key (%d jobs, %d "
+          "conflicts)", jobs, conflicts);
+    T_OKM(strcmp(sql1("SELECT count(*) FROM jobs WHERE client_request_id LIKE 'bc-%'"), "4") == 0,
+          "4 rows for 4 keys");
 }
 
 int
@@ -700,6 +761,7 @@ main(void)
     test_stream();
     test_outbox();
     test_two_instances();
+    test_batch_conflict();
     kill(a, SIGTERM);
     kill(b, SIGTERM);
     kill(reg, SIGTERM);

@@ -12,12 +12,14 @@
  *
  * At most dispatch-max attempts are in flight (s->dispatching); the
  * placement pass waits above it. */
+#include <ev.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -206,8 +208,24 @@ failed_to_start(dround *d)
 
 /* ---- RunAttempt ------------------------------------------------------------ */
 
+/* An acked RunAttempt moves its attempt row to 'starting' (started_ms: the
+ * ack's time).  The acks of one wake-up of the loop (an ev_prepare flushes
+ * them) are written by one UPDATE: one statement per dispatch was a round
+ * trip of its own for every job (place_bench).  A lost mark costs nothing
+ * the attempt's 'started' event does not write anyway. */
+#define START_BATCH 256
+
+static struct {
+    sched     *s;
+    ev_prepare prep;
+    bool       armed;
+    unsigned   n;
+    char       job[START_BATCH][GP_MAX_ID + 1];
+    uint32_t   attempt[START_BATCH], rank[START_BATCH];
+} st;
+
 static void
-noop_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+starting_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     (void)arg, (void)res, (void)nres;
     if (err != GP_EOK)
@@ -216,19 +234,72 @@ noop_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *
 }
 
 static void
+starting_flush(void)
+{
+    gp_buf arr[3];
+    char   num[16], now[24];
+    gp_err rc = GP_EOK;
+
+    if (st.armed)
+        ev_prepare_stop(gp_app_loop(st.s->app), &st.prep);
+    st.armed = false;
+    if (st.n == 0)
+        return;
+    for (int k = 0; k < 3; k++) {
+        gp_buf_init(&arr[k], START_BATCH * (GP_MAX_ID + 4) + 8);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_begin(&arr[k]);
+    }
+    for (unsigned i = 0; i < st.n && rc == GP_EOK; i++) {
+        rc = gp_pgarr_add(&arr[0], st.job[i]);
+        snprintf(num, sizeof(num), "%u", st.attempt[i]);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&arr[1], num);
+        snprintf(num, sizeof(num), "%u", st.rank[i]);
+        if (rc == GP_EOK)
+            rc = gp_pgarr_add(&arr[2], num);
+    }
+    for (int k = 0; k < 3 && rc == GP_EOK; k++)
+        rc = gp_pgarr_end(&arr[k]);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    const char *v[] = {arr[0].p, arr[1].p, arr[2].p, now};
+
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(st.s->app),
+                         "UPDATE attempts a SET state = 'starting',\n"
+                         "  started_ms = coalesce(a.started_ms, $4::bigint)\n"
+                         "FROM unnest($1::text[], $2::int[], $3::int[]) AS m(job, att, rank)\n"
+                         "WHERE a.job_id = m.job AND a.attempt = m.att AND a.rank = m.rank\n"
+                         "  AND a.state = 'reserved'",
+                         4, v, 0, starting_written, NULL);
+    if (rc != GP_EOK)
+        starting_written(NULL, rc, NULL, 0, "not sent");
+    for (int k = 0; k < 3; k++)
+        gp_buf_fini(&arr[k]);
+    st.n = 0;
+}
+
+static void
+starting_due(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    (void)loop, (void)w, (void)revents;
+    starting_flush();
+}
+
+static void
 mark_starting(dround *d, uint32_t rank)
 {
-    char        a[16], r[16], now[24];
-    const char *v[] = {d->p->job, a, r, now};
-
-    snprintf(a, sizeof(a), "%u", d->p->attempt);
-    snprintf(r, sizeof(r), "%u", rank);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    gp_db_query(gp_app_db(d->s->app),
-                "UPDATE attempts SET state = 'starting', started_ms = coalesce(started_ms, "
-                "$4::bigint)\nWHERE job_id = $1 AND attempt = $2::int AND rank = $3::int "
-                "AND state = 'reserved'",
-                4, v, 0, noop_written, NULL);
+    st.s = d->s;
+    if (st.n == START_BATCH)
+        starting_flush();
+    snprintf(st.job[st.n], sizeof(st.job[0]), "%s", d->p->job);
+    st.attempt[st.n] = d->p->attempt;
+    st.rank[st.n++] = rank;
+    if (!st.armed) {
+        ev_prepare_init(&st.prep, starting_due);
+        ev_prepare_start(gp_app_loop(d->s->app), &st.prep);
+        st.armed = true;
+    }
 }
 
 static void

@@ -293,10 +293,17 @@ static const char step4_sql[] =
     "CREATE INDEX attempts_preempted_by ON attempts (preempted_by)\n"
     "  WHERE preempted_by IS NOT NULL";
 
+/* The claim (queue.c) walks each tenant's pending jobs in order, a few
+ * per tenant, instead of numbering every pending job of the fleet. */
+static const char step5_sql[] =
+    "CREATE INDEX jobs_pending_tenant ON jobs (tenant, priority DESC, created_ms, id)\n"
+    "  WHERE state = 'pending'";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
     {3, "attempt events, progress, max run time", step3_sql},
     {4, "attempts by preemptor", step4_sql},
+    {5, "pending jobs by tenant", step5_sql},
     GP_MIGRATION_END
 };

@@ -70,6 +70,7 @@ typedef struct sched {
     uint64_t            *m_submits[6];    /* by outcome (jobs.c: SUBMIT_*) */
     uint64_t            *m_cancels[4];    /* by outcome (jobs.c: CANCEL_*) */
     uint64_t            *m_events_published, *m_event_publish_failures, *m_outbox_resent;
+    uint64_t            *m_event_batches;   /* attempt events: statements of 2+ */
     uint64_t            *m_signal_failures;
     double              *m_jobs[6];       /* jobs by state (msg_job_state_names) */
     /* The placement engine.  snap: this instance's view of the fleet (fed

@@ -211,8 +211,11 @@ failed_to_start(dround *d)
 /* An acked RunAttempt moves its attempt row to 'starting' (started_ms: the
  * ack's time).  The acks of one wake-up of the loop (an ev_prepare flushes
  * them) are written by one UPDATE: one statement per dispatch was a round
- * trip of its own for every job (place_bench).  A lost mark costs nothing
- * the attempt's 'started' event does not write anyway. */
+ * trip of its own for every job (place_bench).  A row locked meanwhile is
+ * skipped, not waited for: its lock holder is the attempt's own event
+ * (moving it past 'starting' anyway), and waiting chained the batch to the
+ * events' batches.  A lost mark costs nothing the attempt's 'started'
+ * event does not write anyway. */
 #define START_BATCH 256
 
 static struct {
@@ -268,9 +271,11 @@ starting_flush(void)
         rc = gp_db_query(gp_app_db(st.s->app),
                          "UPDATE attempts a SET state = 'starting',\n"
                          "  started_ms = coalesce(a.started_ms, $4::bigint)\n"
-                         "FROM unnest($1::text[], $2::int[], $3::int[]) AS m(job, att, rank)\n"
-                         "WHERE a.job_id = m.job AND a.attempt = m.att AND a.rank = m.rank\n"
-                         "  AND a.state = 'reserved'",
+                         "FROM (SELECT x.job_id, x.attempt, x.rank FROM attempts x\n"
+                         "  JOIN unnest($1::text[], $2::int[], $3::int[]) AS m(job, att, rank)\n"
+                         "    ON x.job_id = m.job AND x.attempt = m.att AND x.rank = m.rank\n"
+                         "  WHERE x.state = 'reserved' FOR UPDATE OF x SKIP LOCKED) s\n"
+                         "WHERE a.job_id = s.job_id AND a.attempt = s.attempt AND a.rank = s.rank",
                          4, v, 0, starting_written, NULL);
     if (rc != GP_EOK)
         starting_written(NULL, rc, NULL, 0, "not sent");

@@ -68,8 +68,11 @@ static const col site_cols[] = {
     {"notes", "notes", "notes", "$%d", 0},
     {"timezone_min", "timezone_min", "timezone_min", "$%d::int", 0},
     {"nodes", "(SELECT count(*) FROM nodes n WHERE n.site = t.id)", NULL, NULL, COL_RO},
-    {"gpus", "(SELECT count(*) FROM nodes n JOIN gpus g ON g.node = n.id WHERE n.site = t.id)",
-     NULL, NULL, COL_RO},
+    /* per node through gpus' primary key: never a plan that scans every
+     * GPU once per site (chosen on stale statistics after a fleet
+     * registered, 39 s for a page of 1,000 sites) */
+    {"gpus", "(SELECT coalesce(sum((SELECT count(*) FROM gpus g WHERE g.node = n.id)), 0)"
+             " FROM nodes n WHERE n.site = t.id)", NULL, NULL, COL_RO},
     {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
@@ -556,13 +559,12 @@ filter_value(const msg_list_request *q, const char *field)
     return "";
 }
 
+/* " AND column = $k" for each filter given, into where. */
 static gp_err
-list_sql(const entity *e, const msg_list_request *q, int limit, gp_buf *sql, params *p)
+list_filters(const entity *e, const msg_list_request *q, gp_buf *where, params *p)
 {
-    gp_err rc = gp_buf_puts(sql, "SELECT * FROM (SELECT ");
+    gp_err rc = gp_buf_puts(where, " WHERE true");
 
-    rc = rc ? rc : select_list(e, sql);
-    rc = rc ? rc : gp_buf_printf(sql, ", count(*) OVER () FROM %s t WHERE true", e->table);
     for (int i = 0; i < 4 && e->filters[i] != NULL && rc == GP_EOK; i++) {
         char        field[32];
         const char *colon = strchr(e->filters[i], ':');
@@ -573,10 +575,30 @@ list_sql(const entity *e, const msg_list_request *q, int limit, gp_buf *sql, par
         if (*filter_value(q, field) == '\0')
             continue;
         rc = gp_dbparams_add(p, filter_value(q, field));
-        rc = rc ? rc : gp_buf_printf(sql, " AND %s = $%d", column, p->n);
+        rc = rc ? rc : gp_buf_printf(where, " AND %s = $%d", column, p->n);
     }
+    return rc;
+}
+
+/* The page is read in key order and cut at the limit before its columns
+ * are computed (a site's node and GPU counts are subqueries); the total
+ * matching is one count of its own.  A window count over a subquery
+ * computed every row's columns for every page. */
+static gp_err
+list_sql(const entity *e, const msg_list_request *q, int limit, gp_buf *sql, params *p)
+{
+    gp_buf where;
+    gp_err rc;
+
+    gp_buf_init(&where, 0);
+    rc = list_filters(e, q, &where, p);
+    rc = rc ? rc : gp_buf_puts(sql, "SELECT ");
+    rc = rc ? rc : select_list(e, sql);
+    rc = rc ? rc : gp_buf_printf(sql, ", (SELECT count(*) FROM %s t%s) FROM %s t%s", e->table,
+                                 where.p, e->table, where.p);
     rc = rc ? rc : gp_dbparams_add(p, q->after);
-    rc = rc ? rc : gp_buf_printf(sql, ") x WHERE id > $%d ORDER BY id LIMIT %d", p->n, limit);
+    rc = rc ? rc : gp_buf_printf(sql, " AND t.id > $%d ORDER BY t.id LIMIT %d", p->n, limit);
+    gp_buf_fini(&where);
     return rc;
 }
 

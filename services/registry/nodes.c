@@ -302,14 +302,23 @@ on_heartbeat(gp_req *req, const void *in, void *out)
     " AND ($4 = '' OR n.state = $4) AND ($5 = '' OR n.id = $5)"                                \
     " AND ($6 = '' OR EXISTS (SELECT 1 FROM gpus g WHERE g.node = n.id AND g.model = $6))"
 
-#define NODE_PAGE                                                                             \
-    "SELECT * FROM (SELECT n.id, n.site, s.region, n.hostname, n.agent_version, n.cpu_cores,"  \
-    " n.mem_mb, n.state, (extract(epoch FROM n.registered_at) * 1000)::bigint AS registered_ms," \
-    " count(*) OVER () AS total " NODE_FILTERS ") x WHERE id > $7 ORDER BY id LIMIT $8::int"
+/* A page is the nodes after $7 in id order, read from the primary key's
+ * index and stopped at the limit; the total matching is counted apart.
+ * (count(*) OVER () in a subquery built every matching row before the
+ * page was cut: each page of a 100,000-node inventory cost a pass over
+ * all of it, so a full load was quadratic.) */
+#define NODE_COLS                                                                             \
+    "n.id, n.site, s.region, n.hostname, n.agent_version, n.cpu_cores, n.mem_mb, n.state,"    \
+    " (extract(epoch FROM n.registered_at) * 1000)::bigint AS registered_ms"
+#define NODE_PAGE_ROWS                                                                        \
+    "SELECT " NODE_COLS " " NODE_FILTERS " AND n.id > $7 ORDER BY n.id LIMIT $8::int"
 
-static const char node_page_sql[] = NODE_PAGE;
+static const char node_page_sql[] =
+    "SELECT " NODE_COLS ", (SELECT count(*) " NODE_FILTERS ") AS total " NODE_FILTERS
+    " AND n.id > $7 ORDER BY n.id LIMIT $8::int";
+static const char node_get_sql[] = NODE_PAGE_ROWS;    /* no total: one node */
 static const char node_gpus_sql[] =
-    "WITH page AS (" NODE_PAGE ") SELECT g.node, g.idx, g.uuid, g.model, g.vram_mb, g.serial,"
+    "WITH page AS (" NODE_PAGE_ROWS ") SELECT g.node, g.idx, g.uuid, g.model, g.vram_mb, g.serial,"
     " g.interconnect FROM gpus g JOIN page p ON p.id = g.node ORDER BY g.node, g.idx";
 
 typedef struct nodeq {
@@ -475,7 +484,7 @@ node_query(gp_req *req, const msg_list_request *f, const char *id, bool get)
         free(q);
         return GP_ENOMEM;
     }
-    gp_db_tx_add(tx, node_page_sql, 8, p);
+    gp_db_tx_add(tx, get ? node_get_sql : node_page_sql, 8, p);
     gp_db_tx_add(tx, node_gpus_sql, 8, p);
     rc = gp_db_tx_run(tx, 0, pg_read, q);
     if (rc != GP_EOK) {

@@ -505,14 +505,9 @@ submit_queue(submit *sb)
 }
 
 static void
-tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
+tenant_answer(submit *sb, gp_err err, bool transport, const void *reply, const char *detail)
 {
-    submit *sb = arg;
-
     if (err == GP_EOK) {
-        tenant_remember(sb->s, sb->tenant);
-        if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
-            snap_tenant_upsert(&sb->s->snap, reply);
         submit_queue(sb);
     } else if (err == GP_ENOTFOUND && !transport) {
         gp_req_fail(sb->req, GP_ENOTFOUND, "tenant: '%s' is unknown", sb->tenant);
@@ -522,6 +517,37 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
                     sb->tenant, gp_err_name(err), detail);
         submit_end(sb, SUBMIT_ERROR, GP_EUNAVAIL);
     }
+    (void)reply;
+}
+
+/* One registry call answers every submit of the tenant that arrived while
+ * it was out: a burst of submits for a tenant not cached (a new instance,
+ * an expired entry) sent one call each and overflowed the bus's pending
+ * requests (GP_MAX_PENDING_REQ), refusing most of them UNAVAIL. */
+static void
+tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const char *detail)
+{
+    submit            *sb = arg;
+    sched_tenant_slot *t = tenant_slot(sb->s, sb->tenant);
+    submit            *w = NULL;
+
+    if (strcmp(t->asking, sb->tenant) == 0) {
+        w = t->waiters;
+        t->waiters = NULL;
+        t->asking[0] = '\0';
+    }
+    if (err == GP_EOK) {
+        tenant_remember(sb->s, sb->tenant);
+        if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
+            snap_tenant_upsert(&sb->s->snap, reply);
+    }
+    tenant_answer(sb, err, transport, reply, detail);
+    while (w != NULL) {
+        submit *next = w->next;
+
+        tenant_answer(w, err, transport, reply, detail);
+        w = next;
+    }
 }
 
 /* Services talk only over the bus: the registry says whether the tenant
@@ -529,15 +555,23 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
 static void
 tenant_check(submit *sb)
 {
-    msg_id_request q = {0};
-    char           subj[GP_MAX_SUBJECT];
-    unsigned       ms = gp_app_cfg(sb->s->app)->request_timeout_ms / 2;
-    gp_err         rc;
+    sched_tenant_slot *t = tenant_slot(sb->s, sb->tenant);
+    msg_id_request     q = {0};
+    char               subj[GP_MAX_SUBJECT];
+    unsigned           ms = gp_app_cfg(sb->s->app)->request_timeout_ms / 2;
+    gp_err             rc;
 
     if (tenant_known(sb->s, sb->tenant)) {
         submit_queue(sb);
         return;
     }
+    if (strcmp(t->asking, sb->tenant) == 0) {    /* a call for it is out: wait on it */
+        sb->next = t->waiters;
+        t->waiters = sb;
+        return;
+    }
+    if (t->asking[0] == '\0')                    /* else a collision: asked on its own */
+        snprintf(t->asking, sizeof(t->asking), "%s", sb->tenant);
     snprintf(q.id, sizeof(q.id), "%s", sb->tenant);
     rc = gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL);
     if (rc == GP_EOK)

@@ -59,6 +59,8 @@ extern const gp_migration scheduler_migrations[];   /* migrate.c */
 typedef struct sched_tenant_slot {
     char     id[GP_MAX_ID + 1];
     uint64_t until_mono;             /* gp_mono_ms after which it is asked again */
+    char     asking[GP_MAX_ID + 1];  /* the tenant a registry call is out for, or "" */
+    void    *waiters;                /* submits of it waiting on that call (jobs.c) */
 } sched_tenant_slot;
 
 typedef struct sched {

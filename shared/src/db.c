@@ -879,7 +879,16 @@ conn_start(db_conn *c)
     if (c->started)
         db->st.reconnects++;
     c->started = true;
-    c->pg = PQconnectStart(db->conninfo);
+    {
+        /* JIT off unless the conninfo's own options say otherwise (they
+         * come after, so they win): every statement here is short, and
+         * a misestimated plan (statistics not yet analyzed after a fleet
+         * registered) made PostgreSQL spend ~120 ms compiling one. */
+        static const char *const keys[] = {"options", "dbname", NULL};
+        const char *const        vals[] = {"-c jit=off", db->conninfo, NULL};
+
+        c->pg = PQconnectStartParams(keys, vals, 1);
+    }
     if (c->pg == NULL) {
         conn_break(c, "out of memory", false);
         return;

@@ -80,7 +80,7 @@
 #define PHASE_SETTLE_S  10.0
 #define PHASE_MAX_JOBS  60000
 #define POLL_S          0.1
-#define REGISTER_MAX_S  180.0     /* from the agents' start; then on with what registered */
+#define REGISTER_MAX_S  300.0     /* from the agents' start; then on with what registered */
 #define MAX_SAMPLES     4096
 #define TENANT          "op"
 #define REF_NODES       100000
@@ -215,6 +215,21 @@ sched_metric(int i, const char *series)
         v = b_metric(body, series);
     free(body);
     return v;
+}
+
+/* The inventory loads each instance made (and abandoned) so far: a
+ * snapshot short of the fleet is either still loading or failing. */
+static void
+feed_note(const char *when)
+{
+    for (int i = 0; i < NSCHED; i++)
+        if (sched_pid[i] > 0)
+            b_note("place: %s: scheduler %c: %.0f nodes, %.0f inventory loads, %.0f abandoned, "
+                   "%.0f node events", when, 'a' + i,
+                   sched_metric(i, "gp_scheduler_snapshot_nodes"),
+                   sched_metric(i, "gp_scheduler_feed_loads_total"),
+                   sched_metric(i, "gp_scheduler_feed_load_failures_total"),
+                   sched_metric(i, "gp_scheduler_node_state_events_total"));
 }
 
 static double
@@ -559,6 +574,23 @@ start_scheduler(const char *build, const char *stack, int i)
         NULL}, logp);
 }
 
+/* What went wrong in the services, as counts of their warning and error
+ * events, into the notes: the stack's folder (their logs) is removed
+ * with it. */
+static void
+log_summary(const char *stack)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && for f in scheduler-a.log scheduler-b.log registry.log; do"
+             " [ -f $f ] && grep -hoE 'level=(warn|error) svc=[a-z-]+ event=[a-z_]+' $f |"
+             " sort | uniq -c | sort -rn | head -8 | sed \"s|^|# place: $f: |\" >&2; done",
+             stack);
+    if (system(cmd) != 0)
+        b_note("place: no service warnings");
+}
+
 static void
 stop_all(void)
 {
@@ -727,6 +759,7 @@ main(void)
             break;
     }
     b_note("place: snapshots hold %.0f and %.0f nodes", known[SA], known[SB]);
+    feed_note("after registration");
     if (known[SA] < 1 || known[SB] < 1)
         goto out;
     if (gp_bus_new(loop, &o, conn_cb, NULL, &bus) != GP_EOK)
@@ -744,6 +777,7 @@ main(void)
     b_note("place: half rate: %.0f submissions/s", ph_half.rate);
     run_phase(&ph_half);
     fs1 = failed_starts();
+    feed_note("at the end");
     twice = pg_int("SELECT count(*) FROM (SELECT job_id FROM attempts GROUP BY job_id "
                    "HAVING count(*) > 1) x");
 
@@ -800,6 +834,7 @@ main(void)
     exit_code = 0;
 out:
     stop_all();
+    log_summary(stack_dir);
     gp_bus_free(bus);
     if (rc != NULL)
         redisFree(rc);

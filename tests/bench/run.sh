@@ -89,7 +89,7 @@ export GP_BUILD=$build GP_HARNESS=$harness
 
 run_bench chassis 120
 run_bench hb 220
-run_bench place 420
+run_bench place 600
 echo "bench_loadavg_end=$(cut -d' ' -f1 /proc/loadavg)" >>"$kv"
 cp "$kv" "$out"
 

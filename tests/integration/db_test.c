@@ -223,6 +223,29 @@ t_basic(gp_db *db)
 }
 
 /* gp/dbarray.h: PostgreSQL reads every element back exactly. */
+/* Connections run with JIT off (short statements only), unless the
+ * conninfo's own options turn it on: those win. */
+static void
+t_session_settings(gp_db *db)
+{
+    qres   q;
+    char   ci[1024];
+    gp_db *db2 = NULL;
+    connst cs2 = {0};
+
+    T_EQ(run_q(db, &q, "SHOW jit", 0, NULL), GP_EOK);
+    T_OKM(strcmp(q.v[0], "off") == 0, "jit is '%s' on a gridpool connection", q.v[0]);
+    snprintf(ci, sizeof(ci), "%s%soptions=-c%%20jit%%3Don", conninfo,
+             strchr(conninfo, '?') != NULL ? "&" : "?");
+    gp_db_opts o = {.conninfo = ci, .pool_size = 1, .migrations = steps, .service = "db_test"};
+    T_EQ(gp_db_new(L, &o, conn_cb, &cs2, &db2), GP_EOK);
+    for (ev_tstamp end = ev_time() + 10; cs2.up == 0 && ev_time() < end;)
+        ev_run(L, EVRUN_ONCE);
+    T_EQ(run_q(db2, &q, "SHOW jit", 0, NULL), GP_EOK);
+    T_OKM(strcmp(q.v[0], "on") == 0, "the conninfo's options=-c jit=on wins: jit is '%s'", q.v[0]);
+    gp_db_free(db2);
+}
+
 static void
 t_array_literal(gp_db *db)
 {
@@ -596,6 +619,7 @@ main(void)
     T_OK(gp_db_is_connected(db));
 
     t_basic(db);
+    t_session_settings(db);
     t_array_literal(db);
     t_tx(db);
     t_concurrent_migrate();

@@ -16,7 +16,8 @@
 # (tests/harness/invariants.sh) finds nothing over the history, Redis and
 # the simulator's truth.  "# workload: N s" is submission start to quiet.
 #
-# Phase 2, same fleet and stack: a second workload through TWO scheduler
+# Phase 2, same fleet and stack: a second workload of the same size (5,000
+# jobs, 20 tenants, another seed) through TWO scheduler
 # instances; one is killed with kill -9 halfway through the submissions.
 # Resubmitting the whole workload (idempotent client ids) returns the same
 # job for every id, so nothing was lost or doubled; every job ends or waits
@@ -40,7 +41,7 @@ if [ "${B%/san}" != "$B" ]; then
     RATE=60; SETTLE1=300; SETTLE2=240
     echo "# sanitizer build: scaled down to $SITES sites, $JOBS1 + $JOBS2 jobs"
 else
-    SITES=${GP_FLEET_SITES:-1000}; JOBS1=${GP_FLEET_JOBS:-5000}; JOBS2=${GP_FLEET_JOBS2:-1000}
+    SITES=${GP_FLEET_SITES:-1000}; JOBS1=${GP_FLEET_JOBS:-5000}; JOBS2=${GP_FLEET_JOBS2:-5000}
     RATE=400; SETTLE1=300; SETTLE2=240
 fi
 n=0

@@ -639,7 +639,8 @@ on_list(gp_req *req, const void *in, void *out)
     {GP_OP_ADMIN_##NAME##_UPDATE, on_write, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 1], NULL}, \
     {GP_OP_ADMIN_##NAME##_GET, on_get_or_delete, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 2], NULL}, \
     {GP_OP_ADMIN_##NAME##_DELETE, on_get_or_delete, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 3], NULL}, \
-    {GP_OP_ADMIN_##NAME##_LIST, on_list, GP_R_QUEUE, 0, &admin_ops[(i) * 5 + 4], NULL}
+    {GP_OP_ADMIN_##NAME##_LIST, on_list, GP_R_QUEUE, REGISTRY_LIST_TIMEOUT_MS,                \
+     &admin_ops[(i) * 5 + 4], NULL}
 
 const gp_route registry_admin_routes[] = {
     ENTITY_ROUTES(TENANT, 0),

@@ -610,7 +610,7 @@ const gp_route registry_node_routes[] = {
     {GP_OP_NODE_REGISTER, on_register, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_GET, on_node_get, GP_R_QUEUE, 0, NULL, NULL},
-    {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, REGISTRY_LIST_TIMEOUT_MS, NULL, NULL},
     {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_READMIT, on_node_readmit, GP_R_QUEUE, 0, NULL, NULL},
     {NULL},

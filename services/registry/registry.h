@@ -135,6 +135,13 @@ uint64_t registry_now_ms(registry *r);
  * Redis confirms it (at most REGISTRY_FORGET_MAX pending; past that it is
  * sent once unchecked and counted). */
 #define REGISTRY_FORGET_MAX 1024
+
+/* Deadline of the admin list routes (a page of sites, pools, nodes...),
+ * longer than request-timeout-ms: a pool's GPU counts join every GPU it
+ * spans (~0.3 s a count at 100,000 nodes, seconds on a loaded machine),
+ * and an inventory load that loses one page to a timeout starts over.
+ * The scheduler's feed waits as long (feed.c). */
+#define REGISTRY_LIST_TIMEOUT_MS 30000
 void registry_live_forget(registry *r, const char *site, const char *node);
 /* Marks a node healthy in Redis after registration (its 'reg' mark) and
  * publishes it; done is called exactly once (maybe at once) with OK once

@@ -313,6 +313,19 @@ page_answered(void *arg, gp_err err, const void *reply, const char *detail)
         page_request(f);
 }
 
+/* The registry gives its list routes 30 s (a pool's GPU counts join every
+ * GPU it spans): a page is waited for as long, not request-timeout-ms,
+ * or a large inventory's load is abandoned at its slowest page every time. */
+enum { FEED_PAGE_MS = 30000 };
+
+static unsigned
+page_timeout_ms(const sched_feed *f)
+{
+    unsigned t = gp_app_cfg(f->s->app)->request_timeout_ms;
+
+    return t > FEED_PAGE_MS ? t : FEED_PAGE_MS;
+}
+
 static void
 page_request(sched_feed *f)
 {
@@ -323,7 +336,7 @@ page_request(sched_feed *f)
     snprintf(q.after, sizeof(q.after), "%s", f->after);
     if (rc == GP_EOK)
         rc = gp_call(gp_app_bus(f->s->app), subj, &msg_list_request_desc, &q, kinds[f->kind].list,
-                     gp_app_cfg(f->s->app)->request_timeout_ms, page_answered, f);
+                     page_timeout_ms(f), page_answered, f);
     if (rc != GP_EOK)
         page_answered(f, rc, NULL, "not sent");
 }

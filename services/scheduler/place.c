@@ -393,7 +393,18 @@ static bool better(const place_choice *a, const place_choice *b)
 {
     if (a->rank != b->rank) return a->rank < b->rank;
     if (a->score.total != b->score.total) return a->score.total > b->score.total;
-    return a->left < b->left;
+    if (a->left != b->left) return a->left < b->left;
+    return a->tie < b->tie;
+}
+
+/* FNV-1a of the id, mixed with the seed by murmur3's finalizer. */
+static uint32_t tie_of(const char *id, uint32_t seed)
+{
+    uint32_t h = 2166136261u;
+    for (const char *c = id; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+    h ^= seed;
+    h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+    return h;
 }
 
 static bool avoided(const place_params *p, const place_choice *c)
@@ -409,6 +420,7 @@ static void keep_choice(const snap *s, const place_params *p, place_result *r, u
 {
     if (p->rank && (c->rank = p->rank(p->rank_arg, s, c)) == UINT64_MAX) return;
     if (p->navoid > 0 && avoided(p, c)) c->rank |= UINT64_C(1) << 63;
+    c->tie = tie_of(c->node[0], p->seed);
     if (r->nchoices == max && !better(c, &r->choice[max - 1])) return;
     uint32_t i = r->nchoices < max ? r->nchoices++ : max - 1;
     while (i > 0 && better(c, &r->choice[i - 1])) {

@@ -141,6 +141,11 @@ typedef struct place_params {
      * which files a node by its GPUs free to everyone. */
     const char *heir;
     bool heir_walk;
+    /* Breaks ties of rank, score and packing by a hash of the first node's
+     * id mixed with this seed (one per instance): instances with the same
+     * snapshot otherwise all raced for the same node and lost to each
+     * other in Redis (two instances placed a third as fast as one). */
+    uint32_t seed;
 } place_params;
 
 typedef struct place_score {
@@ -162,6 +167,7 @@ typedef struct place_choice {
     char currency[4];
     uint32_t left;                      /* free GPUs left on its nodes (tie) */
     uint64_t rank;                      /* from params.rank; 0 without */
+    uint32_t tie;                       /* last tie-break (params.seed) */
 } place_choice;
 
 typedef struct place_result {

@@ -1022,6 +1022,18 @@ sched_place_run(gp_app *app, void *arg)
         q->busy = true;
 }
 
+/* The placement tie-break's seed (place.h): from the instance id, so
+ * two instances order equal nodes differently. */
+static uint32_t
+instance_seed(const char *instance)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *c = instance; c != NULL && *c != '\0'; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    return h;
+}
+
 gp_err
 sched_queue_start(sched *s)
 {
@@ -1034,6 +1046,7 @@ sched_queue_start(sched *s)
     q->s = s;
     s->queue = q;
     place_params_default(&q->pp);
+    q->pp.seed = instance_seed(gp_app_instance(s->app));
     s->m_placements = gp_metrics_counter(m, "gp_scheduler_placements_total", NULL,
                                          "Attempts placed (reserved and written)");
     s->m_unplaced = gp_metrics_counter(m, "gp_scheduler_unplaced_total", NULL,

@@ -752,7 +752,7 @@ main(void)
         b_note("place: %d nodes registered in %.1f s", nodes, t_reg);
     }
     /* every node in both snapshots (NodeState -> gp.admin.node.get) */
-    for (double end = b_now() + 20; b_now() < end; usleep(200000)) {
+    for (double end = b_now() + 60; b_now() < end; usleep(200000)) {
         for (int i = 0; i < NSCHED; i++)
             known[i] = sched_metric(i, "gp_scheduler_snapshot_nodes");
         if (known[SA] >= nodes && known[SB] >= nodes)

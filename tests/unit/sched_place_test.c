@@ -502,6 +502,42 @@ static void test_avoid(void)
     snap_free(&s);
 }
 
+/* Equal nodes are ordered by a hash of the node id and the instance's
+ * seed: one seed always picks the same node, different seeds spread
+ * over the equal ones (instances do not race for one node). */
+static void test_seed_ties(void)
+{
+    snap s;
+    T_OK(snap_init(&s, NULL) == 0);
+    tenant(&s, "op", "");
+    T_OK(site(&s, "tw", "op", "eu-de", 52.52, 13.405, 0, 2.0) == 0);
+    pool(&s, "global", "op", MSG_POOL_SCOPE_GLOBAL, NULL, NULL);
+    for (int i = 0; i < 16; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "tw-%d", i);
+        T_OK(node(&s, id, "tw", 4, "H100", 81920, SNAP_HEALTHY) == 0);
+    }
+    place_params p;
+    place_params_default(&p);
+    place_result r;
+    msg_job_spec j = job(1);
+    char first[8][SNAP_ID_LEN];
+    int distinct = 0;
+    for (uint32_t k = 0; k < 8; k++) {
+        p.seed = 0x9e3779b9u * (k + 1);
+        T_EQ_INT(place(&s, "op", &j, &p, &r), PLACE_OK);
+        snprintf(first[k], SNAP_ID_LEN, "%s", r.choice[0].node[0]);
+        bool seen = false;
+        for (uint32_t i = 0; i < k; i++) seen |= !strcmp(first[i], first[k]);
+        distinct += !seen;
+        T_EQ_INT(place(&s, "op", &j, &p, &r), PLACE_OK);      /* same seed, same pick */
+        T_OK(!strcmp(r.choice[0].node[0], first[k]));
+        T_OK(r.nchoices < 2 || r.choice[1].tie > r.choice[0].tie);
+    }
+    T_OKM(distinct >= 4, "8 seeds picked %d distinct nodes of 16 equal ones", distinct);
+    snap_free(&s);
+}
+
 /* A preempted attempt's GPUs handed over to its preemptor (snap_handover):
  * free to the heir only, never to other work; the heir's booking drops
  * the hold. */
@@ -738,6 +774,7 @@ int main(void)
     test_latency_model();
     test_packing_and_scores();
     test_avoid();
+    test_seed_ties();
     test_heir_hold();
     test_multi_node();
     test_index_updates();

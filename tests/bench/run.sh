@@ -21,6 +21,10 @@
 #                                       one and two instances, submit->placed
 #                                       p50/p99 at full and half rate, vs
 #                                       redis-benchmark running the book script
+#   detect   tests/bench/detect_bench   the node failure detector (gp/detect.h)
+#                                       replayed over 10,000 node-days of lossy,
+#                                       jittered beats and renewals, vs a fixed
+#                                       3-missed-beats deadline (no stack)
 #
 # One private stack (tests/harness/stack.sh: nats-server, redis-server,
 # PostgreSQL on free loopback ports in a temp folder) serves the run and is
@@ -40,7 +44,7 @@ out=$build/bench.txt
 logs=$build/bench-logs
 
 for f in test/bench/codec_bench test/bench/chassis_bench test/bench/hb_bench test/bench/pub_bench \
-         test/bench/place_bench bin/gridpool-registry bin/gridpool-scheduler bin/gridpool-sim \
+         test/bench/place_bench test/bench/detect_bench bin/gridpool-registry bin/gridpool-scheduler bin/gridpool-sim \
          test/bin/testsvc; do
     [ -x "$build/$f" ] || { echo "bench: $build/$f missing (build it first)" >&2; exit 2; }
 done
@@ -78,6 +82,7 @@ run_bench() {     # name, seconds
 
 run_bench codec 60
 run_bench pub 30
+run_bench detect 300
 
 export GP_PG_TEMPLATE=$build/pg-template
 GP_STACK_PG_STATS=1 "$harness/stack.sh" start "$dir" >&2 || { echo "bench: the private stack did not start" >&2; exit 1; }
@@ -125,6 +130,10 @@ row "placements 2 instances (/s)" "$(num place_two_per_s)" "redis-benchmark EVAL
     "$(num place_redis_ref_per_s)" "$(num place_two_ratio 3)" ">= 5000/s"
 row "submit->placed p99, half (ms)" "$(num place_half_p99_ms 1)" "p50 (ms)" \
     "$(num place_half_p50_ms 1)" "-" "< 10 ms"
+row "false node-lost /10k node-days" "$(num detect_false_lost_per_10k_node_days 2)" \
+    "fixed 3 missed beats, same traces" "$(num detect_false_lost_fixed_per_10k_node_days 2)" "-" "<= 1"
+row "last heartbeat -> lost p99 (ms)" "$(num detect_lost_p99_ms)" "fixed 3 missed beats" \
+    "$(num detect_lost_fixed_ms)" "-" "(<= 17 s to running)"
 row "publish, server not reading (ms)" "$(num pub_stalled_worst_ms 1)" "publish, idle (us, p50)" \
     "$(num pub_idle_us_p50 2)" "-" "(measured)"
 echo
@@ -152,6 +161,10 @@ echo "  publish: $(num pub_msg_bytes)-byte messages on the loop thread; idle p50
      "stalls after $(num pub_stalled_first_stall_s 3) s, worst $(num pub_stalled_worst_ms 0) ms," \
      "$(num pub_stalled_over_10ms) publishes over 10 ms, loop inside publish $(num pub_stalled_loop_share 2)" \
      "of the phase (write deadline $(num pub_write_deadline_ms) ms, connect timeout $(num pub_connect_timeout_ms) ms)"
+echo "  detect: $(num detect_node_days) node-days replayed; false node-lost $(num detect_false_lost)" \
+     "(adaptive on beats alone $(num detect_false_lost_beats), fixed 3 missed beats $(num detect_false_lost_fixed))," \
+     "false suspect $(num detect_false_suspect); last heartbeat -> lost p50 $(num detect_lost_p50_ms) ms;" \
+     "agents' own leases ran out $(num detect_lease_lapses) times (see $logs/detect.log)"
 echo "  place: $(num place_nodes) nodes ($(num place_gpus) GPUs) registered in $(num place_register_s) s," \
      "snapshots $(num place_snapshot_nodes_a)/$(num place_snapshot_nodes_b) nodes; 1-GPU jobs, tenant op"
 echo "         two instances: $(num place_two_per_s)/s, p50 $(num place_two_p50_ms 1) ms p99" \

@@ -443,15 +443,23 @@ find_attempt(agent *a, const char *job, uint32_t num)
     return NULL;
 }
 
+/* A kept attempt's lease runs from when its renewal was SENT, not from
+ * when the answer came: the control plane granted it at some moment in
+ * between, so counted from the send the lease surely ends no later than
+ * the control plane's own reckoning (its grant + lease), however slow the
+ * reply was (fencing without clock sync: recovery replaces the attempt
+ * only after that).  Counted from the answer, a reply delayed by the
+ * uplink lengthened the lease by the delay. */
 static void
-apply_lists(agent *a, const msg_node_registered *r)
+apply_lists(agent *a, const msg_node_registered *r, uint64_t sent_ms)
 {
     const msg_attempt_ref *keep = r->keep.v, *kill = r->kill.v;
     attempt               *t;
 
     for (uint32_t i = 0; i < r->keep.n; i++)
-        if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL)
-            t->granted_ms = gp_mono_ms();
+        if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL &&
+            sent_ms > t->granted_ms)
+            t->granted_ms = sent_ms;
     for (uint32_t i = 0; i < r->kill.n; i++)
         if ((t = find_attempt(a, kill[i].job_id, kill[i].attempt)) != NULL) {
             GP_INFO("attempt_revoked", "node=%s job=%s attempt=%u", a->o.node, t->job_id, t->num);
@@ -471,7 +479,7 @@ flush_events(agent *a)
 }
 
 static void
-granted(agent *a, const msg_node_registered *r, int kind)
+granted(agent *a, const msg_node_registered *r, int kind, uint64_t sent_ms)
 {
     unsigned hb = a->o.heartbeat_ms ? a->o.heartbeat_ms : r->heartbeat_ms;
     bool     first = !a->ever_registered;
@@ -490,7 +498,7 @@ granted(agent *a, const msg_node_registered *r, int kind)
         ev_timer_set(&a->hb_t, kind == REQ_REGISTER ? 0.0 : hb / 1000.0, hb / 1000.0);
         ev_timer_start(a->loop, &a->hb_t);
     }
-    apply_lists(a, r);
+    apply_lists(a, r, sent_ms);
     flush_events(a);
     schedule_req(a, a->lease_ms / 3000.0);
     if (kind == REQ_REGISTER && a->o.on_registered != NULL)
@@ -569,7 +577,7 @@ on_result(agent *a, uint64_t token, uint64_t sent_ns, gp_err err, bool transport
     a->req_kind = REQ_NONE;
     if (err == GP_EOK) {
         a->rtt_ms = (double)(gp_mono_ns() - sent_ns) / 1e6;
-        granted(a, r, kind);
+        granted(a, r, kind, sent_ns / 1000000u);
     } else {
         req_failed(a, kind, err, transport, detail);
     }

@@ -54,6 +54,21 @@ answer_error(const gp_bus_msg *m, gp_err code, const char *message)
     gp_buf_fini(&b);
 }
 
+static double            lease_delay;          /* s: renewals answered this late */
+static double            last_req_at;          /* when the last answered renewal arrived */
+static ev_timer          delay_t;
+static gp_buf            delayed;              /* the held answer */
+static char              delayed_to[GP_MAX_SUBJECT + 1];
+
+static void
+delay_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    gp_bus_pub(bus, delayed_to, NULL, delayed.p, delayed.n);
+    gp_buf_fini(&delayed);
+    last_grant_at = tl_now();
+}
+
 static void
 answer(const gp_bus_msg *m, const gp_arr *attempts)
 {
@@ -68,10 +83,18 @@ answer(const gp_bus_msg *m, const gp_arr *attempts)
     r.kill.n = (uint32_t)nkill;
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
     gp_msg_encode(&msg_node_registered_desc, &r, &b);
+    nkill = 0;
+    last_req_at = tl_now();
+    if (lease_delay > 0 && !ev_is_active(&delay_t)) {
+        delayed = b;                    /* published by delay_cb */
+        snprintf(delayed_to, sizeof(delayed_to), "%s", m->reply);
+        ev_timer_init(&delay_t, delay_cb, lease_delay, 0);
+        ev_timer_start(loop, &delay_t);
+        return;
+    }
     gp_bus_pub(bus, m->reply, NULL, b.p, b.n);
     gp_buf_fini(&b);
     last_grant_at = tl_now();
-    nkill = 0;
 }
 
 static void
@@ -418,6 +441,40 @@ test_lease(int pid)
           (unsigned long long)(e ? e->gpu_ms : 0));
 }
 
+/* The lease runs from when the renewal was sent, not from when its
+ * answer came: renewals answered 0.6 s late, then none; the attempt dies
+ * a lease after the last answered renewal ARRIVED at the control plane
+ * (which is after the agent sent it), not 0.6 s later. */
+static void
+test_lease_from_send(void)
+{
+    msg_attempt_ack ack;
+    char            detail[GP_ERRBUF_LEN] = "";
+    double          grant0, req, died = 0;
+    int             pid;
+
+    T_EQ_INT(run_cmd("j6", 1, "sleep 60", NULL, &ack, detail), GP_EOK);
+    pid = ack.pid;
+    lease_delay = 0.6;
+    tl_spin(loop, LEASE_MS / 1000.0);  /* renewals every lease/3, each answered late */
+    grant0 = last_grant_at;
+    while (last_grant_at == grant0 && tl_now() < grant0 + LEASE_MS / 1000.0)
+        tl_spin(loop, 0.01);           /* a late answer has just gone out */
+    answering = 0;
+    req = last_req_at;
+    while (tl_now() < req + LEASE_MS / 1000.0 + 3 && died == 0) {
+        tl_spin(loop, 0.02);
+        if (!tl_alive(pid))
+            died = tl_now();
+    }
+    T_OKM(died > 0 && died - req > LEASE_MS / 1000.0 - 0.5 && died - req < LEASE_MS / 1000.0 + 0.45,
+          "killed %.2f s after its renewal reached the control plane, %.2f s after the late "
+          "answer (lease %.1f s)", died - req, died - last_grant_at, LEASE_MS / 1000.0);
+    lease_delay = 0;
+    answering = 1;
+    tl_spin(loop, 0.3);
+}
+
 static void
 test_kill_list(void)
 {
@@ -648,6 +705,7 @@ main(void)
     test_lease(pid);
     test_kill_list();
     test_checkpoint_env_exit();
+    test_lease_from_send();
     T_EQ_INT(run_cmd("j5", 1, "sleep 30", NULL, &ack, detail), GP_EOK);
     last_pid = ack.pid;
     kill(agent_pid, SIGTERM);

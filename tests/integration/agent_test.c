@@ -409,11 +409,23 @@ test_attempt_and_counters(void)
     return pid;
 }
 
+/* When pid died (polled every 20 ms), or 0 if it lives at deadline. */
+static double
+wait_dead(int pid, double deadline)
+{
+    while (tl_now() < deadline) {
+        tl_spin(loop, 0.02);
+        if (!tl_alive(pid))
+            return tl_now();
+    }
+    return 0;
+}
+
 static void
 test_lease(int pid)
 {
     const ev_rec *e;
-    double        t0, died = 0;
+    double        t0, died;
 
     answering = 0;                     /* a short outage: less than the lease */
     tl_spin(loop, LEASE_MS * 0.5 / 1000.0);
@@ -424,11 +436,7 @@ test_lease(int pid)
     answering = 0;                     /* a long one */
     tl_spin(loop, 0.05);
     t0 = last_grant_at;
-    while (tl_now() < t0 + LEASE_MS / 1000.0 + 3 && died == 0) {
-        tl_spin(loop, 0.02);
-        if (!tl_alive(pid))
-            died = tl_now();
-    }
+    died = wait_dead(pid, t0 + LEASE_MS / 1000.0 + 3);
     T_OKM(died > 0 && died - t0 > LEASE_MS / 1000.0 - 0.3 && died - t0 < LEASE_MS / 1000.0 + 1.0,
           "killed %.2f s after the last grant (lease %.1f s)", died - t0, LEASE_MS / 1000.0);
     tl_spin(loop, 0.5);
@@ -450,7 +458,7 @@ test_lease_from_send(void)
 {
     msg_attempt_ack ack;
     char            detail[GP_ERRBUF_LEN] = "";
-    double          grant0, req, died = 0;
+    double          grant0, req, died;
     int             pid;
 
     T_EQ_INT(run_cmd("j6", 1, "sleep 60", NULL, &ack, detail), GP_EOK);
@@ -462,11 +470,7 @@ test_lease_from_send(void)
         tl_spin(loop, 0.01);           /* a late answer has just gone out */
     answering = 0;
     req = last_req_at;
-    while (tl_now() < req + LEASE_MS / 1000.0 + 3 && died == 0) {
-        tl_spin(loop, 0.02);
-        if (!tl_alive(pid))
-            died = tl_now();
-    }
+    died = wait_dead(pid, req + LEASE_MS / 1000.0 + 3);
     T_OKM(died > 0 && died - req > LEASE_MS / 1000.0 - 0.5 && died - req < LEASE_MS / 1000.0 + 0.45,
           "killed %.2f s after its renewal reached the control plane, %.2f s after the late "
           "answer (lease %.1f s)", died - req, died - last_grant_at, LEASE_MS / 1000.0);

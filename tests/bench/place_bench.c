@@ -232,6 +232,22 @@ feed_note(const char *when)
                    sched_metric(i, "gp_scheduler_node_state_events_total"));
 }
 
+/* A series summed over the phase's instances (absent counts 0). */
+#define BUSY_SERIES "gp_scheduler_reservations_total{result=\"busy\"}"
+
+static double
+metric_sum(int instances, const char *series)
+{
+    double sum = 0;
+
+    for (int i = 0; i < instances; i++) {
+        double v = sched_metric(i, series);
+
+        sum += v > 0 ? v : 0;
+    }
+    return sum;
+}
+
 static double
 placed_total(int instances)
 {
@@ -368,7 +384,7 @@ run_phase(phase *p)
     double  t[MAX_SAMPLES], v[MAX_SAMPLES], base, t0, next_poll, submit_end, settle_end;
     int     n = 0;
     char    sql[512];
-    double  c0[CPU_N], c1[CPU_N], tot = 0;
+    double  c0[CPU_N], c1[CPU_N], tot = 0, busy0, lost0;
     char    cpus[256];
     size_t  cl = 0;
 
@@ -377,6 +393,8 @@ run_phase(phase *p)
     cpu_take(c0);
     inflight = 0;
     base = placed_total(p->instances);
+    busy0 = metric_sum(p->instances, BUSY_SERIES);
+    lost0 = metric_sum(p->instances, "gp_scheduler_placement_conflicts_total");
     t0 = b_now();
     next_poll = t0;
     submit_end = t0 + PHASE_SUBMIT_S;
@@ -420,6 +438,11 @@ run_phase(phase *p)
     }
     b_note("place: phase %s: CPU us per placement (submit, placement, dispatch, start "
            "event):%s; total %.0f", p->name, cpus, tot);
+    /* the instances' races: a GPU another one booked first (BUSY), a job
+     * given back (claimed elsewhere meanwhile, or its write failed) */
+    b_note("place: phase %s: reservations refused BUSY %.0f, placements given back %.0f",
+           p->name, metric_sum(p->instances, BUSY_SERIES) - busy0,
+           metric_sum(p->instances, "gp_scheduler_placement_conflicts_total") - lost0);
     /* steady part: between 10 % and 90 % of the phase's placements */
     if (n > 2 && p->placed > 20) {
         int i10 = 0, i90 = n - 1;

@@ -505,7 +505,7 @@ submit_queue(submit *sb)
 }
 
 static void
-tenant_answer(submit *sb, gp_err err, bool transport, const void *reply, const char *detail)
+tenant_answer(submit *sb, gp_err err, bool transport, const char *detail)
 {
     if (err == GP_EOK) {
         submit_queue(sb);
@@ -517,7 +517,6 @@ tenant_answer(submit *sb, gp_err err, bool transport, const void *reply, const c
                     sb->tenant, gp_err_name(err), detail);
         submit_end(sb, SUBMIT_ERROR, GP_EUNAVAIL);
     }
-    (void)reply;
 }
 
 /* One registry call answers every submit of the tenant that arrived while
@@ -541,11 +540,11 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
         if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
             snap_tenant_upsert(&sb->s->snap, reply);
     }
-    tenant_answer(sb, err, transport, reply, detail);
+    tenant_answer(sb, err, transport, detail);
     while (w != NULL) {
         submit *next = w->next;
 
-        tenant_answer(w, err, transport, reply, detail);
+        tenant_answer(w, err, transport, detail);
         w = next;
     }
 }

@@ -154,7 +154,8 @@ bench: deps all
 # with `make format FILES=path.c`, then add it here.
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
                 shared/src/log.c tests/helpers/schema_dump.c tests/unit/backoff_test.c \
-                shared/include/gp/detect.h shared/src/detect.c tests/unit/detect_test.c
+                shared/include/gp/detect.h shared/src/detect.c tests/unit/detect_test.c \
+                tests/integration/detect_lua_test.c
 CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with

@@ -424,3 +424,60 @@ cmd_readmit(gpctl *c, int argc, char **argv)
     gp_msg_clear(&msg_id_request_desc, &out);
     return rc;
 }
+
+/* ---- cordon, drain, uncordon, release ------------------------------------------------- */
+
+/* gpctl cordon|drain|uncordon|release node NAME: an operator's mode; the
+ * registry answers the transition (prev -> state). */
+static int
+node_mode(gpctl *c, const char *verb, const gp_op *op, const char *done, int argc, char **argv)
+{
+    edit_args      a;
+    msg_id_request req = {0};
+    msg_node_state out = {0};
+    int            rc = parse_target(verb, argc, argv, true, &a);
+
+    if (rc == GPCTL_OK && strcmp(a.e->name, "node") != 0)
+        rc = usage_error(verb, "only a node can be %s, not a %s", done, a.e->name);
+    if (rc == GPCTL_OK && argc > 2)
+        rc = usage_error(verb, "unexpected argument \"%s\"", argv[2]);
+    if (rc == GPCTL_OK && strlen(a.name) >= sizeof(req.id))
+        rc = usage_error(verb, "node name longer than %zu bytes", sizeof(req.id) - 1);
+    if (rc == GPCTL_OK)
+        rc = ctl_connect(c);
+    if (rc != GPCTL_OK)
+        return rc;
+    snprintf(req.id, sizeof(req.id), "%s", a.name);
+    rc = ctl_call(c, op->address, &msg_id_request_desc, &req, &msg_node_state_desc, &out);
+    if (rc == GPCTL_OK && c->out != OUT_JSON)
+        printf("node/%s %s (%s -> %s)\n", out.node, done, msg_node_state_names[out.prev],
+               msg_node_state_names[out.state]);
+    else if (rc == GPCTL_OK)
+        rc = show_result(c, a.e, &msg_node_state_desc, &out, done);
+    gp_msg_clear(&msg_node_state_desc, &out);
+    return rc;
+}
+
+int
+cmd_cordon(gpctl *c, int argc, char **argv)
+{
+    return node_mode(c, "cordon", GP_OP_ADMIN_NODE_CORDON, "cordoned", argc, argv);
+}
+
+int
+cmd_drain(gpctl *c, int argc, char **argv)
+{
+    return node_mode(c, "drain", GP_OP_ADMIN_NODE_DRAIN, "draining", argc, argv);
+}
+
+int
+cmd_uncordon(gpctl *c, int argc, char **argv)
+{
+    return node_mode(c, "uncordon", GP_OP_ADMIN_NODE_UNCORDON, "uncordoned", argc, argv);
+}
+
+int
+cmd_release(gpctl *c, int argc, char **argv)
+{
+    return node_mode(c, "release", GP_OP_ADMIN_NODE_RELEASE, "released", argc, argv);
+}

@@ -411,8 +411,8 @@ check_state(const char *state)
     for (int i = 0; i < (int)GP_NELEM(msg_node_state_names); i++)
         if (strcmp(state, msg_node_state_names[i]) == 0)
             return GPCTL_OK;
-    return usage_error("get", "--state %s: expected unknown, healthy, stale, draining or "
-                       "quarantined", state);
+    return usage_error("get", "--state %s: expected unknown, healthy, suspect, lost, draining, "
+                       "cordoned or quarantined", state);
 }
 
 static int

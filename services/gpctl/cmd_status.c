@@ -158,7 +158,7 @@ cmd_health(gpctl *c, int argc, char **argv)
 
 /* ---- summary ---------------------------------------------------------------------- */
 
-#define NSTATES  5
+#define NSTATES  7   /* Node.state's enum */
 #define MAX_MODELS 64
 
 typedef struct model_count {
@@ -357,22 +357,23 @@ summary_json(const summary *s)
 static void
 summary_models(const summary *s)
 {
-    static const char *const heads[] = {"MODEL", "GPUS", "HEALTHY", "STALE", "DRAINING",
-                                        "QUARANTINED", "UNKNOWN", NULL};
-    static const int         order[] = {MSG_NODE_STATE_HEALTHY, MSG_NODE_STATE_STALE,
-                                        MSG_NODE_STATE_DRAINING, MSG_NODE_STATE_QUARANTINED,
+    static const char *const heads[] = {"MODEL", "GPUS", "HEALTHY", "SUSPECT", "LOST",
+                                        "DRAINING", "CORDONED", "QUARANTINED", "UNKNOWN", NULL};
+    static const int         order[] = {MSG_NODE_STATE_HEALTHY, MSG_NODE_STATE_SUSPECT,
+                                        MSG_NODE_STATE_LOST, MSG_NODE_STATE_DRAINING,
+                                        MSG_NODE_STATE_CORDONED, MSG_NODE_STATE_QUARANTINED,
                                         MSG_NODE_STATE_UNKNOWN};
     table                    t;
 
     table_init(&t, heads);
     for (size_t i = 0; i < s->nmodels; i++) {
-        char num[6][24];
+        char num[NSTATES + 1][24];
 
         for (int k = 0; k < NSTATES; k++)
             snprintf(num[k + 1], sizeof(num[0]), "%" PRIu64, s->models[i].by_state[order[k]]);
         snprintf(num[0], sizeof(num[0]), "%" PRIu64, model_total(&s->models[i]));
         table_add(&t, (const char *const[]){s->models[i].model, num[0], num[1], num[2], num[3],
-                                            num[4], num[5]});
+                                            num[4], num[5], num[6], num[7]});
     }
     if (t.nrows) {
         printf("\nGPUs by model and node state:\n");
@@ -385,10 +386,12 @@ static void
 summary_text(const summary *s)
 {
     printf("Sites:  %" PRIu64 "\n", s->sites);
-    printf("Nodes:  %" PRIu64 "  (healthy %" PRIu64 ", stale %" PRIu64 ", draining %" PRIu64
-           ", quarantined %" PRIu64 ", unknown %" PRIu64 ")\n", s->nodes_total,
-           s->nodes[MSG_NODE_STATE_HEALTHY], s->nodes[MSG_NODE_STATE_STALE],
-           s->nodes[MSG_NODE_STATE_DRAINING], s->nodes[MSG_NODE_STATE_QUARANTINED],
+    printf("Nodes:  %" PRIu64 "  (healthy %" PRIu64 ", suspect %" PRIu64 ", lost %" PRIu64
+           ", draining %" PRIu64 ", cordoned %" PRIu64 ", quarantined %" PRIu64
+           ", unknown %" PRIu64 ")\n", s->nodes_total,
+           s->nodes[MSG_NODE_STATE_HEALTHY], s->nodes[MSG_NODE_STATE_SUSPECT],
+           s->nodes[MSG_NODE_STATE_LOST], s->nodes[MSG_NODE_STATE_DRAINING],
+           s->nodes[MSG_NODE_STATE_CORDONED], s->nodes[MSG_NODE_STATE_QUARANTINED],
            s->nodes[MSG_NODE_STATE_UNKNOWN]);
     printf("GPUs:   %" PRIu64 "  (on healthy nodes %" PRIu64 ")\n", s->gpus_total,
            s->gpus[MSG_NODE_STATE_HEALTHY]);

@@ -31,7 +31,7 @@ static const verb verbs[] = {
      "\n"
      "  KIND: sites, nodes, gpus, pools, products, tenants (singular works too).\n"
      "  Lists every page from the registry; filters are applied by the registry\n"
-     "  (--state: unknown, healthy, stale, draining, quarantined).  gpus is a\n"
+     "  (--state: unknown, healthy, suspect, lost, draining, cordoned, quarantined).  gpus is a\n"
      "  flattened view of the nodes' GPUs.  NAME shows one object.\n"
      "  -o wide adds columns; -o json prints a JSON array.\n"
      "\n"
@@ -78,6 +78,23 @@ static const verb verbs[] = {
      "Usage: gpctl readmit node NAME\n"
      "\n"
      "  Lets a node that an operator deleted register again.\n"},
+    {"cordon", cmd_cordon,
+     "Usage: gpctl cordon node NAME\n"
+     "\n"
+     "  No new work is placed on the node; what runs there stays.  Prints the\n"
+     "  transition.  Refused (CONFLICT) on a quarantined node: release it first.\n"},
+    {"drain", cmd_drain,
+     "Usage: gpctl drain node NAME\n"
+     "\n"
+     "  No new work is placed on the node (state draining), as cordon.\n"},
+    {"uncordon", cmd_uncordon,
+     "Usage: gpctl uncordon node NAME\n"
+     "\n"
+     "  Ends a cordon or a drain: the node takes new work again.\n"},
+    {"release", cmd_release,
+     "Usage: gpctl release node NAME\n"
+     "\n"
+     "  Ends a quarantine (after the repair): the node takes new work again.\n"},
     {"health", cmd_health,
      "Usage: gpctl health [SERVICE...] [-o json]\n"
      "\n"
@@ -133,6 +150,9 @@ static const char overview[] =
     "  update KIND NAME ...   change fields of one\n"
     "  delete KIND NAME       delete one\n"
     "  readmit node NAME      let a deleted node register again\n"
+    "  cordon|drain node N    no new work on a node\n"
+    "  uncordon node N        end a cordon or drain\n"
+    "  release node N         end a quarantine\n"
     "  health [SERVICE...]    health of services (default: registry)\n"
     "  summary                sites, nodes, GPUs, pools, jobs by state, GPU utilization\n"
     "  submit --tenant T ...  submit a job (flags or -f job.json|job.yaml)\n"

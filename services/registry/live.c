@@ -6,8 +6,8 @@
  *                      inventory), hb = the latest heartbeat as decoded and
  *                      re-encoded (bounded by the schema), msgpack
  *   gp:{N}:rtt:<site>  hash: node -> last uplink RTT (the site's measured RTT)
- *   gp:{N}:seen        sorted set: node id by last heartbeat, ms; only nodes
- *                      not yet found stale
+ *   gp:{N}:seen        sorted set: node id by its next deadline, ms (suspect_at
+ *                      while healthy, lost_at while suspect); lost nodes leave it
  *   gp:epoch:v2        marks a Redis seeded with this layout; when it is
  *                      missing Redis is new, was flushed, or holds an older
  *                      layout: every inventory node is reseeded
@@ -15,11 +15,14 @@
  * A heartbeat is one script call (gp/kvscript.h): it updates the hash, the
  * index and the site's RTT and returns the previous state, so registry
  * instances share no memory and any of them can take any heartbeat (NATS
- * queue group).  The sweep reads each shard's index up to the stale
- * cutoff and runs one script on those nodes: it moves every node whose last
- * beat is older than the stale window out of the index and returns those
- * that were healthy, so each transition is reported by exactly one
- * instance.
+ * queue group).  The sweep reads each shard's index up to Redis's time
+ * (the scores are deadlines) and runs one script on those nodes: it judges
+ * each again from its own history (scripts.h, the detector of gp/detect.h
+ * in Lua), turns it suspect or lost, re-scores it or drops it from the
+ * index, and returns the transitions, so each is reported by exactly one
+ * instance.  A lease renewal the registry overhears is contact too
+ * (registry_live_contact): a node whose beats are lost while its renewals
+ * arrive is not lost.
  *
  * Which nodes exist (ghost nodes): the inventory (PostgreSQL) decides, and
  * the 'reg' field of the node's hash carries that into Redis.
@@ -57,10 +60,10 @@
 /* The suffix is the version of the live view's layout: a registry that
  * brings a new layout (or a new rule, like the 'reg' mark) finds no epoch
  * in a Redis an older one seeded, and reseeds it from PostgreSQL. */
-#define EPOCH_KEY     "gp:epoch:v2"
+#define EPOCH_KEY     "gp:epoch:v3"
 /* Held by the instance reseeding; expires if it dies half way.  Longer than
  * the inventory read (5 s deadline) plus a few hundred script calls. */
-#define RESEED_LOCK_KEY "gp:reseed:lock:v2"
+#define RESEED_LOCK_KEY "gp:reseed:lock:v3"
 #define RESEED_LOCK_MS  15000
 
 #define CLOCK_EVERY_MS 10000
@@ -114,17 +117,28 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
     ev.prev = prev;
     GP_SET_HAS(&ev, MSG_NODE_STATE__PREV);
     ev.at_ms = registry_now_ms(r);           /* Redis's clock: instances' wall clocks may be off */
+    /* strictly later than this instance's last one: two transitions of a
+     * node in one sweep (suspect, lost) must not tie, or the row would
+     * keep the first when they land in two batches (states.c) */
+    if (ev.at_ms <= r->last_at_ms)
+        ev.at_ms = r->last_at_ms + 1;
+    r->last_at_ms = ev.at_ms;
     args[0] = site;
     args[1] = node;
     gp_app_publish(r->app, GP_OP_NODE_STATE, args, &ev);
     (*r->m_transitions)++;
-    /* A node going stale is news; one registering or coming back after a
-     * Redis flush is routine (100,000 of them would drown the log). */
-    gp_log(state == MSG_NODE_STATE_STATE_STALE ? GP_LOG_WARN
-           : prev == MSG_NODE_STATE_STATE_STALE ? GP_LOG_INFO : GP_LOG_DEBUG,
+    /* A node going suspect or lost is news, and so is an operator's act;
+     * one registering or coming back after a Redis flush is routine
+     * (100,000 of them would drown the log). */
+    gp_log(state == MSG_NODE_STATE_STATE_SUSPECT || state == MSG_NODE_STATE_STATE_LOST
+               ? GP_LOG_WARN
+           : prev == MSG_NODE_STATE_STATE_SUSPECT || prev == MSG_NODE_STATE_STATE_LOST ||
+                   strncmp(reason, "operator", 8) == 0
+               ? GP_LOG_INFO
+               : GP_LOG_DEBUG,
            "node_state", "site=%s node=%s from=%s to=%s reason=\"%s\"", site, node,
            registry_state_name(prev), registry_state_name(state), reason);
-    registry_states_queue(r, node, state, ev.at_ms);
+    registry_states_queue(r, site, node, prev, state, reason, ev.at_ms);
 }
 
 /* ---- heartbeats ------------------------------------------------------------------- */
@@ -152,7 +166,7 @@ static void
 beat_done(void *arg, const redisReply *rep, gp_err err)
 {
     beat   *b = arg;
-    int32_t prev;
+    int32_t prev, state;
 
     if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
         (*b->r->m_hb_bad)++;
@@ -169,15 +183,18 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
         beat_free(b, GP_ENOTFOUND);
         return;
     }
-    prev = rep->type == REDIS_REPLY_STRING ? registry_state_from_name(rep->str)
-                                           : MSG_NODE_STATE_STATE_UNKNOWN;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING) {
+        (*b->r->m_hb_bad)++;
+        beat_free(b, GP_EINTERNAL);
+        return;
+    }
+    prev = registry_state_from_name(rep->element[0]->str);
+    state = registry_state_from_name(rep->element[1]->str);
     if (b->registered)
-        registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
-                                 "registered");
-    else if (prev != MSG_NODE_STATE_STATE_HEALTHY && prev != MSG_NODE_STATE_STATE_DRAINING &&
-             prev != MSG_NODE_STATE_STATE_QUARANTINED)
-        registry_live_transition(b->r, b->site, b->node, prev, MSG_NODE_STATE_STATE_HEALTHY,
-                                 "heartbeat");
+        registry_live_transition(b->r, b->site, b->node, prev, state, "registered");
+    else if (prev != state)
+        registry_live_transition(b->r, b->site, b->node, prev, state, "heartbeat");
     beat_free(b, GP_EOK);
 }
 
@@ -189,8 +206,8 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
     char        rtt[32];
     const char *keys[3] = {kn, ks, kr};
-    const char *args[4];
-    size_t      argl[4];
+    const char *args[5];
+    size_t      argl[5];
     unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
 
@@ -213,9 +230,10 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     args[1] = site;
     args[2] = node;
     args[3] = rtt;
-    for (int k = 0; k < 4; k++)
+    args[4] = r->detect_args;
+    for (int k = 0; k < 5; k++)
         argl[k] = k == 0 ? len : strlen(args[k]);
-    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 4, args, argl) !=
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
         beat_free(b, GP_EUNAVAIL);
@@ -241,6 +259,26 @@ registry_live_beat(registry *r, const char *site, const char *node, const void *
     live_write(r, site, node, raw, len, rtt_ms, false, NULL, NULL);
 }
 
+/* A lease renewal: contact for the detector.  Not counted as a beat and
+ * not waited for: one lost only makes the node's deadline a renewal
+ * earlier.  Shed like beats when Redis is behind. */
+void
+registry_live_contact(registry *r, const char *site, const char *node)
+{
+    char        kn[REGISTRY_KEY_LEN];
+    const char *keys[1] = {kn};
+    gp_kv_stats ks;
+
+    gp_kv_get_stats(gp_app_kv(r->app), &ks);
+    if (ks.inflight >= r->cfg->hb_backlog) {
+        (*r->m_hb_shed)++;
+        return;
+    }
+    (*r->m_contacts)++;
+    registry_node_key(kn, registry_shard(site), node);
+    gp_kvscript_call(&r->contact_script, gp_app_kv(r->app), NULL, NULL, 1, keys, 0, NULL, NULL);
+}
+
 void
 registry_live_register(registry *r, const char *site, const char *node,
                        registry_live_written_cb *done, void *arg)
@@ -249,12 +287,68 @@ registry_live_register(registry *r, const char *site, const char *node,
     live_write(r, site, node, "", 0, 0, true, done, arg);
 }
 
+/* ---- an operator's mode (cordon, drain, quarantine) ---------------------------------- */
+
+typedef struct adm_call {
+    registry            *r;
+    char                 site[GP_MAX_ID + 1];
+    char                 node[GP_MAX_ID + 1];
+    char                 reason[64];
+    registry_live_adm_cb *done;
+    void                *arg;
+} adm_call;
+
+static void
+adm_done(void *arg, const redisReply *rep, gp_err err)
+{
+    adm_call *c = arg;
+    int32_t   prev = MSG_NODE_STATE_STATE_UNKNOWN, state = MSG_NODE_STATE_STATE_UNKNOWN;
+
+    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0)
+        err = GP_ENOTFOUND;                  /* deleted meanwhile, or Redis flushed: reseed */
+    else if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+                               rep->element[0]->type != REDIS_REPLY_STRING ||
+                               rep->element[1]->type != REDIS_REPLY_STRING))
+        err = GP_EUNAVAIL;
+    if (err == GP_EOK) {
+        prev = registry_state_from_name(rep->element[0]->str);
+        state = registry_state_from_name(rep->element[1]->str);
+        if (prev != state)
+            registry_live_transition(c->r, c->site, c->node, prev, state, c->reason);
+    }
+    c->done(c->arg, err, prev, state);
+    free(c);
+}
+
+gp_err
+registry_live_adm(registry *r, const char *site, const char *node, const char *adm,
+                  const char *reason, registry_live_adm_cb *done, void *arg)
+{
+    char        kn[REGISTRY_KEY_LEN];
+    const char *keys[1] = {kn};
+    const char *args[1] = {adm};
+    adm_call   *c = malloc(sizeof(*c));
+    gp_err      rc;
+
+    if (c == NULL)
+        return GP_ENOMEM;
+    *c = (adm_call){.r = r, .done = done, .arg = arg};
+    snprintf(c->site, sizeof(c->site), "%s", site);
+    snprintf(c->node, sizeof(c->node), "%s", node);
+    snprintf(c->reason, sizeof(c->reason), "%s", reason);
+    registry_node_key(kn, registry_shard(site), node);
+    rc = gp_kvscript_call(&r->adm_script, gp_app_kv(r->app), adm_done, c, 1, keys, 1, args, NULL);
+    if (rc != GP_EOK)
+        free(c);
+    return rc;
+}
+
 /* ---- the sweep: every shard, in batches, until it is done or the tick's bound ----
  *
  * Each tick walks all REGISTRY_SHARDS shards at once, one chain per shard:
- * a read script (ZRANGEBYSCORE of the shard's seen set up to Redis's time
- * less the stale window, SWEEP_BATCH ids), then the sweep script on those
- * nodes (which takes the cutoff from Redis's time again); a chain goes on while its read
+ * a read script (ZRANGEBYSCORE of the shard's index up to Redis's time:
+ * the scores are deadlines; SWEEP_BATCH ids), then the sweep script on those
+ * nodes (which judges each again on Redis's time); a chain goes on while its read
  * came back full and the tick's bound allows.  The next tick starts when
  * every chain of this one has ended. */
 
@@ -288,10 +382,16 @@ swept(void *arg, const redisReply *rep, gp_err err)
         chain_end(c);
         return;
     }
-    for (size_t i = 0; i + 1 < rep->elements; i += 2)
-        registry_live_transition(r, rep->element[i + 1]->str, rep->element[i]->str,
-                                 MSG_NODE_STATE_STATE_HEALTHY, MSG_NODE_STATE_STATE_STALE,
-                                 "missed heartbeats");
+    for (size_t i = 0; i + 4 < rep->elements; i += 5) {
+        redisReply *const *e = rep->element + i;
+        bool ok = true;
+
+        for (int k = 0; k < 5; k++)
+            ok = ok && e[k]->type == REDIS_REPLY_STRING;
+        if (ok)
+            registry_live_transition(r, e[1]->str, e[0]->str, registry_state_from_name(e[2]->str),
+                                     registry_state_from_name(e[3]->str), e[4]->str);
+    }
     if (c->r->sweep_more[c->shard] && r->sweep_budget >= SWEEP_BATCH)
         sweep_read(c);                               /* the read was full: more to look at */
     else
@@ -317,7 +417,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
-    args[0] = r->sweep_window;
+    args[0] = r->detect_args;
     for (size_t i = 0; i < n; i++) {
         registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
         keys[i + 1] = keybuf[i + 1];
@@ -333,11 +433,11 @@ sweep_read(sweep_chain *c)
 {
     char        key[REGISTRY_KEY_LEN], batch[16];
     const char *keys[1] = {key};
-    const char *args[2] = {c->r->sweep_window, batch};
+    const char *args[1] = {batch};
 
     registry_seen_key(key, c->shard);
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    if (gp_kvscript_call(&c->r->sweep_read_script, gp_app_kv(c->r->app), sweep_ids, c, 1, keys, 2,
+    if (gp_kvscript_call(&c->r->sweep_read_script, gp_app_kv(c->r->app), sweep_ids, c, 1, keys, 1,
                          args, NULL) != GP_EOK)
         chain_end(c);
 }
@@ -345,14 +445,11 @@ sweep_read(sweep_chain *c)
 static void
 sweep(registry *r)
 {
-    uint64_t window = (uint64_t)r->cfg->heartbeat_ms * r->cfg->stale_beats;
-
-    /* The cutoff is Redis's time less the window, computed by the scripts
-     * on the shard's master: beats are stamped with that clock too, so no
-     * registry host's wall clock enters into it. */
+    /* Deadlines are on Redis's time, judged by the scripts on the shard's
+     * master: beats are stamped with that clock too, so no registry host's
+     * wall clock enters into it. */
     if (r->sweeps_inflight > 0 || r->chains == NULL)
         return;
-    snprintf(r->sweep_window, sizeof(r->sweep_window), "%llu", (unsigned long long)window);
     r->sweep_budget = SWEEP_TICK_MAX;
     for (unsigned s = 0; s < REGISTRY_SHARDS; s++) {
         r->chains[s] = (sweep_chain){.r = r, .shard = s};
@@ -365,7 +462,7 @@ sweep(registry *r)
 /* Redis came back empty (flushed, or restarted without persistence):
  * every inventory node gets its 'reg' mark back, and every node expected
  * to beat goes back into its shard's index as seen now, so it is either
- * refreshed by its next heartbeat or found stale by the sweep one window
+ * refreshed by its next heartbeat or found suspect by the sweep one deadline
  * later.  Nothing is lost and no one acts.  One script call per shard and
  * chunk: 100,000 nodes are a few hundred commands.
  *
@@ -453,7 +550,7 @@ static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
     static char        keybuf[RESEED_CHUNK + 1][REGISTRY_KEY_LEN];
-    static const char *keys[RESEED_CHUNK + 1], *args[3 * RESEED_CHUNK];
+    static const char *keys[RESEED_CHUNK + 1], *args[4 * RESEED_CHUNK + 1];
     registry          *r = arg;
     gp_kv             *kv = gp_app_kv(r->app);
     int                rows = err == GP_EOK ? PQntuples(res[0]) : 0;
@@ -491,6 +588,7 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
 
             registry_seen_key(keybuf[0], s);
             keys[0] = keybuf[0];
+            args[na++] = r->detect_args;
             for (unsigned k = i; k < start[s + 1] && k < i + RESEED_CHUNK; k++) {
                 int row = order[k];
 
@@ -500,6 +598,7 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
                 args[na++] = PQgetvalue(res[0], row, 0);
                 args[na++] = PQgetvalue(res[0], row, 1);
                 args[na++] = PQgetvalue(res[0], row, 2);
+                args[na++] = PQgetvalue(res[0], row, 3);
             }
             r->reseed_pending++;
             if (gp_kvscript_call(&r->reseed_script, kv, reseed_chunk_done, r, nk, keys, na, args,
@@ -523,7 +622,7 @@ reseed_locked(void *arg, const redisReply *rep, gp_err err)
         r->reseeding = false;                /* nil: another instance is reseeding */
         return;
     }
-    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state FROM nodes", 0, NULL, 0, reseeded,
+    if (gp_db_query(gp_app_db(r->app), "SELECT id, site, state, adm FROM nodes", 0, NULL, 0, reseeded,
                     r) != GP_EOK)
         reseed_failed(r, "UNAVAIL", "inventory database unavailable");
 }
@@ -547,7 +646,7 @@ epoch_checked(void *arg, const redisReply *rep, gp_err err)
  *
  * A removal that failed would leave a deleted node's 'reg' mark (its beats
  * taken) or, after a site move, a healthy hash in the old shard that the
- * sweep would later report stale.  So each one is kept in r->forgets until
+ * sweep would later report suspect.  So each one is kept in r->forgets until
  * Redis confirmed it, and a failed one is sent again from the cron after
  * its own backoff.  A registration of the same (site, node) cancels a
  * pending one: sent before the registration's script on the same
@@ -707,6 +806,8 @@ registry_live_cron(gp_app *app, void *arg)
         gp_kvscript_load(&r->sweep_read_script, kv);
     if (r->reseed_script.sha[0] == '\0')
         gp_kvscript_load(&r->reseed_script, kv);
+    if (r->contact_script.sha[0] == '\0')
+        gp_kvscript_load(&r->contact_script, kv);
     if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
         gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
     clock_cron(r, kv);
@@ -754,6 +855,10 @@ registry_live_start(registry *r)
     gp_kvscript_init(&r->sweep_script, registry_sweep_lua);
     gp_kvscript_init(&r->sweep_read_script, registry_sweep_read_lua);
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
+    gp_kvscript_init(&r->contact_script, registry_contact_lua);
+    gp_kvscript_init(&r->adm_script, registry_adm_lua);
+    r->m_contacts = gp_metrics_counter(m, "gp_registry_contacts_total", NULL,
+                                       "Lease renewals taken as contact by the failure detector");
     r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));
     r->sweep_more = calloc(REGISTRY_SHARDS, sizeof(*r->sweep_more));
     if (r->chains == NULL || r->sweep_more == NULL) {

@@ -1,4 +1,5 @@
 /* main.c -- gridpool-registry: config table, routes, run. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gp/app.h"
@@ -9,12 +10,36 @@
 const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_TABLE(registry_cfg, common, gp_common_cfg_opts),
     GP_CFG_UINT("heartbeat-ms", registry_cfg, heartbeat_ms, 5000, 100, 600000, "heartbeat interval handed to agents"),
-    GP_CFG_UINT("stale-beats", registry_cfg, stale_beats, 3, 1, 100, "missed heartbeats before a node is stale"),
+    GP_CFG_UINT("detect-floor-ms", registry_cfg, detect_floor_ms, 0, 0, 3600000, "a node is never suspect sooner after its last heartbeat (0: 2 x heartbeat-ms + 1 s)"),
+    GP_CFG_UINT("detect-ceiling-ms", registry_cfg, detect_ceiling_ms, 0, 0, 3600000, "...nor later, however jittery its history (0: 6 x heartbeat-ms)"),
+    GP_CFG_UINT("detect-k", registry_cfg, detect_k, 4, 1, 16, "deviations of a node's heartbeat interval above its mean before it is suspect"),
+    GP_CFG_UINT("lost-ms", registry_cfg, lost_ms, 0, 0, 3600000, "no contact (heartbeat or lease renewal) this long, and suspect: lost (0: 2 x heartbeat-ms + 500 ms)"),
     GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 60000, 1000, 3600000, "attempt lease handed to agents"),
     GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
     GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
     GP_CFG_END
 };
+
+/* The detector's settings: defaults scaled from the heartbeat interval
+ * (gp/detect.h), each replaced by its option when set; NULL or why they
+ * cannot work. */
+static const char *
+detect_setup(registry *r, const registry_cfg *cfg)
+{
+    gp_detect_cfg *d = &r->detect;
+    const char    *why;
+
+    gp_detect_cfg_default(d, cfg->heartbeat_ms);
+    d->floor_ms = cfg->detect_floor_ms ? cfg->detect_floor_ms : d->floor_ms;
+    d->ceiling_ms = cfg->detect_ceiling_ms ? cfg->detect_ceiling_ms : d->ceiling_ms;
+    d->k = cfg->detect_k;
+    d->lost_ms = cfg->lost_ms ? cfg->lost_ms : d->lost_ms;
+    if ((why = gp_detect_cfg_check(d)) != NULL)
+        return why;
+    snprintf(r->detect_args, sizeof(r->detect_args), "%u %u %u %u %u", d->interval_ms,
+             d->floor_ms, d->ceiling_ms, d->k, d->lost_ms);
+    return NULL;
+}
 
 int
 main(int argc, char **argv)
@@ -24,10 +49,15 @@ main(int argc, char **argv)
     gp_app      *app = NULL;
     int          code;
     gp_err       rc;
+    const char  *why;
 
     gp_cfg_load("gridpool-registry", registry_cfg_opts, &cfg, argc, argv, NULL, &code);
     if (code != GP_CFG_CONTINUE)
         return code;
+    if ((why = detect_setup(&reg, &cfg)) != NULL) {
+        fprintf(stderr, "gridpool-registry: failure detector: %s\n", why);
+        return 2;
+    }
     rc = gp_app_new("registry", REGISTRY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
                     registry_migrations, &app);
     if (rc == GP_EOK) {

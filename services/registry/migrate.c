@@ -105,9 +105,31 @@ static const char step3_sql[] =
     "ALTER TABLE tenants ADD COLUMN IF NOT EXISTS fair_share_weight int NOT NULL DEFAULT 1\n"
     "  CHECK (fair_share_weight BETWEEN 1 AND 10000);\n";
 
+/* Step 4: the recovery issue's node states.  'stale' became 'suspect'
+ * (and 'lost' past the lost deadline); an operator's mode (draining,
+ * cordoned, quarantined) is its own column, so a node's liveness and its
+ * mode no longer overwrite each other; every transition is kept in
+ * node_transitions (no foreign key: the history outlives a delete). */
+static const char step4_sql[] =
+    "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS adm text NOT NULL DEFAULT ''\n"
+    "  CHECK (adm IN ('', 'draining', 'cordoned', 'quarantined'));\n"
+    "UPDATE nodes SET adm = state WHERE state IN ('draining', 'quarantined');\n"
+    "UPDATE nodes SET state = 'suspect' WHERE state = 'stale';\n"
+    "CREATE TABLE IF NOT EXISTS node_transitions (\n"
+    "  id bigserial PRIMARY KEY,\n"
+    "  node text NOT NULL,\n"
+    "  site text NOT NULL,\n"
+    "  prev text NOT NULL,\n"
+    "  state text NOT NULL,\n"
+    "  reason text NOT NULL DEFAULT '',\n"
+    "  at timestamptz NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS node_transitions_node ON node_transitions (node, at);\n"
+    "CREATE INDEX IF NOT EXISTS node_transitions_at ON node_transitions (at);\n";
+
 const gp_migration registry_migrations[] = {
     {1, "initial schema", step1_sql},
     {2, "retired nodes", step2_sql},
     {3, "fair-share weight of a tenant", step3_sql},
+    {4, "node modes and transitions", step4_sql},
     GP_MIGRATION_END
 };

@@ -606,6 +606,125 @@ on_node_readmit(gp_req *req, const void *in, void *out)
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
 }
 
+/* ---- an operator's mode: cordon, drain, uncordon, release ------------------------------
+ *
+ * PostgreSQL's nodes.adm is the authority (the reseed restores it into a
+ * new Redis); the change is written there first, under the row's lock,
+ * then mirrored into the live view, which publishes the transition.  Each
+ * verb says which modes it may replace, so it is idempotent (a retry after
+ * a failure in between completes it) and does not undo another's act:
+ * uncordon does not end a quarantine (release does, after a repair), and
+ * neither cordon nor drain hides one. */
+
+typedef struct node_mode {
+    const char *verb;
+    const char *adm;          /* the mode set ('' = none) */
+    const char *from;         /* text[] literal of the modes it may replace */
+} node_mode;
+
+static const node_mode mode_cordon = {"cordon", "cordoned", "{\"\",cordoned,draining}"};
+static const node_mode mode_drain = {"drain", "draining", "{\"\",cordoned,draining}"};
+static const node_mode mode_uncordon = {"uncordon", "", "{\"\",cordoned,draining}"};
+static const node_mode mode_release = {"release", "", "{\"\",quarantined}"};
+
+static void
+mode_live_done(void *arg, gp_err err, int32_t prev, int32_t state)
+{
+    gp_req         *req = arg;
+    const node_mode *m = gp_req_data(req);
+    msg_node_state *out = gp_req_out(req);
+
+    if (err == GP_ENOTFOUND)
+        err = gp_req_fail(req, GP_EUNAVAIL, "%s is stored, but the live view lacks node '%s' "
+                          "(Redis is being reseeded): it applies when the reseed ends",
+                          m->verb, out->node);
+    else if (err != GP_EOK)
+        err = gp_req_fail(req, err, "%s is stored; the live view (Redis) did not take it: "
+                          "%s the node again", m->verb, m->verb);
+    else {
+        out->prev = prev;
+        out->state = state;
+        GP_SET_HAS(out, MSG_NODE_STATE__PREV);
+        out->at_ms = gp_wall_ms();
+        snprintf(out->reason, sizeof(out->reason), "operator: %s", m->verb);
+    }
+    gp_req_done(req, err);
+}
+
+/* [0] the row, locked; [1] the update, when the mode may be replaced. */
+static void
+mode_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req               *req = arg;
+    const node_mode      *m = gp_req_data(req);
+    const msg_id_request *q = gp_req_in(req);
+    msg_node_state       *out = gp_req_out(req);
+    char                  reason[64];
+
+    if (err == GP_EOK && nres != 2)
+        err = GP_EINTERNAL, detail = "unexpected results";
+    if (err != GP_EOK) {
+        gp_req_done(req, gp_req_fail(req, err, "%s", detail ? detail : ""));
+        return;
+    }
+    if (PQntuples(res[0]) == 0) {
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "node '%s' not found", q->id));
+        return;
+    }
+    if (PQntuples(res[1]) == 0) {
+        gp_req_done(req, gp_req_fail(req, GP_ECONFLICT, "node '%s' is %s: %s", q->id,
+                                     PQgetvalue(res[0], 0, 1),
+                                     strcmp(PQgetvalue(res[0], 0, 1), "quarantined") == 0
+                                         ? "release it (after a repair) first"
+                                         : "uncordon it first"));
+        return;
+    }
+    snprintf(out->site, sizeof(out->site), "%s", PQgetvalue(res[1], 0, 0));
+    snprintf(out->node, sizeof(out->node), "%s", q->id);
+    snprintf(reason, sizeof(reason), "operator: %s", m->verb);
+    err = registry_live_adm(gp_req_state(req), out->site, q->id, m->adm, reason, mode_live_done,
+                            req);
+    if (err != GP_EOK)
+        gp_req_done(req, gp_req_fail(req, err, "%s is stored; the live view (Redis) is "
+                                     "unavailable: %s the node again", m->verb, m->verb));
+}
+
+static gp_err
+on_node_mode(gp_req *req, const void *in, void *out)
+{
+    const msg_id_request *q = in;
+    const node_mode      *m = gp_req_data(req);
+    const char           *p[3] = {q->id, m->adm, m->from};
+    gp_db_tx             *tx;
+    gp_err                rc;
+
+    (void)out;
+    if (!gp_id_ok(q->id))
+        return gp_req_fail(req, GP_EINVAL, "'%s' is not a valid node id", q->id);
+    if ((tx = gp_db_tx_new(gp_app_db(gp_req_app(req)))) == NULL)
+        return gp_req_fail(req, GP_ENOMEM, "out of memory");
+    gp_db_tx_add(tx, "SELECT site, CASE adm WHEN '' THEN 'in no mode' ELSE adm END"
+                     " FROM nodes WHERE id = $1 FOR UPDATE", 1, p);
+    gp_db_tx_add(tx, "UPDATE nodes SET adm = $2 WHERE id = $1 AND adm = ANY($3::text[])"
+                     " RETURNING site", 3, p);
+    rc = gp_db_tx_run(tx, 0, mode_written, req);
+    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+}
+
+/* A lease renewal, overheard in the registry's own queue group (the
+ * scheduler answers it): contact for the failure detector.  No reply. */
+static gp_err
+on_lease_seen(gp_req *req, const void *in, void *out)
+{
+    const char *site = gp_req_param(req, "site"), *node = gp_req_param(req, "node");
+
+    (void)in;
+    (void)out;
+    if (gp_id_ok(site) && gp_id_ok(node))
+        registry_live_contact(gp_req_state(req), site, node);
+    return gp_req_drop(req);
+}
+
 const gp_route registry_node_routes[] = {
     {GP_OP_NODE_REGISTER, on_register, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_NODE_HEARTBEAT, on_heartbeat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
@@ -613,5 +732,10 @@ const gp_route registry_node_routes[] = {
     {GP_OP_ADMIN_NODE_LIST, on_node_list, GP_R_QUEUE, REGISTRY_LIST_TIMEOUT_MS, NULL, NULL},
     {GP_OP_ADMIN_NODE_DELETE, on_node_delete, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_NODE_READMIT, on_node_readmit, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_NODE_CORDON, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_cordon, NULL},
+    {GP_OP_ADMIN_NODE_DRAIN, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_drain, NULL},
+    {GP_OP_ADMIN_NODE_UNCORDON, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_uncordon, NULL},
+    {GP_OP_ADMIN_NODE_RELEASE, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_release, NULL},
+    {GP_OP_NODE_LEASE, on_lease_seen, GP_R_QUEUE, 0, NULL, NULL},
     {NULL},
 };

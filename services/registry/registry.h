@@ -11,6 +11,7 @@
 #include "gp/backoff.h"
 #include "gp/buf.h"
 #include "gp/clock.h"
+#include "gp/detect.h"
 #include "gp/id.h"
 #include "gp/kvscript.h"
 #include "gp/limits.h"
@@ -19,7 +20,10 @@
 typedef struct registry_cfg {
     gp_common_cfg common;
     unsigned      heartbeat_ms;      /* interval handed to agents */
-    unsigned      stale_beats;       /* missed beats before a node is stale */
+    unsigned      detect_floor_ms;   /* failure detector (gp/detect.h); 0: from heartbeat-ms */
+    unsigned      detect_ceiling_ms;
+    unsigned      detect_k;
+    unsigned      lost_ms;
     unsigned      lease_ms;          /* attempt lease handed to agents */
     unsigned      sweep_ms;          /* how often stale nodes are looked for */
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
@@ -28,9 +32,13 @@ typedef struct registry_cfg {
 extern const gp_cfg_opt registry_cfg_opts[];
 extern const gp_migration registry_migrations[];   /* migrate.c */
 
-/* A node state change waiting to be written to PostgreSQL. */
+/* A node state change waiting to be written to PostgreSQL: the node's
+ * row, and a record in node_transitions. */
 typedef struct state_change {
     char     node[GP_MAX_ID + 1];
+    char     site[GP_MAX_ID + 1];
+    char     reason[MSG_NODE_STATE_REASON_MAXLEN + 1];
+    int32_t  prev;
     int32_t  state;
     uint64_t seq;                  /* queue order: the higher one is newer */
     uint64_t at_ms;                /* wall ms of the transition (NodeState.at_ms): the row
@@ -54,14 +62,15 @@ typedef struct registry {
     gp_app             *app;
     const registry_cfg *cfg;
     gp_kvscript         hb_script, sweep_script, sweep_read_script, reseed_script, unlock_script;
-    gp_kvscript         forget_script;
+    gp_kvscript         forget_script, contact_script, adm_script;
+    gp_detect_cfg       detect;            /* the detector's settings, as the scripts get them: */
+    char                detect_args[80];   /* "interval floor ceiling k lost" */
     live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */
     unsigned            nforgets;          /* entries in use */
     struct sweep_chain *chains;            /* one per shard (live.c) */
     bool               *sweep_more;        /* per shard: its last read came back full */
     unsigned            sweeps_inflight;   /* chains of this tick not yet ended */
     unsigned            sweep_budget;      /* nodes this tick may still look at */
-    char                sweep_window[24];  /* stale window, ms (the scripts take Redis's time) */
     bool                reseeding;         /* this instance holds the reseed lock or seeks it */
     unsigned            reseed_pending;    /* chunks of the reseed in flight (+1 while sending) */
     unsigned            reseed_bad;        /* chunks of the reseed that failed */
@@ -80,8 +89,9 @@ typedef struct registry {
     gp_backoff          flush_backoff;     /* after a failed batch write */
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
-    uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown;
-    uint64_t           *m_reseed_failures;
+    uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown, *m_history_dropped;
+    uint64_t            last_at_ms;        /* the last transition's time: the next is later */
+    uint64_t           *m_reseed_failures, *m_contacts;
     uint64_t           *m_forget_failures, *m_forget_dropped;
     double             *m_forget_pending;
     double             *m_changes_pending;  /* queued + in flight, set at each scrape */
@@ -110,7 +120,8 @@ int32_t registry_state_from_name(const char *s);
 void registry_states_start(registry *r);
 /* Queues one change (at_ms: the transition's time, registry_now_ms) and
  * writes it unless a batch is in flight or a retry backoff runs. */
-void registry_states_queue(registry *r, const char *node, int32_t state, uint64_t at_ms);
+void registry_states_queue(registry *r, const char *site, const char *node, int32_t prev,
+                           int32_t state, const char *reason, uint64_t at_ms);
 /* Writes what is queued if the backoff allows (the cron calls it). */
 void registry_states_flush(registry *r);
 /* The stop hook: writes the queued state changes at once (ignoring the
@@ -149,6 +160,16 @@ void registry_live_forget(registry *r, const char *site, const char *node);
 typedef void registry_live_written_cb(void *arg, gp_err err);
 void registry_live_register(registry *r, const char *site, const char *node,
                             registry_live_written_cb *done, void *arg);
+
+/* A lease renewal seen: contact for the failure detector (not waited for). */
+void registry_live_contact(registry *r, const char *site, const char *node);
+/* Sets a node's mode in Redis ('' clears it: healthy again unless suspect
+ * or lost) after PostgreSQL took it, and publishes the transition with
+ * reason; done gets OK with the states before and after, NOTFOUND (no
+ * 'reg' mark) or the Redis error.  Not OK returned: done is not called. */
+typedef void registry_live_adm_cb(void *arg, gp_err err, int32_t prev, int32_t state);
+gp_err registry_live_adm(registry *r, const char *site, const char *node, const char *adm,
+                         const char *reason, registry_live_adm_cb *done, void *arg);
 
 /* nodes.c */
 void registry_nodes_free(registry *r);

@@ -8,10 +8,10 @@
  * REGISTRY_SHARDS:
  *
  *     gp:{N}:node:<id>    hash of one node (its site's shard)
- *     gp:{N}:seen         sorted set: the shard's nodes by last beat
+ *     gp:{N}:seen         sorted set: the shard's nodes by their next deadline
  *     gp:{N}:rtt:<site>   hash: node -> last uplink RTT
- *     gp:epoch:v2         alone in its calls (no tag needed)
- *     gp:reseed:lock:v2   the reseeder's lock, alone in its calls
+ *     gp:epoch:v3         alone in its calls (no tag needed)
+ *     gp:reseed:lock:v3   the reseeder's lock, alone in its calls
  *
  * REGISTRY_SHARDS is fixed (it is part of the layout: changing it moves
  * every key, so it comes with a new epoch key).  256: the live view can
@@ -69,76 +69,211 @@ registry_rtt_key(char *out, const char *site)
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"               \
     "local nows = string.format('%.0f', now)\n"
 
+/* The failure detector (gp/detect.h), the same integer arithmetic in Lua,
+ * so that every registry instance judges a node alike from the fields in
+ * its hash: lb (last beat, ms), lc (last contact: a beat or a lease
+ * renewal), m8 (smoothed interval x 8), d4 (smoothed deviation x 4), n
+ * (samples).  Lua numbers are doubles: every value here is an integer
+ * below 2^53, so the arithmetic is exact and equals the C one
+ * (registry_detect_test compares them).  The configuration travels as one
+ * argument, "interval floor ceiling k lost" in ms (registry_detect_args).
+ *
+ * A node's liveness is the field 'live' (healthy, suspect, lost); what an
+ * operator or a quarantine rule set is 'adm' (draining, cordoned,
+ * quarantined, or empty); 'state' is what the node shows and what the
+ * scheduler's reservation script reads: suspect or lost first, then adm,
+ * else healthy.  The seen index holds a node while it is not lost, scored
+ * by its next deadline: suspect_at while healthy, lost_at while suspect. */
+#define REGISTRY_LUA_DETECT                                                                 \
+    "local function dcfg(s)\n"                                                              \
+    "  local t = {}\n"                                                                      \
+    "  for v in string.gmatch(s, '%d+') do t[#t + 1] = tonumber(v) end\n"                   \
+    "  return {i = t[1], f = t[2], c = t[3], k = t[4], l = t[5]}\n"                         \
+    "end\n"                                                                                 \
+    "local function dread(key)\n"                                                           \
+    "  local v = redis.call('HMGET', key, 'lb', 'lc', 'm8', 'd4', 'n', 'live', 'adm', 'state', 'site')\n" \
+    "  return {lb = tonumber(v[1] or 0) or 0, lc = tonumber(v[2] or 0) or 0,\n"             \
+    "          m8 = tonumber(v[3] or 0) or 0, d4 = tonumber(v[4] or 0) or 0,\n"             \
+    "          n = tonumber(v[5] or 0) or 0, live = v[6], adm = v[7] or '', state = v[8],\n" \
+    "          site = v[9]}\n"                                                              \
+    "end\n"                                                                                 \
+    "local function dnum(x) return string.format('%.0f', x) end\n"                          \
+    "local function dwrite(key, d)\n"                                                       \
+    "  redis.call('HSET', key, 'lb', dnum(d.lb), 'lc', dnum(d.lc), 'm8', dnum(d.m8),\n"     \
+    "             'd4', dnum(d.d4), 'n', dnum(d.n))\n"                                      \
+    "end\n"                                                                                 \
+    "local function deadline(d, C)\n"                                                       \
+    "  local mean, dev = C.i, math.floor(C.i / 2)\n"                                        \
+    "  if d.n > 0 then mean = math.floor(d.m8 / 8); dev = math.floor(d.d4 / 4) end\n"       \
+    "  local t = mean + C.k * dev\n"                                                        \
+    "  if t < C.f then t = C.f end\n"                                                       \
+    "  if t > C.c then t = C.c end\n"                                                       \
+    "  return t\n"                                                                          \
+    "end\n"                                                                                 \
+    "local function suspect_at(d, C)\n"                                                     \
+    "  local a, b = d.lb + deadline(d, C), d.lc + C.f\n"                                    \
+    "  if a > b then return a end\n"                                                        \
+    "  return b\n"                                                                          \
+    "end\n"                                                                                 \
+    "local function lost_at(d, C)\n"                                                        \
+    "  local a, s = d.lc + C.l, suspect_at(d, C)\n"                                         \
+    "  if a > s then return a end\n"                                                        \
+    "  return s\n"                                                                          \
+    "end\n"                                                                                 \
+    "local function dbeat(d, C, t)\n"                                                       \
+    "  if d.lb ~= 0 and t > d.lb and t - d.lb <= C.c then\n"                                \
+    "    local x = t - d.lb\n"                                                              \
+    "    if d.n == 0 then d.m8 = x * 8; d.d4 = x * 2\n"                                     \
+    "    else\n"                                                                            \
+    "      local e = x - math.floor(d.m8 / 8)\n"                                            \
+    "      d.m8 = d.m8 + e\n"                                                               \
+    "      if e < 0 then e = -e end\n"                                                      \
+    "      d.d4 = d.d4 + e - math.floor(d.d4 / 4)\n"                                        \
+    "    end\n"                                                                             \
+    "    if d.n < 1000000 then d.n = d.n + 1 end\n"                                         \
+    "  end\n"                                                                               \
+    "  if t > d.lb then d.lb = t end\n"                                                     \
+    "  if t > d.lc then d.lc = t end\n"                                                     \
+    "end\n"                                                                                 \
+    "local function eff(live, adm)\n"                                                       \
+    "  if live == 'suspect' or live == 'lost' then return live end\n"                       \
+    "  if adm ~= nil and adm ~= '' then return adm end\n"                                   \
+    "  return 'healthy'\n"                                                                  \
+    "end\n"
+
 /* One heartbeat: KEYS node, seen, rtt (one shard); ARGV heartbeat
- * (msgpack, re-encoded; "" at registration), site, node, rtt.  Stamps
- * the beat with Redis's time.  Returns the previous state, or "ghost" (and
- * writes nothing) for a beat of a node whose hash lacks the 'reg' mark:
- * registration sets it, the reseed restores it for every inventory node,
- * delete removes the hash. */
+ * (msgpack, re-encoded; "" at registration), site, node, rtt, detector
+ * configuration.  Stamps the beat with Redis's time, takes it as a sample
+ * of the node's interval, makes it healthy (adm still applies) and scores
+ * it in the index by its next suspect deadline.  Returns {previous state,
+ * new state}, or "ghost" (and writes nothing) for a beat of a node whose
+ * hash lacks the 'reg' mark: registration sets it, the reseed restores it
+ * for every inventory node, delete removes the hash.  A registration (""
+ * heartbeat) starts the history afresh: the node restarted. */
 static const char registry_hb_lua[] =
     "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
     "if ARGV[1] ~= '' and not reg then return 'ghost' end\n"
     REGISTRY_LUA_NOW
-    "local prev = redis.call('HGET', KEYS[1], 'state')\n"
-    "if prev == 'draining' or prev == 'quarantined' then\n"
-    "  redis.call('HSET', KEYS[1], 'seen', nows, 'site', ARGV[2], 'reg', '1')\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'seen', nows, 'site', ARGV[2], 'state', 'healthy', 'reg', '1')\n"
-    "end\n"
+    REGISTRY_LUA_DETECT
+    "local C = dcfg(ARGV[5])\n"
+    "local d = dread(KEYS[1])\n"
+    "local prev = d.state or ''\n"
+    "if ARGV[1] == '' then d.lb = 0; d.m8 = 0; d.d4 = 0; d.n = 0 end\n"
+    "dbeat(d, C, now)\n"
+    "dwrite(KEYS[1], d)\n"
+    "local state = eff('healthy', d.adm)\n"
+    "redis.call('HSET', KEYS[1], 'seen', nows, 'site', ARGV[2], 'live', 'healthy', 'state', state, 'reg', '1')\n"
     "if ARGV[1] ~= '' then\n"
     "  redis.call('HSET', KEYS[1], 'hb', ARGV[1], 'rtt', ARGV[4])\n"
     "  redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])\n"
     "end\n"
-    "redis.call('ZADD', KEYS[2], nows, ARGV[3])\n"
-    "return prev\n";
+    "redis.call('ZADD', KEYS[2], dnum(suspect_at(d, C)), ARGV[3])\n"
+    "return {prev, state}\n";
 
-/* The first half of the sweep of one shard: KEYS seen; ARGV stale window
- * (ms), batch.  Returns up to batch ids whose last beat is at least the
- * window older than Redis's time. */
+/* Contact without a heartbeat (a lease renewal the registry overheard):
+ * KEYS node; moves lc to Redis's time.  The index keeps its score: the
+ * sweep re-scores a node whose deadline contact moved on.  Nothing for a
+ * node without the 'reg' mark or already lost (only a beat or a
+ * registration brings a lost node back). */
+static const char registry_contact_lua[] =
+    "local v = redis.call('HMGET', KEYS[1], 'reg', 'live')\n"
+    "if not v[1] or v[2] == 'lost' then return 0 end\n"
+    REGISTRY_LUA_NOW
+    "redis.call('HSET', KEYS[1], 'lc', nows)\n"
+    "return 1\n";
+
+/* The first half of the sweep of one shard: KEYS seen; ARGV batch.
+ * Returns up to batch ids whose deadline (their score) has passed on
+ * Redis's time. */
 static const char registry_sweep_read_lua[] =
     REGISTRY_LUA_NOW
-    "local cutoff = string.format('%.0f', now - tonumber(ARGV[1]))\n"
-    "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))\n";
+    "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nows, 'LIMIT', 0, tonumber(ARGV[1]))\n";
 
 /* The second half: KEYS seen, then the node keys of the ids read; ARGV
- * stale window (ms), then those ids, in KEYS order.  The cutoff is taken
- * again from Redis's time: a node whose score is still at or below it
- * leaves the index (a beat since the read moved it on: skipped); a healthy
- * one turns stale and is returned (id, site), so exactly one caller
- * reports it. */
+ * detector configuration, then those ids, in KEYS order.  Each node is
+ * judged again on Redis's time from its own fields (a beat or a renewal
+ * since the read moved its deadline on: re-scored, not reported): healthy
+ * past suspect_at turns suspect (re-scored at lost_at), suspect past
+ * lost_at turns lost (out of the index).  Returns {id, site, prev, state,
+ * reason} per transition, a node passing both deadlines at once giving
+ * two, so exactly one caller reports each.  A node that is neither healthy
+ * nor suspect (no 'live': an old hash) leaves the index. */
 static const char registry_sweep_lua[] =
     REGISTRY_LUA_NOW
+    REGISTRY_LUA_DETECT
+    "local C = dcfg(ARGV[1])\n"
     "local out = {}\n"
-    "local cutoff = now - tonumber(ARGV[1])\n"
+    "local function put(id, d, prev, state, why)\n"
+    "  out[#out + 1] = id; out[#out + 1] = d.site or ''; out[#out + 1] = prev\n"
+    "  out[#out + 1] = state; out[#out + 1] = why\n"
+    "end\n"
     "for i = 2, #KEYS do\n"
     "  local id = ARGV[i]\n"
     "  local score = redis.call('ZSCORE', KEYS[1], id)\n"
-    "  if score and tonumber(score) <= cutoff then\n"
-    "    redis.call('ZREM', KEYS[1], id)\n"
-    "    if redis.call('HGET', KEYS[i], 'state') == 'healthy' then\n"
-    "      redis.call('HSET', KEYS[i], 'state', 'stale')\n"
-    "      out[#out + 1] = id\n"
-    "      out[#out + 1] = redis.call('HGET', KEYS[i], 'site') or ''\n"
+    "  if score and tonumber(score) <= now then\n"
+    "    local d = dread(KEYS[i])\n"
+    "    local prev = d.state or 'unknown'\n"
+    "    if d.live == 'healthy' and now > suspect_at(d, C) then\n"
+    "      d.live = 'suspect'\n"
+    "      redis.call('HSET', KEYS[i], 'live', 'suspect', 'state', 'suspect')\n"
+    "      put(id, d, prev, 'suspect', string.format('no heartbeat for %.0f ms (deadline %.0f ms)', now - d.lb, deadline(d, C)))\n"
+    "      prev = 'suspect'\n"
+    "    end\n"
+    "    if d.live == 'suspect' and now > lost_at(d, C) then\n"
+    "      redis.call('HSET', KEYS[i], 'live', 'lost', 'state', 'lost')\n"
+    "      redis.call('ZREM', KEYS[1], id)\n"
+    "      put(id, d, prev, 'lost', string.format('no contact for %.0f ms (last heartbeat %.0f ms ago)', now - d.lc, now - d.lb))\n"
+    "    elseif d.live == 'suspect' then\n"
+    "      redis.call('ZADD', KEYS[1], dnum(lost_at(d, C)), id)\n"
+    "    elseif d.live == 'healthy' then\n"
+    "      redis.call('ZADD', KEYS[1], dnum(suspect_at(d, C)), id)\n"
+    "    else\n"
+    "      redis.call('ZREM', KEYS[1], id)\n"
     "    end\n"
     "  end\n"
     "end\n"
     "return out\n";
 
+/* An operator's (or a quarantine rule's) mode, after PostgreSQL took it
+ * (nodes.adm is the authority; this mirrors it): KEYS node; ARGV the new
+ * adm ('' clears it).  Returns {prev state, new state}, or "ghost" for a
+ * node without the 'reg' mark. */
+static const char registry_adm_lua[] =
+    "local v = redis.call('HMGET', KEYS[1], 'reg', 'live', 'state')\n"
+    "if not v[1] then return 'ghost' end\n"
+    REGISTRY_LUA_DETECT
+    "local state = eff(v[2] or 'healthy', ARGV[1])\n"
+    "redis.call('HSET', KEYS[1], 'adm', ARGV[1], 'state', state)\n"
+    "return {v[3] or 'unknown', state}\n";
+
 /* Re-seeding after Redis lost its data, one shard per call: KEYS seen,
- * then node keys; ARGV id, site, state of each node, in KEYS order.
- * Restores the 'reg' mark (so the node's beats are taken again) and, for a
- * node expected to beat, its place in the index as seen now (Redis's
- * time); a node a registration already brought back keeps its state. */
+ * then node keys; ARGV detector configuration, then id, site, state, adm
+ * of each node, in KEYS order.  Restores the 'reg' mark (so the node's
+ * beats are taken again) and the operator's mode (PostgreSQL has it);
+ * a node not lost (nor unknown) starts a fresh history as seen now, in
+ * the index, so it is refreshed by its next beat or found suspect one
+ * deadline later; a node a registration already brought back keeps its
+ * liveness. */
 static const char registry_reseed_lua[] =
     REGISTRY_LUA_NOW
+    REGISTRY_LUA_DETECT
+    "local C = dcfg(ARGV[1])\n"
     "for i = 2, #KEYS do\n"
-    "  local a = 1 + (i - 2) * 3\n"
-    "  redis.call('HSETNX', KEYS[i], 'state', ARGV[a + 2])\n"
+    "  local a = 2 + (i - 2) * 4\n"
     "  redis.call('HSETNX', KEYS[i], 'site', ARGV[a + 1])\n"
-    "  redis.call('HSET', KEYS[i], 'reg', '1')\n"
-    "  if ARGV[a + 2] ~= 'stale' and ARGV[a + 2] ~= 'unknown' then\n"
-    "    redis.call('ZADD', KEYS[1], 'NX', nows, ARGV[a])\n"
+    "  redis.call('HSET', KEYS[i], 'reg', '1', 'adm', ARGV[a + 3])\n"
+    "  local live = redis.call('HGET', KEYS[i], 'live')\n"
+    "  if not live then\n"
+    "    live = ARGV[a + 2]\n"
+    "    if live ~= 'lost' and live ~= 'unknown' then\n"
+    "      live = 'healthy'\n"
+    "      local d = {lb = now, lc = now, m8 = 0, d4 = 0, n = 0}\n"
+    "      dwrite(KEYS[i], d)\n"
+    "      redis.call('ZADD', KEYS[1], 'NX', dnum(suspect_at(d, C)), ARGV[a])\n"
+    "    end\n"
+    "    redis.call('HSET', KEYS[i], 'live', live)\n"
     "  end\n"
+    "  redis.call('HSET', KEYS[i], 'state', live == 'unknown' and 'unknown' or eff(live, ARGV[a + 3]))\n"
     "end\n"
     "return #KEYS - 1\n";
 

@@ -1,17 +1,20 @@
 /* states.c -- node state changes: published at once by live.c, written
- * to PostgreSQL's nodes.state here, in batches.
+ * to PostgreSQL here, in batches: the newest state of each node into
+ * nodes.state, and every transition (prev, state, reason, when) as a row
+ * of node_transitions, the node's history an operator reads.
  *
  * A change is never dropped for a failed write: the batch in flight is
  * kept until PostgreSQL confirms it; refused or failed, it goes back into
  * the queue (older than anything queued since) and is sent again after a
  * backoff (gp/backoff.h), counted in gp_registry_state_write_retries_total.
- * The queue is coalesced by node (only the newest state of a node is
- * written: a batch must not name a node twice, the UPDATE would pick one of
- * the rows at random), so it holds at most one entry per node of the
- * fleet.  CHANGES_MAX bounds it for a fleet past the design size: a change
- * that finds it full of other nodes is dropped, counted
- * (gp_registry_state_changes_dropped_total) and logged; the node's next
- * transition writes it again.
+ * A batch keeps every transition for the history; the UPDATE takes each
+ * node's newest (DISTINCT ON).  Only a queue that fills up is coalesced by
+ * node (its older transitions leave the history, counted in
+ * gp_registry_state_history_dropped_total), so it holds at most one entry
+ * per node of the fleet then.  CHANGES_MAX bounds it for a fleet past the
+ * design size: a change that finds it full of other nodes is dropped,
+ * counted (gp_registry_state_changes_dropped_total) and logged; the node's
+ * next transition writes it again.
  *
  * Order across instances: each change carries the wall time of the
  * transition it reports (at_ms, the NodeState's), and the row takes it
@@ -76,14 +79,14 @@ change_cmp(const void *a, const void *b)
     return c != 0 ? c : x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* Keeps the newest change of each node. */
-static void
+/* Keeps the newest change of each node; returns how many went. */
+static unsigned
 coalesce(state_change *v, unsigned *n)
 {
-    unsigned k = 0;
+    unsigned k = 0, n0 = *n;
 
     if (*n < 2)
-        return;
+        return 0;
     qsort(v, *n, sizeof(*v), change_cmp);
     for (unsigned i = 0; i < *n; i++) {
         if (i + 1 < *n && strcmp(v[i].node, v[i + 1].node) == 0)
@@ -91,6 +94,7 @@ coalesce(state_change *v, unsigned *n)
         v[k++] = v[i];
     }
     *n = k;
+    return n0 - k;
 }
 
 /* Appends a change; false when the queue is full of other nodes. */
@@ -108,7 +112,7 @@ queue_put(registry *r, const state_change *c)
         }
     }
     if (r->nchanges == r->capchanges)
-        coalesce(r->changes, &r->nchanges);
+        *r->m_history_dropped += coalesce(r->changes, &r->nchanges);
     if (r->nchanges == r->capchanges) {
         (*r->m_changes_dropped)++;
         if (!r->overflow_logged)
@@ -205,11 +209,51 @@ changes_written(void *arg, gp_err err, PGresult *const *res, int nres, const cha
     stop_hold_update(r);
 }
 
+/* The batch's columns, one text[] literal each (gp/dbarray.h). */
+enum { COL_NODE, COL_SITE, COL_PREV, COL_STATE, COL_REASON, COL_AT, NCOLS };
+
+static gp_err
+batch_columns(const state_change *v, unsigned n, gp_buf cols[NCOLS])
+{
+    gp_err rc = GP_EOK;
+
+    for (int c = 0; c < NCOLS && rc == GP_EOK; c++)
+        rc = gp_pgarr_begin(&cols[c]);
+    for (unsigned i = 0; i < n && rc == GP_EOK; i++) {
+        char at[24];
+
+        snprintf(at, sizeof(at), "%llu", (unsigned long long)v[i].at_ms);
+        rc = gp_pgarr_add(&cols[COL_NODE], v[i].node);
+        rc = rc ? rc : gp_pgarr_add(&cols[COL_SITE], v[i].site);
+        rc = rc ? rc : gp_pgarr_add(&cols[COL_PREV], registry_state_name(v[i].prev));
+        rc = rc ? rc : gp_pgarr_add(&cols[COL_STATE], registry_state_name(v[i].state));
+        rc = rc ? rc : gp_pgarr_add(&cols[COL_REASON], v[i].reason);
+        rc = rc ? rc : gp_pgarr_add(&cols[COL_AT], at);
+    }
+    for (int c = 0; c < NCOLS && rc == GP_EOK; c++)
+        rc = gp_pgarr_end(&cols[c]);
+    return rc;
+}
+
+/* Every transition into the history; each node's newest into its row.
+ * at_ms to timestamptz exactly (no float); a NULL state_since (never in
+ * this schema) counts as older than anything. */
+static const char write_sql[] =
+    "WITH v AS (SELECT id, site, prev, s, why, ord,"
+    "   timestamptz 'epoch' + at * interval '1 millisecond' AS t"
+    "   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])"
+    "   WITH ORDINALITY AS u(id, site, prev, s, why, at, ord)),"
+    " h AS (INSERT INTO node_transitions (node, site, prev, state, reason, at)"
+    "   SELECT id, site, prev, s, why, t FROM v ORDER BY ord),"
+    " last AS (SELECT DISTINCT ON (id) id, s, t FROM v ORDER BY id, t DESC, ord DESC)"
+    " UPDATE nodes SET state = last.s, state_since = last.t FROM last"
+    " WHERE nodes.id = last.id AND (nodes.state_since IS NULL OR nodes.state_since < last.t)";
+
 static void
 flush_changes(registry *r)
 {
-    gp_buf        ids, states, ats;
-    const char   *params[3];
+    gp_buf        cols[NCOLS];
+    const char   *params[NCOLS];
     state_change *t;
     unsigned      tn;
     gp_err        rc = GP_EOK;
@@ -217,37 +261,13 @@ flush_changes(registry *r)
     if (r->flushing || r->nchanges == 0 || gp_app_db(r->app) == NULL ||
         (!r->stopping && gp_mono_ms() < r->flush_not_before))
         return;
-    coalesce(r->changes, &r->nchanges);
-    gp_buf_init(&ids, 0);
-    gp_buf_init(&states, 0);
-    gp_buf_init(&ats, 0);
-    rc = gp_pgarr_begin(&ids);
-    rc = rc ? rc : gp_pgarr_begin(&states);
-    rc = rc ? rc : gp_pgarr_begin(&ats);
-    for (unsigned i = 0; i < r->nchanges && rc == GP_EOK; i++) {
-        char at[24];
-
-        snprintf(at, sizeof(at), "%llu", (unsigned long long)r->changes[i].at_ms);
-        rc = gp_pgarr_add(&ids, r->changes[i].node);
-        rc = rc ? rc : gp_pgarr_add(&states, registry_state_name(r->changes[i].state));
-        rc = rc ? rc : gp_pgarr_add(&ats, at);
-    }
-    rc = rc ? rc : gp_pgarr_end(&ids);
-    rc = rc ? rc : gp_pgarr_end(&states);
-    rc = rc ? rc : gp_pgarr_end(&ats);
-    params[0] = ids.p;
-    params[1] = states.p;
-    params[2] = ats.p;
-    /* at_ms to timestamptz exactly (no float); a NULL state_since (never
-     * in this schema) counts as older than anything */
+    for (int c = 0; c < NCOLS; c++)
+        gp_buf_init(&cols[c], 0);
+    rc = batch_columns(r->changes, r->nchanges, cols);
+    for (int c = 0; c < NCOLS; c++)
+        params[c] = cols[c].p;
     if (rc == GP_EOK)
-        rc = gp_db_query(gp_app_db(r->app),
-                         "UPDATE nodes SET state = v.s, state_since = v.t "
-                         "FROM (SELECT id, s, timestamptz 'epoch' + at * interval '1 millisecond' AS t"
-                         " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, s, at)) AS v "
-                         "WHERE nodes.id = v.id"
-                         " AND (nodes.state_since IS NULL OR nodes.state_since < v.t)",
-                         3, params, 0, changes_written, r);
+        rc = gp_db_query(gp_app_db(r->app), write_sql, NCOLS, params, 0, changes_written, r);
     if (rc == GP_EOK) {
         /* the queue becomes the batch in flight; the old batch array the queue */
         t = r->inflight;
@@ -264,19 +284,21 @@ flush_changes(registry *r)
         if (r->stopping)
             log_unwritten(r->changes, r->nchanges, rc, "not sent");
     }
-    gp_buf_fini(&ids);
-    gp_buf_fini(&states);
-    gp_buf_fini(&ats);
+    for (int c = 0; c < NCOLS; c++)
+        gp_buf_fini(&cols[c]);
     stop_hold_update(r);
 }
 
 
 void
-registry_states_queue(registry *r, const char *node, int32_t state, uint64_t at_ms)
+registry_states_queue(registry *r, const char *site, const char *node, int32_t prev,
+                      int32_t state, const char *reason, uint64_t at_ms)
 {
-    state_change c = {.state = state, .seq = ++r->change_seq, .at_ms = at_ms};
+    state_change c = {.prev = prev, .state = state, .seq = ++r->change_seq, .at_ms = at_ms};
 
     snprintf(c.node, sizeof(c.node), "%s", node);
+    snprintf(c.site, sizeof(c.site), "%s", site);
+    snprintf(c.reason, sizeof(c.reason), "%s", reason);
     if (queue_put(r, &c))
         flush_changes(r);
 }
@@ -321,6 +343,9 @@ registry_states_start(registry *r)
     r->m_changes_dropped = gp_metrics_counter(m, "gp_registry_state_changes_dropped_total", NULL,
                                               "Node state changes not queued for PostgreSQL "
                                               "(queue full of other nodes)");
+    r->m_history_dropped = gp_metrics_counter(m, "gp_registry_state_history_dropped_total", NULL,
+                                              "Node transitions left out of node_transitions "
+                                              "(a full queue kept only each node's newest)");
     r->m_changes_pending = gp_metrics_gauge(m, "gp_registry_state_changes_pending", NULL,
                                             "Node state changes not yet confirmed by PostgreSQL "
                                             "(queued or in flight)");

@@ -335,8 +335,10 @@ static int node_eval(const place_job *j, int32_t ni, node_view *v)
     if (j->pin_site != SNAP_NONE && j->pin_site != n->site) return R_(PRODUCT);
     int why = gpu_filters(j, n, in_pool, &v->fit);
     if (why >= 0) return why;
-    if (n->state != SNAP_HEALTHY && n->state != SNAP_DRAINING) return R_(UNHEALTHY);
-    if (n->state == SNAP_DRAINING || n->cordoned) return R_(DRAINING);
+    if (n->state != SNAP_HEALTHY && n->state != SNAP_DRAINING && n->state != SNAP_CORDONED)
+        return R_(UNHEALTHY);
+    if (n->state == SNAP_DRAINING || n->state == SNAP_CORDONED || n->cordoned)
+        return R_(DRAINING);
     node_price(j, n, st, v);
     if ((why = price_filters(j, v)) >= 0) return why;
     v->lat_ms = j->has_origin ? place_latency_ms(st, j->olat, j->olon) : 0;

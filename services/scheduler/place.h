@@ -38,7 +38,7 @@
  *   model      no GPU of an acceptable model (job list, product, pool list)
  *   vram       GPUs of the model, none with enough VRAM
  *   gpus       fewer fitting GPUs than gpus_per_node (the node is too small)
- *   unhealthy  state is not healthy (unknown, stale, quarantined)
+ *   unhealthy  state is not healthy (unknown, suspect, lost, quarantined)
  *   draining   draining or cordoned
  *   price      no price with a max price, or a higher price
  *   currency   priced only in other currencies

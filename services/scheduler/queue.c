@@ -741,7 +741,7 @@ booked(void *arg, const sched_res_result *res)
         return;
     }
     if (res->status == SCHED_RES_UNHEALTHY) {
-        msg_node_state st = {.state = SNAP_STALE};
+        msg_node_state st = {.state = SNAP_SUSPECT};
 
         snprintf(st.node, sizeof(st.node), "%s", res->node);
         snprintf(st.site, sizeof(st.site), "%s", c->site);

@@ -15,9 +15,9 @@
  *   - Book: one script books every GPU of every node asked or none.  It
  *     refuses (BUSY) when a GPU is held by another (job, attempt), naming
  *     the node, GPU and holder; and (UNHEALTHY) when a node's live hash
- *     lacks the registry's 'reg' mark or its state is not "healthy" (stale,
- *     draining...), naming the state.  So two scheduler instances never
- *     book the same GPU, and a stale or draining node is never booked.
+ *     lacks the registry's 'reg' mark or its state is not "healthy" (suspect,
+ *     lost, draining, cordoned...), naming the state.  So two scheduler instances never
+ *     book the same GPU, and a suspect, lost or cordoned node is never booked.
  *     Booking again what the same (job, attempt) holds is OK (idempotent:
  *     the first booking's time is kept).
  *   - Release: removes only fields whose value is that (job, attempt)'s, so
@@ -96,7 +96,7 @@ typedef struct sched_res_result {
     char             holder_job[GP_MAX_ID + 1];
     uint32_t         holder_attempt;
     uint64_t         holder_ms;
-    char             state[32];   /* UNHEALTHY: "stale", "draining", "unregistered"... */
+    char             state[32];   /* UNHEALTHY: "suspect", "lost", "draining", "unregistered"... */
 } sched_res_result;
 
 typedef void sched_res_cb(void *arg, const sched_res_result *res);

@@ -50,8 +50,8 @@
 #define SNAP_HEIR_ATTEMPT 0      /* a hold for a preemptor, not an attempt */
 
 /* Node states (same numbers as MSG_NODE_STATE_*). */
-enum { SNAP_UNKNOWN = 0, SNAP_HEALTHY = 1, SNAP_STALE = 2, SNAP_DRAINING = 3,
-       SNAP_QUARANTINED = 4 };
+enum { SNAP_UNKNOWN = 0, SNAP_HEALTHY = 1, SNAP_SUSPECT = 2, SNAP_DRAINING = 3,
+       SNAP_QUARANTINED = 4, SNAP_LOST = 5, SNAP_CORDONED = 6 };
 
 typedef struct snap_list { int32_t head; uint32_t count; } snap_list;
 typedef struct snap_link { int32_t prev, next; } snap_link;

@@ -22,7 +22,7 @@ check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; 
 now() { date +%s.%N; }
 py() { /usr/bin/python3 -c "$@"; }
 
-"$B/bin/gridpool-registry" --config "$D/gp.env" --heartbeat-ms $HB_MS --stale-beats 3 \
+"$B/bin/gridpool-registry" --config "$D/gp.env" --heartbeat-ms $HB_MS --detect-floor-ms $((HB_MS * 3)) --lost-ms $((HB_MS * 3)) \
     --lease-ms 6000 --sweep-ms 250 --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
 echo $! >"$D/pids/registry.pid"
 for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
@@ -93,14 +93,14 @@ sys.exit(bool(late) or len(nodes) != $nodes)"
 $G fault node_stop --node "$first" >/dev/null
 stopped=$(now)
 for _ in $(seq 1 200); do
-    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"stale"' && break
+    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"lost"' && break
     sleep 0.1
 done
 took=$(py "print(round($(now) - $stopped, 1))")
-check "a stopped agent's node goes stale after 3 missed beats of ${HB_MS} ms (${took} s)" \
+check "a stopped agent's node goes lost after 3 missed beats of ${HB_MS} ms (${took} s)" \
     py "import sys; sys.exit(not (4.0 <= $took <= 10.0))"
-stale=$($G get nodes --state stale -o json | py "import json, sys; print(len(json.load(sys.stdin)))")
-check "only that node is stale ($stale)" test "$stale" = 1
+stale=$($G get nodes --state lost -o json | py "import json, sys; print(len(json.load(sys.stdin)))")
+check "only that node is lost ($stale)" test "$stale" = 1
 $G fault node_resume --node "$first" >/dev/null
 resumed=$(now)
 for _ in $(seq 1 100); do

@@ -35,7 +35,7 @@ set -a
 set +a
 read -r P1 P2 P3 <<<"$GP_CLUSTER_PORTS"
 
-"$B/bin/gridpool-registry" --config "$D/gp.env" --heartbeat-ms $HB_MS --stale-beats 3 \
+"$B/bin/gridpool-registry" --config "$D/gp.env" --heartbeat-ms $HB_MS --detect-floor-ms $((HB_MS * 3)) --lost-ms $((HB_MS * 3)) \
     --sweep-ms 250 --http-port 0 >"$D/registry.log" 2>&1 </dev/null &
 echo $! >"$D/pids/registry.pid"
 for _ in $(seq 1 100); do $G health >/dev/null 2>&1 && break; sleep 0.1; done
@@ -110,14 +110,14 @@ first=$(py "import json; print(json.load(open('$D/nodes.json'))[0]['id'])")
 $G fault node_stop --node "$first" >/dev/null
 stopped=$(now)
 for _ in $(seq 1 200); do
-    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"stale"' && break
+    $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"lost"' && break
     sleep 0.1
 done
 took=$(py "print(round($(now) - $stopped, 1))")
-check "a stopped agent's node goes stale after 3 missed beats of ${HB_MS} ms (${took} s)" \
+check "a stopped agent's node goes lost after 3 missed beats of ${HB_MS} ms (${took} s)" \
     py "import sys; sys.exit(not (4.0 <= $took <= 10.0))"
-stale=$($G get nodes --state stale -o json | py "import json, sys; print(len(json.load(sys.stdin)))")
-check "only that node is stale ($stale)" test "$stale" = 1
+stale=$($G get nodes --state lost -o json | py "import json, sys; print(len(json.load(sys.stdin)))")
+check "only that node is lost ($stale)" test "$stale" = 1
 $G fault node_resume --node "$first" >/dev/null
 for _ in $(seq 1 100); do
     $G get nodes "$first" -o json 2>/dev/null | grep -q '"state":"healthy"' && break

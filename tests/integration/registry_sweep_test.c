@@ -41,7 +41,7 @@ main(void)
 {
     gp_bus_opts        bo = {.url = tl_env("GP_NATS_URL"), .name = "sweep-test"};
     char               port[16], sweep[16], bin[512], seen[REGISTRY_KEY_LEN], key[REGISTRY_KEY_LEN];
-    const char        *argv[] = {bin, "--http-port", port, "--heartbeat-ms", "1000", "--stale-beats", "2",
+    const char        *argv[] = {bin, "--http-port", port, "--heartbeat-ms", "1000",
                                  "--sweep-ms", sweep, NULL};
     msg_health_request hq = {0};
     msg_health         h = {0};
@@ -80,7 +80,8 @@ main(void)
 
         snprintf(id, sizeof(id), "sw%05d", i);
         registry_node_key(key, shard, id);
-        redisAppendCommand(c, "HSET %s state healthy site s1 reg 1 seen %lld", key, old);
+        redisAppendCommand(c, "HSET %s state healthy live healthy site s1 reg 1 seen %lld lb %lld lc %lld",
+                           key, old, old, old);
         redisAppendCommand(c, "ZADD %s %lld %s", seen, old, id);
     }
     for (int i = 0; i < 2 * NODES; i++) {
@@ -94,15 +95,15 @@ main(void)
     while (tl_now() - t_seeded < 2.0 * SWEEP_MS / 1000 + 1.0) {
         wait_s(0.1);
         tr = metric("gp_registry_node_transitions_total") - tr0;
-        if (tr >= NODES) {
+        if (tr >= 2 * NODES) {                     /* each: suspect, then lost */
             t_done = tl_now() - t_seeded;
             break;
         }
     }
-    printf("# %d stale nodes found in %.2f s (sweep interval %.1f s; %.0f transitions)\n", NODES,
+    printf("# %d silent nodes found lost in %.2f s (sweep interval %.1f s; %.0f transitions)\n", NODES,
            t_done, SWEEP_MS / 1000.0, tr);
     T_OKM(t_done >= 0 && t_done <= 2.0 * SWEEP_MS / 1000 + 1.0,
-          "all %d found stale within one sweep interval of the tick (%.2f s, %.0f found)", NODES, t_done, tr);
+          "all %d found suspect and lost within one sweep interval of the tick (%.2f s, %.0f found)", NODES, t_done, tr);
     rep = redisCommand(c, "ZCARD %s", seen);
     if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
         card = rep->integer;
@@ -114,10 +115,10 @@ main(void)
         snprintf(id, sizeof(id), "sw%05d", i);
         registry_node_key(key, shard, id);
         rep = redisCommand(c, "HGET %s state", key);
-        stale += rep != NULL && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "stale") == 0;
+        stale += rep != NULL && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "lost") == 0;
         freeReplyObject(rep);
     }
-    T_OKM(stale == (NODES + 996) / 997, "sampled nodes are stale in Redis (%d)", stale);
+    T_OKM(stale == (NODES + 996) / 997, "sampled nodes are lost in Redis (%d)", stale);
     redisFree(c);
     kill(pid, SIGTERM);
     T_EQ_INT(tl_wait_exit(pid, 15), 0);

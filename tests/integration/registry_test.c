@@ -53,7 +53,7 @@ static pid_t
 start_registry_at(int http)
 {
     char        port[16], hb[16], bin[512];
-    const char *argv[] = {bin, "--http-port", port, "--heartbeat-ms", hb, "--stale-beats", "3",
+    const char *argv[] = {bin, "--http-port", port, "--heartbeat-ms", hb, "--detect-floor-ms", "1200", "--lost-ms", "1200",
                           "--sweep-ms", "100", NULL};
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
@@ -76,10 +76,10 @@ on_state(void *arg, const gp_bus_msg *m)
     (void)arg;
     if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &ev, NULL, 0) != GP_EOK)
         return;
-    stale_events += ev.state == MSG_NODE_STATE_STATE_STALE;
-    stale_p_events += ev.state == MSG_NODE_STATE_STATE_STALE && ev.node[0] == 'p' &&
+    stale_events += ev.state == MSG_NODE_STATE_STATE_LOST;
+    stale_p_events += ev.state == MSG_NODE_STATE_STATE_LOST && ev.node[0] == 'p' &&
                       ev.node[1] >= '1' && ev.node[1] <= '4' && ev.node[2] == '\0';
-    q1_stale += ev.state == MSG_NODE_STATE_STATE_STALE && strcmp(ev.node, "q1") == 0;
+    q1_stale += ev.state == MSG_NODE_STATE_STATE_LOST && strcmp(ev.node, "q1") == 0;
     healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
 }
 
@@ -322,7 +322,7 @@ test_live(void)
     beating = 0;
     wait_s(HB_MS * 3 / 1000.0 + 1.0);
     n = get_node(&rc);
-    T_OKM(n.state == MSG_NODE_STATE_STATE_STALE, "stale after 3 missed beats (state %d)", n.state);
+    T_OKM(n.state == MSG_NODE_STATE_STATE_LOST, "lost after 3 missed beats (suspect, then lost) (state %d)", n.state);
     T_OKM(stale_events == 1, "one stale event published (%d)", stale_events);
     gp_msg_clear(&msg_node_desc, &n);
     beating = 1;
@@ -352,14 +352,127 @@ test_live(void)
     redisFree(rc2);
     wait_s(HB_MS * 3 / 1000.0 + 1.5);
     n = get_node(&rc);
-    T_OKM(n.state == MSG_NODE_STATE_STATE_STALE,
-          "a node silent when Redis was flushed is still found stale (re-seeded from PostgreSQL)");
+    T_OKM(n.state == MSG_NODE_STATE_STATE_LOST,
+          "a node silent when Redis was flushed is still found lost (re-seeded from PostgreSQL)");
     gp_msg_clear(&msg_node_desc, &n);
     beating = 1;
     wait_s(HB_MS * 1.5 / 1000);
     n = get_node(&rc);
     T_OKM(n.state == MSG_NODE_STATE_STATE_HEALTHY, "and healthy again when it beats");
     gp_msg_clear(&msg_node_desc, &n);
+}
+
+/* pg_value and redis are below */
+static void pg_value(const char *sql, char *out, size_t len);
+static bool pg_exec(const char *sql);
+static redisReply *redis(const char *fmt, ...);
+
+/* An operator's mode through gp.admin.node.<verb>: the reply's states. */
+static gp_err
+node_mode(const char *verb, const char *node, msg_node_state *st, char *d)
+{
+    char           subj[64];
+    msg_id_request id = {0};
+
+    snprintf(subj, sizeof(subj), "gp.admin.node.%s", verb);
+    snprintf(id.id, sizeof(id.id), "%s", node);
+    memset(st, 0, sizeof(*st));
+    return call(subj, &msg_id_request_desc, &id, &msg_node_state_desc, st, d);
+}
+
+static void
+live_state(const char *node, char *out, size_t len)
+{
+    redisReply *rep = redis("HGET %s state", NODE_KEY(node));
+
+    snprintf(out, len, "%s", rep != NULL && rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    freeReplyObject(rep);
+}
+
+/* Every transition is in node_transitions with its reason; cordon, drain,
+ * uncordon and release set and end modes that beats do not undo, refuse
+ * what would hide a quarantine, and are idempotent. */
+static void
+test_modes_and_history(void)
+{
+    char           d[GP_ERRBUF_LEN] = "", v[512];
+    msg_node_state st;
+    gp_err         rc;
+
+    beating = 1;
+    wait_s(HB_MS * 2.0 / 1000);
+    pg_value("SELECT string_agg(prev || '>' || state, ',' ORDER BY id) FROM node_transitions"
+             " WHERE node = 'n1'", v, sizeof(v));
+    T_OKM(strstr(v, "healthy>suspect,suspect>lost,lost>healthy") != NULL,
+          "n1's history is recorded: %s", v);
+    pg_value("SELECT reason FROM node_transitions WHERE node = 'n1' AND state = 'lost'"
+             " ORDER BY id LIMIT 1", v, sizeof(v));
+    T_OKM(strncmp(v, "no contact for ", 15) == 0, "and says why it was lost: %s", v);
+
+    rc = node_mode("cordon", "n1", &st, d);
+    T_OKM(rc == GP_EOK && st.prev == MSG_NODE_STATE_STATE_HEALTHY &&
+          st.state == MSG_NODE_STATE_STATE_CORDONED && strcmp(st.reason, "operator: cordon") == 0,
+          "cordon: healthy -> cordoned (%s: %s %d -> %d)", gp_err_name(rc), d, st.prev, st.state);
+    wait_s(HB_MS * 2.0 / 1000);
+    live_state("n1", v, sizeof(v));
+    T_OKM(strcmp(v, "cordoned") == 0, "beats do not undo a cordon (live state %s)", v);
+    rc = node_mode("cordon", "n1", &st, d);
+    T_OKM(rc == GP_EOK && st.state == MSG_NODE_STATE_STATE_CORDONED, "cordon again: idempotent");
+    rc = node_mode("drain", "n1", &st, d);
+    T_OKM(rc == GP_EOK && st.state == MSG_NODE_STATE_STATE_DRAINING, "drain: -> draining (%s)",
+          gp_err_name(rc));
+    rc = node_mode("uncordon", "n1", &st, d);
+    T_OKM(rc == GP_EOK && st.prev == MSG_NODE_STATE_STATE_DRAINING &&
+          st.state == MSG_NODE_STATE_STATE_HEALTHY, "uncordon: draining -> healthy");
+    T_OK(pg_exec("UPDATE nodes SET adm = 'quarantined' WHERE id = 'n1'"));
+    rc = node_mode("uncordon", "n1", &st, d);
+    T_OKM(rc == GP_ECONFLICT && strstr(d, "release") != NULL,
+          "uncordon does not end a quarantine (%s: %s)", gp_err_name(rc), d);
+    rc = node_mode("cordon", "n1", &st, d);
+    T_OKM(rc == GP_ECONFLICT, "nor does cordon hide one (%s)", gp_err_name(rc));
+    rc = node_mode("release", "n1", &st, d);
+    T_OKM(rc == GP_EOK && st.state == MSG_NODE_STATE_STATE_HEALTHY, "release ends it (%s: %s)",
+          gp_err_name(rc), d);
+    pg_value("SELECT adm || '/' || state FROM nodes WHERE id = 'n1'", v, sizeof(v));
+    T_OKM(strcmp(v, "/healthy") == 0, "PostgreSQL has no mode and healthy (%s)", v);
+    rc = node_mode("cordon", "nope", &st, d);
+    T_OKM(rc == GP_ENOTFOUND, "cordon of an unknown node: NOTFOUND (%s)", gp_err_name(rc));
+    pg_value("SELECT count(*) FROM node_transitions WHERE node = 'n1' AND reason LIKE 'operator: %'",
+             v, sizeof(v));
+    T_OKM(atoi(v) == 3, "the operator's transitions are recorded too (%s: cordon, drain, "
+          "uncordon; a cordon again or a release of what Redis had healthy changed nothing)", v);
+}
+
+/* A lease renewal is contact: a node whose beats stop while its renewals
+ * still come is neither suspect nor lost (its beats are what got lost);
+ * once the renewals stop too, lost. */
+static void
+test_contact(void)
+{
+    msg_lease_renew q = {0};
+    gp_buf          b;
+    char            v[64];
+    int             other = 0;
+
+    gp_buf_init(&b, 0);
+    T_OK(gp_msg_encode(&msg_lease_renew_desc, &q, &b) == GP_EOK);
+    beating = 1;
+    wait_s(HB_MS * 2.0 / 1000);
+    beating = 0;
+    for (int i = 0; i < 12; i++) {                /* 3.6 s: three lost deadlines */
+        gp_bus_pub(bus, "gp.node.s1.n1.lease", NULL, b.p, b.n);
+        wait_s(0.3);
+        live_state("n1", v, sizeof(v));
+        other += strcmp(v, "healthy") != 0;
+    }
+    T_OKM(other == 0, "renewals without beats for three lost deadlines: healthy throughout (%d "
+          "samples not)", other);
+    wait_s(2.0);
+    live_state("n1", v, sizeof(v));
+    T_OKM(strcmp(v, "lost") == 0, "renewals stopped too: lost (%s)", v);
+    gp_buf_fini(&b);
+    beating = 1;
+    wait_s(HB_MS * 2.0 / 1000);
 }
 
 static char last_detail[GP_ERRBUF_LEN];
@@ -460,13 +573,13 @@ test_reseed_retry(void)
     freeReplyObject(redis("FLUSHALL"));
     wait_s(1.5);
     T_OKM(reg_mark("n1") == 0, "while every reseed fails n1 has no 'reg' mark");
-    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 0, "a failed reseed leaves no epoch");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v3") == 0, "a failed reseed leaves no epoch");
     fails = metric("gp_registry_redis_reseed_failures_total");
     T_OKM(fails >= 2, "the failed reseed was tried again (%.0f failures)", fails);
     freeReplyObject(redis("ACL SETUSER default +hsetnx"));
     T_OKM(wait_reg_mark("n1", 1, 10), "once Redis takes the reseed, n1's 'reg' mark is back");
-    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and the epoch is written");
-    T_OKM(redis_int("EXISTS %s", "gp:reseed:lock:v2") == 0, "and the reseed lock released");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v3") == 1, "and the epoch is written");
+    T_OKM(redis_int("EXISTS %s", "gp:reseed:lock:v3") == 0, "and the reseed lock released");
     wait_s(HB_MS * 1.5 / 1000);
     T_OKM(redis_int("HEXISTS %s hb", NODE_KEY("n1")) == 1, "n1's beats are taken again");
 }
@@ -484,17 +597,17 @@ test_reseed_lock_expiry(void)
     T_OKM(c != NULL && c->err == 0, "redis connection");
     freeReplyObject(redisCommand(c, "MULTI"));
     freeReplyObject(redisCommand(c, "FLUSHALL"));
-    freeReplyObject(redisCommand(c, "SET gp:reseed:lock:v2 dead-instance PX 2500"));
+    freeReplyObject(redisCommand(c, "SET gp:reseed:lock:v3 dead-instance PX 2500"));
     rep = redisCommand(c, "EXEC");
     T_OKM(rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2,
           "flushed, with a dead reseeder's lock in place");
     freeReplyObject(rep);
     redisFree(c);
     wait_s(1.2);
-    T_OKM(reg_mark("n1") == 0 && redis_int("EXISTS %s", "gp:epoch:v2") == 0,
+    T_OKM(reg_mark("n1") == 0 && redis_int("EXISTS %s", "gp:epoch:v3") == 0,
           "no reseed while the dead reseeder's lock holds");
     T_OKM(wait_reg_mark("n1", 1, 6), "once its lock expired, another instance reseeded");
-    T_OKM(redis_int("EXISTS %s", "gp:epoch:v2") == 1, "and wrote the epoch");
+    T_OKM(redis_int("EXISTS %s", "gp:epoch:v3") == 1, "and wrote the epoch");
 }
 
 /* A node the inventory does not have: its beats are dropped and counted
@@ -659,8 +772,8 @@ test_pg_outage(void)
     do {
         wait_s(0.5);
         pg_states(states, sizeof(states));
-    } while (strcmp(states, "stale,stale,stale,stale") != 0 && tl_now() - t0 < 30);
-    T_OKM(strcmp(states, "stale,stale,stale,stale") == 0,
+    } while (strcmp(states, "lost,lost,lost,lost") != 0 && tl_now() - t0 < 30);
+    T_OKM(strcmp(states, "lost,lost,lost,lost") == 0,
           "every transition made while PostgreSQL was down is in nodes.state (%s)", states);
     if (tl_http_get(http_port, "/metrics", &body) > 0)
         retries = tl_metric(body, "gp_registry_state_write_retries_total");
@@ -714,7 +827,7 @@ metric_at(int port, const char *series)
  * PostgreSQL is unavailable) while it exists. */
 static const char no_stale_sql[] =
     "CREATE FUNCTION test_no_stale() RETURNS trigger LANGUAGE plpgsql AS $$"
-    " BEGIN IF NEW.id LIKE 'q_' AND NEW.state = 'stale' THEN"
+    " BEGIN IF NEW.id LIKE 'q_' AND NEW.state IN ('suspect', 'lost') THEN"
     " RAISE EXCEPTION 'test: stale write of % refused', NEW.id; END IF; RETURN NEW; END $$;"
     " CREATE TRIGGER test_no_stale BEFORE UPDATE ON nodes FOR EACH ROW"
     " EXECUTE FUNCTION test_no_stale()";
@@ -751,8 +864,8 @@ test_skewed_writer(pid_t a)
     do {
         wait_s(0.2);
         pg_value("SELECT state FROM nodes WHERE id = 'q3'", st, sizeof(st));
-    } while (strcmp(st, "stale") != 0 && tl_now() - t0 < 10);
-    T_OKM(strcmp(st, "stale") == 0, "the registry at +1h found q3 stale and wrote it (%s)", st);
+    } while (strcmp(st, "lost") != 0 && tl_now() - t0 < 10);
+    T_OKM(strcmp(st, "lost") == 0, "the registry at +1h found q3 stale and wrote it (%s)", st);
     kill(f, SIGTERM);
     T_EQ_INT(tl_wait_exit(f, 10), 0);
     kill(a, SIGCONT);
@@ -964,7 +1077,7 @@ test_stop_flush(pid_t a)
     T_OKM(alive, "1 s after SIGTERM the registry still waits for its write (drain held)");
     T_EQ_INT(status, 0);
     pg_value("SELECT state FROM nodes WHERE id = 'q2'", st, sizeof(st));
-    T_OKM(strcmp(st, "stale") == 0, "the queued change was written before exit (q2: %s)", st);
+    T_OKM(strcmp(st, "lost") == 0, "the queued change was written before exit (q2: %s)", st);
 }
 
 /* A node that registers at another site leaves nothing in its old site's
@@ -1069,7 +1182,7 @@ start_faked_registry(const char *offset, int port)
 {
     static const char FAKETIME_LIB[] = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
     char        ports[16], hb[16], bin[512];
-    const char *argv[] = {bin, "--http-port", ports, "--heartbeat-ms", hb, "--stale-beats", "3",
+    const char *argv[] = {bin, "--http-port", ports, "--heartbeat-ms", hb, "--detect-floor-ms", "1200", "--lost-ms", "1200",
                           "--sweep-ms", "100", NULL};
     pid_t       pid;
 
@@ -1165,6 +1278,8 @@ main(void)
     test_register();
     test_ghost();
     test_live();
+    test_modes_and_history();
+    test_contact();
     test_reseed_retry();
     test_reseed_lock_expiry();
     test_hb_reencoded();

@@ -15,7 +15,8 @@ main(void)
     char     key[REGISTRY_KEY_LEN], id[GP_MAX_ID + 1];
     unsigned hits[REGISTRY_SHARDS] = {0}, empty = 0, most = 0;
     const char *const lua[] = {registry_hb_lua, registry_sweep_read_lua, registry_sweep_lua,
-                               registry_reseed_lua, registry_forget_lua, registry_unlock_lua};
+                               registry_reseed_lua, registry_forget_lua, registry_unlock_lua,
+                               registry_contact_lua, registry_adm_lua};
 
     /* FNV-1a 32 of "s1" is 0x0851b8c9; mod 256 = 0xc9 = 201 */
     T_EQ_INT(registry_shard("s1"), 201);

@@ -162,7 +162,7 @@ static void fleet(snap *s)
     T_OK(node(s, "ber-1", "ber", 8, "H100", 81920, SNAP_HEALTHY) == 0);
     T_OK(node(s, "ber-2", "ber", 2, "H100", 81920, SNAP_HEALTHY) == 0);
     T_OK(node(s, "ber-3", "ber", 4, "A100", 40960, SNAP_HEALTHY) == 0);
-    T_OK(node(s, "muc-1", "muc", 8, "H100", 81920, SNAP_STALE) == 0);
+    T_OK(node(s, "muc-1", "muc", 8, "H100", 81920, SNAP_SUSPECT) == 0);
     T_OK(node(s, "muc-2", "muc", 8, "H100", 81920, SNAP_DRAINING) == 0);
     T_OK(node(s, "muc-3", "muc", 4, "H100", 81920, SNAP_HEALTHY) == 0);
     T_OK(node(s, "par-1", "par", 8, "L4", 24576, SNAP_HEALTHY) == 0);

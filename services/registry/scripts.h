@@ -149,7 +149,9 @@ registry_rtt_key(char *out, const char *site)
  * new state}, or "ghost" (and writes nothing) for a beat of a node whose
  * hash lacks the 'reg' mark: registration sets it, the reseed restores it
  * for every inventory node, delete removes the hash.  A registration (""
- * heartbeat) starts the history afresh: the node restarted. */
+ * heartbeat) starts the history afresh (the node restarted) and stamps
+ * 'regat': its reply keeps what the agent runs, a grant the scheduler's
+ * fence waits out (services/scheduler/fence.c). */
 static const char registry_hb_lua[] =
     "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
     "if ARGV[1] ~= '' and not reg then return 'ghost' end\n"
@@ -158,7 +160,10 @@ static const char registry_hb_lua[] =
     "local C = dcfg(ARGV[5])\n"
     "local d = dread(KEYS[1])\n"
     "local prev = d.state or ''\n"
-    "if ARGV[1] == '' then d.lb = 0; d.m8 = 0; d.d4 = 0; d.n = 0 end\n"
+    "if ARGV[1] == '' then\n"
+    "  d.lb = 0; d.m8 = 0; d.d4 = 0; d.n = 0\n"
+    "  redis.call('HSET', KEYS[1], 'regat', nows)\n"
+    "end\n"
     "dbeat(d, C, now)\n"
     "dwrite(KEYS[1], d)\n"
     "local state = eff('healthy', d.adm)\n"

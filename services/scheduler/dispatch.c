@@ -333,7 +333,7 @@ ran(void *arg, gp_err err, bool transport, const void *reply, const char *detail
 }
 
 static gp_err
-send_run(dround *d, uint32_t rank)
+send_run_now(dround *d, uint32_t rank)
 {
     sched_placed   *p = d->p;
     msg_run_attempt m = {.attempt = p->attempt, .lease_ms = d->s->cfg->attempt_lease_ms};
@@ -352,12 +352,33 @@ send_run(dround *d, uint32_t rank)
     m.env = p->spec.env;                  /* shared for the encode, owned by the spec */
     m.gpus = (gp_arr){.v = g, .n = ng};
     m.resume_ms = p->resume_ms;
-    d->dn[rank] = (dnode){d, rank};
     rc = gp_op_subjectf(GP_OP_NODE_RUN, subj, sizeof(subj), p->site, p->node[rank]);
     if (rc == GP_EOK)
         rc = gp_call2(gp_app_bus(d->s->app), subj, &msg_run_attempt_desc, &m,
                       &msg_attempt_ack_desc, d->s->cfg->dispatch_timeout_ms, ran, &d->dn[rank]);
     return rc;
+}
+
+/* The node's grant is stamped first (fence.c): the agent may start the
+ * attempt until the call's deadline, and its lease runs from then, so a
+ * replacement of this node's attempts waits for that too. */
+static void
+stamped(void *arg, gp_err err)
+{
+    dnode *dn = arg;
+
+    if (err == GP_EOK)
+        err = send_run_now(dn->d, dn->rank);
+    if (err != GP_EOK)
+        ran(dn, err, true, NULL, "not sent (grant not stamped)");
+}
+
+static gp_err
+send_run(dround *d, uint32_t rank)
+{
+    d->dn[rank] = (dnode){d, rank};
+    return sched_fence_stamp(d->s, d->p->site, d->p->node[rank], d->s->cfg->dispatch_timeout_ms,
+                             stamped, &d->dn[rank]);
 }
 
 void
@@ -381,7 +402,7 @@ sched_dispatch(sched *s, sched_placed *p)
             ran(&d->dn[i], rc, true, NULL, "not sent");
         }
     }
-    /* the +1 above: replies never arrive inside gp_call2, so this only
+    /* the +1 above: replies never arrive inside the call, so this only
      * finishes a round whose sends all failed at once */
     if (--d->pending == 0) {
         if (d->fail == FAIL_NONE)

@@ -12,7 +12,9 @@
  * agent registers again (the registry owns the key; reading that one field
  * is all the scheduler does with it).  When Redis cannot answer the lease
  * fails (UNAVAIL): the agent retries, and keeps its attempts only until
- * its lease ends, as when cut off. */
+ * its lease ends, as when cut off.  The decision is one script with the
+ * grant stamp the fence reads (fence.c), so no renewal can slip between a
+ * replacement's check and its release. */
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,19 +35,10 @@ lease_end(gp_req *req, int outcome, gp_err rc)
     gp_req_done(req, rc);
 }
 
-static bool
-holds(const sched_res_entry *e, size_t n, const msg_attempt_ref *a)
-{
-    for (size_t i = 0; i < n; i++)
-        if (e[i].attempt == a->attempt && strcmp(e[i].job, a->job_id) == 0)
-            return true;
-    return false;
-}
-
-/* keep / kill from the node's reservations; both arrays are freed with
- * the reply. */
+/* keep / kill from the script's verdicts; both arrays are freed with the
+ * reply. */
 static gp_err
-split(const msg_lease_renew *q, const sched_res_entry *e, size_t n, msg_node_registered *out)
+split(const msg_lease_renew *q, const bool *keep_it, msg_node_registered *out)
 {
     const msg_attempt_ref *a = q->attempts.v;
     msg_attempt_ref       *keep, *kill;
@@ -62,7 +55,7 @@ split(const msg_lease_renew *q, const sched_res_entry *e, size_t n, msg_node_reg
     out->keep.v = keep;
     out->kill.v = kill;
     for (uint32_t i = 0; i < q->attempts.n; i++) {
-        if (holds(e, n, &a[i]))
+        if (keep_it[i])
             keep[out->keep.n++] = a[i];
         else
             kill[out->kill.n++] = a[i];
@@ -73,13 +66,21 @@ split(const msg_lease_renew *q, const sched_res_entry *e, size_t n, msg_node_reg
 }
 
 static void
-reservations(void *arg, gp_err err, const sched_res_entry *e, size_t n)
+decided(void *arg, gp_err err, const bool *keep, uint32_t n)
 {
     gp_req              *req = arg;
     sched               *s = gp_req_state(req);
     msg_node_registered *out = gp_req_out(req);
     gp_err               rc;
 
+    (void)n;
+    if (err == GP_ENOTFOUND) {
+        lease_end(req, LEASE_NOTFOUND, gp_req_fail(req, GP_ENOTFOUND,
+                                                   "node '%s' is not in the inventory (never "
+                                                   "registered, or deleted): register again",
+                                                   gp_req_param(req, "node")));
+        return;
+    }
     if (err != GP_EOK) {
         lease_end(req, LEASE_ERROR, gp_req_fail(req, GP_EUNAVAIL, "reservations (Redis): %s: "
                                                 "renew again", gp_err_name(err)));
@@ -87,7 +88,7 @@ reservations(void *arg, gp_err err, const sched_res_entry *e, size_t n)
     }
     out->heartbeat_ms = s->cfg->heartbeat_ms;
     out->lease_ms = s->cfg->lease_ms;
-    if ((rc = split(gp_req_in(req), e, n, out)) != GP_EOK) {
+    if ((rc = split(gp_req_in(req), keep, out)) != GP_EOK) {
         lease_end(req, LEASE_ERROR, gp_req_fail(req, rc, "reply not built"));
         return;
     }
@@ -101,39 +102,11 @@ reservations(void *arg, gp_err err, const sched_res_entry *e, size_t n)
     lease_end(req, out->kill.n > 0 ? LEASE_KILLS : LEASE_GRANTED, GP_EOK);
 }
 
-static void
-reg_mark(void *arg, const redisReply *rep, gp_err err)
-{
-    gp_req *req = arg;
-    sched  *s = gp_req_state(req);
-    gp_err  rc;
-
-    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
-        lease_end(req, LEASE_ERROR, gp_req_fail(req, GP_EUNAVAIL, "the live view (Redis): %s: "
-                                                "renew again", err != GP_EOK ? gp_err_name(err)
-                                                                             : rep->str));
-        return;
-    }
-    if (rep->type == REDIS_REPLY_NIL) {
-        lease_end(req, LEASE_NOTFOUND, gp_req_fail(req, GP_ENOTFOUND,
-                                                   "node '%s' is not in the inventory (never "
-                                                   "registered, or deleted): register again",
-                                                   gp_req_param(req, "node")));
-        return;
-    }
-    rc = sched_reserve_read(s->res, gp_req_param(req, "site"), gp_req_param(req, "node"),
-                            reservations, req);
-    if (rc != GP_EOK)
-        lease_end(req, LEASE_ERROR, gp_req_fail(req, GP_EUNAVAIL, "reservations (Redis): %s",
-                                                gp_err_name(rc)));
-}
-
 static gp_err
 on_lease(gp_req *req, const void *in, void *out)
 {
     const char *site = gp_req_param(req, "site"), *node = gp_req_param(req, "node");
     const msg_lease_renew *q = in;
-    char        key[GP_MAX_ID * 2 + 32];
 
     (void)out;
     if (!gp_id_ok(site) || !gp_id_ok(node))
@@ -142,9 +115,9 @@ on_lease(gp_req *req, const void *in, void *out)
         if (!gp_id_ok(((const msg_attempt_ref *)q->attempts.v)[i].job_id))
             return gp_req_fail(req, GP_EINVAL, "attempts[%u].job_id: must be 1 to 63 of "
                                "[A-Za-z0-9_-]", i);
-    /* the registry's live hash of the node (services/registry/scripts.h) */
-    snprintf(key, sizeof(key), "gp:{%u}:node:%s", gp_shard_of(site), node);
-    if (gp_kv_cmdf(gp_app_kv(gp_req_app(req)), reg_mark, req, "HGET %s reg", key) != GP_EOK) {
+    /* the registry's 'reg' mark, the node's reservations and the grant
+     * stamp in one atomic script (fence.c) */
+    if (sched_fence_lease(gp_req_state(req), site, node, q, decided, req) != GP_EOK) {
         sched_count(((sched *)gp_req_state(req))->m_leases[LEASE_ERROR]);
         return gp_req_fail(req, GP_EUNAVAIL, "the live view (Redis) is unavailable: renew again");
     }

@@ -65,6 +65,8 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "how often Redis reservations are reconciled with PostgreSQL's live attempts"),
     GP_CFG_UINT("reconcile-grace-ms", scheduler_cfg, reconcile_grace_ms, 30000, 0, 3600000,
                 "age of a reservation no live attempt backs before the reconcile removes it"),
+    GP_CFG_UINT("fence-margin-ms", scheduler_cfg, fence_margin_ms, 1500, 0, 600000,
+                "a lost node's attempts are replaced this long after its last grant + the lease"),
     GP_CFG_END
 };
 
@@ -101,6 +103,7 @@ main(int argc, char **argv)
         sched_events_start(&s);
         sched_attempts_start(&s);
         sched_lease_start(&s);
+        sched_fence_start(&s);
         sched_reconcile_start(&s);
         if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
             gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL ||
@@ -123,6 +126,7 @@ main(int argc, char **argv)
         rc = gp_app_streams(app, sched_streams);
     if (rc == GP_EOK)
         rc = gp_app_serve(app, &s, sched_job_routes, sched_attempt_routes, sched_lease_routes,
+                          sched_replace_routes,
                           NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);

@@ -48,6 +48,7 @@ typedef struct scheduler_cfg {
     unsigned      maxrun_ms;         /* how often max run time is checked */
     unsigned      reconcile_ms;      /* how often Redis reservations are reconciled */
     unsigned      reconcile_grace_ms;/* age of a reservation no live attempt backs before removal */
+    unsigned      fence_margin_ms;   /* fence.c: after a node's last grant + lease, before replacing */
 } scheduler_cfg;
 
 extern const gp_cfg_opt scheduler_cfg_opts[];
@@ -101,7 +102,7 @@ typedef struct sched {
     uint64_t            *m_attempt_event_errors;
     uint64_t            *m_leases[4];     /* by outcome (lease.c: LEASE_*) */
     uint64_t            *m_lease_kills;   /* attempts a lease reply told a node to kill */
-    uint64_t            *m_release_failures, *m_timed_out;
+    uint64_t            *m_release_failures, *m_timed_out, *m_replaced;
     uint64_t            *m_reconcile_runs[3];   /* done, skipped (another instance), failed */
     double              *m_reconcile_last[3];   /* removed, rebuilt, conflicts of the last pass */
 } sched;
@@ -113,6 +114,21 @@ sched_count(uint64_t *c)
     if (c != NULL)
         (*c)++;
 }
+
+/* fence.c: grants stamped on Redis's clock and the replace route (see
+ * there).  sched_fence_stamp: before a RunAttempt, the node's grant moves
+ * to now + ahead_ms.  sched_fence_lease: a renewal's keep (true) or kill
+ * per reported attempt, and the stamp, in one atomic call; NOTFOUND when
+ * the node lacks the registry's 'reg' mark.  Callbacks exactly once when
+ * OK is returned. */
+typedef void sched_fence_cb(void *arg, gp_err err);
+typedef void sched_lease_cb(void *arg, gp_err err, const bool *keep, uint32_t n);
+gp_err sched_fence_stamp(sched *s, const char *site, const char *node, unsigned ahead_ms,
+                         sched_fence_cb *cb, void *arg);
+gp_err sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_renew *q,
+                         sched_lease_cb *cb, void *arg);
+extern const gp_route sched_replace_routes[];
+void sched_fence_start(sched *s);
 
 /* jobs.c: the job API */
 extern const gp_route sched_job_routes[];

@@ -1,0 +1,73 @@
+/* main.c -- gridpool-recovery: config table, tasks, run.  What it does:
+ * recovery.h; the domain is in sites.c (site events, isolation) and
+ * replace.c (lost nodes replaced through the scheduler). */
+#include <stdlib.h>
+
+#include "gp/app.h"
+#include "recovery.h"
+
+#define RECOVERY_VERSION "0.1.0"
+
+const gp_cfg_opt recovery_cfg_opts[] = {
+    GP_CFG_TABLE(recovery_cfg, common, gp_common_cfg_opts),
+    GP_CFG_UINT("replace-ms", recovery_cfg, replace_ms, 250, 20, 60000,
+                "how often lost nodes due for replacement are looked for"),
+    GP_CFG_UINT("replace-batch", recovery_cfg, replace_batch, 32, 1, 1000,
+                "lost nodes claimed per pass"),
+    GP_CFG_UINT("site-rate", recovery_cfg, site_rate, 120, 1, 1000000,
+                "node replacements per site and minute, at most"),
+    GP_CFG_UINT("region-rate", recovery_cfg, region_rate, 1200, 1, 1000000,
+                "node replacements per region and minute, at most"),
+    GP_CFG_UINT("sites-ms", recovery_cfg, sites_ms, 60000, 1000, 3600000,
+                "how often the site inventory (regions, nodes per site) is reloaded"),
+    GP_CFG_UINT("site-window-ms", recovery_cfg, site_window_ms, 30000, 1000, 3600000,
+                "nodes of a site lost within this window make one site event"),
+    GP_CFG_UINT("site-share-pct", recovery_cfg, site_share_pct, 50, 1, 100,
+                "share of a site's nodes lost that makes it unreachable"),
+    GP_CFG_UINT("isolation-pct", recovery_cfg, isolation_pct, 30, 1, 100,
+                "share of all sites unreachable at once that freezes rescheduling"),
+    GP_CFG_UINT("isolation-window-ms", recovery_cfg, isolation_window_ms, 60000, 1000, 3600000,
+                "sites unreachable within this window count as at once"),
+    GP_CFG_UINT("thaw-ms", recovery_cfg, thaw_ms, 120000, 0, 3600000,
+                "after a freeze, replacements stay rate-limited this long"),
+    GP_CFG_UINT("thaw-rate", recovery_cfg, thaw_rate, 300, 1, 1000000,
+                "node replacements a minute, fleet-wide, while thawing"),
+    GP_CFG_END
+};
+
+int
+main(int argc, char **argv)
+{
+    recovery_cfg cfg;
+    recovery     r = {0};
+    gp_app      *app = NULL;
+    int          code;
+    gp_err       rc;
+
+    gp_cfg_load("gridpool-recovery", recovery_cfg_opts, &cfg, argc, argv, NULL, &code);
+    if (code != GP_CFG_CONTINUE)
+        return code;
+    rc = gp_app_new("recovery", RECOVERY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
+                    recovery_migrations, &app);
+    if (rc == GP_EOK) {
+        r.app = app;
+        r.cfg = &cfg;
+        recovery_replace_start(&r);
+        rc = recovery_sites_start(&r);
+    }
+    if (rc == GP_EOK &&
+        (gp_app_every(app, "sites", cfg.sites_ms / 1000.0, recovery_sites_run, &r) == NULL ||
+         gp_app_every(app, "replace", cfg.replace_ms / 1000.0, recovery_replace_run, &r) == NULL))
+        rc = GP_ENOMEM;
+    if (rc == GP_EOK) {
+        recovery_load_lost(&r);
+        recovery_sites_run(app, &r);
+        rc = gp_app_serve(app, &r, NULL);
+    }
+    if (rc == GP_EOK)
+        rc = gp_app_run(app);
+    gp_app_free(app);
+    recovery_sites_free(&r);
+    gp_lib_close();
+    return rc == GP_EOK ? 0 : 1;
+}

@@ -1,0 +1,130 @@
+/* recovery.h -- gridpool-recovery: what to do when nodes and sites die.
+ *
+ * Policy only: it follows every NodeState (every instance, no queue
+ * group, so each sees the whole fleet), turns most of a site's nodes lost
+ * within a short window into ONE site event (and its return into another,
+ * with the cause: power when the nodes came back rebooted, uplink when
+ * they kept running), freezes rescheduling when so many sites go silent
+ * at once that the fault must be the control plane's own, and asks the
+ * scheduler (gp.int.sched.replace) to replace a lost node's attempts, at
+ * a limited rate per site and region.  The scheduler holds the fence: it
+ * ends the attempts only once their leases have surely expired.  Lost
+ * nodes waiting for replacement are rows in PostgreSQL (recovery_nodes),
+ * so a restarted or killed instance loses none and any instance carries
+ * on (rows are claimed with SKIP LOCKED).  Loop thread only. */
+#ifndef RECOVERY_H
+#define RECOVERY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gp/app.h"
+#include "gp/bus.h"
+#include "gp/limits.h"
+#include "msg_gen.h"
+
+typedef struct recovery_cfg {
+    gp_common_cfg common;
+    unsigned      replace_ms;          /* replace task period */
+    unsigned      replace_batch;       /* lost nodes claimed per pass */
+    unsigned      site_rate;           /* node replacements per site and minute */
+    unsigned      region_rate;         /* ... per region and minute */
+    unsigned      sites_ms;            /* how often the site inventory is reloaded */
+    unsigned      site_window_ms;      /* losses within this window make one site event */
+    unsigned      site_share_pct;      /* share of a site's nodes lost that is a site event */
+    unsigned      isolation_pct;       /* share of all sites unreachable that freezes */
+    unsigned      isolation_window_ms; /* ... when they went silent within this window */
+    unsigned      thaw_ms;             /* after a freeze, replacements are rate-limited this long */
+    unsigned      thaw_rate;           /* ... to this many nodes a minute, fleet-wide */
+} recovery_cfg;
+
+extern const gp_cfg_opt recovery_cfg_opts[];
+extern const gp_migration recovery_migrations[];
+
+/* A token bucket: rate per minute, capacity 10 s of it (at least 1). */
+typedef struct rbucket {
+    double   tokens;
+    uint64_t at_ms;                 /* gp_mono_ms of the last refill */
+} rbucket;
+
+typedef struct rsite {
+    char     id[GP_MAX_ID + 1];
+    char     region[GP_MAX_ID + 1];
+    uint32_t nodes;                 /* in the inventory (the registry's site list) */
+    uint32_t lost;                  /* its nodes lost now */
+    uint64_t first_lost_ms;         /* wall ms: when lost went from 0 to 1 */
+    bool     unreachable;           /* a site event is open */
+    uint64_t since_ms;
+    uint32_t rebooted, resumed;     /* how its nodes came back since */
+    rbucket  bucket;
+} rsite;
+
+typedef struct rnode {
+    char     id[GP_MAX_ID + 1];
+    int32_t  site;                  /* index in sites */
+    bool     lost;
+} rnode;
+
+/* id -> index, open addressing (power-of-two slots, linear probing). */
+typedef struct rmap {
+    int32_t *slot;                  /* -1 empty */
+    uint32_t cap;
+} rmap;
+
+typedef struct recovery {
+    gp_app             *app;
+    const recovery_cfg *cfg;
+    rsite              *sites;
+    uint32_t            nsites, capsites;
+    rmap                site_ix;
+    rnode              *nodes;
+    uint32_t            nnodes, capnodes;
+    rmap                node_ix;
+    struct rregion {
+        char    id[GP_MAX_ID + 1];
+        rbucket bucket;
+    }                  *regions;     /* few: found by a linear search */
+    uint32_t            nregions;
+    bool                sites_loaded;
+    bool                sites_busy;
+    char                sites_after[GP_MAX_ID + 1];
+    uint32_t            sites_seen, sites_last;   /* this load's, the last complete one's */
+    uint64_t            sites_retry_ms;  /* gp_mono_ms: the next try of a first load */
+    bool                frozen;
+    uint64_t            thaw_until;  /* gp_mono_ms */
+    rbucket             thaw_bucket;
+    bool                replace_busy;
+    unsigned            inflight;    /* replace calls out */
+    gp_bus_sub         *state_sub;
+    uint64_t           *m_site_events[2], *m_isolation_events[2];
+    uint64_t           *m_replaced, *m_waits, *m_deferred, *m_replace_errors, *m_lost_seen;
+    double             *m_frozen, *m_pending, *m_unreachable;
+} recovery;
+
+/* map.c */
+int32_t rmap_find(const rmap *m, const void *base, size_t stride, const char *id);
+int     rmap_put(rmap *m, const void *base, size_t stride, const char *id, int32_t ix);
+void    rmap_free(rmap *m);
+double  rbucket_take(rbucket *b, unsigned per_min, uint64_t now_ms);
+
+/* sites.c: the inventory of sites, node states, site events, isolation */
+gp_err recovery_sites_start(recovery *r);
+void   recovery_sites_run(gp_app *app, void *arg);
+void   recovery_sites_free(recovery *r);
+/* A site by id (NULL when the inventory lacks it), and its region's
+ * bucket (NULL when it has none). */
+rsite   *recovery_site(recovery *r, const char *id);
+rbucket *recovery_region_bucket(recovery *r, const rsite *s);
+
+/* replace.c: lost nodes in PostgreSQL, replaced through the scheduler */
+void recovery_replace_start(recovery *r);
+void recovery_replace_run(gp_app *app, void *arg);
+/* A node was lost (at_ms: the transition's time) or came back. */
+void recovery_node_lost(recovery *r, const char *site, const char *node, uint64_t at_ms,
+                        const char *reason);
+void recovery_node_back(recovery *r, const char *node, uint64_t at_ms);
+/* At start: the nodes PostgreSQL still has lost, into the in-memory view. */
+void recovery_load_lost(recovery *r);
+void recovery_mark_lost(recovery *r, const char *site, const char *node);
+
+#endif

@@ -1,0 +1,487 @@
+/* sites.c -- what the recovery service knows of the fleet, and what it
+ * concludes from nodes going lost together.
+ *
+ * Sites come from the registry's list (gp.admin.site.list, paged, every
+ * sites-ms): id, region, and how many nodes each has.  Node states come
+ * from every NodeState (no queue group: every instance sees all of them,
+ * so each judges sites and isolation alike).
+ *
+ * Site events.  When site-share-pct of a site's nodes are lost and the
+ * first of them went within site-window-ms, the site is unreachable: ONE
+ * event (gp.int.recovery.site.<site>, kind unreachable, cause
+ * "power_or_uplink": from the outside a cut power feed and a cut uplink
+ * look the same until the nodes come back).  When enough have come back
+ * that the share no longer holds, one event 'returned' says which it was:
+ * nodes that registered anew rebooted (their attempts are gone: power),
+ * nodes whose heartbeats simply resumed kept running (uplink).  Several
+ * instances raise an event once: the first to SET NX its key in Redis
+ * publishes it.
+ *
+ * Isolation.  When isolation-pct of all sites are unreachable, and went
+ * silent within isolation-window-ms, the fault is assumed to be the
+ * control plane's own (its NATS, its Redis, its uplink): rescheduling is
+ * frozen and one event says so.  When the share drops again the freeze
+ * ends, and for thaw-ms replacements go at thaw-rate nodes a minute,
+ * fleet-wide, so that re-evaluating thousands of nodes is not a storm
+ * (Kubernetes' node lifecycle controller: full disruption stops
+ * evictions; per-zone eviction rates). */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/call.h"
+#include "gp/clock.h"
+#include "gp/id.h"
+#include "gp/kv.h"
+#include "gp/log.h"
+#include "recovery.h"
+
+#define SITE_PAGE 1000
+
+rsite *
+recovery_site(recovery *r, const char *id)
+{
+    int32_t ix = rmap_find(&r->site_ix, r->sites, sizeof(*r->sites), id);
+
+    return ix < 0 ? NULL : &r->sites[ix];
+}
+
+rbucket *
+recovery_region_bucket(recovery *r, const rsite *s)
+{
+    for (uint32_t i = 0; s != NULL && s->region[0] != '\0' && i < r->nregions; i++)
+        if (strcmp(r->regions[i].id, s->region) == 0)
+            return &r->regions[i].bucket;
+    return NULL;
+}
+
+static void
+region_add(recovery *r, const char *region)
+{
+    struct rregion *v;
+
+    if (region[0] == '\0')
+        return;
+    for (uint32_t i = 0; i < r->nregions; i++)
+        if (strcmp(r->regions[i].id, region) == 0)
+            return;
+    if ((v = realloc(r->regions, (r->nregions + 1) * sizeof(*v))) == NULL)
+        return;
+    r->regions = v;
+    memset(&v[r->nregions], 0, sizeof(*v));
+    snprintf(v[r->nregions].id, sizeof(v[0].id), "%s", region);
+    r->nregions++;
+}
+
+/* The site's record, added when new (NULL without memory). */
+static rsite *
+site_get(recovery *r, const char *id)
+{
+    rsite *s = recovery_site(r, id);
+
+    if (s != NULL)
+        return s;
+    if (r->nsites == r->capsites) {
+        uint32_t cap = r->capsites ? r->capsites * 2 : 256;
+        rsite   *v = realloc(r->sites, cap * sizeof(*v));
+
+        if (v == NULL)
+            return NULL;
+        r->sites = v;
+        r->capsites = cap;
+    }
+    s = &r->sites[r->nsites];
+    memset(s, 0, sizeof(*s));
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    if (rmap_put(&r->site_ix, r->sites, sizeof(*r->sites), id, (int32_t)r->nsites) != 0)
+        return NULL;
+    r->nsites++;
+    return s;
+}
+
+static rnode *
+node_get(recovery *r, const char *id, int32_t site)
+{
+    int32_t ix = rmap_find(&r->node_ix, r->nodes, sizeof(*r->nodes), id);
+    rnode  *n;
+
+    if (ix >= 0) {
+        r->nodes[ix].site = site;
+        return &r->nodes[ix];
+    }
+    if (r->nnodes == r->capnodes) {
+        uint32_t cap = r->capnodes ? r->capnodes * 2 : 1024;
+        rnode   *v = realloc(r->nodes, cap * sizeof(*v));
+
+        if (v == NULL)
+            return NULL;
+        r->nodes = v;
+        r->capnodes = cap;
+    }
+    n = &r->nodes[r->nnodes];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->id, sizeof(n->id), "%s", id);
+    n->site = site;
+    if (rmap_put(&r->node_ix, r->nodes, sizeof(*r->nodes), id, (int32_t)r->nnodes) != 0)
+        return NULL;
+    r->nnodes++;
+    return n;
+}
+
+/* ---- events, raised once across instances ---------------------------------------- */
+
+typedef struct once {
+    recovery *r;
+    int       kind;                 /* 0 site, 1 isolation */
+    union {
+        msg_site_event          site;
+        msg_control_plane_event cp;
+    } u;
+} once;
+
+static void
+once_locked(void *arg, const redisReply *rep, gp_err err)
+{
+    once       *o = arg;
+    const char *args[1];
+
+    /* OK: ours to publish; nil: another instance did; an error: published
+     * anyway (a duplicate beats a lost event) */
+    if (err != GP_EOK || rep->type != REDIS_REPLY_NIL) {
+        if (o->kind == 0) {
+            args[0] = o->u.site.site;
+            gp_app_publish(o->r->app, GP_OP_RECOVERY_SITE, args, &o->u.site);
+        } else {
+            gp_app_publish(o->r->app, GP_OP_RECOVERY_ISOLATION, NULL, &o->u.cp);
+        }
+    }
+    free(o);
+}
+
+/* key names the episode: the same for every instance that sees it */
+static void
+raise_once(once *o, const char *key, unsigned ttl_ms)
+{
+    if (gp_kv_cmdf(gp_app_kv(o->r->app), once_locked, o, "SET %s 1 NX PX %u", key, ttl_ms) !=
+        GP_EOK)
+        once_locked(o, NULL, GP_EUNAVAIL);
+}
+
+static void
+site_event(recovery *r, rsite *s, int32_t kind, int32_t cause, const char *evidence)
+{
+    once *o = calloc(1, sizeof(*o));
+    char  key[160];
+
+    (*r->m_site_events[kind])++;
+    GP_WARN("site_event", "site=%s region=%s kind=%s cause=%s nodes=%u lost=%u rebooted=%u "
+            "resumed=%u evidence=\"%s\"", s->id, s->region, msg_site_event_kind_names[kind],
+            msg_site_event_cause_names[cause], s->nodes, s->lost, s->rebooted, s->resumed,
+            evidence);
+    if (o == NULL)
+        return;
+    o->r = r;
+    o->kind = 0;
+    snprintf(o->u.site.site, sizeof(o->u.site.site), "%s", s->id);
+    snprintf(o->u.site.region, sizeof(o->u.site.region), "%s", s->region);
+    o->u.site.kind = kind;
+    o->u.site.cause = cause;
+    o->u.site.nodes = s->nodes;
+    o->u.site.lost = s->lost;
+    o->u.site.rebooted = s->rebooted;
+    o->u.site.resumed = s->resumed;
+    o->u.site.since_ms = s->since_ms;
+    o->u.site.at_ms = gp_wall_ms();
+    snprintf(o->u.site.evidence, sizeof(o->u.site.evidence), "%s", evidence);
+    GP_SET_HAS(&o->u.site, MSG_SITE_EVENT__REGION);
+    GP_SET_HAS(&o->u.site, MSG_SITE_EVENT__REBOOTED);
+    GP_SET_HAS(&o->u.site, MSG_SITE_EVENT__RESUMED);
+    GP_SET_HAS(&o->u.site, MSG_SITE_EVENT__SINCE_MS);
+    GP_SET_HAS(&o->u.site, MSG_SITE_EVENT__EVIDENCE);
+    snprintf(key, sizeof(key), "gp:recovery:once:site:%s:%s:%llu", s->id,
+             msg_site_event_kind_names[kind], (unsigned long long)(s->since_ms / 10000));
+    raise_once(o, key, 600000);
+}
+
+/* ---- isolation --------------------------------------------------------------------- */
+
+static uint32_t
+silent_sites(const recovery *r, uint64_t now)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < r->nsites; i++)
+        n += r->sites[i].unreachable && now - r->sites[i].since_ms <= r->cfg->isolation_window_ms;
+    return n;
+}
+
+static uint32_t
+unreachable_sites(const recovery *r)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < r->nsites; i++)
+        n += r->sites[i].unreachable;
+    return n;
+}
+
+static void
+isolation_event(recovery *r, int32_t state, uint32_t silent, const char *why)
+{
+    once *o = calloc(1, sizeof(*o));
+    char  key[96];
+
+    (*r->m_isolation_events[state])++;
+    GP_ERROR("control_plane_isolation", "state=%s sites_silent=%u sites=%u threshold_pct=%u "
+             "reason=\"%s\"", msg_control_plane_event_state_names[state], silent, r->nsites,
+             r->cfg->isolation_pct, why);
+    if (o == NULL)
+        return;
+    o->r = r;
+    o->kind = 1;
+    o->u.cp.state = state;
+    o->u.cp.sites_silent = silent;
+    o->u.cp.sites = r->nsites;
+    o->u.cp.threshold_pct = r->cfg->isolation_pct;
+    o->u.cp.at_ms = gp_wall_ms();
+    snprintf(o->u.cp.reason, sizeof(o->u.cp.reason), "%s", why);
+    GP_SET_HAS(&o->u.cp, MSG_CONTROL_PLANE_EVENT__THRESHOLD_PCT);
+    GP_SET_HAS(&o->u.cp, MSG_CONTROL_PLANE_EVENT__REASON);
+    snprintf(key, sizeof(key), "gp:recovery:once:isolation:%s:%llu",
+             msg_control_plane_event_state_names[state],
+             (unsigned long long)(o->u.cp.at_ms / 60000));
+    raise_once(o, key, 120000);
+}
+
+/* Freeze when the share of sites silent at once crosses the threshold;
+ * thaw when the unreachable ones fall below it again. */
+static void
+isolation_check(recovery *r)
+{
+    uint64_t now = gp_wall_ms();
+    uint32_t silent = silent_sites(r, now), down = unreachable_sites(r);
+    char     why[200];
+
+    if (r->nsites == 0)
+        return;
+    if (!r->frozen && (uint64_t)silent * 100 >= (uint64_t)r->cfg->isolation_pct * r->nsites) {
+        r->frozen = true;
+        snprintf(why, sizeof(why), "%u of %u sites went silent within %u s: assumed a fault of "
+                 "the control plane (NATS, Redis, its uplink); rescheduling frozen", silent,
+                 r->nsites, r->cfg->isolation_window_ms / 1000);
+        isolation_event(r, MSG_CONTROL_PLANE_EVENT_STATE_FROZEN, silent, why);
+    } else if (r->frozen &&
+               (uint64_t)down * 100 < (uint64_t)r->cfg->isolation_pct * r->nsites) {
+        r->frozen = false;
+        r->thaw_until = gp_mono_ms() + r->cfg->thaw_ms;
+        r->thaw_bucket = (rbucket){0};
+        snprintf(why, sizeof(why), "contact returned (%u of %u sites still unreachable): "
+                 "replacing at most %u nodes a minute for %u s", down, r->nsites,
+                 r->cfg->thaw_rate, r->cfg->thaw_ms / 1000);
+        isolation_event(r, MSG_CONTROL_PLANE_EVENT_STATE_THAWING, down, why);
+    }
+    *r->m_frozen = r->frozen;
+    *r->m_unreachable = down;
+}
+
+/* ---- node states -------------------------------------------------------------------- */
+
+static bool
+site_share(const recovery *r, const rsite *s)
+{
+    uint32_t nodes = s->nodes > 0 ? s->nodes : 1;
+
+    return (uint64_t)s->lost * 100 >= (uint64_t)r->cfg->site_share_pct * nodes;
+}
+
+static void
+went_lost(recovery *r, rsite *s)
+{
+    uint64_t now = gp_wall_ms();
+    char     ev[256];
+
+    if (s->lost++ == 0)
+        s->first_lost_ms = now;
+    if (s->unreachable || !site_share(r, s) ||
+        now - s->first_lost_ms > r->cfg->site_window_ms)
+        return;
+    s->unreachable = true;
+    s->since_ms = s->first_lost_ms;
+    s->rebooted = s->resumed = 0;
+    snprintf(ev, sizeof(ev), "%u of %u nodes lost within %.1f s (no heartbeat, no lease "
+             "renewal); power or uplink: which one shows when they return",
+             s->lost, s->nodes, (double)(now - s->first_lost_ms) / 1000.0);
+    site_event(r, s, MSG_SITE_EVENT_KIND_UNREACHABLE, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, ev);
+}
+
+static void
+came_back(recovery *r, rsite *s, bool registered)
+{
+    char ev[256];
+
+    if (s->lost > 0)
+        s->lost--;
+    if (!s->unreachable)
+        return;
+    if (registered)
+        s->rebooted++;
+    else
+        s->resumed++;
+    if (site_share(r, s))
+        return;
+    s->unreachable = false;
+    snprintf(ev, sizeof(ev), "%u node(s) came back rebooted (registered anew, attempts gone), "
+             "%u resumed heartbeats with their agents running; out for %.0f s",
+             s->rebooted, s->resumed, (double)(gp_wall_ms() - s->since_ms) / 1000.0);
+    site_event(r, s, MSG_SITE_EVENT_KIND_RETURNED,
+               s->rebooted >= s->resumed ? MSG_SITE_EVENT_CAUSE_POWER : MSG_SITE_EVENT_CAUSE_UPLINK,
+               ev);
+}
+
+/* A node PostgreSQL had lost at start: counted without an event. */
+void
+recovery_mark_lost(recovery *r, const char *site, const char *node)
+{
+    rsite *s = site_get(r, site);
+    rnode *n = s != NULL ? node_get(r, node, (int32_t)(s - r->sites)) : NULL;
+
+    if (n == NULL || n->lost)
+        return;
+    n->lost = true;
+    s->lost++;
+}
+
+static void
+on_node_state(void *arg, const gp_bus_msg *m)
+{
+    recovery      *r = arg;
+    msg_node_state st = {0};
+    rsite         *s;
+    rnode         *n;
+    bool           lost;
+
+    if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &st, NULL, 0) != GP_EOK ||
+        !gp_id_ok(st.site) || !gp_id_ok(st.node))
+        return;
+    lost = st.state == MSG_NODE_STATE_STATE_LOST;
+    if ((s = site_get(r, st.site)) == NULL ||
+        (n = node_get(r, st.node, (int32_t)(s - r->sites))) == NULL)
+        return;
+    if (lost && !n->lost) {
+        n->lost = true;
+        (*r->m_lost_seen)++;
+        went_lost(r, s);
+        recovery_node_lost(r, st.site, st.node, st.at_ms, st.reason);
+    } else if (!lost && n->lost) {
+        n->lost = false;
+        came_back(r, s, strcmp(st.reason, "registered") == 0);
+        recovery_node_back(r, st.node, st.at_ms);
+    }
+    isolation_check(r);
+}
+
+/* ---- the site inventory ---------------------------------------------------------------- */
+
+static void page_request(recovery *r);
+
+static void
+page_answered(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    recovery            *r = arg;
+    const msg_site_list *page = reply;
+
+    if (err != GP_EOK) {
+        GP_WARN("sites_load_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        r->sites_busy = false;
+        return;
+    }
+    for (uint32_t i = 0; i < page->items.n; i++) {
+        const msg_site *it = (const msg_site *)page->items.v + i;
+        rsite          *s = site_get(r, it->id);
+
+        if (s == NULL)
+            continue;
+        snprintf(s->region, sizeof(s->region), "%s", it->region);
+        s->nodes = (uint32_t)it->nodes;
+        region_add(r, it->region);
+        r->sites_seen++;
+    }
+    snprintf(r->sites_after, sizeof(r->sites_after), "%s", page->next);
+    if (r->sites_after[0] != '\0') {
+        page_request(r);
+        return;
+    }
+    if (!r->sites_loaded || r->sites_seen != r->sites_last)
+        GP_INFO("sites_loaded", "sites=%u regions=%u", r->sites_seen, r->nregions);
+    r->sites_last = r->sites_seen;
+    r->sites_loaded = true;
+    r->sites_busy = false;
+    isolation_check(r);
+}
+
+static void
+page_request(recovery *r)
+{
+    msg_list_request q = {.limit = SITE_PAGE};
+    char             subj[GP_MAX_SUBJECT];
+    gp_err           rc = gp_op_subject(GP_OP_ADMIN_SITE_LIST, subj, sizeof(subj), NULL);
+
+    snprintf(q.after, sizeof(q.after), "%s", r->sites_after);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(r->app), subj, &msg_list_request_desc, &q, &msg_site_list_desc,
+                     30000, page_answered, r);
+    if (rc != GP_EOK)
+        page_answered(r, rc, NULL, "not sent");
+}
+
+void
+recovery_sites_run(gp_app *app, void *arg)
+{
+    recovery *r = arg;
+
+    (void)app;
+    if (r->sites_busy)
+        return;
+    r->sites_busy = true;
+    r->sites_after[0] = '\0';
+    r->sites_seen = 0;
+    page_request(r);
+}
+
+gp_err
+recovery_sites_start(recovery *r)
+{
+    gp_metrics *m = gp_app_metrics(r->app);
+    const char *any[2] = {NULL, NULL};
+    char        pat[GP_MAX_SUBJECT];
+    gp_err      rc;
+
+    gp_metrics_counters(m, "gp_recovery_site_events_total", "kind", msg_site_event_kind_names, 2,
+                        "Site events raised by this instance (unreachable, returned)",
+                        r->m_site_events);
+    gp_metrics_counters(m, "gp_recovery_isolation_events_total", "state",
+                        msg_control_plane_event_state_names, 2,
+                        "Control-plane isolation freezes and thaws", r->m_isolation_events);
+    r->m_frozen = gp_metrics_gauge(m, "gp_recovery_frozen", NULL,
+                                   "1 while rescheduling is frozen (control-plane isolation)");
+    r->m_unreachable = gp_metrics_gauge(m, "gp_recovery_sites_unreachable", NULL,
+                                        "Sites with an open unreachable event");
+    r->m_lost_seen = gp_metrics_counter(m, "gp_recovery_nodes_lost_total", NULL,
+                                        "Nodes seen going lost");
+    rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), any);
+    if (rc == GP_EOK)   /* every instance follows every node: no queue group */
+        rc = gp_bus_sub_new(gp_app_bus(r->app), pat, NULL, on_node_state, r, &r->state_sub);
+    return rc;
+}
+
+void
+recovery_sites_free(recovery *r)
+{
+    gp_bus_sub_free(r->state_sub);
+    rmap_free(&r->site_ix);
+    rmap_free(&r->node_ix);
+    free(r->sites);
+    free(r->nodes);
+    free(r->regions);
+}

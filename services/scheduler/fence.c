@@ -1,0 +1,437 @@
+/* fence.c -- fencing without clock sync: when a lost node's attempts may
+ * be replaced, and the grants that decide it.
+ *
+ * An agent keeps an attempt only while its lease runs, counted on its own
+ * monotonic clock from when it SENT the request that granted it (agent.c:
+ * a renewal, a registration) or from when it started the attempt (a
+ * RunAttempt).  Every grant is stamped in Redis on the node's shard, on
+ * Redis's clock, no earlier than the agent's own start of that lease:
+ *
+ *   - a lease renewal that keeps anything: the lease script stamps "now"
+ *     in the same atomic call that reads the reservations it keeps;
+ *   - a RunAttempt: stamped before it is sent, "now + dispatch-timeout-ms"
+ *     (the agent takes it at the latest when the call's deadline ends; a
+ *     later start is refused by the next renewal's kill list);
+ *   - a registration: the registry's hb script stamps 'regat' in the node's
+ *     live hash (its reply keeps what the agent reports, until the first
+ *     renewal).
+ *
+ *     gp:{N}:grant:<node>   the latest grant moment, ms on Redis's clock
+ *                           (expires a day after: an idle node forgets it)
+ *
+ * The fence of a node opens at max(grant, regat) + lease + margin.  The
+ * margin covers the rate difference of the two clocks over one lease and
+ * the time from a reply to its use.  The replace script checks the fence
+ * and removes the node's reservations of the attempts it replaces in one
+ * call; it and the lease script are atomic with respect to each other (one
+ * shard, one slot), so a renewal either came before (its stamp moves the
+ * fence on: wait) or after (it finds no reservation: the attempt is in its
+ * kill list).  Only then are the attempts ended in PostgreSQL (lost, their
+ * jobs requeued from their last checkpoint), so a replacement can never
+ * start while the old attempt may still run.  Redis's clock is one host's
+ * wall clock: it must be slewed (NTP), not stepped forward by more than the
+ * margin. */
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/dbarray.h"
+#include "gp/id.h"
+#include "gp/kvscript.h"
+#include "gp/log.h"
+#include "gp/shard.h"
+#include "reserve_scripts.h"
+#include "scheduler.h"
+
+#define GRANT_TTL_MS "86400000"
+
+#define FENCE_LUA_NOW                                                                       \
+    "local t = redis.call('TIME')\n"                                                        \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+/* KEYS grant; ARGV ms ahead of now.  Moves the stamp to now + ahead unless
+ * it is later already. */
+static const char stamp_lua[] =
+    FENCE_LUA_NOW
+    "local at = now + tonumber(ARGV[1])\n"
+    "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
+    "if at > cur then redis.call('SET', KEYS[1], string.format('%.0f', at), 'PX', " GRANT_TTL_MS ") end\n"
+    "return 1\n";
+
+/* KEYS live hash (the registry's), reservations, grant; ARGV the reported
+ * attempts "<job>:<attempt>".  'notfound' without the registry's 'reg'
+ * mark; else one 1 (keep) or 0 (kill) per reported attempt, and the grant
+ * is stamped when anything is kept. */
+static const char lease_lua[] =
+    "if not redis.call('HGET', KEYS[1], 'reg') then return 'notfound' end\n"
+    "local held = {}\n"
+    "for _, v in ipairs(redis.call('HVALS', KEYS[2])) do\n"
+    "  local h = string.match(v, '^(.*):%d+$')\n"
+    "  if h then held[h] = true end\n"
+    "end\n"
+    "local out, any = {}, false\n"
+    "for i = 1, #ARGV do\n"
+    "  if held[ARGV[i]] then out[i] = 1; any = true else out[i] = 0 end\n"
+    "end\n"
+    "if any then\n"
+    FENCE_LUA_NOW
+    "  local cur = tonumber(redis.call('GET', KEYS[3]) or '0') or 0\n"
+    "  if now > cur then redis.call('SET', KEYS[3], string.format('%.0f', now), 'PX', " GRANT_TTL_MS ") end\n"
+    "end\n"
+    "return out\n";
+
+/* KEYS live hash, reservations, grant, the shard's reservation index; ARGV
+ * window (lease + margin), node id, then the attempts "<job>:<attempt>".
+ * {0, ms to wait} while the fence holds; else the attempts' reservations
+ * on the node are removed and {1, GPUs removed}. */
+static const char replace_lua[] =
+    FENCE_LUA_NOW
+    "local base = tonumber(redis.call('GET', KEYS[3]) or '0') or 0\n"
+    "local r = tonumber(redis.call('HGET', KEYS[1], 'regat') or '0') or 0\n"
+    "if r > base then base = r end\n"
+    "local open = base + tonumber(ARGV[1])\n"
+    "if now < open then return {0, open - now} end\n"
+    "local want = {}\n"
+    "for i = 3, #ARGV do want[ARGV[i]] = true end\n"
+    "local h = redis.call('HGETALL', KEYS[2])\n"
+    "local n = 0\n"
+    "for i = 1, #h, 2 do\n"
+    "  local who = string.match(h[i + 1], '^(.*):%d+$')\n"
+    "  if who and want[who] then redis.call('HDEL', KEYS[2], h[i]); n = n + 1 end\n"
+    "end\n"
+    "if redis.call('HLEN', KEYS[2]) == 0 then redis.call('SREM', KEYS[4], ARGV[2]) end\n"
+    "return {1, n}\n";
+
+static struct {
+    gp_kvscript stamp, lease, replace;
+    bool        init;
+} fs;
+
+static void
+fence_init(void)
+{
+    if (fs.init)
+        return;
+    gp_kvscript_init(&fs.stamp, stamp_lua);
+    gp_kvscript_init(&fs.lease, lease_lua);
+    gp_kvscript_init(&fs.replace, replace_lua);
+    fs.init = true;
+}
+
+static void
+grant_key(char *out, const char *site, const char *node)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:grant:%s", gp_shard_of(site), node);
+}
+
+/* The window after the last grant: the longest lease an agent may hold
+ * (the lease handed in replies, or the RunAttempt's own) plus the margin. */
+static unsigned
+fence_window_ms(const sched *s)
+{
+    unsigned lease = s->cfg->lease_ms;
+
+    if (s->cfg->attempt_lease_ms > lease)
+        lease = s->cfg->attempt_lease_ms;
+    return lease + s->cfg->fence_margin_ms;
+}
+
+/* ---- the dispatch stamp ------------------------------------------------------------ */
+
+typedef struct stamp_call {
+    sched_fence_cb *cb;
+    void           *arg;
+} stamp_call;
+
+static void
+stamped(void *arg, const redisReply *rep, gp_err err)
+{
+    stamp_call *c = arg;
+
+    if (err == GP_EOK && rep->type == REDIS_REPLY_ERROR)
+        err = GP_EUNAVAIL;
+    c->cb(c->arg, err);
+    free(c);
+}
+
+gp_err
+sched_fence_stamp(sched *s, const char *site, const char *node, unsigned ahead_ms,
+                  sched_fence_cb *cb, void *arg)
+{
+    char        key[SCHED_RES_KEY_LEN], ahead[16];
+    const char *keys[1] = {key}, *args[1] = {ahead};
+    stamp_call *c = malloc(sizeof(*c));
+    gp_err      rc;
+
+    if (c == NULL)
+        return GP_ENOMEM;
+    fence_init();
+    c->cb = cb;
+    c->arg = arg;
+    grant_key(key, site, node);
+    snprintf(ahead, sizeof(ahead), "%u", ahead_ms);
+    rc = gp_kvscript_call(&fs.stamp, gp_app_kv(s->app), stamped, c, 1, keys, 1, args, NULL);
+    if (rc != GP_EOK)
+        free(c);
+    return rc;
+}
+
+/* ---- the lease: keep and kill in one atomic call ---------------------------------- */
+
+typedef struct lease_call {
+    sched_lease_cb *cb;
+    void           *arg;
+    uint32_t        n;
+} lease_call;
+
+static void
+leased(void *arg, const redisReply *rep, gp_err err)
+{
+    lease_call *c = arg;
+    bool        keep[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS] = {false};
+
+    if (err == GP_EOK && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) &&
+        strcmp(rep->str, "notfound") == 0)
+        err = GP_ENOTFOUND;
+    else if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != c->n))
+        err = GP_EUNAVAIL;
+    for (uint32_t i = 0; err == GP_EOK && i < c->n; i++)
+        keep[i] = rep->element[i]->type == REDIS_REPLY_INTEGER && rep->element[i]->integer == 1;
+    c->cb(c->arg, err, keep, c->n);
+    free(c);
+}
+
+gp_err
+sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_renew *q,
+                  sched_lease_cb *cb, void *arg)
+{
+    char                   kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN], kg[SCHED_RES_KEY_LEN];
+    char                   held[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS][GP_MAX_ID + 16];
+    const char            *keys[3] = {kn, kr, kg}, *args[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS];
+    const msg_attempt_ref *a = q->attempts.v;
+    lease_call            *c;
+    unsigned               shard = gp_shard_of(site);
+    gp_err                 rc;
+
+    if (q->attempts.n > MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS || (c = malloc(sizeof(*c))) == NULL)
+        return GP_ENOMEM;
+    fence_init();
+    c->cb = cb;
+    c->arg = arg;
+    c->n = q->attempts.n;
+    sched_res_live_key(kn, shard, node);
+    sched_res_key(kr, shard, node);
+    grant_key(kg, site, node);
+    for (uint32_t i = 0; i < q->attempts.n; i++) {
+        snprintf(held[i], sizeof(held[i]), "%s:%u", a[i].job_id, a[i].attempt);
+        args[i] = held[i];
+    }
+    rc = gp_kvscript_call(&fs.lease, gp_app_kv(s->app), leased, c, 3, keys, (int)q->attempts.n,
+                          args, NULL);
+    if (rc != GP_EOK)
+        free(c);
+    return rc;
+}
+
+/* ---- gp.int.sched.replace: a lost node's attempts, once the fence opens ----------- */
+
+/* The node's live attempts (PostgreSQL), then the replace script, then the
+ * attempts end in one statement of sched_attempt_event calls ('lease_expired':
+ * their lease has surely expired on the node), whose rows are published and
+ * acted on (the attempt's other nodes stopped) like an agent's events. */
+
+#define REPLACE_MAX 64           /* attempts one request ends; the rest at the next */
+
+typedef struct replace_call {
+    gp_req  *req;
+    int      n;                    /* the node's live attempts, as PostgreSQL read them */
+    char     job[REPLACE_MAX][GP_MAX_ID + 1];
+    char     att[REPLACE_MAX][12];
+} replace_call;
+
+static void
+replace_end(replace_call *c, gp_err err)
+{
+    gp_req_done(c->req, err);
+    free(c);
+}
+
+static void
+ended(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    replace_call              *c = arg;
+    sched                     *s = gp_req_state(c->req);
+    const msg_replace_request *q = gp_req_in(c->req);
+    msg_replaced              *out = gp_req_out(c->req);
+
+    if (err == GP_EOK && nres != 1)
+        err = GP_EINTERNAL, detail = "no result";
+    if (err != GP_EOK) {
+        /* the reservations are gone: a retry finds the fence open and ends them */
+        replace_end(c, gp_req_fail(c->req, err, "ending the attempts: %s", detail));
+        return;
+    }
+    sched_attempt_rows(s, res[0]);
+    for (int i = 0; i < c->n; i++) {
+        uint32_t att = (uint32_t)strtoul(c->att[i], NULL, 10);
+
+        sched_attempt_ended(s, c->job[i], att, q->site, q->node);
+        GP_WARN("attempt_replaced", "job=%s attempt=%u site=%s node=%s reason=\"%s\"", c->job[i],
+                att, q->site, q->node, q->reason);
+    }
+    out->attempts = (uint32_t)c->n;
+    sched_count(s->m_replaced);
+    replace_end(c, GP_EOK);
+}
+
+static const char end_sql[] =
+    "SELECT r.* FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS e(job, att, ord)\n"
+    "CROSS JOIN LATERAL sched_attempt_event(e.job, e.att, $3, $4, 'lease_expired', NULL,\n"
+    "  $5::bigint, NULL, NULL, NULL, $5::bigint) r\n"
+    "ORDER BY e.ord";
+
+static void
+end_attempts(replace_call *c)
+{
+    sched                     *s = gp_req_state(c->req);
+    const msg_replace_request *q = gp_req_in(c->req);
+    gp_buf                     jobs, atts;
+    char                       now[24];
+    const char                *p[5];
+    gp_err                     rc;
+
+    gp_buf_init(&jobs, 0);
+    gp_buf_init(&atts, 0);
+    rc = gp_pgarr_begin(&jobs);
+    rc = rc ? rc : gp_pgarr_begin(&atts);
+    for (int i = 0; i < c->n && rc == GP_EOK; i++) {
+        rc = gp_pgarr_add(&jobs, c->job[i]);
+        rc = rc ? rc : gp_pgarr_add(&atts, c->att[i]);
+    }
+    rc = rc ? rc : gp_pgarr_end(&jobs);
+    rc = rc ? rc : gp_pgarr_end(&atts);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    p[0] = jobs.p;
+    p[1] = atts.p;
+    p[2] = q->site;
+    p[3] = q->node;
+    p[4] = now;
+    if (rc == GP_EOK)
+        rc = gp_db_query(gp_app_db(s->app), end_sql, 5, p, 0, ended, c);
+    gp_buf_fini(&jobs);
+    gp_buf_fini(&atts);
+    if (rc != GP_EOK)
+        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "database: %s", gp_err_name(rc)));
+}
+
+static void
+fenced(void *arg, const redisReply *rep, gp_err err)
+{
+    replace_call *c = arg;
+    msg_replaced *out = gp_req_out(c->req);
+
+    if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+                          rep->element[0]->type != REDIS_REPLY_INTEGER ||
+                          rep->element[1]->type != REDIS_REPLY_INTEGER))
+        err = GP_EUNAVAIL;
+    if (err != GP_EOK) {
+        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "the fence (Redis): %s", gp_err_name(err)));
+        return;
+    }
+    if (rep->element[0]->integer == 0) {          /* a lease may still run: ask again later */
+        out->wait_ms = (uint32_t)(rep->element[1]->integer > 0 ? rep->element[1]->integer : 1);
+        replace_end(c, GP_EOK);
+        return;
+    }
+    end_attempts(c);
+}
+
+static void
+live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    replace_call              *c = arg;
+    sched                     *s = gp_req_state(c->req);
+    const msg_replace_request *q = gp_req_in(c->req);
+    char                       kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN];
+    char                       kg[SCHED_RES_KEY_LEN], ki[SCHED_RES_KEY_LEN], window[16];
+    char                       held[REPLACE_MAX][GP_MAX_ID + 16];
+    const char                *keys[4] = {kn, kr, kg, ki}, *args[REPLACE_MAX + 2];
+    unsigned                   shard = gp_shard_of(q->site);
+    gp_err                     rc;
+
+    if (err == GP_EOK && nres != 1)
+        err = GP_EINTERNAL, detail = "no result";
+    if (err != GP_EOK) {
+        replace_end(c, gp_req_fail(c->req, err, "database: %s", detail));
+        return;
+    }
+    for (int i = 0; i < PQntuples(res[0]) && c->n < REPLACE_MAX; i++, c->n++) {
+        snprintf(c->job[c->n], sizeof(c->job[0]), "%s", PQgetvalue(res[0], i, 0));
+        snprintf(c->att[c->n], sizeof(c->att[0]), "%s", PQgetvalue(res[0], i, 1));
+    }
+    if (c->n == 0) {                              /* nothing live: nothing to fence */
+        replace_end(c, GP_EOK);
+        return;
+    }
+    sched_res_live_key(kn, shard, q->node);
+    sched_res_key(kr, shard, q->node);
+    grant_key(kg, q->site, q->node);
+    sched_res_index_key(ki, shard);
+    snprintf(window, sizeof(window), "%u", fence_window_ms(s));
+    args[0] = window;
+    args[1] = q->node;
+    for (int i = 0; i < c->n; i++) {
+        snprintf(held[i], sizeof(held[i]), "%s:%s", c->job[i], c->att[i]);
+        args[i + 2] = held[i];
+    }
+    rc = gp_kvscript_call(&fs.replace, gp_app_kv(s->app), fenced, c, 4, keys, c->n + 2, args,
+                          NULL);
+    if (rc != GP_EOK)
+        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "the fence (Redis): %s", gp_err_name(rc)));
+}
+
+static gp_err
+on_replace(gp_req *req, const void *in, void *out)
+{
+    const msg_replace_request *q = in;
+    sched                     *s = gp_req_state(req);
+    replace_call              *c;
+    const char                *p[1] = {q->node};
+    gp_err                     rc;
+
+    (void)out;
+    if (!gp_id_ok(q->site) || !gp_id_ok(q->node))
+        return gp_req_fail(req, GP_EINVAL, "site, node: must be 1 to 63 of [A-Za-z0-9_-]");
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        return gp_req_fail(req, GP_ENOMEM, "out of memory");
+    fence_init();
+    c->req = req;
+    /* every live attempt of the node, whatever its site column says */
+    rc = gp_db_query(gp_app_db(s->app),
+                     "SELECT job_id, attempt FROM attempts WHERE node = $1"
+                     " AND state IN ('reserved','starting','running') ORDER BY job_id, attempt"
+                     " LIMIT 64",                  /* REPLACE_MAX */
+                     1, p, 0, live_read, c);
+    if (rc != GP_EOK) {
+        free(c);
+        return gp_req_fail(req, GP_EUNAVAIL, "database: %s", gp_err_name(rc));
+    }
+    return GP_EPENDING;
+}
+
+const gp_route sched_replace_routes[] = {
+    {GP_OP_INT_SCHED_REPLACE, on_replace, GP_R_QUEUE, 0, NULL, NULL},
+    {NULL},
+};
+
+void
+sched_fence_start(sched *s)
+{
+    fence_init();
+    s->m_replaced = gp_metrics_counter(gp_app_metrics(s->app), "gp_scheduler_replacements_total",
+                                       NULL, "Replace requests that ended a lost node's attempts "
+                                       "(the fence was open)");
+}

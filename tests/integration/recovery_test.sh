@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# recovery_test.sh -- nodes and sites dying, against real services (run
+# under tests/harness/with-stack.sh): gridpool-registry, -scheduler and
+# -recovery, and a 12-site simulated fleet (the agents' own code) whose
+# faults are injected through it.  Heartbeats every 500 ms (a node is lost
+# about 2 s after its last contact), leases of 6 s, fence margin 0.5 s.
+#
+#   1. power cut at a site with running jobs: ONE site event (unreachable,
+#      power or uplink); its jobs run again on other sites, from their
+#      checkpoints (resume > 0), after the fence; when the power returns
+#      the nodes register anew and the site event 'returned' says power;
+#   2. uplink cut shorter than the lease (3 s: the nodes are lost, but the
+#      fence holds and they come back first): nothing is replaced, the jobs
+#      keep their attempts (the agents' counters go on);
+#   3. uplink cut longer than the lease (12 s): replaced once the fence
+#      opens; the returning nodes resume heartbeats without registering
+#      ('returned', cause uplink);
+#   4. control-plane isolation: 60% of the sites cut at once for 4 s: the
+#      freeze engages (one event), nothing is replaced, and the thaw
+#      follows when contact returns;
+#   5. the invariant checker over the attempts table and the simulator's
+#      ground truth: no GPU booked twice, never two attempts of a job at
+#      once, really (the agents' run intervals).
+set -u
+B=$GP_BUILD
+G="$B/bin/gpctl --timeout 10000"
+D=$GP_STACK_DIR
+TENANT=op
+PY=/usr/bin/python3
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
+
+on_fail() {
+    echo "# recovery log tail:"; tail -n 15 "$D/recovery.log" | sed 's/^/#   /'
+    echo "# scheduler log (replace):"; grep -E 'attempt_replaced|replace' "$D/sched.log" | tail -n 8 | sed 's/^/#   /'
+}
+tap_on_fail=on_fail
+
+# ---- the stack ------------------------------------------------------------------
+
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
+    --lease-ms 6000 --sweep-ms 200
+for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
+spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
+    --heartbeat-ms 500 --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 \
+    --dispatch-timeout-ms 3000 --checkpoint-root "$tmp/ckpt"
+spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100 \
+    --sites-ms 2000 --site-window-ms 10000 --isolation-window-ms 20000 --thaw-ms 5000
+spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 12 --seed 7 \
+    --spread-ms 500 --inventory-out "$tmp/inv.json" --truth "$D/truth.jsonl"
+for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
+grep -q '^sim: registered' "$D/sim.log"
+ok "the 12-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1))" $?
+for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -q 'sites_loaded sites=12' "$D/recovery.log" && break; sleep 0.1; done
+grep -q 'sites_loaded sites=12' "$D/recovery.log"
+ok "recovery loaded the 12 sites" $?
+
+# live attempt of a job as site/node/attempt
+where() { sql "SELECT site || '/' || node || '/' || attempt FROM attempts WHERE job_id = '$1'
+               AND state IN ('starting','running') ORDER BY attempt DESC, rank LIMIT 1"; }
+site_events() { grep -c "event=site_event site=$1 .*kind=$2" "$D/recovery.log"; }
+
+jobs=()
+for i in $(seq 1 16); do
+    jobs+=("$(submit --command 'sim:run=900s ckpt=1s' --gpus 1 --interruptible --max-attempts 10)")
+done
+wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 16 150
+ok "16 checkpointing jobs run" $?
+sleep 2.5                                          # a checkpoint or two each
+
+# the site running the most jobs (at least 2 nodes)
+victim=$(sql "SELECT a.site FROM attempts a WHERE a.state = 'running' GROUP BY a.site
+              ORDER BY count(DISTINCT a.node) DESC, count(*) DESC, a.site LIMIT 1")
+victim_jobs=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts
+                   WHERE state = 'running' AND site = '$victim'")
+nvj=$(echo "$victim_jobs" | wc -w)
+[ "$nvj" -ge 1 ]
+ok "site $victim runs $nvj of them" $?
+
+# ---- 1. power cut ---------------------------------------------------------------
+
+t0=$(date +%s.%N)
+$G fault site_power_cut --site "$victim" --duration-ms 25000 >/dev/null
+moved=0
+for _ in $(seq 1 150); do
+    moved=0
+    for j in $victim_jobs; do
+        w=$(where "$j")
+        [ -n "$w" ] && [ "${w%%/*}" != "$victim" ] && moved=$((moved + 1))
+    done
+    [ "$moved" -eq "$nvj" ] && break
+    sleep 0.2
+done
+took=$($PY -c "print(round($(date +%s.%N) - $t0, 1))")
+[ "$moved" -eq "$nvj" ]
+ok "power cut: all $nvj jobs of $victim run on other sites ($took s after the cut)" $?
+$PY -c "import sys; sys.exit(0 if 6.0 <= $took <= 20.0 else 1)"
+ok "... not before the fence (last grant + 6 s lease + 0.5 s) and within 20 s ($took s)" $?
+[ "$(site_events "$victim" unreachable)" = 1 ]
+ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/recovery.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $?
+n_lost=$(grep -c "event=node_state site=$victim .*to=lost" "$D/registry.log")
+n_ev=$(grep -c "event=site_event site=$victim " "$D/recovery.log")
+[ "$n_ev" = 1 ]
+ok "... one event for $n_lost lost nodes" $?
+resumed=0
+for j in $victim_jobs; do
+    grep "event=attempt_started .*job=$j attempt=[2-9]" "$D/sim.log" | grep -q 'resume_ms=[1-9]' &&
+        resumed=$((resumed + 1))
+done
+[ "$resumed" = "$nvj" ]
+ok "... from their checkpoints ($resumed of $nvj new attempts started with resume_ms > 0)" $?
+grep "event=site_event site=$victim " "$D/recovery.log" | sed 's/^/# /' | head -n 2
+[ "$(sql "SELECT count(*) FROM recovery_nodes WHERE site = '$victim' AND state = 'replaced'")" -ge 1 ]
+ok "... recorded as replaced in recovery_nodes" $?
+for _ in $(seq 1 200); do [ "$(site_events "$victim" returned)" -ge 1 ] && break; sleep 0.2; done
+grep "event=site_event site=$victim .*kind=returned" "$D/recovery.log" | grep -q 'cause=power'
+ok "power back: the site 'returned', cause power (the nodes registered anew)" $?
+grep "event=site_event site=$victim .*kind=returned" "$D/recovery.log" | sed 's/^/# /' | head -n 1
+
+# ---- 2. uplink cut shorter than the lease ----------------------------------------
+
+site2=$(sql "SELECT site FROM attempts WHERE state = 'running' AND site <> '$victim'
+             GROUP BY site ORDER BY count(*) DESC, site LIMIT 1")
+before=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
+              WHERE state = 'running' AND site = '$site2'")
+$G fault uplink_cut --site "$site2" --duration-ms 3000 >/dev/null
+sleep 9                                            # past the fence it would have had to wait for
+after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
+             WHERE state = 'running' AND site = '$site2'")
+[ -n "$before" ] && [ "$before" = "$after" ]
+ok "uplink cut of 3 s at $site2 (< the 6 s lease): its jobs keep their attempts ($after)" $?
+rows2=$(sql "SELECT string_agg(node || ':' || state || ':' || replaced, ',' ORDER BY node)
+             FROM recovery_nodes WHERE site = '$site2'")
+[ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes WHERE site = '$site2'")" = 0 ]
+ok "... no attempt replaced (node:state:attempts $rows2)" $?
+
+# ---- 3. uplink cut longer than the lease ------------------------------------------
+
+site3=$(sql "SELECT site FROM attempts WHERE state = 'running' AND site NOT IN ('$victim', '$site2')
+             GROUP BY site ORDER BY count(*) DESC, site LIMIT 1")
+jobs3=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts
+             WHERE state = 'running' AND site = '$site3'")
+$G fault uplink_cut --site "$site3" --duration-ms 12000 >/dev/null
+sleep 10
+moved=0
+for j in $jobs3; do w=$(where "$j"); [ -n "$w" ] && [ "${w%%/*}" != "$site3" ] && moved=$((moved + 1)); done
+[ "$moved" -eq "$(echo "$jobs3" | wc -w)" ]
+ok "uplink cut of 12 s at $site3: its $(echo "$jobs3" | wc -w) job(s) run elsewhere within 10 s" $?
+for _ in $(seq 1 100); do [ "$(site_events "$site3" returned)" -ge 1 ] && break; sleep 0.2; done
+grep "event=site_event site=$site3 .*kind=returned" "$D/recovery.log" | grep -q 'cause=uplink'
+ok "uplink back: 'returned', cause uplink (heartbeats resumed, no registration)" $?
+grep "event=site_event site=$site3 .*kind=returned" "$D/recovery.log" | sed 's/^/# /' | head -n 1
+ended=0
+for j in $jobs3; do
+    grep -E "event=attempt_(lease_expired|revoked) node=$site3-[^ ]* job=$j " "$D/sim.log" >/dev/null &&
+        ended=$((ended + 1))
+done
+[ "$ended" -eq "$(echo "$jobs3" | wc -w)" ]
+ok "... the cut-off nodes ended the superseded attempts themselves ($ended: lease expired or revoked)" $?
+
+# ---- 4. isolation ----------------------------------------------------------------
+
+cut=$($PY -c "
+import json; d = json.load(open('$tmp/inv.json'))
+ids = sorted(s['id'] for s in d['sites'])
+print(' '.join(ids[:8]))")                         # 8 of 12 sites: 67 %
+snap=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
+            WHERE state IN ('starting','running')")
+replaced0=$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes")
+fpids=()
+for s in $cut; do $G fault uplink_cut --site "$s" --duration-ms 4000 >/dev/null & fpids+=($!); done
+wait "${fpids[@]}"
+for _ in $(seq 1 100); do grep -q 'control_plane_isolation state=frozen' "$D/recovery.log" && break; sleep 0.1; done
+[ "$(grep -c 'control_plane_isolation state=frozen' "$D/recovery.log")" = 1 ]
+ok "8 of 12 sites cut at once: the freeze engages, one event" $?
+grep 'control_plane_isolation state=frozen' "$D/recovery.log" | sed 's/^/# /'
+for _ in $(seq 1 150); do grep -q 'control_plane_isolation state=thawing' "$D/recovery.log" && break; sleep 0.1; done
+grep -q 'control_plane_isolation state=thawing' "$D/recovery.log"
+ok "contact back: thawing" $?
+sleep 3
+after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
+             WHERE state IN ('starting','running')")
+[ "$snap" = "$after" ] && [ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes")" = "$replaced0" ]
+ok "... no job was rescheduled, none lost ($(echo "$after" | tr ',' '\n' | wc -l) running as before)" $?
+
+# ---- 5. invariants ------------------------------------------------------------------
+
+kill -TERM "$(cat "$D/pids/sim.pid")" 2>/dev/null
+for _ in $(seq 1 50); do kill -0 "$(cat "$D/pids/sim.pid")" 2>/dev/null || break; sleep 0.2; done
+bash "$GP_HARNESS/invariants.sh" --truth "$D/truth.jsonl" >"$tmp/inv.out" 2>&1
+st=$?
+tail -n 3 "$tmp/inv.out" | sed 's/^/# /'
+ok "invariants: no GPU booked twice, never two attempts of a job at once (attempts and ground truth)" $st
+
+tap_end

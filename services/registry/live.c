@@ -150,6 +150,7 @@ typedef struct beat {
     char                      site[GP_MAX_ID + 1];
     char                      node[GP_MAX_ID + 1];
     bool                      registered;
+    beat_health               h;
     registry_live_written_cb *done;        /* registration: told how the write went */
     void                     *done_arg;
 } beat;
@@ -160,6 +161,97 @@ beat_free(beat *b, gp_err err)
     if (b->done != NULL)
         b->done(b->done_arg, err);
     free(b);
+}
+
+/* ---- quarantine ---------------------------------------------------------------------
+ *
+ * A node whose GPU fell off the bus (XID 79) or stopped answering, that
+ * reported quarantine-xids bad-GPU XIDs within quarantine-window-ms, new
+ * uncorrectable ECC errors, or that came back from lost quarantine-flaps
+ * times within quarantine-flap-window-ms is quarantined: no new work until
+ * an operator releases it (gpctl release node, after the repair).  As an
+ * operator's mode, PostgreSQL's nodes.adm first (one instance wins the
+ * row: the others' update matches nothing), then the live view, which
+ * publishes the transition with the rule as its reason. */
+
+typedef struct qcall {
+    registry *r;
+    char      site[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
+    char      reason[MSG_NODE_STATE_REASON_MAXLEN + 1];
+} qcall;
+
+static void
+quarantined(void *arg, gp_err err, int32_t prev, int32_t state)
+{
+    qcall *q = arg;
+
+    (void)prev;
+    (void)state;
+    if (err != GP_EOK)
+        GP_WARN("quarantine_live_failed", "site=%s node=%s code=%s detail=\"the next beat that "
+                "matches a rule tries again; nodes.adm holds it for a reseed\"", q->site, q->node,
+                gp_err_name(err));
+    free(q);
+}
+
+static void
+quarantine_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    qcall *q = arg;
+
+    (void)nres;
+    if (err != GP_EOK || PQntuples(res[0]) == 0) {
+        if (err != GP_EOK)
+            GP_WARN("quarantine_write_failed", "site=%s node=%s code=%s detail=\"%s\"", q->site,
+                    q->node, gp_err_name(err), detail);
+        free(q);                          /* or another instance took it */
+        return;
+    }
+    (*q->r->m_quarantines)++;
+    GP_WARN("node_quarantined", "site=%s node=%s reason=\"%s\"", q->site, q->node, q->reason);
+    if (registry_live_adm(q->r, q->site, q->node, "quarantined", q->reason, quarantined, q) !=
+        GP_EOK)
+        quarantined(q, GP_EUNAVAIL, 0, 0);
+}
+
+static void
+quarantine(registry *r, const char *site, const char *node, const char *why)
+{
+    qcall      *q = calloc(1, sizeof(*q));
+    const char *p[1];
+
+    if (q == NULL)
+        return;
+    q->r = r;
+    snprintf(q->site, sizeof(q->site), "%s", site);
+    snprintf(q->node, sizeof(q->node), "%s", node);
+    snprintf(q->reason, sizeof(q->reason), "quarantine: %.100s", why);
+    p[0] = q->node;
+    if (gp_db_query(gp_app_db(r->app),
+                    "UPDATE nodes SET adm = 'quarantined' WHERE id = $1 AND adm <> 'quarantined'"
+                    " RETURNING site", 1, p, 0, quarantine_written, q) != GP_EOK)
+        free(q);
+}
+
+static void
+quarantine_check(const beat *b, long long xids, long long dbe, long long flaps)
+{
+    const registry_cfg *c = b->r->cfg;
+    char                why[128];
+
+    if (b->h.fatal[0] != '\0')
+        snprintf(why, sizeof(why), "%s", b->h.fatal);
+    else if (xids >= c->q_xids)
+        snprintf(why, sizeof(why), "%lld bad-GPU XIDs within %u s, the last %s", xids,
+                 c->q_window_ms / 1000, b->h.last_xid);
+    else if (dbe >= c->q_dbe)
+        snprintf(why, sizeof(why), "%lld new uncorrectable ECC error(s)", dbe);
+    else if (flaps >= c->q_flaps)
+        snprintf(why, sizeof(why), "flapping: back from lost %lld times within %u s", flaps,
+                 c->q_flap_window_ms / 1000);
+    else
+        return;
+    quarantine(b->r, b->site, b->node, why);
 }
 
 static void
@@ -183,7 +275,7 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
         beat_free(b, GP_ENOTFOUND);
         return;
     }
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING) {
         (*b->r->m_hb_bad)++;
         beat_free(b, GP_EINTERNAL);
@@ -195,19 +287,24 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
         registry_live_transition(b->r, b->site, b->node, prev, state, "registered");
     else if (prev != state)
         registry_live_transition(b->r, b->site, b->node, prev, state, "heartbeat");
+    if (state != MSG_NODE_STATE_STATE_QUARANTINED)
+        quarantine_check(b, rep->element[2]->integer, rep->element[3]->integer,
+                         rep->element[4]->integer);
     beat_free(b, GP_EOK);
 }
 
 /* done (may be NULL) is called exactly once, maybe before this returns. */
 static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
-           double rtt_ms, bool registered, registry_live_written_cb *done, void *done_arg)
+           double rtt_ms, const beat_health *h, bool registered, registry_live_written_cb *done,
+           void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
     char        rtt[32];
     const char *keys[3] = {kn, ks, kr};
-    const char *args[5];
-    size_t      argl[5];
+    const char *args[9];
+    size_t      argl[9];
+    char        xb[16], dbe[24];
     unsigned    shard = registry_shard(site);
     beat       *b = malloc(sizeof(*b));
 
@@ -218,6 +315,10 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
     b->r = r;
     b->registered = registered;
+    if (h != NULL)
+        b->h = *h;
+    else
+        memset(&b->h, 0, sizeof(b->h));
     b->done = done;
     b->done_arg = done_arg;
     snprintf(b->site, sizeof(b->site), "%s", site);
@@ -231,9 +332,15 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     args[2] = node;
     args[3] = rtt;
     args[4] = r->detect_args;
-    for (int k = 0; k < 5; k++)
+    snprintf(xb, sizeof(xb), "%u", b->h.bad_xids);
+    snprintf(dbe, sizeof(dbe), "%llu", (unsigned long long)b->h.dbe);
+    args[5] = xb;
+    args[6] = dbe;
+    args[7] = r->q_window;
+    args[8] = r->q_flap_window;
+    for (int k = 0; k < 9; k++)
         argl[k] = k == 0 ? len : strlen(args[k]);
-    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 5, args, argl) !=
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 9, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
         beat_free(b, GP_EUNAVAIL);
@@ -246,7 +353,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
  * and lose every beat in flight. */
 void
 registry_live_beat(registry *r, const char *site, const char *node, const void *raw, size_t len,
-                   double rtt_ms)
+                   double rtt_ms, const beat_health *h)
 {
     gp_kv_stats ks;
 
@@ -256,7 +363,7 @@ registry_live_beat(registry *r, const char *site, const char *node, const void *
         return;
     }
     (*r->m_hb)++;
-    live_write(r, site, node, raw, len, rtt_ms, false, NULL, NULL);
+    live_write(r, site, node, raw, len, rtt_ms, h, false, NULL, NULL);
 }
 
 /* A lease renewal: contact for the detector.  Not counted as a beat and
@@ -284,7 +391,7 @@ registry_live_register(registry *r, const char *site, const char *node,
                        registry_live_written_cb *done, void *arg)
 {
     forget_cancel(r, site, node);
-    live_write(r, site, node, "", 0, 0, true, done, arg);
+    live_write(r, site, node, "", 0, 0, NULL, true, done, arg);
 }
 
 /* ---- an operator's mode (cordon, drain, quarantine) ---------------------------------- */
@@ -293,7 +400,7 @@ typedef struct adm_call {
     registry            *r;
     char                 site[GP_MAX_ID + 1];
     char                 node[GP_MAX_ID + 1];
-    char                 reason[64];
+    char                 reason[MSG_NODE_STATE_REASON_MAXLEN + 1];
     registry_live_adm_cb *done;
     void                *arg;
 } adm_call;
@@ -857,6 +964,9 @@ registry_live_start(registry *r)
     gp_kvscript_init(&r->reseed_script, registry_reseed_lua);
     gp_kvscript_init(&r->contact_script, registry_contact_lua);
     gp_kvscript_init(&r->adm_script, registry_adm_lua);
+    r->m_quarantines = gp_metrics_counter(m, "gp_registry_quarantines_total", NULL,
+                                          "Nodes quarantined by a rule (XIDs, ECC, lost GPU, "
+                                          "flapping)");
     r->m_contacts = gp_metrics_counter(m, "gp_registry_contacts_total", NULL,
                                        "Lease renewals taken as contact by the failure detector");
     r->chains = calloc(REGISTRY_SHARDS, sizeof(*r->chains));

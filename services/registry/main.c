@@ -15,6 +15,11 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_UINT("detect-k", registry_cfg, detect_k, 4, 1, 16, "deviations of a node's heartbeat interval above its mean before it is suspect"),
     GP_CFG_UINT("lost-ms", registry_cfg, lost_ms, 0, 0, 3600000, "no contact (heartbeat or lease renewal) this long, and suspect: lost (0: 2 x heartbeat-ms + 500 ms)"),
     GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 60000, 1000, 3600000, "attempt lease handed to agents"),
+    GP_CFG_UINT("quarantine-xids", registry_cfg, q_xids, 3, 1, 1000, "bad-GPU XIDs (gp/xid.h) within quarantine-window-ms that quarantine a node (XID 79 or a lost GPU: at once)"),
+    GP_CFG_UINT("quarantine-window-ms", registry_cfg, q_window_ms, 600000, 1000, 86400000, "the window of quarantine-xids"),
+    GP_CFG_UINT("quarantine-dbe", registry_cfg, q_dbe, 1, 1, 1000000, "new uncorrectable (double-bit) ECC errors in one heartbeat that quarantine a node"),
+    GP_CFG_UINT("quarantine-flaps", registry_cfg, q_flaps, 3, 1, 1000, "returns from lost within quarantine-flap-window-ms that quarantine a flapping node"),
+    GP_CFG_UINT("quarantine-flap-window-ms", registry_cfg, q_flap_window_ms, 600000, 1000, 86400000, "the window of quarantine-flaps"),
     GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
     GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
     GP_CFG_END
@@ -38,6 +43,8 @@ detect_setup(registry *r, const registry_cfg *cfg)
         return why;
     snprintf(r->detect_args, sizeof(r->detect_args), "%u %u %u %u %u", d->interval_ms,
              d->floor_ms, d->ceiling_ms, d->k, d->lost_ms);
+    snprintf(r->q_window, sizeof(r->q_window), "%u", cfg->q_window_ms);
+    snprintf(r->q_flap_window, sizeof(r->q_flap_window), "%u", cfg->q_flap_window_ms);
     return NULL;
 }
 

@@ -15,6 +15,7 @@
 #include "gp/kvfan.h"
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "gp/xid.h"
 #include "registry.h"
 #include "scripts.h"
 
@@ -274,6 +275,33 @@ on_register(gp_req *req, const void *in, void *out)
 
 /* ---- heartbeat and lease ----------------------------------------------------------- */
 
+/* The quarantine's facts of one beat: bad-GPU XIDs, uncorrectable ECC
+ * errors, and a GPU lost or fallen off the bus (reason enough alone). */
+static void
+health_of(const msg_heartbeat *hb, beat_health *h)
+{
+    const msg_gpu_telemetry *g = hb->gpus.v;
+
+    memset(h, 0, sizeof(*h));
+    for (uint32_t i = 0; i < hb->gpus.n; i++) {
+        const int32_t *x = g[i].xids.v;
+
+        h->dbe += g[i].ecc_dbe;
+        if (g[i].state == MSG_GPU_TELEMETRY_STATE_LOST && h->fatal[0] == '\0')
+            snprintf(h->fatal, sizeof(h->fatal), "GPU %d lost (stopped answering)", g[i].index);
+        for (uint32_t k = 0; k < g[i].xids.n; k++) {
+            if (!gp_xid_bad_gpu(x[k]))
+                continue;
+            h->bad_xids++;
+            snprintf(h->last_xid, sizeof(h->last_xid), "XID %d %s on GPU %d", x[k],
+                     gp_xid_lookup(x[k])->name, g[i].index);
+            if (x[k] == 79 && h->fatal[0] == '\0')
+                snprintf(h->fatal, sizeof(h->fatal), "GPU %d fell off the bus (XID 79)",
+                         g[i].index);
+        }
+    }
+}
+
 static gp_err
 on_heartbeat(gp_req *req, const void *in, void *out)
 {
@@ -288,8 +316,12 @@ on_heartbeat(gp_req *req, const void *in, void *out)
      * the schema, whatever unknown keys the body carried. */
     gp_buf_init(&b, 0);
     rc = gp_msg_encode(&msg_heartbeat_desc, hb, &b);
-    if (rc == GP_EOK)
-        registry_live_beat(gp_req_state(req), hb->site, hb->node, b.p, b.n, hb->uplink_rtt_ms);
+    if (rc == GP_EOK) {
+        beat_health h;
+
+        health_of(hb, &h);
+        registry_live_beat(gp_req_state(req), hb->site, hb->node, b.p, b.n, hb->uplink_rtt_ms, &h);
+    }
     gp_buf_fini(&b);
     return rc;
 }

@@ -24,6 +24,11 @@ typedef struct registry_cfg {
     unsigned      detect_ceiling_ms;
     unsigned      detect_k;
     unsigned      lost_ms;
+    unsigned      q_xids;            /* quarantine: bad-GPU XIDs within q_window_ms */
+    unsigned      q_window_ms;
+    unsigned      q_dbe;             /* ... new uncorrectable ECC errors */
+    unsigned      q_flaps;           /* ... returns from lost within q_flap_window_ms */
+    unsigned      q_flap_window_ms;
     unsigned      lease_ms;          /* attempt lease handed to agents */
     unsigned      sweep_ms;          /* how often stale nodes are looked for */
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
@@ -65,6 +70,8 @@ typedef struct registry {
     gp_kvscript         forget_script, contact_script, adm_script;
     gp_detect_cfg       detect;            /* the detector's settings, as the scripts get them: */
     char                detect_args[80];   /* "interval floor ceiling k lost" */
+    char                q_window[16], q_flap_window[16];   /* ms, for the hb script */
+    uint64_t           *m_quarantines;
     live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */
     unsigned            nforgets;          /* entries in use */
     struct sweep_chain *chains;            /* one per shard (live.c) */
@@ -131,10 +138,19 @@ void registry_states_stop(gp_app *app, void *arg);
 
 void registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
                               int32_t state, const char *reason);
+/* What a heartbeat says about the node's health (nodes.c reads it from
+ * the decoded beat; live.c's script counts it over the window). */
+typedef struct beat_health {
+    unsigned bad_xids;              /* XIDs of a bad-GPU class (gp/xid.h) in this beat */
+    uint64_t dbe;                   /* uncorrectable ECC errors, all GPUs, cumulative */
+    char     fatal[96];             /* a GPU lost or fallen off the bus: why, else "" */
+    char     last_xid[48];          /* the last bad XID seen, for the reason */
+} beat_health;
+
 /* Records a heartbeat (raw msgpack) in Redis; publishes a transition if
- * the node was not healthy. */
+ * the node's state changed, and quarantines it when a rule says so. */
 void registry_live_beat(registry *r, const char *site, const char *node, const void *raw,
-                        size_t len, double rtt_ms);
+                        size_t len, double rtt_ms, const beat_health *h);
 /* Now, ms since the epoch, on Redis's clock (the clock of the live view)
  * as last read, carried on by the monotonic clock; the wall clock until
  * Redis has answered once.  The time of state transitions and of a

@@ -143,20 +143,37 @@ registry_rtt_key(char *out, const char *site)
 
 /* One heartbeat: KEYS node, seen, rtt (one shard); ARGV heartbeat
  * (msgpack, re-encoded; "" at registration), site, node, rtt, detector
- * configuration.  Stamps the beat with Redis's time, takes it as a sample
- * of the node's interval, makes it healthy (adm still applies) and scores
- * it in the index by its next suspect deadline.  Returns {previous state,
- * new state}, or "ghost" (and writes nothing) for a beat of a node whose
- * hash lacks the 'reg' mark: registration sets it, the reseed restores it
- * for every inventory node, delete removes the hash.  A registration (""
- * heartbeat) starts the history afresh (the node restarted) and stamps
- * 'regat': its reply keeps what the agent runs, a grant the scheduler's
- * fence waits out (services/scheduler/fence.c). */
+ * configuration, then the quarantine's facts: bad-GPU XIDs in this beat,
+ * uncorrectable ECC errors (cumulative, all GPUs), the XID window and the
+ * flap window (ms).  Stamps the beat with Redis's time, takes it as a
+ * sample of the node's interval, makes it healthy (adm still applies) and
+ * scores it in the index by its next suspect deadline.  Returns {previous
+ * state, new state, bad XIDs within the window, new uncorrectable ECC
+ * errors, returns from lost within the flap window}, or "ghost" (and
+ * writes nothing) for a beat of a node whose hash lacks the 'reg' mark:
+ * registration sets it, the reseed restores it for every inventory node,
+ * delete removes the hash.  A registration ("" heartbeat) starts the
+ * history afresh (the node restarted) and stamps 'regat': its reply keeps
+ * what the agent runs, a grant the scheduler's fence waits out
+ * (services/scheduler/fence.c).  Windows are lists "t:n,t:n" in the hash
+ * ('qx' XIDs, 'fl' flaps), trimmed as they are written; ECC counters
+ * reset by a reboot count from their new value. */
 static const char registry_hb_lua[] =
     "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
     "if ARGV[1] ~= '' and not reg then return 'ghost' end\n"
     REGISTRY_LUA_NOW
     REGISTRY_LUA_DETECT
+    "local function window(field, add, win)\n"
+    "  local keep, total = {}, 0\n"
+    "  for t, n in string.gmatch(redis.call('HGET', KEYS[1], field) or '', '(%d+):(%d+)') do\n"
+    "    if now - tonumber(t) <= win then keep[#keep + 1] = t .. ':' .. n; total = total + tonumber(n) end\n"
+    "  end\n"
+    "  if add > 0 then\n"
+    "    keep[#keep + 1] = nows .. ':' .. add; total = total + add\n"
+    "    redis.call('HSET', KEYS[1], field, table.concat(keep, ','))\n"
+    "  end\n"
+    "  return total\n"
+    "end\n"
     "local C = dcfg(ARGV[5])\n"
     "local d = dread(KEYS[1])\n"
     "local prev = d.state or ''\n"
@@ -168,12 +185,21 @@ static const char registry_hb_lua[] =
     "dwrite(KEYS[1], d)\n"
     "local state = eff('healthy', d.adm)\n"
     "redis.call('HSET', KEYS[1], 'seen', nows, 'site', ARGV[2], 'live', 'healthy', 'state', state, 'reg', '1')\n"
+    "local xids, dbe, flaps = 0, 0, 0\n"
     "if ARGV[1] ~= '' then\n"
     "  redis.call('HSET', KEYS[1], 'hb', ARGV[1], 'rtt', ARGV[4])\n"
     "  redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])\n"
+    "  local xb = tonumber(ARGV[6]) or 0\n"
+    "  if xb > 0 then xids = window('qx', xb, tonumber(ARGV[8])) end\n"
+    "  local e, se = tonumber(ARGV[7]) or 0, tonumber(redis.call('HGET', KEYS[1], 'dbe') or '-1')\n"
+    "  if e ~= se then\n"
+    "    if se >= 0 and e > se then dbe = e - se end\n"
+    "    redis.call('HSET', KEYS[1], 'dbe', ARGV[7])\n"
+    "  end\n"
     "end\n"
+    "if d.live == 'lost' then flaps = window('fl', 1, tonumber(ARGV[9])) end\n"
     "redis.call('ZADD', KEYS[2], dnum(suspect_at(d, C)), ARGV[3])\n"
-    "return {prev, state}\n";
+    "return {prev, state, xids, dbe, flaps}\n";
 
 /* Contact without a heartbeat (a lease renewal the registry overheard):
  * KEYS node; moves lc to Redis's time.  The index keeps its score: the

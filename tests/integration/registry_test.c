@@ -34,6 +34,9 @@ static int             beating;
 static int             stale_events, healthy_events, q1_stale;
 static int             stale_p_events;       /* of p1..p4 */
 static const char     *beating_q;     /* one more node that beats, or NULL */
+static const char     *sick_node;     /* its beats carry sick_xid / sick_dbe / sick_lost */
+static int             sick_xid, sick_lost;
+static uint64_t        sick_dbe;
 static uint64_t        hb_seq;
 
 static gp_err
@@ -101,6 +104,17 @@ send_beat(const char *node)
         g[i].temp_c = 60 + i;
         g[i].power_w = 250;
         g[i].util_pct = 90;
+    }
+    if (sick_node != NULL && strcmp(node, sick_node) == 0) {
+        static int32_t x[1];
+
+        x[0] = sick_xid;
+        g[1].xids = (gp_arr){.v = x, .n = sick_xid ? 1 : 0};
+        g[1].ecc_dbe = sick_dbe;
+        g[1].state = sick_lost ? MSG_GPU_TELEMETRY_STATE_LOST : MSG_GPU_TELEMETRY_STATE_OK;
+        GP_SET_HAS(&g[1], MSG_GPU_TELEMETRY__STATE);
+        GP_SET_HAS(&g[1], MSG_GPU_TELEMETRY__ECC_DBE);
+        GP_SET_HAS(&g[1], MSG_GPU_TELEMETRY__XIDS);
     }
     hb.gpus.v = g;
     hb.gpus.n = 2;
@@ -473,6 +487,115 @@ test_contact(void)
     gp_buf_fini(&b);
     beating = 1;
     wait_s(HB_MS * 2.0 / 1000);
+}
+
+/* Registers node on s1 (two L4 GPUs, no attempts). */
+static void
+reg_node(const char *node)
+{
+    char                d[GP_ERRBUF_LEN] = "", subj[64];
+    msg_node_register   q = {0};
+    msg_node_registered r = {0};
+    msg_gpu             g[2] = {{0}};
+
+    snprintf(q.site, sizeof(q.site), "s1");
+    snprintf(q.node, sizeof(q.node), "%s", node);
+    snprintf(q.agent_version, sizeof(q.agent_version), "test");
+    for (int i = 0; i < 2; i++) {
+        g[i].index = i;
+        snprintf(g[i].uuid, sizeof(g[i].uuid), "GPU-%s-%d", node, i);
+        snprintf(g[i].model, sizeof(g[i].model), "L4");
+        g[i].vram_mb = 24576;
+    }
+    q.gpus.v = g;
+    q.gpus.n = 2;
+    snprintf(subj, sizeof(subj), "gp.node.s1.%s.register", node);
+    expect(node, call(subj, &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EOK, d);
+    gp_msg_clear(&msg_node_registered_desc, &r);
+}
+
+/* Waits up to s seconds for node's live state to be want; its reason in
+ * node_transitions (newest) into why. */
+static bool
+wait_state(const char *node, const char *want, double s, char *why, size_t len)
+{
+    char   v[64], sql[256];
+    double t0 = tl_now();
+
+    do {
+        live_state(node, v, sizeof(v));
+        if (strcmp(v, want) == 0)
+            break;
+        wait_s(0.1);
+    } while (tl_now() - t0 < s);
+    wait_s(0.3);                                   /* the transition's batch */
+    snprintf(sql, sizeof(sql), "SELECT reason FROM node_transitions WHERE node = '%s'"
+             " ORDER BY id DESC LIMIT 1", node);
+    pg_value(sql, why, len);
+    return strcmp(v, want) == 0;
+}
+
+/* The quarantine rules: a GPU fallen off the bus at once; a burst of
+ * bad-GPU XIDs; a new uncorrectable ECC error; a node flapping between
+ * lost and back.  An application XID alone does nothing.  Release ends
+ * it. */
+static void
+test_quarantine(void)
+{
+    char           why[256] = "", d[GP_ERRBUF_LEN];
+    msg_node_state st;
+
+    reg_node("x1");
+    sick_node = "x1";
+    beating_q = "x1";
+    sick_xid = 13;                                 /* application fault: not the GPU */
+    wait_s(HB_MS * 4.0 / 1000);
+    T_OKM(wait_state("x1", "healthy", 0.1, why, sizeof(why)), "XID 13 (application) beats: healthy");
+    sick_xid = 79;
+    T_OKM(wait_state("x1", "quarantined", 5, why, sizeof(why)) &&
+          strstr(why, "fell off the bus (XID 79)") != NULL, "XID 79: quarantined (%s)", why);
+    sick_xid = 0;
+    wait_s(HB_MS * 3.0 / 1000);
+    T_OKM(wait_state("x1", "quarantined", 0.1, why, sizeof(why)), "beats do not undo it");
+    T_OK(node_mode("release", "x1", &st, d) == GP_EOK && st.state == MSG_NODE_STATE_STATE_HEALTHY);
+    sick_xid = 48;                                 /* DBE XID: 3 beats make 3 within the window */
+    T_OKM(wait_state("x1", "quarantined", 5, why, sizeof(why)) &&
+          strstr(why, "3 bad-GPU XIDs") != NULL && strstr(why, "XID 48 GPU_ECC_DBE on GPU 1") != NULL,
+          "three XID 48 within the window: quarantined (%s)", why);
+    sick_xid = 0;
+    wait_s(HB_MS * 2.0 / 1000);
+    T_OK(node_mode("release", "x1", &st, d) == GP_EOK);
+    sick_dbe = 1;
+    T_OKM(wait_state("x1", "quarantined", 5, why, sizeof(why)) &&
+          strstr(why, "uncorrectable ECC") != NULL, "a new uncorrectable ECC error: quarantined (%s)",
+          why);
+    T_OK(node_mode("release", "x1", &st, d) == GP_EOK);
+    sick_lost = 1;
+    T_OKM(wait_state("x1", "quarantined", 5, why, sizeof(why)) && strstr(why, "GPU 1 lost") != NULL,
+          "a GPU lost: quarantined (%s)", why);
+    sick_lost = 0;
+    T_OK(node_mode("release", "x1", &st, d) == GP_EOK);
+    sick_node = NULL;
+    for (int k = 0; k < 3; k++) {                  /* lost and back, three times */
+        beating_q = NULL;
+        wait_state("x1", "lost", 5, why, sizeof(why));
+        beating_q = "x1";
+        wait_s(HB_MS * 2.0 / 1000);
+    }
+    T_OKM(wait_state("x1", "quarantined", 3, why, sizeof(why)) && strstr(why, "flapping") != NULL,
+          "back from lost three times: quarantined as flapping (%s)", why);
+    pg_value("SELECT adm FROM nodes WHERE id = 'x1'", why, sizeof(why));
+    T_OKM(strcmp(why, "quarantined") == 0, "PostgreSQL holds the quarantine (%s)", why);
+    beating_q = NULL;
+    {                                              /* the later tests count s1's nodes */
+        msg_id_request id = {0};
+        msg_deleted    del = {0};
+
+        snprintf(id.id, sizeof(id.id), "x1");
+        T_OK(call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d) ==
+             GP_EOK);
+        gp_msg_clear(&msg_deleted_desc, &del);
+    }
 }
 
 static char last_detail[GP_ERRBUF_LEN];
@@ -1280,6 +1403,7 @@ main(void)
     test_live();
     test_modes_and_history();
     test_contact();
+    test_quarantine();
     test_reseed_retry();
     test_reseed_lock_expiry();
     test_hb_reencoded();

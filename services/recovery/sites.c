@@ -152,8 +152,13 @@ once_locked(void *arg, const redisReply *rep, gp_err err)
         if (o->kind == 0) {
             args[0] = o->u.site.site;
             gp_app_publish(o->r->app, GP_OP_RECOVERY_SITE, args, &o->u.site);
+            GP_INFO("event_published", "kind=site site=%s event=%s cause=%s", o->u.site.site,
+                    msg_site_event_kind_names[o->u.site.kind],
+                    msg_site_event_cause_names[o->u.site.cause]);
         } else {
             gp_app_publish(o->r->app, GP_OP_RECOVERY_ISOLATION, NULL, &o->u.cp);
+            GP_INFO("event_published", "kind=isolation state=%s",
+                    msg_control_plane_event_state_names[o->u.cp.state]);
         }
     }
     free(o);

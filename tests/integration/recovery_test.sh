@@ -5,10 +5,14 @@
 # faults are injected through it.  Heartbeats every 500 ms (a node is lost
 # about 2 s after its last contact), leases of 6 s, fence margin 0.5 s.
 #
-#   1. power cut at a site with running jobs: ONE site event (unreachable,
-#      power or uplink); its jobs run again on other sites, from their
-#      checkpoints (resume > 0), after the fence; when the power returns
-#      the nodes register anew and the site event 'returned' says power;
+# Two scheduler and two recovery instances run throughout.
+#
+#   1. power cut at a site with running jobs, and in the middle of it
+#      kill -9 of one recovery and one scheduler instance: ONE site event
+#      (unreachable, power or uplink) published; its jobs run again on
+#      other sites, from their checkpoints (resume > 0), after the fence;
+#      when the power returns the nodes register anew and the site event
+#      'returned' says power;
 #   2. uplink cut shorter than the lease (3 s: the nodes are lost, but the
 #      fence holds and they come back first): nothing is replaced, the jobs
 #      keep their attempts (the agents' counters go on);
@@ -18,7 +22,9 @@
 #   4. control-plane isolation: 60% of the sites cut at once for 4 s: the
 #      freeze engages (one event), nothing is replaced, and the thaw
 #      follows when contact returns;
-#   5. the invariant checker over the attempts table and the simulator's
+#   5. quarantine: an XID 79 on one node and a node flapping (lost and
+#      back twice) are quarantined and get no new work;
+#   6. the invariant checker over the attempts table and the simulator's
 #      ground truth: no GPU booked twice, never two attempts of a job at
 #      once, really (the agents' run intervals).
 set -u
@@ -31,35 +37,45 @@ PY=/usr/bin/python3
 . "$(dirname "$0")/../harness/testlib.sh"
 
 on_fail() {
-    echo "# recovery log tail:"; tail -n 15 "$D/recovery.log" | sed 's/^/#   /'
-    echo "# scheduler log (replace):"; grep -E 'attempt_replaced|replace' "$D/sched.log" | tail -n 8 | sed 's/^/#   /'
+    echo "# recovery (rec-b) log tail:"; tail -n 15 "$D/rec-b.log" | sed 's/^/#   /'
+    echo "# scheduler log (replace):"; grep -hE 'attempt_replaced|replace' "$D"/sched-*.log | tail -n 8 | sed 's/^/#   /'
 }
+sched() {     # name
+    spawn "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
+        --heartbeat-ms 500 --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 \
+        --dispatch-timeout-ms 3000 --claim-ms 3000 --checkpoint-root "$tmp/ckpt"
+}
+recovery() {  # name
+    spawn "$1" "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --instance "$1" \
+        --replace-ms 100 --sites-ms 2000 --site-window-ms 10000 --isolation-window-ms 20000 \
+        --thaw-ms 5000
+}
+published() { cat "$D"/rec-*.log | grep -c "event=event_published $1"; }
 tap_on_fail=on_fail
 
 # ---- the stack ------------------------------------------------------------------
 
 spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
-    --lease-ms 6000 --sweep-ms 200
+    --lease-ms 6000 --sweep-ms 200 --quarantine-flaps 2
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
-spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
-    --heartbeat-ms 500 --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 \
-    --dispatch-timeout-ms 3000 --checkpoint-root "$tmp/ckpt"
-spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100 \
-    --sites-ms 2000 --site-window-ms 10000 --isolation-window-ms 20000 --thaw-ms 5000
+sched sched-a
+sched sched-b
+recovery rec-a
+recovery rec-b
 spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 12 --seed 7 \
     --spread-ms 500 --inventory-out "$tmp/inv.json" --truth "$D/truth.jsonl"
 for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
 grep -q '^sim: registered' "$D/sim.log"
 ok "the 12-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1))" $?
-for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
-for _ in $(seq 1 100); do grep -q 'sites_loaded sites=12' "$D/recovery.log" && break; sleep 0.1; done
-grep -q 'sites_loaded sites=12' "$D/recovery.log"
-ok "recovery loaded the 12 sites" $?
+for _ in $(seq 1 100); do grep -q feed_ready "$D/sched-b.log" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -q 'sites_loaded sites=12' "$D/rec-b.log" && break; sleep 0.1; done
+grep -q 'sites_loaded sites=12' "$D/rec-a.log" && grep -q 'sites_loaded sites=12' "$D/rec-b.log"
+ok "both recovery instances loaded the 12 sites" $?
 
 # live attempt of a job as site/node/attempt
 where() { sql "SELECT site || '/' || node || '/' || attempt FROM attempts WHERE job_id = '$1'
                AND state IN ('starting','running') ORDER BY attempt DESC, rank LIMIT 1"; }
-site_events() { grep -c "event=site_event site=$1 .*kind=$2" "$D/recovery.log"; }
+site_events() { grep -c "event=site_event site=$1 .*kind=$2" "$D/rec-b.log"; }
 
 jobs=()
 for i in $(seq 1 16); do
@@ -82,6 +98,9 @@ ok "site $victim runs $nvj of them" $?
 
 t0=$(date +%s.%N)
 $G fault site_power_cut --site "$victim" --duration-ms 25000 >/dev/null
+sleep 3                                            # lost (~2 s), the fence not yet open
+kill -9 "$(cat "$D/pids/rec-a.pid")" "$(cat "$D/pids/sched-a.pid")"
+ok "kill -9 of rec-a and sched-a in the middle of the outage" $?
 moved=0
 for _ in $(seq 1 150); do
     moved=0
@@ -98,11 +117,11 @@ ok "power cut: all $nvj jobs of $victim run on other sites ($took s after the cu
 $PY -c "import sys; sys.exit(0 if 6.0 <= $took <= 20.0 else 1)"
 ok "... not before the fence (last grant + 6 s lease + 0.5 s) and within 20 s ($took s)" $?
 [ "$(site_events "$victim" unreachable)" = 1 ]
-ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/recovery.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $?
+ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/rec-b.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $?
 n_lost=$(grep -c "event=node_state site=$victim .*to=lost" "$D/registry.log")
-n_ev=$(grep -c "event=site_event site=$victim " "$D/recovery.log")
-[ "$n_ev" = 1 ]
-ok "... one event for $n_lost lost nodes" $?
+n_pub=$(published "kind=site site=$victim event=unreachable")
+[ "$n_pub" = 1 ]
+ok "... published once by the two instances, for $n_lost lost nodes" $?
 resumed=0
 for j in $victim_jobs; do
     grep "event=attempt_started .*job=$j attempt=[2-9]" "$D/sim.log" | grep -q 'resume_ms=[1-9]' &&
@@ -110,13 +129,15 @@ for j in $victim_jobs; do
 done
 [ "$resumed" = "$nvj" ]
 ok "... from their checkpoints ($resumed of $nvj new attempts started with resume_ms > 0)" $?
-grep "event=site_event site=$victim " "$D/recovery.log" | sed 's/^/# /' | head -n 2
+grep "event=site_event site=$victim " "$D/rec-b.log" | sed 's/^/# /' | head -n 2
 [ "$(sql "SELECT count(*) FROM recovery_nodes WHERE site = '$victim' AND state = 'replaced'")" -ge 1 ]
 ok "... recorded as replaced in recovery_nodes" $?
 for _ in $(seq 1 200); do [ "$(site_events "$victim" returned)" -ge 1 ] && break; sleep 0.2; done
-grep "event=site_event site=$victim .*kind=returned" "$D/recovery.log" | grep -q 'cause=power'
+grep "event=site_event site=$victim .*kind=returned" "$D/rec-b.log" | grep -q 'cause=power'
 ok "power back: the site 'returned', cause power (the nodes registered anew)" $?
-grep "event=site_event site=$victim .*kind=returned" "$D/recovery.log" | sed 's/^/# /' | head -n 1
+grep "event=site_event site=$victim .*kind=returned" "$D/rec-b.log" | sed 's/^/# /' | head -n 1
+recovery rec-a2                                    # back: the lost nodes from PostgreSQL
+sched sched-a2
 
 # ---- 2. uplink cut shorter than the lease ----------------------------------------
 
@@ -126,10 +147,14 @@ before=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) F
               WHERE state = 'running' AND site = '$site2'")
 $G fault uplink_cut --site "$site2" --duration-ms 3000 >/dev/null
 sleep 9                                            # past the fence it would have had to wait for
-after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
-             WHERE state = 'running' AND site = '$site2'")
-[ -n "$before" ] && [ "$before" = "$after" ]
-ok "uplink cut of 3 s at $site2 (< the 6 s lease): its jobs keep their attempts ($after)" $?
+kept=0
+for ja in ${before//,/ }; do           # each still runs that attempt, and no newer one exists
+    [ "$(sql "SELECT count(*) FILTER (WHERE attempt = ${ja##*:} AND state = 'running')
+                || '/' || count(*) FILTER (WHERE attempt > ${ja##*:})
+              FROM attempts WHERE job_id = '${ja%%:*}'")" = 1/0 ] && kept=$((kept + 1))
+done
+[ -n "$before" ] && [ "$kept" -eq "$(echo "${before//,/ }" | wc -w)" ]
+ok "uplink cut of 3 s at $site2 (< the 6 s lease): its jobs keep their attempts ($kept: $before)" $?
 rows2=$(sql "SELECT string_agg(node || ':' || state || ':' || replaced, ',' ORDER BY node)
              FROM recovery_nodes WHERE site = '$site2'")
 [ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes WHERE site = '$site2'")" = 0 ]
@@ -148,9 +173,9 @@ for j in $jobs3; do w=$(where "$j"); [ -n "$w" ] && [ "${w%%/*}" != "$site3" ] &
 [ "$moved" -eq "$(echo "$jobs3" | wc -w)" ]
 ok "uplink cut of 12 s at $site3: its $(echo "$jobs3" | wc -w) job(s) run elsewhere within 10 s" $?
 for _ in $(seq 1 100); do [ "$(site_events "$site3" returned)" -ge 1 ] && break; sleep 0.2; done
-grep "event=site_event site=$site3 .*kind=returned" "$D/recovery.log" | grep -q 'cause=uplink'
+grep "event=site_event site=$site3 .*kind=returned" "$D/rec-b.log" | grep -q 'cause=uplink'
 ok "uplink back: 'returned', cause uplink (heartbeats resumed, no registration)" $?
-grep "event=site_event site=$site3 .*kind=returned" "$D/recovery.log" | sed 's/^/# /' | head -n 1
+grep "event=site_event site=$site3 .*kind=returned" "$D/rec-b.log" | sed 's/^/# /' | head -n 1
 ended=0
 for j in $jobs3; do
     grep -E "event=attempt_(lease_expired|revoked) node=$site3-[^ ]* job=$j " "$D/sim.log" >/dev/null &&
@@ -171,12 +196,14 @@ replaced0=$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes")
 fpids=()
 for s in $cut; do $G fault uplink_cut --site "$s" --duration-ms 4000 >/dev/null & fpids+=($!); done
 wait "${fpids[@]}"
-for _ in $(seq 1 100); do grep -q 'control_plane_isolation state=frozen' "$D/recovery.log" && break; sleep 0.1; done
-[ "$(grep -c 'control_plane_isolation state=frozen' "$D/recovery.log")" = 1 ]
-ok "8 of 12 sites cut at once: the freeze engages, one event" $?
-grep 'control_plane_isolation state=frozen' "$D/recovery.log" | sed 's/^/# /'
-for _ in $(seq 1 150); do grep -q 'control_plane_isolation state=thawing' "$D/recovery.log" && break; sleep 0.1; done
-grep -q 'control_plane_isolation state=thawing' "$D/recovery.log"
+for _ in $(seq 1 100); do grep -q 'control_plane_isolation state=frozen' "$D/rec-b.log" && break; sleep 0.1; done
+sleep 1
+[ "$(published 'kind=isolation state=frozen')" = 1 ] &&
+    grep -q 'control_plane_isolation state=frozen' "$D/rec-a2.log"
+ok "8 of 12 sites cut at once: both instances freeze, one event published" $?
+grep 'control_plane_isolation state=frozen' "$D/rec-b.log" | sed 's/^/# /'
+for _ in $(seq 1 150); do grep -q 'control_plane_isolation state=thawing' "$D/rec-b.log" && break; sleep 0.1; done
+grep -q 'control_plane_isolation state=thawing' "$D/rec-b.log"
 ok "contact back: thawing" $?
 sleep 3
 after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
@@ -184,7 +211,28 @@ after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FR
 [ "$snap" = "$after" ] && [ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes")" = "$replaced0" ]
 ok "... no job was rescheduled, none lost ($(echo "$after" | tr ',' '\n' | wc -l) running as before)" $?
 
-# ---- 5. invariants ------------------------------------------------------------------
+# ---- 5. quarantine -------------------------------------------------------------------
+
+inv_nodes() { sql "SELECT id FROM nodes WHERE state = 'healthy' ORDER BY id LIMIT 2"; }
+nstate() { $G get nodes "$1" -o json 2>/dev/null | $PY -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d['state'])"; }
+set -- $(inv_nodes)
+xnode=$1
+fnode=$2
+$G fault gpu_xid --node "$xnode" --gpu 0 --code 79 >/dev/null
+$G fault node_flap --node "$fnode" --period-ms 6000 --duration-ms 16000 >/dev/null
+for _ in $(seq 1 150); do [ "$(nstate "$xnode")" = quarantined ] && break; sleep 0.2; done
+[ "$(nstate "$xnode")" = quarantined ]
+ok "XID 79 on $xnode: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$xnode' ORDER BY id DESC LIMIT 1"))" $?
+for _ in $(seq 1 150); do [ "$(nstate "$fnode")" = quarantined ] && break; sleep 0.2; done
+[ "$(nstate "$fnode")" = quarantined ]
+ok "$fnode flapping: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$fnode' ORDER BY id DESC LIMIT 1"))" $?
+qt=$(sql "SELECT (extract(epoch FROM now()) * 1000)::bigint")
+for i in $(seq 1 12); do submit --command 'sim:run=20s' --gpus 1 >/dev/null; done
+wait_sql "SELECT count(*) FROM jobs WHERE state = 'pending'" 0 100
+[ "$(sql "SELECT count(*) FROM attempts WHERE node IN ('$xnode', '$fnode') AND created_ms > $qt")" = 0 ]
+ok "12 new jobs placed, none on the quarantined nodes" $?
+
+# ---- 6. invariants ------------------------------------------------------------------
 
 kill -TERM "$(cat "$D/pids/sim.pid")" 2>/dev/null
 for _ in $(seq 1 50); do kill -0 "$(cat "$D/pids/sim.pid")" 2>/dev/null || break; sleep 0.2; done

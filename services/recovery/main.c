@@ -29,6 +29,8 @@ const gp_cfg_opt recovery_cfg_opts[] = {
                 "share of all sites unreachable at once that freezes rescheduling"),
     GP_CFG_UINT("isolation-window-ms", recovery_cfg, isolation_window_ms, 60000, 1000, 3600000,
                 "sites unreachable within this window count as at once"),
+    GP_CFG_UINT("isolation-min-sites", recovery_cfg, isolation_min_sites, 3, 1, 1000000,
+                "...and at least this many sites (in a small fleet one site is a large share)"),
     GP_CFG_UINT("thaw-ms", recovery_cfg, thaw_ms, 120000, 0, 3600000,
                 "after a freeze, replacements stay rate-limited this long"),
     GP_CFG_UINT("thaw-rate", recovery_cfg, thaw_rate, 300, 1, 1000000,

@@ -34,6 +34,7 @@ typedef struct recovery_cfg {
     unsigned      site_share_pct;      /* share of a site's nodes lost that is a site event */
     unsigned      isolation_pct;       /* share of all sites unreachable that freezes */
     unsigned      isolation_window_ms; /* ... when they went silent within this window */
+    unsigned      isolation_min_sites; /* ... and at least this many (a small fleet) */
     unsigned      thaw_ms;             /* after a freeze, replacements are rate-limited this long */
     unsigned      thaw_rate;           /* ... to this many nodes a minute, fleet-wide */
 } recovery_cfg;

@@ -18,7 +18,8 @@
  * publishes it.
  *
  * Isolation.  When isolation-pct of all sites are unreachable, and went
- * silent within isolation-window-ms, the fault is assumed to be the
+ * silent within isolation-window-ms (and at least isolation-min-sites of
+ * them: in a small fleet one site is a large share), the fault is assumed to be the
  * control plane's own (its NATS, its Redis, its uplink): rescheduling is
  * frozen and one event says so.  When the share drops again the freeze
  * ends, and for thaw-ms replacements go at thaw-rate nodes a minute,
@@ -270,7 +271,8 @@ isolation_check(recovery *r)
 
     if (r->nsites == 0)
         return;
-    if (!r->frozen && (uint64_t)silent * 100 >= (uint64_t)r->cfg->isolation_pct * r->nsites) {
+    if (!r->frozen && silent >= r->cfg->isolation_min_sites &&
+        (uint64_t)silent * 100 >= (uint64_t)r->cfg->isolation_pct * r->nsites) {
         r->frozen = true;
         snprintf(why, sizeof(why), "%u of %u sites went silent within %u s: assumed a fault of "
                  "the control plane (NATS, Redis, its uplink); rescheduling frozen", silent,

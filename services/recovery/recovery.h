@@ -52,6 +52,7 @@ typedef struct rsite {
     char     id[GP_MAX_ID + 1];
     char     region[GP_MAX_ID + 1];
     uint32_t nodes;                 /* in the inventory (the registry's site list) */
+    uint32_t seen;                  /* nodes this instance has seen a state of */
     uint32_t lost;                  /* its nodes lost now */
     uint64_t first_lost_ms;         /* wall ms: when lost went from 0 to 1 */
     bool     unreachable;           /* a site event is open */

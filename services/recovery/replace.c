@@ -17,6 +17,7 @@
 
 #include "gp/call.h"
 #include "gp/clock.h"
+#include "gp/kv.h"
 #include "gp/log.h"
 #include "recovery.h"
 
@@ -244,6 +245,11 @@ recovery_replace_run(gp_app *app, void *arg)
     }
     gp_db_query(gp_app_db(app), "SELECT count(*) FROM recovery_nodes WHERE state = 'pending'", 0,
                 NULL, 0, pending_counted, r);
+    /* while frozen the registry marks nobody lost: the key lives 3 s past
+     * the last refresh, so a dead recovery service freezes nothing */
+    if (r->frozen)
+        gp_kv_cmdf(gp_app_kv(app), NULL, NULL, "SET gp:recovery:frozen %s PX 3000",
+                   gp_app_instance(app));
     if (r->frozen || r->replace_busy || r->inflight > 0)
         return;
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());

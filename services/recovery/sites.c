@@ -124,10 +124,21 @@ node_get(recovery *r, const char *id, int32_t site)
     memset(n, 0, sizeof(*n));
     snprintf(n->id, sizeof(n->id), "%s", id);
     n->site = site;
+    r->sites[site].seen++;
     if (rmap_put(&r->node_ix, r->nodes, sizeof(*r->nodes), id, (int32_t)r->nnodes) != 0)
         return NULL;
     r->nnodes++;
     return n;
+}
+
+/* The site's size: the inventory's count, or the nodes seen since when
+ * that is larger (a list read before the fleet registered says 0). */
+static uint32_t
+site_nodes(const rsite *s)
+{
+    uint32_t n = s->nodes > s->seen ? s->nodes : s->seen;
+
+    return n > 0 ? n : 1;
 }
 
 /* ---- events, raised once across instances ---------------------------------------- */
@@ -193,7 +204,7 @@ site_event(recovery *r, rsite *s, int32_t kind, int32_t cause, const char *evide
     snprintf(o->u.site.region, sizeof(o->u.site.region), "%s", s->region);
     o->u.site.kind = kind;
     o->u.site.cause = cause;
-    o->u.site.nodes = s->nodes;
+    o->u.site.nodes = site_nodes(s);
     o->u.site.lost = s->lost;
     o->u.site.rebooted = s->rebooted;
     o->u.site.resumed = s->resumed;
@@ -281,6 +292,7 @@ isolation_check(recovery *r)
     } else if (r->frozen &&
                (uint64_t)down * 100 < (uint64_t)r->cfg->isolation_pct * r->nsites) {
         r->frozen = false;
+        gp_kv_cmdf(gp_app_kv(r->app), NULL, NULL, "DEL gp:recovery:frozen");
         r->thaw_until = gp_mono_ms() + r->cfg->thaw_ms;
         r->thaw_bucket = (rbucket){0};
         snprintf(why, sizeof(why), "contact returned (%u of %u sites still unreachable): "
@@ -297,7 +309,7 @@ isolation_check(recovery *r)
 static bool
 site_share(const recovery *r, const rsite *s)
 {
-    uint32_t nodes = s->nodes > 0 ? s->nodes : 1;
+    uint32_t nodes = site_nodes(s);
 
     return (uint64_t)s->lost * 100 >= (uint64_t)r->cfg->site_share_pct * nodes;
 }
@@ -318,7 +330,7 @@ went_lost(recovery *r, rsite *s)
     s->rebooted = s->resumed = 0;
     snprintf(ev, sizeof(ev), "%u of %u nodes lost within %.1f s (no heartbeat, no lease "
              "renewal); power or uplink: which one shows when they return",
-             s->lost, s->nodes, (double)(now - s->first_lost_ms) / 1000.0);
+             s->lost, site_nodes(s), (double)(now - s->first_lost_ms) / 1000.0);
     site_event(r, s, MSG_SITE_EVENT_KIND_UNREACHABLE, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, ev);
 }
 

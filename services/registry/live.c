@@ -524,7 +524,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
-    args[0] = r->detect_args;
+    args[0] = r->frozen ? r->sweep_frozen_args : r->detect_args;
     for (size_t i = 0; i < n; i++) {
         registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
         keys[i + 1] = keybuf[i + 1];
@@ -895,6 +895,25 @@ forget_cron(registry *r)
             forget_send(&r->forgets[i]);
 }
 
+/* The recovery service holds gp:recovery:frozen (a few seconds, renewed)
+ * while it takes the control plane to be cut off: no node turns lost
+ * meanwhile (the sweep's sixth number). */
+static void
+frozen_read(void *arg, const redisReply *rep, gp_err err)
+{
+    registry *r = arg;
+    bool      frozen = err == GP_EOK && rep->type == REDIS_REPLY_STRING;
+
+    if (err != GP_EOK)
+        return;                                /* the last reading stays */
+    if (frozen != r->frozen)
+        GP_WARN("lost_marking", "state=%s detail=\"%s\"", frozen ? "frozen" : "resumed",
+                frozen ? "control-plane isolation (gp:recovery:frozen): nodes past their lost "
+                         "deadline stay suspect"
+                       : "nodes past their lost deadline turn lost again");
+    r->frozen = frozen;
+}
+
 void
 registry_live_cron(gp_app *app, void *arg)
 {
@@ -918,6 +937,7 @@ registry_live_cron(gp_app *app, void *arg)
     if (gp_db_is_connected(gp_app_db(app)) && !r->reseeding && gp_mono_ms() >= r->reseed_not_before)
         gp_kv_cmdf(kv, epoch_checked, r, "EXISTS " EPOCH_KEY);
     clock_cron(r, kv);
+    gp_kv_cmdf(kv, frozen_read, r, "GET gp:recovery:frozen");
     forget_cron(r);
     sweep(r);
     registry_states_flush(r);

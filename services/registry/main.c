@@ -43,6 +43,7 @@ detect_setup(registry *r, const registry_cfg *cfg)
         return why;
     snprintf(r->detect_args, sizeof(r->detect_args), "%u %u %u %u %u", d->interval_ms,
              d->floor_ms, d->ceiling_ms, d->k, d->lost_ms);
+    snprintf(r->sweep_frozen_args, sizeof(r->sweep_frozen_args), "%s 1", r->detect_args);
     snprintf(r->q_window, sizeof(r->q_window), "%u", cfg->q_window_ms);
     snprintf(r->q_flap_window, sizeof(r->q_flap_window), "%u", cfg->q_flap_window_ms);
     return NULL;

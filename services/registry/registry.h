@@ -70,6 +70,8 @@ typedef struct registry {
     gp_kvscript         forget_script, contact_script, adm_script;
     gp_detect_cfg       detect;            /* the detector's settings, as the scripts get them: */
     char                detect_args[80];   /* "interval floor ceiling k lost" */
+    char                sweep_frozen_args[84];  /* the same and " 1": nobody turns lost */
+    bool                frozen;            /* gp:recovery:frozen was there at the last look */
     char                q_window[16], q_flap_window[16];   /* ms, for the hb script */
     uint64_t           *m_quarantines;
     live_forget        *forgets;           /* cleanups not yet confirmed (REGISTRY_FORGET_MAX) */

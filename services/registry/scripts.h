@@ -88,7 +88,7 @@ registry_rtt_key(char *out, const char *site)
     "local function dcfg(s)\n"                                                              \
     "  local t = {}\n"                                                                      \
     "  for v in string.gmatch(s, '%d+') do t[#t + 1] = tonumber(v) end\n"                   \
-    "  return {i = t[1], f = t[2], c = t[3], k = t[4], l = t[5]}\n"                         \
+    "  return {i = t[1], f = t[2], c = t[3], k = t[4], l = t[5], frozen = t[6] == 1}\n"                         \
     "end\n"                                                                                 \
     "local function dread(key)\n"                                                           \
     "  local v = redis.call('HMGET', key, 'lb', 'lc', 'm8', 'd4', 'n', 'live', 'adm', 'state', 'site')\n" \
@@ -230,7 +230,10 @@ static const char registry_sweep_read_lua[] =
  * lost_at turns lost (out of the index).  Returns {id, site, prev, state,
  * reason} per transition, a node passing both deadlines at once giving
  * two, so exactly one caller reports each.  A node that is neither healthy
- * nor suspect (no 'live': an old hash) leaves the index. */
+ * nor suspect (no 'live': an old hash) leaves the index.  While the
+ * control plane is isolated (a sixth number 1 in the configuration: the
+ * recovery service's gp:recovery:frozen), nobody turns lost: a suspect
+ * node past its deadline is looked at again a second later. */
 static const char registry_sweep_lua[] =
     REGISTRY_LUA_NOW
     REGISTRY_LUA_DETECT
@@ -252,7 +255,9 @@ static const char registry_sweep_lua[] =
     "      put(id, d, prev, 'suspect', string.format('no heartbeat for %.0f ms (deadline %.0f ms)', now - d.lb, deadline(d, C)))\n"
     "      prev = 'suspect'\n"
     "    end\n"
-    "    if d.live == 'suspect' and now > lost_at(d, C) then\n"
+    "    if d.live == 'suspect' and now > lost_at(d, C) and C.frozen then\n"
+    "      redis.call('ZADD', KEYS[1], dnum(now + 1000), id)\n"
+    "    elseif d.live == 'suspect' and now > lost_at(d, C) then\n"
     "      redis.call('HSET', KEYS[i], 'live', 'lost', 'state', 'lost')\n"
     "      redis.call('ZREM', KEYS[1], id)\n"
     "      put(id, d, prev, 'lost', string.format('no contact for %.0f ms (last heartbeat %.0f ms ago)', now - d.lc, now - d.lb))\n"

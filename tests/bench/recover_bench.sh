@@ -8,8 +8,9 @@
 # adaptive detector (floor 11 s, lost 10.5 s), a 9 s lease and a 1.5 s
 # fence margin (the defaults the recovery issue aims at: 3 heartbeat
 # intervals + 2 s = 17 s).  1,500 one-GPU jobs that checkpoint every 30 s
-# run on the fleet; nodes running a job crash (gridpool-sim node_crash, the
-# node stays down) in waves of 100 on distinct nodes, 10 waves.  For each
+# run on the fleet; nodes running a job crash (gridpool-sim node_crash; back
+# after 40 s, rebooted) in waves of 100, one node per site and only on
+# sites of 3 nodes or more, 10 waves.  For each
 # lost node: from its last heartbeat (the registry's 'lb', Redis's clock)
 # to the moment every job it ran is running on another node (the new
 # attempt's started_ms, the agent's clock: one host here).  The reference
@@ -65,18 +66,22 @@ done
 note "running: $(sql "SELECT count(*) FROM attempts WHERE state = 'running'")"
 
 : >"$D/lat.txt"
-crashed=""
 for w in $(seq 1 "$WAVES"); do
-    nodes=$(sql "SELECT node FROM (SELECT DISTINCT node FROM attempts WHERE state = 'running'
-                 $( [ -n "$crashed" ] && echo "AND node NOT IN ($crashed)")) x
+    # one node per site, on sites of 3 nodes or more: node losses, not site
+    # outages (a third of a site is not a site event, and 100 one-node
+    # sites a wave would soon look like an isolation of the control plane)
+    nodes=$(sql "SELECT node FROM (SELECT DISTINCT ON (a.site) a.site, a.node
+                   FROM attempts a JOIN nodes n ON n.id = a.node
+                  WHERE a.state = 'running' AND n.state = 'healthy'
+                    AND (SELECT count(*) FROM nodes m WHERE m.site = a.site) >= 3
+                  ORDER BY a.site, md5(a.node || '$w')) x
                  ORDER BY md5(node || '$w') LIMIT $PER_WAVE")
     [ -n "$nodes" ] || fail "no running node left to crash in wave $w"
     fpids=()
     for n in $nodes; do
-        crashed="${crashed:+$crashed,}'$n'"
         echo "$n $(sql "SELECT string_agg(job_id || ':' || attempt, ' ') FROM attempts
                         WHERE node = '$n' AND state = 'running'")" >>"$D/wave$w.txt"
-        $G fault node_crash --node "$n" --duration-ms 3600000 >/dev/null 2>>"$D/fault.err" &
+        $G fault node_crash --node "$n" --duration-ms 40000 >/dev/null 2>>"$D/fault.err" &
         fpids+=($!)
     done
     wait "${fpids[@]}"

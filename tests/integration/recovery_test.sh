@@ -202,6 +202,9 @@ sleep 1
     grep -q 'control_plane_isolation state=frozen' "$D/rec-a2.log"
 ok "8 of 12 sites cut at once: both instances freeze, one event published" $?
 grep 'control_plane_isolation state=frozen' "$D/rec-b.log" | sed 's/^/# /'
+for _ in $(seq 1 20); do grep -q 'event=lost_marking state=frozen' "$D/registry.log" && break; sleep 0.1; done
+grep -q 'event=lost_marking state=frozen' "$D/registry.log"
+ok "... and the registry stops marking nodes lost while it lasts (gp:recovery:frozen)" $?
 for _ in $(seq 1 150); do grep -q 'control_plane_isolation state=thawing' "$D/rec-b.log" && break; sleep 0.1; done
 grep -q 'control_plane_isolation state=thawing' "$D/rec-b.log"
 ok "contact back: thawing" $?

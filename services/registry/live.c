@@ -347,6 +347,20 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
 }
 
+/* Redis is behind (hb-backlog commands in flight): the caller drops its
+ * write, counted. */
+static bool
+shed(registry *r)
+{
+    gp_kv_stats ks;
+
+    gp_kv_get_stats(gp_app_kv(r->app), &ks);
+    if (ks.inflight < r->cfg->hb_backlog)
+        return false;
+    (*r->m_hb_shed)++;
+    return true;
+}
+
 /* When Redis falls behind, a beat is shed rather than queued: the next
  * beat of the same node carries everything this one did, while a queue
  * past the command deadline would make the client drop the connection
@@ -355,13 +369,8 @@ void
 registry_live_beat(registry *r, const char *site, const char *node, const void *raw, size_t len,
                    double rtt_ms, const beat_health *h)
 {
-    gp_kv_stats ks;
-
-    gp_kv_get_stats(gp_app_kv(r->app), &ks);
-    if (ks.inflight >= r->cfg->hb_backlog) {
-        (*r->m_hb_shed)++;
+    if (shed(r))
         return;
-    }
     (*r->m_hb)++;
     live_write(r, site, node, raw, len, rtt_ms, h, false, NULL, NULL);
 }
@@ -374,13 +383,9 @@ registry_live_contact(registry *r, const char *site, const char *node)
 {
     char        kn[REGISTRY_KEY_LEN];
     const char *keys[1] = {kn};
-    gp_kv_stats ks;
 
-    gp_kv_get_stats(gp_app_kv(r->app), &ks);
-    if (ks.inflight >= r->cfg->hb_backlog) {
-        (*r->m_hb_shed)++;
+    if (shed(r))
         return;
-    }
     (*r->m_contacts)++;
     registry_node_key(kn, registry_shard(site), node);
     gp_kvscript_call(&r->contact_script, gp_app_kv(r->app), NULL, NULL, 1, keys, 0, NULL, NULL);

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 
 #include "gp/app.h"
-#include "gp/bus.h"
 #include "recovery.h"
 
 #define RECOVERY_VERSION "0.1.0"
@@ -69,9 +68,7 @@ main(int argc, char **argv)
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);
-    gp_bus_sub_free(r.state_sub);          /* before the bus goes */
-    r.state_sub = NULL;
-    gp_app_free(app);
+    gp_app_free(app);                      /* the bus frees its subscriptions */
     recovery_sites_free(&r);
     gp_lib_close();
     return rc == GP_EOK ? 0 : 1;

@@ -497,7 +497,7 @@ recovery_sites_start(recovery *r)
 void
 recovery_sites_free(recovery *r)
 {
-    gp_bus_sub_free(r->state_sub);
+    r->state_sub = NULL;                   /* freed with the bus */
     rmap_free(&r->site_ix);
     rmap_free(&r->node_ix);
     free(r->sites);

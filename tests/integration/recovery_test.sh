@@ -114,8 +114,8 @@ done
 took=$($PY -c "print(round($(date +%s.%N) - $t0, 1))")
 [ "$moved" -eq "$nvj" ]
 ok "power cut: all $nvj jobs of $victim run on other sites ($took s after the cut)" $?
-$PY -c "import sys; sys.exit(0 if 6.0 <= $took <= 20.0 else 1)"
-ok "... not before the fence (last grant + 6 s lease + 0.5 s) and within 20 s ($took s)" $?
+$PY -c "import sys; sys.exit(0 if 4.5 <= $took <= 20.0 else 1)"
+ok "... not before the fence could open (last grant, at most 2 s before the cut, + 6 s lease + 0.5 s) and within 20 s ($took s)" $?
 [ "$(site_events "$victim" unreachable)" = 1 ]
 ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/rec-b.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $?
 n_lost=$(grep -c "event=node_state site=$victim .*to=lost" "$D/registry.log")

@@ -9,8 +9,9 @@
 # fence margin (the defaults the recovery issue aims at: 3 heartbeat
 # intervals + 2 s = 17 s).  1,500 one-GPU jobs that checkpoint every 30 s
 # run on the fleet; nodes running a job crash (gridpool-sim node_crash; back
-# after 40 s, rebooted) in waves of 100, one node per site and only on
-# sites of 3 nodes or more, 10 waves.  For each
+# after 60 s, rebooted) in waves of 100, one node per site and only on
+# sites of 3 nodes or more with every node healthy, until 1,000 losses
+# are measured.  For each
 # lost node: from its last heartbeat (the registry's 'lb', Redis's clock)
 # to the moment every job it ran is running on another node (the new
 # attempt's started_ms, the agent's clock: one host here).  The reference
@@ -22,7 +23,8 @@ D=$(mktemp -d /tmp/gp-recover.XXXXXX)
 G="$B/bin/gpctl --timeout 30000 --env-file $GP_STACK_DIR/gp.env"
 PY=/usr/bin/python3
 SITES=${GP_BENCH_RECOVER_SITES:-1000}
-WAVES=${GP_BENCH_RECOVER_WAVES:-10}
+WAVES=${GP_BENCH_RECOVER_WAVES:-30}           # at most; it stops at LOSSES
+LOSSES=${GP_BENCH_RECOVER_LOSSES:-1000}
 PER_WAVE=${GP_BENCH_RECOVER_PER_WAVE:-100}
 JOBS=${GP_BENCH_RECOVER_JOBS:-1500}
 pids=()
@@ -66,6 +68,7 @@ done
 note "running: $(sql "SELECT count(*) FROM attempts WHERE state = 'running'")"
 
 : >"$D/lat.txt"
+measured=0
 for w in $(seq 1 "$WAVES"); do
     # one node per site, on sites of 3 nodes or more: node losses, not site
     # outages (a third of a site is not a site event, and 100 one-node
@@ -74,6 +77,8 @@ for w in $(seq 1 "$WAVES"); do
                    FROM attempts a JOIN nodes n ON n.id = a.node
                   WHERE a.state = 'running' AND n.state = 'healthy'
                     AND (SELECT count(*) FROM nodes m WHERE m.site = a.site) >= 3
+                    AND NOT EXISTS (SELECT 1 FROM nodes m WHERE m.site = a.site
+                                    AND m.state <> 'healthy')
                   ORDER BY a.site, md5(a.node || '$w')) x
                  ORDER BY md5(node || '$w') LIMIT $PER_WAVE")
     [ -n "$nodes" ] || fail "no running node left to crash in wave $w"
@@ -81,7 +86,7 @@ for w in $(seq 1 "$WAVES"); do
     for n in $nodes; do
         echo "$n $(sql "SELECT string_agg(job_id || ':' || attempt, ' ') FROM attempts
                         WHERE node = '$n' AND state = 'running'")" >>"$D/wave$w.txt"
-        $G fault node_crash --node "$n" --duration-ms 40000 >/dev/null 2>>"$D/fault.err" &
+        $G fault node_crash --node "$n" --duration-ms 60000 >/dev/null 2>>"$D/fault.err" &
         fpids+=($!)
     done
     wait "${fpids[@]}"
@@ -95,27 +100,35 @@ for w in $(seq 1 "$WAVES"); do
         sleep 0.5
     done
     note "wave $w: $(wc -l <"$D/wave$w.txt") nodes crashed, $left job(s) not yet running elsewhere"
-    # per node: last beat (Redis) -> the latest first start of its jobs' next attempts
+    # per node: last beat (Redis, read now: the node is still down) -> the
+    # latest first start of its jobs' next attempts
     while read -r n atts; do
-        [ -n "$atts" ] || continue
-        site=$(sql "SELECT site FROM attempts WHERE node = '$n' LIMIT 1")
         shard=$($PY -c "
 h = 2166136261
-for c in b'$site': h = ((h ^ c) * 16777619) & 0xffffffff
+for c in '${n%-*}'.encode(): h = ((h ^ c) * 16777619) & 0xffffffff
 print(h % 256)")
         lb=$(redis-cli -h "$GP_REDIS_HOST" -p "$GP_REDIS_PORT" HGET "gp:{$shard}:node:$n" lb)
+        echo "${lb:-none} $n $atts"
+    done <"$D/wave$w.txt" >"$D/wavelb$w.txt"
+    measured=$((measured + $(grep -vc '^none ' "$D/wavelb$w.txt")))
+    [ "$measured" -ge "$LOSSES" ] && break
+done
+
+unmeasured=0
+for f in "$D"/wavelb*.txt; do
+    while read -r lb n atts; do
+        [ "$lb" != none ] && [ -n "$atts" ] || { unmeasured=$((unmeasured + 1)); continue; }
         worst=0
         for ja in $atts; do
-            j=${ja%%:*}
-            a=${ja##*:}
-            st=$(sql "SELECT min(started_ms) FROM attempts WHERE job_id = '$j' AND attempt > $a
-                      AND started_ms IS NOT NULL")
+            st=$(sql "SELECT min(started_ms) FROM attempts WHERE job_id = '${ja%%:*}'
+                      AND attempt > ${ja##*:} AND started_ms IS NOT NULL")
             [ -n "$st" ] || { worst=-1; break; }
             [ "$st" -gt "$worst" ] && worst=$st
         done
-        [ "$worst" -gt 0 ] && [ -n "$lb" ] && echo $((worst - lb)) >>"$D/lat.txt"
-    done <"$D/wave$w.txt"
+        if [ "$worst" -gt 0 ]; then echo $((worst - lb)) >>"$D/lat.txt"; else unmeasured=$((unmeasured + 1)); fi
+    done <"$f"
 done
+echo "recover_unmeasured=$unmeasured"
 
 $PY - "$D/lat.txt" <<'EOF'
 import sys

@@ -96,6 +96,7 @@ typedef struct recovery {
     uint64_t            thaw_until;  /* gp_mono_ms */
     rbucket             thaw_bucket;
     bool                replace_busy;
+    uint64_t            pending_next_ms; /* gp_mono_ms of the next pending-gauge count */
     unsigned            inflight;    /* replace calls out */
     gp_bus_sub         *state_sub;
     uint64_t           *m_site_events[2], *m_isolation_events[2];

@@ -243,8 +243,12 @@ recovery_replace_run(gp_app *app, void *arg)
         r->sites_retry_ms = gp_mono_ms() + 1000;   /* the bus may not have been up at start */
         recovery_sites_run(app, r);
     }
-    gp_db_query(gp_app_db(app), "SELECT count(*) FROM recovery_nodes WHERE state = 'pending'", 0,
-                NULL, 0, pending_counted, r);
+    /* the gauge once a second, not every pass (replace-ms is 250) */
+    if (gp_mono_ms() >= r->pending_next_ms) {
+        r->pending_next_ms = gp_mono_ms() + 1000;
+        gp_db_query(gp_app_db(app), "SELECT count(*) FROM recovery_nodes WHERE state = 'pending'",
+                    0, NULL, 0, pending_counted, r);
+    }
     /* while frozen the registry marks nobody lost: the key lives 3 s past
      * the last refresh, so a dead recovery service freezes nothing */
     if (r->frozen)

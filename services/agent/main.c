@@ -120,6 +120,17 @@ static const gp_route agent_routes[] = {
     {NULL},
 };
 
+/* NATS down: what the agent sends is lost (its leases run out on its own
+ * clock); back: it renews at once. */
+static void
+on_bus(void *arg, bool up)
+{
+    agent **pa = arg;
+
+    if (*pa != NULL)
+        agent_set_connected(*pa, up);
+}
+
 static int
 run(agent_cfg *c, gpu_backend *gpu)
 {
@@ -148,6 +159,7 @@ run(agent_cfg *c, gpu_backend *gpu)
         rc = GP_ENOMEM;
     if (rc == GP_EOK) {
         gp_app_on_stop(app, on_stop, &a);
+        gp_app_on_bus(app, on_bus, &a);
         /* health in the node's own subject tree: its NATS identity is enough */
         gp_app_set_health(app, GP_OP_NODE_HEALTH, node);
         rc = gp_app_bind(app, agent_routes, node, a, &cmds);

@@ -14,7 +14,7 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_UINT("detect-ceiling-ms", registry_cfg, detect_ceiling_ms, 0, 0, 3600000, "...nor later, however jittery its history (0: 6 x heartbeat-ms)"),
     GP_CFG_UINT("detect-k", registry_cfg, detect_k, 4, 1, 16, "deviations of a node's heartbeat interval above its mean before it is suspect"),
     GP_CFG_UINT("lost-ms", registry_cfg, lost_ms, 0, 0, 3600000, "no contact (heartbeat or lease renewal) this long, and suspect: lost (0: 2 x heartbeat-ms + 500 ms)"),
-    GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 60000, 1000, 3600000, "attempt lease handed to agents"),
+    GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 9000, 1000, 3600000, "attempt lease handed to agents (the scheduler's lease-ms)"),
     GP_CFG_UINT("quarantine-xids", registry_cfg, q_xids, 3, 1, 1000, "bad-GPU XIDs (gp/xid.h) within quarantine-window-ms that quarantine a node (XID 79 or a lost GPU: at once)"),
     GP_CFG_UINT("quarantine-window-ms", registry_cfg, q_window_ms, 600000, 1000, 86400000, "the window of quarantine-xids"),
     GP_CFG_UINT("quarantine-dbe", registry_cfg, q_dbe, 1, 1, 1000000, "new uncorrectable (double-bit) ECC errors in one heartbeat that quarantine a node"),

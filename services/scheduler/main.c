@@ -57,8 +57,9 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
      * since either may answer an agent (registration, lease) */
     GP_CFG_UINT("heartbeat-ms", scheduler_cfg, heartbeat_ms, 5000, 100, 600000,
                 "heartbeat interval handed to agents in a lease reply"),
-    GP_CFG_UINT("lease-ms", scheduler_cfg, lease_ms, 60000, 1000, 3600000,
-                "attempt lease handed to agents in a lease reply"),
+    GP_CFG_UINT("lease-ms", scheduler_cfg, lease_ms, 9000, 1000, 3600000,
+                "attempt lease handed to agents in a lease reply (with 5 s beats: last "
+                "heartbeat to replacement running p99 within 17 s)"),
     GP_CFG_UINT("maxrun-ms", scheduler_cfg, maxrun_ms, 5000, 100, 600000,
                 "how often attempts running past their job's max_run_s are ended"),
     GP_CFG_UINT("reconcile-ms", scheduler_cfg, reconcile_ms, 60000, 200, 3600000,

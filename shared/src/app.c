@@ -136,6 +136,8 @@ struct gp_app {
     ev_timer             drain, streams_t;
     gp_cron_fn          *stop_fn;
     void                *stop_arg;
+    gp_bus_conn_cb      *conn_fn;
+    void                *conn_arg;
     gp_bus              *bus;
     gp_kv               *kv;
     gp_db               *db;
@@ -856,6 +858,8 @@ on_bus_conn(void *arg, bool up)
     gp_app *app = arg;
 
     GP_INFO(up ? "nats_up" : "nats_down", "service=%s", app->service);
+    if (app->conn_fn != NULL)
+        app->conn_fn(app->conn_arg, up);
 }
 
 static void
@@ -963,6 +967,13 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
                 gp_app_http_port(app));
     *out = app;
     return GP_EOK;
+}
+
+void
+gp_app_on_bus(gp_app *app, gp_bus_conn_cb *fn, void *arg)
+{
+    app->conn_fn = fn;
+    app->conn_arg = arg;
 }
 
 void

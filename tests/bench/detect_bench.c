@@ -7,9 +7,12 @@
  * probability LOSS and otherwise delayed by a log-normal time whose
  * median and spread come from the node's uplink profile (70% good, 25%
  * slow, 5% bad; heavy tails reorder beats on the bad ones).  The agent's
- * lease renewal follows agent.c: every lease/3 after a reply; a lost
- * request or reply, or a reply later than lease/6, is retried lease/6
- * (+-20%) after the timeout.  A renewal request that arrives is contact.
+ * lease renewal follows agent.c: one lease/3 after the send of the last
+ * answered one; while it is unanswered, another (a hedge) every lease/6
+ * (+-20%), the earlier ones still waiting; the first answer renews the
+ * lease from its own send.  The lease ran out when that answer came later
+ * than the last renewal's send + lease.  A renewal request that arrives
+ * is contact.
  *
  * Three detectors see the same arrivals: a fixed deadline (no heartbeat
  * for 3 intervals: lost), the adaptive deadline on heartbeats alone, and
@@ -147,6 +150,7 @@ typedef struct node_run {
     heap           h;
     uint64_t       next_beat, next_renew;
     uint64_t       last_ok;                /* send time of the last answered renewal */
+    uint64_t       ans_at, ans_sent;       /* this round's first answer so far, its send */
     uint64_t       lapses;                 /* the agent's own lease ran out */
 } node_run;
 
@@ -195,6 +199,17 @@ send_next(node_run *n, uint64_t until)
 
     if (t >= until)
         return 0;
+    /* the renewal round: its first answer ends it, and the hedge due now
+     * is not sent */
+    if (!beat && n->ans_at != 0 && n->ans_at <= t) {
+        n->lapses += n->last_ok != 0 && n->ans_at > n->last_ok + LEASE_MS;
+        n->last_ok = n->ans_sent;
+        n->next_renew = n->ans_sent + LEASE_MS / 3;
+        if (n->next_renew < n->ans_at)
+            n->next_renew = n->ans_at;
+        n->ans_at = 0;
+        return 1;
+    }
     d = delay(&n->r, n->p);
     if (d >= 0)
         push(&n->h, t + (uint64_t)d, beat);
@@ -202,14 +217,14 @@ send_next(node_run *n, uint64_t until)
         n->next_beat += INTERVAL_MS;
         return 1;
     }
-    /* the renewal: answered within lease/6, or retried lease/6 (+-20%) after */
+    /* this request goes out and the next hedge is due */
     double back = d >= 0 ? delay(&n->r, n->p) : -1;
-    if (d >= 0 && back >= 0 && d + back <= LEASE_MS / 6.0) {
-        n->next_renew = t + (uint64_t)(d + back) + LEASE_MS / 3;
-        n->lapses += n->last_ok != 0 && t - n->last_ok > LEASE_MS;
-        n->last_ok = t;
-    } else
-        n->next_renew = t + LEASE_MS / 6 + (uint64_t)(LEASE_MS / 6.0 * (0.8 + 0.4 * unit(&n->r)));
+    if (d >= 0 && back >= 0 && d + back < LEASE_MS &&
+        (n->ans_at == 0 || t + (uint64_t)(d + back) < n->ans_at)) {
+        n->ans_at = t + (uint64_t)(d + back) + 1;
+        n->ans_sent = t;
+    }
+    n->next_renew = t + (uint64_t)(LEASE_MS / 6.0 * (0.8 + 0.4 * unit(&n->r)));
     return 1;
 }
 
@@ -289,7 +304,7 @@ main(void)
                rule_names[k], (unsigned long long)total.lost[k],
                (unsigned long long)total.suspect[k],
                (double)total.lost[k] * 10000.0 / (double)(nodes * days));
-    b_note("detect: the agents' own leases ran out (no renewal answered within lease/6 for a "
+    b_note("detect: the agents' own leases ran out (hedged renewals, none answered within the "
            "lease): good %llu, slow %llu, bad %llu times",
            (unsigned long long)lapses[0], (unsigned long long)lapses[1],
            (unsigned long long)lapses[2]);

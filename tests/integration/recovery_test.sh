@@ -68,7 +68,11 @@ for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; slee
 grep -q '^sim: registered' "$D/sim.log"
 ok "the 12-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1))" $?
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched-b.log" && break; sleep 0.1; done
-for _ in $(seq 1 100); do grep -q 'sites_loaded sites=12' "$D/rec-b.log" && break; sleep 0.1; done
+for _ in $(seq 1 200); do  # each instance reloads on its own 2 s timer
+    grep -q 'sites_loaded sites=12' "$D/rec-a.log" && grep -q 'sites_loaded sites=12' "$D/rec-b.log" &&
+        break
+    sleep 0.1
+done
 grep -q 'sites_loaded sites=12' "$D/rec-a.log" && grep -q 'sites_loaded sites=12' "$D/rec-b.log"
 ok "both recovery instances loaded the 12 sites" $?
 

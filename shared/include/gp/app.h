@@ -130,6 +130,9 @@ gp_task *gp_app_every(gp_app *app, const char *name, double period_s, gp_cron_fn
  * trigger, e.g. "capacity changed"); several kicks before it runs are one run. */
 void     gp_task_kick(gp_task *t);
 
+/* Called when the NATS connection goes down or comes back (the agent
+ * renews its lease at once when it is back). */
+void   gp_app_on_bus(gp_app *app, gp_bus_conn_cb *fn, void *arg);
 /* Called when shutdown starts (before draining), e.g. to stop timers. */
 void   gp_app_on_stop(gp_app *app, gp_cron_fn *fn, void *arg);
 /* The service's own pending work (e.g. a write queue being flushed from

@@ -299,11 +299,36 @@ static const char step5_sql[] =
     "CREATE INDEX jobs_pending_tenant ON jobs (tenant, priority DESC, created_ms, id)\n"
     "  WHERE state = 'pending'";
 
+/* Step 6: retries back off.  A job requeued after an attempt failed or
+ * was lost (sched_attempt_event's 'requeued: ...') is not claimable again
+ * at once from its second attempt on: 2 s after the second, doubling to
+ * 60 s (claim_until is what the claim skips).  The first retry is
+ * immediate, since a lost node's work must run elsewhere within seconds;
+ * a job that keeps failing (a bad image, a node that kills it) does not
+ * spin through its attempts.  The reason says when it goes next. */
+static const char step6_sql[] =
+    "CREATE FUNCTION sched_requeue_backoff() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+    "DECLARE d int;\n"
+    "BEGIN\n"
+    "  IF NEW.attempts_made >= 2 AND NEW.reason LIKE 'requeued: %' THEN\n"
+    "    d := least(60000, 1000 * (2 ^ least(NEW.attempts_made - 1, 16))::int);\n"
+    "    NEW.claimed_by := NULL;\n"
+    "    NEW.claim_until := now() + d * interval '1 ms';\n"
+    "    NEW.reason := NEW.reason || '; next attempt in ' || (d / 1000) || ' s (backoff)';\n"
+    "  END IF;\n"
+    "  RETURN NEW;\n"
+    "END\n"
+    "$f$;\n"
+    "CREATE TRIGGER jobs_requeue_backoff BEFORE UPDATE OF state ON jobs FOR EACH ROW\n"
+    "  WHEN (NEW.state = 'pending' AND OLD.state IN ('starting', 'running'))\n"
+    "  EXECUTE FUNCTION sched_requeue_backoff()";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
     {3, "attempt events, progress, max run time", step3_sql},
     {4, "attempts by preemptor", step4_sql},
     {5, "pending jobs by tenant", step5_sql},
+    {6, "retry backoff", step6_sql},
     GP_MIGRATION_END
 };

@@ -356,7 +356,7 @@ test_life(void)
 static void
 test_retry(void)
 {
-    make_job("j-fail", 2, 0);
+    make_job("j-fail", 3, 0);
     make_attempt("j-fail", 1, NODE, 0, "starting");
     run_cmd("j-fail", 1, 0, "sim:fail_after=300ms");
     T_OKM(wait_sql(10, "pending", "SELECT state FROM jobs WHERE id = 'j-fail'"),
@@ -365,15 +365,28 @@ test_retry(void)
           "events attempt_failed and requeued");
     T_OKM(wait_sql(2, "failed", "SELECT state FROM attempts WHERE job_id = 'j-fail' AND "
                    "attempt = 1"), "attempt 1 is failed");
+    T_OKM(strcmp(sql1("SELECT coalesce(claim_until > now(), false) FROM jobs WHERE id = 'j-fail'"),
+                 "f") == 0, "the first retry may be placed at once (no backoff): %s",
+          sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"));
     T_OKM(wait_free(NODE, 0, "j-fail", 1, 3), "attempt 1's GPU is free");
     make_attempt("j-fail", 2, NODE, 0, "starting");
     run_cmd("j-fail", 2, 0, "sim:fail_after=300ms");
+    T_OKM(wait_sql(10, "pending", "SELECT state FROM jobs WHERE id = 'j-fail'"),
+          "attempt 2 failed: pending again");
+    T_OKM(strcmp(sql1("SELECT claim_until BETWEEN now() + interval '1 s' AND now() + "
+                      "interval '2 s' FROM jobs WHERE id = 'j-fail'"), "t") == 0 &&
+          strstr(sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"), "next attempt in 2 s") != NULL,
+          "... backing off: not claimable for 2 s, and the reason says so (%s)",
+          sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"));
+    T_OKM(wait_free(NODE, 0, "j-fail", 2, 3), "attempt 2's GPU is free");
+    make_attempt("j-fail", 3, NODE, 0, "starting");
+    run_cmd("j-fail", 3, 0, "sim:fail_after=300ms");
     T_OKM(wait_sql(10, "failed", "SELECT state FROM jobs WHERE id = 'j-fail'"),
-          "attempt 2 failed too: max_attempts 2 used up, the job failed");
+          "attempt 3 failed too: max_attempts 3 used up, the job failed");
     T_OKM(strstr(sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"), "no attempts left") != NULL,
           "its reason says so: %s", sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"));
-    T_OKM(events("j-fail", "failed") == 1 && events("j-fail", "requeued") == 1,
-          "one 'failed' event, no second requeue");
+    T_OKM(events("j-fail", "failed") == 1 && events("j-fail", "requeued") == 2,
+          "one 'failed' event, two requeues before it");
 }
 
 static void

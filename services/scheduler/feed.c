@@ -357,6 +357,21 @@ sched_feed_run(gp_app *app, void *arg)
     page_request(f);
 }
 
+/* A NodeState missed (an instance down when it was published) must not
+ * leave interruptible work on a draining or quarantined node: every
+ * reconcile-ms each instance asks again for the nodes its snapshot holds
+ * in those states (sched_evacuate marks each attempt once, whoever asks). */
+void
+sched_evacuate_sweep(sched *s)
+{
+    for (uint32_t i = 0; i < s->snap.nnode; i++) {
+        const snap_node *n = &s->snap.node[i];
+
+        if (n->used && (n->state == SNAP_DRAINING || n->state == SNAP_QUARANTINED))
+            sched_evacuate(s, n->id, msg_node_state_state_names[n->state]);
+    }
+}
+
 /* ---- NodeState events ------------------------------------------------------ */
 
 /* A node the snapshot does not know (registered since the last load) is
@@ -486,6 +501,10 @@ on_node_state(void *arg, const gp_bus_msg *m)
     if (ix >= 0 && snap_node_state(&f->s->snap, &st) == 0 && st.state == SNAP_HEALTHY &&
         was != SNAP_HEALTHY)
         sched_place_kick(f->s);
+    /* no new work there, and the interruptible work moves off now */
+    if ((st.state == MSG_NODE_STATE_STATE_DRAINING ||
+         st.state == MSG_NODE_STATE_STATE_QUARANTINED) && st.prev != st.state)
+        sched_evacuate(f->s, st.node, msg_node_state_state_names[st.state]);
     gp_msg_clear(&msg_node_state_desc, &st);
 }
 

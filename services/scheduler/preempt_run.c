@@ -40,6 +40,10 @@
 #include "preempt.h"
 #include "scheduler.h"
 
+/* An evacuation's preempted_by (no job: its GPUs are released, not held);
+ * the attempt's reason says which node and why. */
+#define EVAC_BY "node-evacuation"
+
 /* One victim attempt (a multi-node victim is one attempt on several nodes). */
 typedef struct victim {
     char     job[GP_MAX_ID + 1], site[GP_MAX_ID + 1];
@@ -57,13 +61,21 @@ typedef struct preemption {
 } preemption;
 
 static victim *
-victim_of(preemption *pr, const preempt_victim *pv, const char *site)
+victim_of_find(preemption *pr, const preempt_victim *pv)
 {
-    victim *v;
-
     for (uint32_t i = 0; i < pr->nv; i++)
         if (pr->v[i].attempt == pv->attempt && strcmp(pr->v[i].job, pv->job) == 0)
             return &pr->v[i];
+    return NULL;
+}
+
+static victim *
+victim_of(preemption *pr, const preempt_victim *pv, const char *site)
+{
+    victim *v = victim_of_find(pr, pv);
+
+    if (v != NULL)
+        return v;
     v = &pr->v[pr->nv++];
     snprintf(v->job, sizeof(v->job), "%s", pv->job);
     snprintf(v->site, sizeof(v->site), "%s", site);
@@ -81,7 +93,8 @@ typedef struct ended_ctx {
 
 static const char end_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
 static const char end_attempt_sql[] =
-    "UPDATE attempts SET state = 'preempted', reason = 'preempted by ' || preempted_by,\n"
+    "UPDATE attempts SET state = 'preempted', reason = CASE WHEN preempted_by = '" EVAC_BY "'\n"
+    "    THEN 'preempted: ' || reason ELSE 'preempted by ' || preempted_by END,\n"
     "  ended_ms = coalesce(ended_ms, $3::bigint)\n"
     "WHERE job_id = $1 AND attempt = $2::int AND node = $4 AND preempted_by IS NOT NULL\n"
     "  AND state IN ('reserved','starting','running')";
@@ -124,7 +137,8 @@ ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
      * one placed the requeued victim on them first (priority inversion) */
     if (n > 0)
         sched_release_to(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n,
-                         PQgetisnull(res[2], 0, 2) ? NULL : PQgetvalue(res[2], 0, 2));
+                         PQgetisnull(res[2], 0, 2) || strcmp(PQgetvalue(res[2], 0, 2), EVAC_BY) == 0
+                             ? NULL : PQgetvalue(res[2], 0, 2));
     sched_event_rows(c->s, NULL, res[3]);
     if (PQntuples(res[3]) > 0)
         GP_INFO("job_requeued_after_preemption", "job=%s attempt=%u", c->job, c->attempt);
@@ -392,4 +406,96 @@ sched_preempt_try(sched *s, const msg_job *job, const place_params *pp)
     }
     free(r);
     return ok;
+}
+
+/* ---- evacuation of a draining or quarantined node ----------------------- */
+
+/* The interruptible attempts on a node that takes no new work (drained by
+ * an operator, quarantined by its faults) move elsewhere from a fresh
+ * checkpoint: the preemption above with the node's evacuation in place of
+ * a preemptor (checkpoint now, stop after preempt-grace-ms, the job back
+ * to pending resuming from it, not charged against max_attempts, the GPUs
+ * released).  Work that cannot be interrupted runs to its end there.
+ * Every scheduler instance hears the node's state; the job rows are
+ * locked first (the order every writer keeps) and only attempts nobody
+ * marked yet are marked, so one instance evacuates each. */
+static const char evac_lock_sql[] =
+    "SELECT j.id FROM jobs j WHERE j.interruptible AND j.id IN (SELECT a.job_id FROM attempts a\n"
+    "  WHERE a.node = $1 AND a.state IN ('reserved','starting','running')\n"
+    "    AND a.preempted_by IS NULL) ORDER BY j.id FOR UPDATE OF j";
+static const char evac_mark_sql[] =
+    "WITH v AS (SELECT DISTINCT a.job_id, a.attempt FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
+    "  WHERE a.node = $1 AND j.interruptible AND a.state IN ('reserved','starting','running')\n"
+    "    AND a.preempted_by IS NULL),\n"
+    "a AS (UPDATE attempts a SET preempted_by = '" EVAC_BY "', reason = $2 FROM v\n"
+    "  WHERE a.job_id = v.job_id AND a.attempt = v.attempt\n"
+    "    AND a.state IN ('reserved','starting','running') AND a.preempted_by IS NULL\n"
+    "  RETURNING a.job_id, a.attempt, a.site, a.node, a.rank),\n"
+    "j AS (UPDATE jobs SET preemptions = preemptions + 1, event_seq = event_seq + 1,\n"
+    "    updated_ms = $3::bigint WHERE id IN (SELECT job_id FROM a WHERE rank = 0)\n"
+    "  RETURNING id, event_seq, state)\n"
+    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
+    "  SELECT j.id, j.event_seq, 'preempted', j.state, a.attempt, a.site, a.node,\n"
+    "    'preempted: ' || $2, $3::bigint FROM j JOIN a ON a.job_id = j.id AND a.rank = 0\n"
+    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
+    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
+static const char evac_nodes_sql[] =
+    "SELECT job_id, attempt, site, node FROM attempts WHERE preempted_by = '" EVAC_BY "'\n"
+    "  AND reason = $2 AND state IN ('reserved','starting','running') AND $1 <> ''\n"
+    "  ORDER BY job_id, attempt, rank";
+
+static void
+evac_recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    preemption *pr = arg;
+
+    if (err != GP_EOK || nres != 3) {
+        GP_WARN("evacuation_write_failed", "node=%s code=%s detail=\"%s\"", pr->job,
+                gp_err_name(err), detail);
+        free(pr);
+        return;
+    }
+    sched_event_rows(pr->s, NULL, res[1]);
+    if (PQntuples(res[1]) == 0) {          /* nothing interruptible, or marked by another */
+        free(pr);
+        return;
+    }
+    for (int r = 0; r < PQntuples(res[2]); r++) {
+        preempt_victim pv = {.attempt = (uint32_t)strtoul(PQgetvalue(res[2], r, 1), NULL, 10)};
+        victim        *v;
+
+        snprintf(pv.job, sizeof(pv.job), "%s", PQgetvalue(res[2], r, 0));
+        if (pr->nv >= PREEMPT_MAX_VICTIMS && victim_of_find(pr, &pv) == NULL)
+            break;
+        v = victim_of(pr, &pv, PQgetvalue(res[2], r, 2));
+        if (v->nnodes < PLACE_MAX_NODES)
+            snprintf(v->node[v->nnodes++], sizeof(v->node[0]), "%s", PQgetvalue(res[2], r, 3));
+        snap_mark_evicting(&pr->s->snap, PQgetvalue(res[2], r, 3), pv.job, pv.attempt);
+    }
+    GP_INFO("evacuation_started", "node=%s attempts=%u grace_ms=%u", pr->job, pr->nv,
+            pr->s->cfg->preempt_grace_ms);
+    sched_count(pr->s->m_evacuations);
+    signal_all(pr);
+}
+
+void
+sched_evacuate(sched *s, const char *node, const char *state)
+{
+    preemption *pr = calloc(1, sizeof(*pr));
+    char        by[GP_MAX_ID + 64], now[24];
+    const char *v[] = {node, by, now};
+    gp_db_tx   *tx;
+
+    if (pr == NULL)
+        return;
+    pr->s = s;
+    snprintf(pr->job, sizeof(pr->job), "%s", node);
+    snprintf(by, sizeof(by), "evacuation of %s (%s)", node, state);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    tx = gp_db_tx_new(gp_app_db(s->app));
+    gp_db_tx_add(tx, evac_lock_sql, 1, v);
+    gp_db_tx_add(tx, evac_mark_sql, 3, v);
+    gp_db_tx_add(tx, evac_nodes_sql, 2, v);
+    if (gp_db_tx_run(tx, 0, evac_recorded, pr) != GP_EOK)
+        evac_recorded(pr, GP_EUNAVAIL, NULL, 0, "not sent");
 }

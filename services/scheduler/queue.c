@@ -1053,6 +1053,9 @@ sched_queue_start(sched *s)
                                        "Placement tries that left a job pending");
     s->m_preemptions = gp_metrics_counter(m, "gp_scheduler_preemptions_total", NULL,
                                           "Attempts chosen as preemption victims");
+    s->m_evacuations = gp_metrics_counter(m, "gp_scheduler_evacuations_total", NULL,
+                                          "Draining or quarantined nodes whose interruptible "
+                                          "attempts were moved off");
     s->m_claim_lost = gp_metrics_counter(m, "gp_scheduler_placement_conflicts_total", NULL,
                                          "Placements given back: the job was no longer pending "
                                          "or claimed by this instance, or the write failed");

@@ -304,6 +304,7 @@ sched_reconcile_run(gp_app *app, void *arg)
     sched *s = arg;
     char   ttl[16];
 
+    sched_evacuate_sweep(s);
     if (s->reconcile_busy)
         return;
     /* held a little less than a period, so the next pass may take it */

@@ -89,7 +89,8 @@ typedef struct sched {
     gp_task             *place_task;
     bool                 fed;             /* the first full inventory load is done */
     unsigned             dispatching;     /* RunAttempt rounds in flight */
-    uint64_t            *m_placements, *m_unplaced, *m_preemptions, *m_claim_lost;
+    uint64_t            *m_placements, *m_unplaced, *m_preemptions, *m_claim_lost,
+                        *m_evacuations;
     uint64_t            *m_failed_start[3];   /* refused, timeout, other (dispatch.c) */
     double              *m_queue_depth;
     gp_hist             *m_place_latency;
@@ -241,6 +242,12 @@ void   sched_signal(sched *s, const char *site, const char *node, const char *jo
  * lower-priority attempts (checkpoint, grace, stop).  True when a
  * preemption was started for it. */
 bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
+/* preempt_run.c: the interruptible attempts on a draining or quarantined
+ * node are checkpointed, stopped after the grace and requeued (one
+ * instance does it; a call with nothing left to move does nothing). */
+void   sched_evacuate(sched *s, const char *node, const char *state);
+/* feed.c: the same for every draining or quarantined node of the snapshot. */
+void   sched_evacuate_sweep(sched *s);
 /* What the end of a PREEMPTED attempt on one node does: that node's row
  * becomes 'preempted', that node's GPUs are released, and once no node of
  * the attempt is live its job goes back to pending (not failed; a

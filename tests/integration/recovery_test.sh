@@ -22,8 +22,10 @@
 #   4. control-plane isolation: 60% of the sites cut at once for 4 s: the
 #      freeze engages (one event), nothing is replaced, and the thaw
 #      follows when contact returns;
-#   5. quarantine: an XID 79 on one node and a node flapping (lost and
-#      back twice) are quarantined and get no new work;
+#   5. drain: a drained node's interruptible jobs are checkpointed and move
+#      elsewhere; quarantine: an XID 79 on a busy node and a node flapping
+#      (lost and back twice) are quarantined, get no new work, and the
+#      first one's interruptible jobs move off from a checkpoint;
 #   6. the invariant checker over the attempts table and the simulator's
 #      ground truth: no GPU booked twice, never two attempts of a job at
 #      once, really (the agents' run intervals).
@@ -39,11 +41,14 @@ PY=/usr/bin/python3
 on_fail() {
     echo "# recovery (rec-b) log tail:"; tail -n 15 "$D/rec-b.log" | sed 's/^/#   /'
     echo "# scheduler log (replace):"; grep -hE 'attempt_replaced|replace' "$D"/sched-*.log | tail -n 8 | sed 's/^/#   /'
+    echo "# scheduler log (evacuation):"; grep -hE 'evacuat' "$D"/sched-*.log | tail -n 8 | sed 's/^/#   /'
+    if [ -n "${GP_KEEP:-}" ]; then rm -rf "$GP_KEEP"; cp -r "$D" "$GP_KEEP"; fi
 }
 sched() {     # name
     spawn "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \
         --heartbeat-ms 500 --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 \
-        --dispatch-timeout-ms 3000 --claim-ms 3000 --checkpoint-root "$tmp/ckpt"
+        --dispatch-timeout-ms 3000 --claim-ms 3000 --checkpoint-root "$tmp/ckpt" \
+        --preempt-grace-ms 1500
 }
 recovery() {  # name
     spawn "$1" "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --instance "$1" \
@@ -220,16 +225,54 @@ ok "... no job was rescheduled, none lost ($(echo "$after" | tr ',' '\n' | wc -l
 
 # ---- 5. quarantine -------------------------------------------------------------------
 
-inv_nodes() { sql "SELECT id FROM nodes WHERE state = 'healthy' ORDER BY id LIMIT 2"; }
 nstate() { $G get nodes "$1" -o json 2>/dev/null | $PY -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d['state'])"; }
-set -- $(inv_nodes)
-xnode=$1
-fnode=$2
+# moved: every job of the list runs a newer attempt off node $1, resumed from a checkpoint
+moved_off() {  # node jobs...
+    local n=$1 k=0 j; shift
+    for j in "$@"; do
+        w=$(where "$j")
+        [ -n "$w" ] && [ "$(echo "$w" | cut -d/ -f2)" != "$n" ] &&
+            grep "event=attempt_started .*job=$j attempt=$(echo "$w" | cut -d/ -f3) " "$D/sim.log" |
+                grep -q 'resume_ms=[1-9]' && k=$((k + 1))
+    done
+    echo "$k"
+}
+busy_node() { sql "SELECT a.node FROM attempts a JOIN nodes n ON n.id = a.node
+                   WHERE a.state = 'running' AND n.state = 'healthy' $1
+                   GROUP BY a.node ORDER BY count(*) DESC, a.node LIMIT 1"; }
+
+# ---- 5a. drain: interruptible work moves off, from a checkpoint
+dnode=$(busy_node "")
+djobs=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts WHERE node = '$dnode'
+             AND state = 'running'")
+$G drain node "$dnode" >/dev/null
+for _ in $(seq 1 100); do
+    [ "$(moved_off "$dnode" $djobs)" = "$(echo "$djobs" | wc -w)" ] && break
+    sleep 0.2
+done
+[ -n "$djobs" ] && [ "$(moved_off "$dnode" $djobs)" = "$(echo "$djobs" | wc -w)" ]
+ok "drain of $dnode: its interruptible jobs ($djobs) run elsewhere, resumed from a checkpoint" $?
+sql "SELECT reason FROM attempts WHERE node = '$dnode' AND state = 'preempted' LIMIT 1" | grep -q 'evacuation of'
+ok "... their attempts there ended 'preempted by evacuation of $dnode (draining)'" $?
+$G uncordon node "$dnode" >/dev/null
+
+# ---- 5b. quarantine by XID 79 and by flapping
+xnode=$(busy_node "AND a.node <> '$dnode'")
+fnode=$(sql "SELECT id FROM nodes WHERE state = 'healthy' AND id NOT IN ('$xnode', '$dnode')
+             ORDER BY id LIMIT 1")
+xjobs=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts WHERE node = '$xnode'
+             AND state = 'running'")
 $G fault gpu_xid --node "$xnode" --gpu 0 --code 79 >/dev/null
 $G fault node_flap --node "$fnode" --period-ms 6000 --duration-ms 16000 >/dev/null
 for _ in $(seq 1 150); do [ "$(nstate "$xnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$xnode")" = quarantined ]
 ok "XID 79 on $xnode: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$xnode' ORDER BY id DESC LIMIT 1"))" $?
+for _ in $(seq 1 100); do
+    [ "$(moved_off "$xnode" $xjobs)" = "$(echo "$xjobs" | wc -w)" ] && break
+    sleep 0.2
+done
+[ -n "$xjobs" ] && [ "$(moved_off "$xnode" $xjobs)" = "$(echo "$xjobs" | wc -w)" ]
+ok "... its interruptible jobs ($xjobs) moved off, resumed from a checkpoint" $?
 for _ in $(seq 1 150); do [ "$(nstate "$fnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$fnode")" = quarantined ]
 ok "$fnode flapping: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$fnode' ORDER BY id DESC LIMIT 1"))" $?

@@ -34,8 +34,26 @@ const gp_cfg_opt recovery_cfg_opts[] = {
                 "after a freeze, replacements stay rate-limited this long"),
     GP_CFG_UINT("thaw-rate", recovery_cfg, thaw_rate, 300, 1, 1000000,
                 "node replacements a minute, fleet-wide, while thawing"),
+    GP_CFG_STR("leafz-urls", recovery_cfg, leafz_urls, "",
+               "the hub servers' monitoring URLs (http://host:8222, comma-separated): their "
+               "/leafz says which sites' leaf links are up; empty: no leaf evidence"),
+    GP_CFG_UINT("leafz-ms", recovery_cfg, leafz_ms, 2000, 200, 600000,
+                "how often /leafz is read"),
+    GP_CFG_UINT("leaf-dead-ms", recovery_cfg, leaf_dead_ms, 15000, 0, 600000,
+                "how long the hub may take to see a dead leaf link (its ping interval x "
+                "max pings out): a site whose nodes went silent with its link still up this "
+                "long lost its nodes, not its network"),
     GP_CFG_END
 };
+
+/* Reads of /leafz still out hold watchers on the loop: cancelled before
+ * it goes. */
+static void
+on_stop(gp_app *app, void *arg)
+{
+    (void)app;
+    recovery_leaf_free(arg);
+}
 
 int
 main(int argc, char **argv)
@@ -57,6 +75,13 @@ main(int argc, char **argv)
         recovery_replace_start(&r);
         rc = recovery_sites_start(&r);
     }
+    if (rc == GP_EOK)
+        rc = recovery_leaf_start(&r);
+    if (rc == GP_EOK)
+        gp_app_on_stop(app, on_stop, &r);
+    if (rc == GP_EOK && r.leaf != NULL &&
+        gp_app_every(app, "leafz", cfg.leafz_ms / 1000.0, recovery_leaf_run, &r) == NULL)
+        rc = GP_ENOMEM;
     if (rc == GP_EOK &&
         (gp_app_every(app, "sites", cfg.sites_ms / 1000.0, recovery_sites_run, &r) == NULL ||
          gp_app_every(app, "replace", cfg.replace_ms / 1000.0, recovery_replace_run, &r) == NULL))
@@ -69,6 +94,7 @@ main(int argc, char **argv)
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);                      /* the bus frees its subscriptions */
+    recovery_leaf_free(&r);                /* no-op: the stop hook freed it */
     recovery_sites_free(&r);
     gp_lib_close();
     return rc == GP_EOK ? 0 : 1;

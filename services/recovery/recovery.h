@@ -37,10 +37,16 @@ typedef struct recovery_cfg {
     unsigned      isolation_min_sites; /* ... and at least this many (a small fleet) */
     unsigned      thaw_ms;             /* after a freeze, replacements are rate-limited this long */
     unsigned      thaw_rate;           /* ... to this many nodes a minute, fleet-wide */
+    char          leafz_urls[1024];    /* the hub servers' monitoring URLs, comma-separated */
+    unsigned      leafz_ms;            /* how often they are read */
+    unsigned      leaf_dead_ms;        /* how long the hub may take to see a dead leaf link */
 } recovery_cfg;
 
 extern const gp_cfg_opt recovery_cfg_opts[];
 extern const gp_migration recovery_migrations[];
+
+/* A leaf connection's key: "<hub>|<ip>|<port>". */
+#define RLEAF_CONN 96
 
 /* A token bucket: rate per minute, capacity 10 s of it (at least 1). */
 typedef struct rbucket {
@@ -55,9 +61,16 @@ typedef struct rsite {
     uint32_t seen;                  /* nodes this instance has seen a state of */
     uint32_t lost;                  /* its nodes lost now */
     uint64_t first_lost_ms;         /* wall ms: when lost went from 0 to 1 */
+    uint64_t first_lost_mono;       /* the same on the monotonic clock (leaf.c's wait) */
+    uint64_t unreachable_ms;        /* wall ms: when the share was reached */
     bool     unreachable;           /* a site event is open */
     uint64_t since_ms;
     uint32_t rebooted, resumed;     /* how its nodes came back since */
+    bool     announced;             /* its unreachable event went out (it may wait: leaf.c) */
+    bool     leaf_seen;             /* its agents were ever seen behind a leaf link */
+    bool     leaf_up;
+    uint64_t leaf_at_ms;            /* wall ms: the link's last change */
+    char     leaf_conn[RLEAF_CONN];  /* the hub connection its subjects came over */
     rbucket  bucket;
 } rsite;
 
@@ -99,6 +112,7 @@ typedef struct recovery {
     uint64_t            pending_next_ms; /* gp_mono_ms of the next pending-gauge count */
     unsigned            inflight;    /* replace calls out */
     gp_bus_sub         *state_sub;
+    struct rleaf       *leaf;        /* leaf.c; NULL when leafz-urls is empty */
     uint64_t           *m_site_events[2], *m_isolation_events[2];
     uint64_t           *m_replaced, *m_waits, *m_deferred, *m_replace_errors, *m_lost_seen;
     double             *m_frozen, *m_pending, *m_unreachable;
@@ -118,6 +132,20 @@ void   recovery_sites_free(recovery *r);
  * bucket (NULL when it has none). */
 rsite   *recovery_site(recovery *r, const char *id);
 rbucket *recovery_region_bucket(recovery *r, const rsite *s);
+
+/* sites.c: a site turned unreachable announces it now or, behind a leaf
+ * link that is still up, once leaf.c can tell (recovery_leaf_verdict). */
+void recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence);
+
+/* leaf.c: the sites' NATS leaf links (nats-server's /leafz) as evidence */
+gp_err recovery_leaf_start(recovery *r);
+void   recovery_leaf_run(gp_app *app, void *arg);
+void   recovery_leaf_free(recovery *r);
+/* For a site just unreachable: true when the verdict can wait for the
+ * leaf link (the site is behind one and it is still up). */
+bool   recovery_leaf_wait(recovery *r, const rsite *s);
+/* The leaf evidence of s, for an event ("" when there is none). */
+void   recovery_leaf_evidence(recovery *r, const rsite *s, char *out, size_t n);
 
 /* replace.c: lost nodes in PostgreSQL, replaced through the scheduler */
 void recovery_replace_start(recovery *r);

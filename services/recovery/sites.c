@@ -314,25 +314,53 @@ site_share(const recovery *r, const rsite *s)
     return (uint64_t)s->lost * 100 >= (uint64_t)r->cfg->site_share_pct * nodes;
 }
 
-/* True when the site turned unreachable. */
+/* The unreachable event: the losses, what the leaf link says (leaf.c;
+ * its own words when it decided the cause), and what is still open. */
+void
+recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence)
+{
+    char ev[256], leaf[160] = "";
+
+    if (s->announced)
+        return;
+    s->announced = true;
+    if (leaf_evidence != NULL)
+        snprintf(leaf, sizeof(leaf), "%s", leaf_evidence);
+    else
+        recovery_leaf_evidence(r, s, leaf, sizeof(leaf));
+    snprintf(ev, sizeof(ev), "%u of %u nodes lost within %.1f s (no heartbeat, no lease "
+             "renewal)%s%s%s", s->lost, site_nodes(s),
+             (double)(s->unreachable_ms - s->first_lost_ms) / 1000.0, leaf[0] ? "; " : "", leaf,
+             cause == MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK ? "; power or uplink: their return "
+             "tells" : "");
+    site_event(r, s, MSG_SITE_EVENT_KIND_UNREACHABLE, cause, ev);
+}
+
+/* True when the site turned unreachable.  Behind a leaf link that is
+ * still up, the event waits for leaf.c's verdict (the hub may not have
+ * seen the link die yet). */
 static bool
 went_lost(recovery *r, rsite *s)
 {
     uint64_t now = gp_wall_ms();
-    char     ev[256];
 
-    if (s->lost++ == 0)
+    if (s->lost++ == 0) {
         s->first_lost_ms = now;
+        s->first_lost_mono = gp_mono_ms();
+    }
     if (s->unreachable || !site_share(r, s) ||
         now - s->first_lost_ms > r->cfg->site_window_ms)
         return false;
     s->unreachable = true;
+    s->unreachable_ms = now;
     s->since_ms = s->first_lost_ms;
     s->rebooted = s->resumed = 0;
-    snprintf(ev, sizeof(ev), "%u of %u nodes lost within %.1f s (no heartbeat, no lease "
-             "renewal); power or uplink: which one shows when they return",
-             s->lost, site_nodes(s), (double)(now - s->first_lost_ms) / 1000.0);
-    site_event(r, s, MSG_SITE_EVENT_KIND_UNREACHABLE, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, ev);
+    s->announced = false;
+    if (recovery_leaf_wait(r, s))
+        GP_INFO("site_unreachable_pending", "site=%s lost=%u reason=\"its leaf link is up: "
+                "waiting for the hub to tell a dead link from dead nodes\"", s->id, s->lost);
+    else
+        recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
     return true;
 }
 
@@ -346,6 +374,8 @@ came_back(recovery *r, rsite *s, bool registered)
         s->lost--;
     if (!s->unreachable)
         return false;
+    if (!s->announced)                 /* back before the leaf verdict */
+        recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
     if (registered)
         s->rebooted++;
     else

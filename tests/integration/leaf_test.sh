@@ -13,7 +13,9 @@
 #      leaf link drop (/leafz), the node is lost, one site event, its job
 #      runs at another site once the fence opens;
 #   3. the leaf back: the agent reconnects by itself, its heartbeats resume
-#      without a registration, and the site returns with cause uplink.
+#      without a registration, and the site returns with cause uplink;
+#   4. another site's node dies with its leaf link up (recovery reads the
+#      hubs' /leafz): one site event, cause power, and power on return.
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR
@@ -80,13 +82,16 @@ svc registry gridpool-registry --heartbeat-ms 500 --lease-ms 6000 --sweep-ms 200
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
 svc sched gridpool-scheduler --heartbeat-ms 500 --lease-ms 6000 --fence-margin-ms 500 \
     --place-ms 200 --dispatch-timeout-ms 3000 --checkpoint-root "$tmp/ckpt"
-svc recovery gridpool-recovery --replace-ms 100 --sites-ms 1000
-$G create tenant op --kind operator >/dev/null &&
-    $G create site la --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
-    $G create site lb --tenant op --region r1 --lat 48.1 --lon 11.6 >/dev/null &&
-    $G create site lc --tenant op --region r1 --lat 50.1 --lon 8.7 >/dev/null &&
-    $G create pool p-all --tenant op --scope global >/dev/null
-ok "tenant, three sites and a pool created through the hub" $?
+svc recovery gridpool-recovery --replace-ms 100 --sites-ms 1000 --leafz-ms 500 \
+    --leaf-dead-ms 3000 --leafz-urls "http://127.0.0.1:${P[9]},http://127.0.0.1:${P[10]},http://127.0.0.1:${P[11]}"
+$G create tenant op --kind operator >"$tmp/create.out" 2>&1 &&
+    $G create site la --tenant op --region r1 --lat 52.5 --lon 13.4 >>"$tmp/create.out" 2>&1 &&
+    $G create site lb --tenant op --region r1 --lat 48.1 --lon 11.6 >>"$tmp/create.out" 2>&1 &&
+    $G create site lc --tenant op --region r1 --lat 50.1 --lon 8.7 >>"$tmp/create.out" 2>&1 &&
+    $G create pool p-all --tenant op --scope global >>"$tmp/create.out" 2>&1
+rc=$?
+ok "tenant, three sites and a pool created through the hub" $rc
+[ "$rc" = 0 ] || sed 's/^/# /' "$tmp/create.out"
 for j in 0 1 2; do
     s=${sites[$j]}
     spawn "agent-$s" "$B/bin/gridpool-agent" --config "$D/gp.env" \
@@ -103,7 +108,7 @@ for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1;
 
 jobs=()
 for i in 1 2 3; do jobs+=("$(submit --command 'sim:run=600s ckpt=1s' --gpus 2)"); done
-wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 3 150
+wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 3 300
 ok "three jobs run (their started events crossed the leaf links into ATTEMPTS)" $?
 cs=$(sql "SELECT site FROM attempts WHERE state = 'running' GROUP BY site ORDER BY count(*) DESC, site LIMIT 1")
 for cj in 0 1 2; do [ "${sites[$cj]}" = "$cs" ] && break; done
@@ -119,6 +124,9 @@ ok "the hub sees $cs's leaf link drop (2 leaf links left)" $?
 for _ in $(seq 1 150); do grep -q "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log" && break; sleep 0.1; done
 grep -q "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log"
 ok "$cs-n1 lost: one site event for $cs ($(grep -o "event=site_event site=$cs [^\"]*" "$D/recovery.log" | head -n 1 | grep -o 'cause=[a-z_]*'))" $?
+grep "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log" | grep 'cause=power_or_uplink' |
+    grep -q 'leaf link dropped'
+ok "... cause power or uplink, the evidence says its leaf link dropped (recovery read /leafz)" $?
 moved=
 for _ in $(seq 1 150); do
     moved=$(sql "SELECT site FROM attempts WHERE job_id = '$jb' AND state = 'running' AND site <> '$cs'")
@@ -138,6 +146,25 @@ ok "leaf back: the agent reconnected by itself, $cs returned with cause uplink" 
 grep "event=site_event site=$cs" "$D/recovery.log" | sed 's/^.*event=site_event/# site_event/'
 [ "$(grep -c 'event=agent_registered' "$D/agent-$cs.log")" = 1 ]
 ok "... without registering again (one registration in its log)" $?
+
+# ---- 4. a site's node dies, its leaf link stays up: the nodes' power, not the network
+ps=${sites[$(( (cj + 1) % 3 ))]}
+sleep 1
+kill -9 "$(cat "$D/pids/agent-$ps.pid")"
+for _ in $(seq 1 200); do grep -q "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" && break; sleep 0.1; done
+grep "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" | grep 'cause=power ' |
+    grep -q 'leaf link is still up'
+ok "agent of $ps killed, its leaf up: one site event, cause power (the leaf link stayed up)" $?
+grep "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" | sed 's/^.*event=site_event/# site_event/'
+spawn "agent-$ps" "$B/bin/gridpool-agent" --config "$D/gp.env" \
+    --nats-url "nats://127.0.0.1:${P[$((12 + (cj + 1) % 3))]}" --site "$ps" --node "$ps-n1" \
+    --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0
+for _ in $(seq 1 200); do grep -q "event=site_event site=$ps .*kind=returned" "$D/recovery.log" && break; sleep 0.1; done
+grep "event=site_event site=$ps .*kind=returned" "$D/recovery.log" | grep -q 'cause=power '
+ok "... the node back (registered anew): returned, cause power" $?
+[ "$(grep -c "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log")" = 1 ]
+ok "... one unreachable event for it, no more" $?
+
 bash "$GP_HARNESS/invariants.sh" >"$tmp/inv.out" 2>&1
 st=$?
 tail -n 1 "$tmp/inv.out" | sed 's/^/# /'

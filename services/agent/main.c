@@ -27,6 +27,7 @@ typedef struct agent_cfg {
     unsigned      sim_seed;
     unsigned      heartbeat_ms;
     unsigned      stop_grace_ms;
+    char          boot_id[MSG_NODE_REGISTER_BOOT_ID_MAXLEN + 1];
 } agent_cfg;
 
 static const gp_cfg_opt agent_opts_tab[] = {
@@ -44,6 +45,9 @@ static const gp_cfg_opt agent_opts_tab[] = {
                 "heartbeat interval; 0 = what the control plane says (default 5000)"),
     GP_CFG_UINT("stop-grace-ms", agent_cfg, stop_grace_ms, 5000, 100, 600000,
                 "SIGTERM to SIGKILL when stopping an attempt"),
+    GP_CFG_STR("boot-id", agent_cfg, boot_id, "",
+               "the boot id registered (empty: the kernel's): a new one tells the control "
+               "plane the node rebooted (a container or a test sets its own)"),
     GP_CFG_END
 };
 
@@ -131,6 +135,22 @@ on_bus(void *arg, bool up)
         agent_set_connected(*pa, up);
 }
 
+/* The kernel's boot id: a node that registers with a new one rebooted
+ * (the registry tells a site's power cut from an agent restart by it). */
+static void
+boot_id(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    out[0] = '\0';
+    if (f == NULL)
+        return;                        /* agent_new makes one up */
+    if (fgets(out, (int)n, f) == NULL)
+        out[0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    fclose(f);
+}
+
 static int
 run(agent_cfg *c, gpu_backend *gpu)
 {
@@ -146,6 +166,10 @@ run(agent_cfg *c, gpu_backend *gpu)
     snprintf(o.site, sizeof(o.site), "%s", c->site);
     snprintf(o.node, sizeof(o.node), "%s", c->node);
     snprintf(o.version, sizeof(o.version), "%s", AGENT_VERSION);
+    if (c->boot_id[0] != '\0')
+        snprintf(o.boot_id, sizeof(o.boot_id), "%s", c->boot_id);
+    else
+        boot_id(o.boot_id, sizeof(o.boot_id));
     /* Replies to register/lease come into the node's own subtree: its NATS
      * identity needs no rights outside gp.node.<site>.<node>.> */
     if (c->common.nats_inbox_prefix[0] == '\0')

@@ -27,6 +27,7 @@
 #include "gp/httpc.h"
 #include "gp/log.h"
 #include "gp/metrics.h"
+#include "gp/op.h"
 #include "recovery.h"
 
 #define LEAF_MAX_HUBS 8
@@ -50,6 +51,7 @@ struct rleaf {
     char        (*conn)[RLEAF_CONN]; /* this read's leaf connections */
     uint32_t      nconn, capconn;
     rmap          conn_ix;
+    char          prefix[64];        /* '"' + a node subject up to its site */
     uint64_t      fresh_mono;        /* gp_mono_ms of the last complete read; 0: none */
     uint64_t     *m_reads, *m_read_failures;
     double       *m_linked;
@@ -75,19 +77,20 @@ conn_add(rleaf *l, const char *key)
         l->nconn++;
 }
 
-/* Marks every site named by a "gp.node.<site>." subject in [p, end). */
+/* Marks every site named by a node subject (the contract's node
+ * operations, up to their {site}) in [p, end). */
 static void
 mark_sites(rleaf *l, const char *p, const char *end, const char *key)
 {
-    static const char pre[] = "\"gp.node.";
-    char              id[GP_MAX_ID + 1];
+    const char *pre = l->prefix;
+    char        id[GP_MAX_ID + 1];
 
     for (p = strstr(p, pre); p != NULL && p < end; p = strstr(p, pre)) {
         size_t  n;
         rsite  *s;
         size_t  ix;
 
-        p += sizeof(pre) - 1;
+        p += strlen(pre);
         n = strcspn(p, ".\"");
         if (n == 0 || n > GP_MAX_ID || p[n] != '.')
             continue;
@@ -296,6 +299,9 @@ recovery_leaf_start(recovery *r)
     if ((l = calloc(1, sizeof(*l))) == NULL)
         return GP_ENOMEM;
     l->r = r;
+    /* a JSON string that starts a node subject: the lease's, up to {site} */
+    snprintf(l->prefix, sizeof(l->prefix), "\"%.*s", (int)strcspn(GP_OP_NODE_LEASE->address, "{"),
+             GP_OP_NODE_LEASE->address);
     snprintf(list, sizeof(list), "%s", r->cfg->leafz_urls);
     for (char *u = strtok_r(list, ", ", &save); u != NULL; u = strtok_r(NULL, ", ", &save)) {
         if (l->nurl == LEAF_MAX_HUBS || gp_httpc_url_parse(u, &l->url[l->nurl], err,

@@ -63,9 +63,11 @@ typedef struct rsite {
     uint64_t first_lost_ms;         /* wall ms: when lost went from 0 to 1 */
     uint64_t first_lost_mono;       /* the same on the monotonic clock (leaf.c's wait) */
     uint64_t unreachable_ms;        /* wall ms: when the share was reached */
+    uint32_t rtt_n;                 /* this episode's lost nodes with a last uplink RTT */
+    double   rtt_sum, rtt_max;
     bool     unreachable;           /* a site event is open */
     uint64_t since_ms;
-    uint32_t rebooted, resumed;     /* how its nodes came back since */
+    uint32_t rebooted, resumed, restarted;   /* how its nodes came back since */
     bool     announced;             /* its unreachable event went out (it may wait: leaf.c) */
     bool     leaf_seen;             /* its agents were ever seen behind a leaf link */
     bool     leaf_up;

@@ -319,7 +319,7 @@ site_share(const recovery *r, const rsite *s)
 void
 recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence)
 {
-    char ev[256], leaf[160] = "";
+    char ev[256], leaf[160] = "", rtt[64] = "";
 
     if (s->announced)
         return;
@@ -328,12 +328,35 @@ recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_ev
         snprintf(leaf, sizeof(leaf), "%s", leaf_evidence);
     else
         recovery_leaf_evidence(r, s, leaf, sizeof(leaf));
+    if (s->rtt_n > 0)
+        snprintf(rtt, sizeof(rtt), ", their last uplink RTT %.0f ms (max %.0f)",
+                 s->rtt_sum / s->rtt_n, s->rtt_max);
     snprintf(ev, sizeof(ev), "%u of %u nodes lost within %.1f s (no heartbeat, no lease "
-             "renewal)%s%s%s", s->lost, site_nodes(s),
-             (double)(s->unreachable_ms - s->first_lost_ms) / 1000.0, leaf[0] ? "; " : "", leaf,
+             "renewal%s)%s%s%s", s->lost, site_nodes(s),
+             (double)(s->unreachable_ms - s->first_lost_ms) / 1000.0, rtt, leaf[0] ? "; " : "",
+             leaf,
              cause == MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK ? "; power or uplink: their return "
              "tells" : "");
     site_event(r, s, MSG_SITE_EVENT_KIND_UNREACHABLE, cause, ev);
+}
+
+/* The last telemetry before the silence: the registry's lost reason ends
+ * with the node's last measured uplink RTT ("..., uplink RTT 35 ms)"; -1
+ * when it never had one).  Per episode: the largest and the mean. */
+static void
+last_rtt(rsite *s, const char *reason)
+{
+    const char *p = strstr(reason, "uplink RTT ");
+    double      v;
+
+    if (s->lost == 0)
+        s->rtt_n = 0, s->rtt_sum = s->rtt_max = 0;
+    if (p == NULL || sscanf(p + 11, "%lf", &v) != 1 || v < 0)
+        return;
+    s->rtt_n++;
+    s->rtt_sum += v;
+    if (v > s->rtt_max)
+        s->rtt_max = v;
 }
 
 /* True when the site turned unreachable.  Behind a leaf link that is
@@ -354,7 +377,7 @@ went_lost(recovery *r, rsite *s)
     s->unreachable = true;
     s->unreachable_ms = now;
     s->since_ms = s->first_lost_ms;
-    s->rebooted = s->resumed = 0;
+    s->rebooted = s->resumed = s->restarted = 0;
     s->announced = false;
     if (recovery_leaf_wait(r, s))
         GP_INFO("site_unreachable_pending", "site=%s lost=%u reason=\"its leaf link is up: "
@@ -364,11 +387,25 @@ went_lost(recovery *r, rsite *s)
     return true;
 }
 
+enum { BACK_RESUMED, BACK_REBOOTED, BACK_RESTARTED };
+
+/* How a node came back, from the registry's reason: heartbeats resumed
+ * (its agent kept running), registered with a new boot id (rebooted:
+ * power), registered with the same one (only its agent restarted). */
+static int
+back_how(const char *reason)
+{
+    if (strncmp(reason, "registered", 10) != 0)
+        return BACK_RESUMED;
+    return strstr(reason, "same boot") != NULL ? BACK_RESTARTED : BACK_REBOOTED;
+}
+
 /* True when the site stopped being unreachable. */
 static bool
-came_back(recovery *r, rsite *s, bool registered)
+came_back(recovery *r, rsite *s, int how)
 {
     char ev[256];
+    bool power;
 
     if (s->lost > 0)
         s->lost--;
@@ -376,19 +413,22 @@ came_back(recovery *r, rsite *s, bool registered)
         return false;
     if (!s->announced)                 /* back before the leaf verdict */
         recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
-    if (registered)
+    if (how == BACK_REBOOTED)
         s->rebooted++;
+    else if (how == BACK_RESTARTED)
+        s->restarted++;
     else
         s->resumed++;
     if (site_share(r, s))
         return false;
     s->unreachable = false;
-    snprintf(ev, sizeof(ev), "%u node(s) came back rebooted (registered anew, attempts gone), "
-             "%u resumed heartbeats with their agents running; out for %.0f s",
-             s->rebooted, s->resumed, (double)(gp_wall_ms() - s->since_ms) / 1000.0);
+    snprintf(ev, sizeof(ev), "%u node(s) came back rebooted (new boot id, attempts gone), "
+             "%u resumed heartbeats with their agents running, %u restarted only their agent; "
+             "out for %.0f s", s->rebooted, s->resumed, s->restarted,
+             (double)(gp_wall_ms() - s->since_ms) / 1000.0);
+    power = s->rebooted > 0 && s->rebooted >= s->resumed + s->restarted;
     site_event(r, s, MSG_SITE_EVENT_KIND_RETURNED,
-               s->rebooted >= s->resumed ? MSG_SITE_EVENT_CAUSE_POWER : MSG_SITE_EVENT_CAUSE_UPLINK,
-               ev);
+               power ? MSG_SITE_EVENT_CAUSE_POWER : MSG_SITE_EVENT_CAUSE_UPLINK, ev);
     return true;
 }
 
@@ -423,12 +463,13 @@ on_node_state(void *arg, const gp_bus_msg *m)
         return;
     if (lost && !n->lost) {
         n->lost = true;
+        last_rtt(s, st.reason);
         (*r->m_lost_seen)++;
         changed = went_lost(r, s);
         recovery_node_lost(r, st.site, st.node, st.at_ms, st.reason);
     } else if (!lost && n->lost) {
         n->lost = false;
-        changed = came_back(r, s, strcmp(st.reason, "registered") == 0);
+        changed = came_back(r, s, back_how(st.reason));
         recovery_node_back(r, st.node, st.at_ms);
     }
     /* the freeze depends only on which sites are unreachable: a walk over

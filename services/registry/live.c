@@ -150,6 +150,7 @@ typedef struct beat {
     char                      site[GP_MAX_ID + 1];
     char                      node[GP_MAX_ID + 1];
     bool                      registered;
+    char                      how[48];     /* a registration's reason */
     beat_health               h;
     registry_live_written_cb *done;        /* registration: told how the write went */
     void                     *done_arg;
@@ -284,7 +285,7 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
     prev = registry_state_from_name(rep->element[0]->str);
     state = registry_state_from_name(rep->element[1]->str);
     if (b->registered)
-        registry_live_transition(b->r, b->site, b->node, prev, state, "registered");
+        registry_live_transition(b->r, b->site, b->node, prev, state, b->how);
     else if (prev != state)
         registry_live_transition(b->r, b->site, b->node, prev, state, "heartbeat");
     if (state != MSG_NODE_STATE_STATE_QUARANTINED)
@@ -293,11 +294,12 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
     beat_free(b, GP_EOK);
 }
 
-/* done (may be NULL) is called exactly once, maybe before this returns. */
+/* done (may be NULL) is called exactly once, maybe before this returns.
+ * registered: NULL for a heartbeat, a registration's reason otherwise. */
 static void
 live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
-           double rtt_ms, const beat_health *h, bool registered, registry_live_written_cb *done,
-           void *done_arg)
+           double rtt_ms, const beat_health *h, const char *registered,
+           registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
     char        rtt[32];
@@ -314,7 +316,8 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
         return;
     }
     b->r = r;
-    b->registered = registered;
+    b->registered = registered != NULL;
+    snprintf(b->how, sizeof(b->how), "%s", registered != NULL ? registered : "");
     if (h != NULL)
         b->h = *h;
     else
@@ -372,7 +375,7 @@ registry_live_beat(registry *r, const char *site, const char *node, const void *
     if (shed(r))
         return;
     (*r->m_hb)++;
-    live_write(r, site, node, raw, len, rtt_ms, h, false, NULL, NULL);
+    live_write(r, site, node, raw, len, rtt_ms, h, NULL, NULL, NULL);
 }
 
 /* A lease renewal: contact for the detector.  Not counted as a beat and
@@ -392,11 +395,11 @@ registry_live_contact(registry *r, const char *site, const char *node)
 }
 
 void
-registry_live_register(registry *r, const char *site, const char *node,
+registry_live_register(registry *r, const char *site, const char *node, const char *how,
                        registry_live_written_cb *done, void *arg)
 {
     forget_cancel(r, site, node);
-    live_write(r, site, node, "", 0, 0, NULL, true, done, arg);
+    live_write(r, site, node, "", 0, 0, NULL, how, done, arg);
 }
 
 /* ---- an operator's mode (cordon, drain, quarantine) ---------------------------------- */

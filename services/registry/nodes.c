@@ -79,7 +79,7 @@ pg_array(gp_buf *b, const void *base, uint32_t n, size_t stride, size_t off, boo
  * is $8 (registry_now_ms), the clock of the state changes written later
  * (states.c), which apply only when newer than it. */
 static const char upsert_node[] =
-    "WITH old AS (SELECT site FROM nodes WHERE id = $1)"
+    "WITH old AS (SELECT site, boot_id FROM nodes WHERE id = $1)"
     " INSERT INTO nodes (id, site, hostname, agent_version, boot_id, cpu_cores, mem_mb, state,"
     " state_since, registered_at) SELECT $1, $2, $3, $4, $5, $6::int, $7::int, 'healthy',"
     " timestamptz 'epoch' + $8::bigint * interval '1 millisecond', now()"
@@ -90,7 +90,7 @@ static const char upsert_node[] =
     " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since"
     " ELSE EXCLUDED.state_since END,"
     " registered_at = now()"
-    " RETURNING coalesce((SELECT site FROM old), '')";
+    " RETURNING coalesce((SELECT site FROM old), ''), (SELECT boot_id FROM old)";
 
 static const char replace_gpus[] =
     "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
@@ -155,13 +155,22 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
     } else if (err != GP_EOK) {
         err = gp_req_fail(req, err, "%s", detail);
     } else {
-        const char *was = nres > 0 && PQntuples(res[0]) == 1 ? PQgetvalue(res[0], 0, 0) : "";
+        bool        row = nres > 0 && PQntuples(res[0]) == 1;
+        const char *was = row ? PQgetvalue(res[0], 0, 0) : "";
+        const char *how = "registered";
 
+        /* A node that registers again rebooted when its boot id changed
+         * (the kernel's, /proc/sys/kernel/random/boot_id): what tells a
+         * site's power cut from its uplink cut when it comes back. */
+        if (row && !PQgetisnull(res[0], 0, 1) && q->boot_id[0] != '\0')
+            how = strcmp(PQgetvalue(res[0], 0, 1), q->boot_id) != 0
+                      ? "registered: rebooted (new boot id)"
+                      : "registered: same boot (agent restarted)";
         /* sent before the registration's script, on the same connection
          * (and, for the same shard, the same slot): in order */
         if (was[0] != '\0' && strcmp(was, q->site) != 0)
             registry_live_forget(gp_req_state(req), was, q->node);
-        registry_live_register(gp_req_state(req), q->site, q->node, live_registered, req);
+        registry_live_register(gp_req_state(req), q->site, q->node, how, live_registered, req);
         return;                                   /* live_registered() ends the request */
     }
     gp_req_done(req, err);

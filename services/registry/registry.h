@@ -176,7 +176,9 @@ void registry_live_forget(registry *r, const char *site, const char *node);
  * publishes it; done is called exactly once (maybe at once) with OK once
  * Redis took the write, or the error: the registration ends there. */
 typedef void registry_live_written_cb(void *arg, gp_err err);
-void registry_live_register(registry *r, const char *site, const char *node,
+/* how: the transition's reason ("registered", "registered: rebooted (new
+ * boot id)", ...: recovery tells a power cut by it). */
+void registry_live_register(registry *r, const char *site, const char *node, const char *how,
                             registry_live_written_cb *done, void *arg);
 
 /* A lease renewal seen: contact for the failure detector (not waited for). */

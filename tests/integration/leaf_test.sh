@@ -158,7 +158,7 @@ ok "agent of $ps killed, its leaf up: one site event, cause power (the leaf link
 grep "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" | sed 's/^.*event=site_event/# site_event/'
 spawn "agent-$ps" "$B/bin/gridpool-agent" --config "$D/gp.env" \
     --nats-url "nats://127.0.0.1:${P[$((12 + (cj + 1) % 3))]}" --site "$ps" --node "$ps-n1" \
-    --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0
+    --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0 --boot-id "rebooted-$ps"
 for _ in $(seq 1 200); do grep -q "event=site_event site=$ps .*kind=returned" "$D/recovery.log" && break; sleep 0.1; done
 grep "event=site_event site=$ps .*kind=returned" "$D/recovery.log" | grep -q 'cause=power '
 ok "... the node back (registered anew): returned, cause power" $?

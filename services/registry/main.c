@@ -21,6 +21,8 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_UINT("quarantine-flaps", registry_cfg, q_flaps, 3, 1, 1000, "returns from lost within quarantine-flap-window-ms that quarantine a flapping node"),
     GP_CFG_UINT("quarantine-flap-window-ms", registry_cfg, q_flap_window_ms, 600000, 1000, 86400000, "the window of quarantine-flaps"),
     GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
+    GP_CFG_UINT("history-days", registry_cfg, history_days, 90, 1, 36500, "node state history (node_transitions) kept this many days"),
+    GP_CFG_UINT("history-trim-ms", registry_cfg, history_ms, 600000, 100, 86400000, "how often older history is deleted (a batch of 20,000 rows each time)"),
     GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
     GP_CFG_END
 };
@@ -75,6 +77,7 @@ main(int argc, char **argv)
         registry_live_start(&reg);
         gp_app_on_stop(app, registry_states_stop, &reg);   /* the state queue is written first */
         gp_app_every(app, "sweep", cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
+        gp_app_every(app, "history", cfg.history_ms / 1000.0, registry_history_trim, &reg);
         rc = gp_app_serve(app, &reg, registry_admin_routes, registry_node_routes, NULL);
     }
     if (rc == GP_EOK)

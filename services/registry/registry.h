@@ -31,6 +31,8 @@ typedef struct registry_cfg {
     unsigned      q_flap_window_ms;
     unsigned      lease_ms;          /* attempt lease handed to agents */
     unsigned      sweep_ms;          /* how often stale nodes are looked for */
+    unsigned      history_days;      /* node_transitions older than this are deleted */
+    unsigned      history_ms;        /* ... looked for this often */
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
 } registry_cfg;
 
@@ -137,6 +139,8 @@ void registry_states_flush(registry *r);
  * retry backoff) and holds the drain until PostgreSQL answers (bounded by
  * drain-ms); what is left unwritten is logged (node_state_unwritten). */
 void registry_states_stop(gp_app *app, void *arg);
+/* Deletes node_transitions older than history-days, a batch a run. */
+void registry_history_trim(gp_app *app, void *arg);
 
 void registry_live_transition(registry *r, const char *site, const char *node, int32_t prev,
                               int32_t state, const char *reason);

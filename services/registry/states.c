@@ -352,3 +352,33 @@ registry_states_start(registry *r)
     gp_metrics_on_collect(m, collect_changes, r);
     gp_backoff_init(&r->flush_backoff, r);
 }
+
+/* ---- history retention ------------------------------------------------------------ */
+
+/* Every instance may run it: a DELETE of rows already deleted finds none.
+ * A batch a run (every 10 min, 20,000 rows) keeps each statement short;
+ * a day of a 100,000-node fleet flapping is far less than that. */
+static const char trim_sql[] =
+    "DELETE FROM node_transitions WHERE id IN (SELECT id FROM node_transitions\n"
+    "  WHERE at < now() - $1::int * interval '1 day' ORDER BY at LIMIT 20000)";
+
+static void
+trimmed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    (void)arg;
+    if (err != GP_EOK)
+        GP_WARN("history_trim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    else if (nres > 0 && atol(PQcmdTuples(res[0])) > 0)
+        GP_INFO("history_trimmed", "rows=%s", PQcmdTuples(res[0]));
+}
+
+void
+registry_history_trim(gp_app *app, void *arg)
+{
+    registry   *r = arg;
+    char        days[16];
+    const char *p[1] = {days};
+
+    snprintf(days, sizeof(days), "%u", r->cfg->history_days);
+    (void)gp_db_query(gp_app_db(app), trim_sql, 1, p, 0, trimmed, NULL);
+}

@@ -57,7 +57,7 @@ start_registry_at(int http)
 {
     char        port[16], hb[16], bin[512];
     const char *argv[] = {bin, "--http-port", port, "--heartbeat-ms", hb, "--detect-floor-ms", "1200", "--lost-ms", "1200",
-                          "--sweep-ms", "100", NULL};
+                          "--sweep-ms", "100", "--history-trim-ms", "300", NULL};
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", http);
@@ -455,6 +455,14 @@ test_modes_and_history(void)
              v, sizeof(v));
     T_OKM(atoi(v) == 3, "the operator's transitions are recorded too (%s: cordon, drain, "
           "uncordon; a cordon again or a release of what Redis had healthy changed nothing)", v);
+    T_OK(pg_exec("INSERT INTO node_transitions (node, site, prev, state, reason, at) VALUES "
+                 "('old1', 's1', 'healthy', 'lost', 'x', now() - interval '91 days'), "
+                 "('old2', 's1', 'healthy', 'lost', 'x', now() - interval '89 days')"));
+    wait_s(1.0);
+    pg_value("SELECT string_agg(node, ',' ORDER BY node) FROM node_transitions WHERE node LIKE "
+             "'old%'", v, sizeof(v));
+    T_OKM(strcmp(v, "old2") == 0, "history older than history-days (90) is deleted, the rest "
+          "kept (%s)", v);
 }
 
 /* A lease renewal is contact: a node whose beats stop while its renewals

@@ -299,19 +299,25 @@ static const char step5_sql[] =
     "CREATE INDEX jobs_pending_tenant ON jobs (tenant, priority DESC, created_ms, id)\n"
     "  WHERE state = 'pending'";
 
-/* Step 6: retries back off.  A job requeued after an attempt failed or
- * was lost (sched_attempt_event's 'requeued: ...') is not claimable again
- * at once from its second attempt on: 2 s after the second, doubling to
- * 60 s (claim_until is what the claim skips).  The first retry is
- * immediate, since a lost node's work must run elsewhere within seconds;
- * a job that keeps failing (a bad image, a node that kills it) does not
- * spin through its attempts.  The reason says when it goes next. */
+/* Step 6: retries back off.  A job requeued after its own attempt failed
+ * (sched_attempt_event's 'requeued: ...': exited non-zero, failed to
+ * start) is not claimable again at once from its second such failure on:
+ * 2 s after the second, doubling to 60 s (claim_until is what the claim
+ * skips), so a job that keeps failing (a bad image, a node that kills it)
+ * does not spin through its attempts.  An attempt lost with its node is
+ * the platform's fault, not the job's: it never delays the next one (a
+ * lost node's work must run elsewhere within seconds, however often it
+ * was hit).  The attempt's state is written before the job's, so the
+ * count includes it.  The reason says when it goes next. */
 static const char step6_sql[] =
     "CREATE FUNCTION sched_requeue_backoff() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
-    "DECLARE d int;\n"
+    "DECLARE d int; f int;\n"
     "BEGIN\n"
-    "  IF NEW.attempts_made >= 2 AND NEW.reason LIKE 'requeued: %' THEN\n"
-    "    d := least(60000, 1000 * (2 ^ least(NEW.attempts_made - 1, 16))::int);\n"
+    "  IF NEW.reason NOT LIKE 'requeued: %' THEN RETURN NEW; END IF;\n"
+    "  SELECT count(DISTINCT attempt) INTO f FROM attempts\n"
+    "    WHERE job_id = NEW.id AND state IN ('failed', 'failed_to_start');\n"
+    "  IF f >= 2 THEN\n"
+    "    d := least(60000, 1000 * (2 ^ least(f - 1, 16))::int);\n"
     "    NEW.claimed_by := NULL;\n"
     "    NEW.claim_until := now() + d * interval '1 ms';\n"
     "    NEW.reason := NEW.reason || '; next attempt in ' || (d / 1000) || ' s (backoff)';\n"

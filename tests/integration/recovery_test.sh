@@ -156,6 +156,9 @@ site2=$(sql "SELECT site FROM attempts WHERE state = 'running' AND site <> '$vic
              GROUP BY site ORDER BY count(*) DESC, site LIMIT 1")
 before=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FROM attempts
               WHERE state = 'running' AND site = '$site2'")
+injobs2=$(echo "$before" | sed "s/:[0-9]*//g; s/\([^,]*\)/'\1'/g")
+prog0=$(sql "SELECT string_agg(id || ':' || progress_ms, ' ' ORDER BY id) FROM jobs WHERE id IN ($injobs2)")
+c0=$(date +%s%N)
 $G fault uplink_cut --site "$site2" --duration-ms 3000 >/dev/null
 sleep 9                                            # past the fence it would have had to wait for
 kept=0
@@ -166,6 +169,16 @@ for ja in ${before//,/ }; do           # each still runs that attempt, and no ne
 done
 [ -n "$before" ] && [ "$kept" -eq "$(echo "${before//,/ }" | wc -w)" ]
 ok "uplink cut of 3 s at $site2 (< the 6 s lease): its jobs keep their attempts ($kept: $before)" $?
+# no gap in their counters: the work at their last checkpoint (1 s apart)
+# went on through the cut, by the time that passed less 3 s at most
+el=$(( ($(date +%s%N) - c0) / 1000000 ))
+gaps=0
+for jp in $prog0; do
+    p1=$(sql "SELECT progress_ms FROM jobs WHERE id = '${jp%%:*}'")
+    [ "$((p1 - ${jp##*:}))" -ge "$((el - 3000))" ] || gaps=$((gaps + 1))
+done
+[ -n "$prog0" ] && [ "$gaps" = 0 ]
+ok "... and their work went on through the cut: progress grew by at least $((el - 3000)) ms in $el ms, for all ($(echo "$prog0" | wc -w))" $?
 rows2=$(sql "SELECT string_agg(node || ':' || state || ':' || replaced, ',' ORDER BY node)
              FROM recovery_nodes WHERE site = '$site2'")
 [ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes WHERE site = '$site2'")" = 0 ]

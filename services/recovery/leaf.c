@@ -243,7 +243,8 @@ recovery_leaf_run(gp_app *app, void *arg)
         l->via = v;
         l->nmark = r->nsites;
     }
-    memset(l->mark, 0, l->nmark);
+    if (l->nmark > 0)
+        memset(l->mark, 0, l->nmark);
     rmap_free(&l->conn_ix);
     l->nconn = 0;
     l->failed = 0;

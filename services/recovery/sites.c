@@ -319,7 +319,7 @@ site_share(const recovery *r, const rsite *s)
 void
 recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence)
 {
-    char ev[256], leaf[160] = "", rtt[64] = "";
+    char ev[512], leaf[160] = "", rtt[64] = "";
 
     if (s->announced)
         return;

@@ -74,17 +74,27 @@ static struct marks {
     uint64_t  seq[MARK_BATCH];
 } mk;
 
+/* The marks of an outbox pass's rows end the pass (MARK_OUTBOX in arg):
+ * the next pass must not read them again before they are written, or a
+ * row the pass published is published twice (the stream drops the second,
+ * core subscribers saw both: sched_api_test under CI load). */
+#define MARK_OUTBOX (1u << 31)
+
 static void
 marked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
+    unsigned a = (unsigned)(uintptr_t)arg;
+
     (void)res, (void)nres;
     if (err != GP_EOK)   /* the outbox will publish them again: duplicates the stream drops */
-        GP_WARN("job_event_mark_failed", "events=%u code=%s detail=\"%s\"",
-                (unsigned)(uintptr_t)arg, gp_err_name(err), detail);
+        GP_WARN("job_event_mark_failed", "events=%u code=%s detail=\"%s\"", a & ~MARK_OUTBOX,
+                gp_err_name(err), detail);
+    if ((a & MARK_OUTBOX) && mk.s != NULL)
+        mk.s->outbox_busy = false;
 }
 
 static void
-marks_flush(void)
+marks_flush(bool outbox)
 {
     gp_buf jobs, seqs;
     char   seq[24];
@@ -93,8 +103,11 @@ marks_flush(void)
     if (mk.armed)
         ev_timer_stop(gp_app_loop(mk.s->app), &mk.timer);
     mk.armed = false;
-    if (mk.n == 0)
+    if (mk.n == 0) {
+        if (outbox)
+            mk.s->outbox_busy = false;
         return;
+    }
     gp_buf_init(&jobs, MARK_BATCH * (GP_MAX_ID + 4) + 8);
     gp_buf_init(&seqs, MARK_BATCH * 24 + 8);
     rc = gp_pgarr_begin(&jobs);
@@ -117,9 +130,11 @@ marks_flush(void)
                          "UPDATE job_events e SET published = true\n"
                          "FROM unnest($1::text[], $2::bigint[]) AS m(job, seq)\n"
                          "WHERE e.job_id = m.job AND e.seq = m.seq AND NOT e.published",
-                         2, params, 0, marked, (void *)(uintptr_t)mk.n);
+                         2, params, 0, marked,
+                         (void *)(uintptr_t)(mk.n | (outbox ? MARK_OUTBOX : 0)));
     if (rc != GP_EOK)
-        marked((void *)(uintptr_t)mk.n, rc, NULL, 0, "not queued");
+        marked((void *)(uintptr_t)(mk.n | (outbox ? MARK_OUTBOX : 0)), rc, NULL, 0,
+               "not queued");
     gp_buf_fini(&jobs);
     gp_buf_fini(&seqs);
     mk.n = 0;
@@ -130,7 +145,7 @@ marks_due(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop, (void)w, (void)revents;
     mk.armed = false;
-    marks_flush();
+    marks_flush(false);
 }
 
 static void
@@ -138,7 +153,7 @@ mark_add(sched *s, const char *job, uint64_t seq)
 {
     mk.s = s;
     if (mk.n == MARK_BATCH)
-        marks_flush();
+        marks_flush(false);
     snprintf(mk.job[mk.n], sizeof(mk.job[0]), "%s", job);
     mk.seq[mk.n++] = seq;
     if (!mk.armed) {
@@ -151,8 +166,10 @@ mark_add(sched *s, const char *job, uint64_t seq)
 static void
 outbox_release(pub *p)
 {
-    if (p->outbox && p->s->outbox_inflight > 0 && --p->s->outbox_inflight == 0)
-        p->s->outbox_busy = false;
+    if (p->outbox && p->s->outbox_inflight > 0 && --p->s->outbox_inflight == 0) {
+        mk.s = p->s;
+        marks_flush(true);             /* the pass ends when its marks are written */
+    }
 }
 
 static void
@@ -160,8 +177,8 @@ published(void *arg, gp_err err)
 {
     pub *p = arg;
 
-    outbox_release(p);
     if (err != GP_EOK) {
+        outbox_release(p);
         sched_count(p->s->m_event_publish_failures);
         GP_WARN("job_event_publish_failed", "job=%s seq=%s code=%s", p->job_id, p->seq,
                 gp_err_name(err));
@@ -170,6 +187,7 @@ published(void *arg, gp_err err)
     }
     sched_count(p->s->m_events_published);
     mark_add(p->s, p->job_id, strtoull(p->seq, NULL, 10));
+    outbox_release(p);                 /* after: its mark is in the pass's flush */
     free(p);
 }
 

@@ -309,7 +309,10 @@ static const char step5_sql[] =
  * lost node's work must run elsewhere within seconds, however often it
  * was hit).  The attempt's state is written before the job's, so the
  * count includes it.  The reason says when it goes next. */
+/* (retry_at, which the claim skips: its own column, since a placement's
+ * claim rewrites claim_until and the reason) */
 static const char step6_sql[] =
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS retry_at timestamptz;\n"
     "CREATE FUNCTION sched_requeue_backoff() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
     "DECLARE d int; f int;\n"
     "BEGIN\n"
@@ -318,8 +321,7 @@ static const char step6_sql[] =
     "    WHERE job_id = NEW.id AND state IN ('failed', 'failed_to_start');\n"
     "  IF f >= 2 THEN\n"
     "    d := least(60000, 1000 * (2 ^ least(f - 1, 16))::int);\n"
-    "    NEW.claimed_by := NULL;\n"
-    "    NEW.claim_until := now() + d * interval '1 ms';\n"
+    "    NEW.retry_at := now() + d * interval '1 ms';\n"
     "    NEW.reason := NEW.reason || '; next attempt in ' || (d / 1000) || ' s (backoff)';\n"
     "  END IF;\n"
     "  RETURN NEW;\n"

@@ -365,15 +365,15 @@ test_retry(void)
           "events attempt_failed and requeued");
     T_OKM(wait_sql(2, "failed", "SELECT state FROM attempts WHERE job_id = 'j-fail' AND "
                    "attempt = 1"), "attempt 1 is failed");
-    T_OKM(strcmp(sql1("SELECT coalesce(claim_until > now(), false) FROM jobs WHERE id = 'j-fail'"),
-                 "f") == 0, "the first retry may be placed at once (no backoff): %s",
+    T_OKM(strcmp(sql1("SELECT retry_at IS NULL FROM jobs WHERE id = 'j-fail'"), "t") == 0,
+          "the first retry may be placed at once (no backoff): %s",
           sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"));
     T_OKM(wait_free(NODE, 0, "j-fail", 1, 3), "attempt 1's GPU is free");
     make_attempt("j-fail", 2, NODE, 0, "starting");
     run_cmd("j-fail", 2, 0, "sim:fail_after=300ms");
     T_OKM(wait_sql(10, "pending", "SELECT state FROM jobs WHERE id = 'j-fail'"),
           "attempt 2 failed: pending again");
-    T_OKM(strcmp(sql1("SELECT claim_until BETWEEN now() + interval '1 s' AND now() + "
+    T_OKM(strcmp(sql1("SELECT retry_at BETWEEN now() + interval '1 s' AND now() + "
                       "interval '2 s' FROM jobs WHERE id = 'j-fail'"), "t") == 0 &&
           strstr(sql1("SELECT reason FROM jobs WHERE id = 'j-fail'"), "next attempt in 2 s") != NULL,
           "... backing off: not claimable for 2 s, and the reason says so (%s)",

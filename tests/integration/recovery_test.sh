@@ -289,6 +289,17 @@ moved_off() {  # node jobs...
     done
     echo "$k"
 }
+# waits up to 20 s for moved_off to count every job of the list; true then
+wait_moved_off() {  # node jobs...
+    local n=$1 want
+    shift
+    want=$(echo "$*" | wc -w)
+    for _ in $(seq 1 100); do
+        [ "$(moved_off "$n" "$@")" = "$want" ] && return 0
+        sleep 0.2
+    done
+    [ "$want" -gt 0 ] && [ "$(moved_off "$n" "$@")" = "$want" ]
+}
 busy_node() { sql "SELECT a.node FROM attempts a JOIN nodes n ON n.id = a.node
                    WHERE a.state = 'running' AND n.state = 'healthy' $1
                    GROUP BY a.node ORDER BY count(*) DESC, a.node LIMIT 1"; }
@@ -298,11 +309,7 @@ dnode=$(busy_node "")
 djobs=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts WHERE node = '$dnode'
              AND state = 'running'")
 $G drain node "$dnode" >/dev/null
-for _ in $(seq 1 100); do
-    [ "$(moved_off "$dnode" $djobs)" = "$(echo "$djobs" | wc -w)" ] && break
-    sleep 0.2
-done
-[ -n "$djobs" ] && [ "$(moved_off "$dnode" $djobs)" = "$(echo "$djobs" | wc -w)" ]
+[ -n "$djobs" ] && wait_moved_off "$dnode" $djobs
 ok "drain of $dnode: its interruptible jobs ($djobs) run elsewhere, resumed from a checkpoint" $?
 sql "SELECT reason FROM attempts WHERE node = '$dnode' AND state = 'preempted' LIMIT 1" | grep -q 'evacuation of'
 ok "... their attempts there ended 'preempted by evacuation of $dnode (draining)'" $?
@@ -319,11 +326,7 @@ $G fault node_flap --node "$fnode" --period-ms 6000 --duration-ms 16000 >/dev/nu
 for _ in $(seq 1 150); do [ "$(nstate "$xnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$xnode")" = quarantined ]
 ok "XID 79 on $xnode: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$xnode' ORDER BY id DESC LIMIT 1"))" $?
-for _ in $(seq 1 100); do
-    [ "$(moved_off "$xnode" $xjobs)" = "$(echo "$xjobs" | wc -w)" ] && break
-    sleep 0.2
-done
-[ -n "$xjobs" ] && [ "$(moved_off "$xnode" $xjobs)" = "$(echo "$xjobs" | wc -w)" ]
+[ -n "$xjobs" ] && wait_moved_off "$xnode" $xjobs
 ok "... its interruptible jobs ($xjobs) moved off, resumed from a checkpoint" $?
 for _ in $(seq 1 150); do [ "$(nstate "$fnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$fnode")" = quarantined ]

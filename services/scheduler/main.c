@@ -127,7 +127,7 @@ main(int argc, char **argv)
         rc = gp_app_streams(app, sched_streams);
     if (rc == GP_EOK)
         rc = gp_app_serve(app, &s, sched_job_routes, sched_attempt_routes, sched_lease_routes,
-                          sched_replace_routes,
+                          sched_replace_routes, sched_facts_routes,
                           NULL);
     if (rc == GP_EOK)
         rc = gp_app_run(app);

@@ -331,6 +331,11 @@ static const char step6_sql[] =
     "  WHEN (NEW.state = 'pending' AND OLD.state IN ('starting', 'running'))\n"
     "  EXECUTE FUNCTION sched_requeue_backoff()";
 
+/* Step 7: the product an attempt was priced under, so metering can tell
+ * billing what was sold (billing rates it from its own price book). */
+static const char step7_sql[] =
+    "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS product text " ID_CHECK("product");
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -338,5 +343,6 @@ const gp_migration scheduler_migrations[] = {
     {4, "attempts by preemptor", step4_sql},
     {5, "pending jobs by tenant", step5_sql},
     {6, "retry backoff", step6_sql},
+    {7, "product of an attempt", step7_sql},
     GP_MIGRATION_END
 };

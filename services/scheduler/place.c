@@ -31,7 +31,7 @@ typedef struct place_job {
 typedef struct node_view {
     uint64_t fit;       /* GPUs in pool, model, VRAM */
     uint64_t avail;     /* of those, usable now */
-    bool priced; int64_t price; const char *currency;
+    bool priced; int64_t price; const char *currency; const char *product;
     double lat_ms;
     place_score score;
 } node_view;
@@ -286,6 +286,7 @@ static void node_price(const place_job *j, const snap_node *n, const snap_site *
         v->priced = true;
         v->price = s->product[j->product].price;
         v->currency = s->product[j->product].currency;
+        v->product = s->product[j->product].id;
         return;
     }
     bool best_in_cur = false;
@@ -300,6 +301,7 @@ static void node_price(const place_job *j, const snap_node *n, const snap_site *
         v->priced = true;
         v->price = pr->price;
         v->currency = pr->currency;
+        v->product = pr->id;
         best_in_cur = in_cur;
     }
 }
@@ -443,7 +445,10 @@ static void choice_node(place_choice *c, uint32_t k, const snap *s, int32_t ni,
     uint32_t fr = pop(n->free_mask);
     c->left += fr > g ? fr - g : 0;
     if (!v->priced) c->priced = false;
-    if (v->priced && (!k || v->price > c->price_micros)) c->price_micros = v->price;
+    if (v->priced && (!k || v->price > c->price_micros)) {
+        c->price_micros = v->price;
+        memcpy(c->product, v->product, SNAP_ID_LEN);
+    }
     if (v->priced && !k) memcpy(c->currency, v->currency, 4);
 }
 

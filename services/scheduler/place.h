@@ -165,6 +165,7 @@ typedef struct place_choice {
     bool priced;
     int64_t price_micros;               /* per GPU-hour, the costliest node */
     char currency[4];
+    char product[SNAP_ID_LEN];          /* the product the price came from */
     uint32_t left;                      /* free GPUs left on its nodes (tie) */
     uint64_t rank;                      /* from params.rank; 0 without */
     uint32_t tie;                       /* last tie-break (params.seed) */

@@ -401,27 +401,27 @@ unplaced(sched_queue *q)
 static const char commit_sql[] =
     "WITH j AS (SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[],\n"
     "    $5::float8[], $6::int[], $7::int[], $8::int[], $9::int[], $10::int[], $11::int[],\n"
-    "    $12::text[], $13::text[], $14::text[], $15::text[])\n"
-    "  AS j(id, prev, att, site, lat, sc, sl, sp, spk, sr, st, price, cur, node0, why)),\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[], $20::text[])\n"
+    "  AS j(id, prev, att, site, lat, sc, sl, sp, spk, sr, st, price, cur, node0, why, prod)),\n"
     "u AS (UPDATE jobs SET state = 'starting', attempts_made = j.att, waiting = NULL,\n"
     "    nodes_considered = NULL, reason = '', claimed_by = NULL, claim_until = NULL,\n"
-    "    updated_ms = $20::bigint, event_seq = jobs.event_seq + 1\n"
+    "    updated_ms = $21::bigint, event_seq = jobs.event_seq + 1\n"
     "  FROM j WHERE jobs.id = j.id AND jobs.state = 'pending' AND jobs.attempts_made = j.prev\n"
-    "    AND jobs.claimed_by = $21\n"
+    "    AND jobs.claimed_by = $22\n"
     "  RETURNING jobs.id, jobs.event_seq, jobs.tenant),\n"
     "a AS (INSERT INTO attempts (job_id, attempt, rank, site, node, gpus, state, created_ms,\n"
     "    latency_est_ms, score, score_latency, score_price, score_packing, score_reliability,\n"
-    "    score_thermal, price_micros_per_gpu_hour, currency)\n"
+    "    score_thermal, price_micros_per_gpu_hour, currency, product)\n"
     "  SELECT u.id, j.att, r.rank, j.site, r.node, string_to_array(r.g, ',')::int[],\n"
-    "    'reserved', $20::bigint, j.lat, j.sc, j.sl, j.sp, j.spk, j.sr, j.st,\n"
-    "    NULLIF(j.price, '')::bigint, NULLIF(j.cur, '')\n"
+    "    'reserved', $21::bigint, j.lat, j.sc, j.sl, j.sp, j.spk, j.sr, j.st,\n"
+    "    NULLIF(j.price, '')::bigint, NULLIF(j.cur, ''), NULLIF(j.prod, '')\n"
     "  FROM u JOIN j ON j.id = u.id\n"
     "    JOIN unnest($16::text[], $17::int[], $18::text[], $19::text[]) AS r(id, rank, node, g)\n"
     "      ON r.id = u.id\n"
     "  RETURNING 1)\n"
     "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
     "  SELECT u.id, u.event_seq, 'placed', 'starting', j.att, j.site, j.node0, j.why,\n"
-    "    $20::bigint FROM u JOIN j ON j.id = u.id\n"
+    "    $21::bigint FROM u JOIN j ON j.id = u.id\n"
     "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
     "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
 
@@ -600,9 +600,10 @@ committed(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     }
 }
 
-/* The batch's arrays: per job (15) and per attempt row (4). */
+/* The batch's arrays: per job (15), per attempt row (4), and per job the
+ * product (added later: $20). */
 enum { CA_ID, CA_PREV, CA_ATT, CA_SITE, CA_LAT, CA_SC, CA_SL, CA_SP, CA_SPK, CA_SR, CA_ST,
-       CA_PRICE, CA_CUR, CA_NODE0, CA_WHY, CA_RID, CA_RRANK, CA_RNODE, CA_RG, CA_N };
+       CA_PRICE, CA_CUR, CA_NODE0, CA_WHY, CA_RID, CA_RRANK, CA_RNODE, CA_RG, CA_PROD, CA_N };
 
 static gp_err
 batch_add(gp_buf *arr, const pcommit *pc)
@@ -632,6 +633,8 @@ batch_add(gp_buf *arr, const pcommit *pc)
              c->score.reliability, c->score.thermal);
     for (int k = 0; rc == GP_EOK && k <= CA_WHY; k++)
         rc = gp_pgarr_add(&arr[k], v[k]);
+    if (rc == GP_EOK)
+        rc = gp_pgarr_add(&arr[CA_PROD], c->priced ? c->product : "");
     for (uint32_t i = 0; rc == GP_EOK && i < c->nnodes; i++) {
         char rank[16];
 

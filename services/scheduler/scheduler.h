@@ -129,6 +129,8 @@ gp_err sched_fence_stamp(sched *s, const char *site, const char *node, unsigned 
 gp_err sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_renew *q,
                          sched_lease_cb *cb, void *arg);
 extern const gp_route sched_replace_routes[];
+/* gp.int.sched.attempt: an attempt's tenant, product and state (facts.c). */
+extern const gp_route sched_facts_routes[];
 void sched_fence_start(sched *s);
 
 /* jobs.c: the job API */

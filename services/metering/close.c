@@ -1,0 +1,322 @@
+/* close.c -- the ends of an attempt's usage.  An agent's final event
+ * (exited, killed, lease_expired, failed_to_start) brings its final
+ * counters and closes it at once; a checkpoint is remembered (the customer
+ * is not charged for work after the last checkpoint of an attempt lost to
+ * a platform fault).  An attempt whose node stopped reporting without a
+ * final event (a power cut) is closed at its last confirmed reading once
+ * the scheduler says the attempt ended.  The sweep also writes the
+ * records of windows that closed without a later reading. */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/id.h"
+#include "gp/kv.h"
+#include "gp/log.h"
+#include "gp/shard.h"
+#include "metering.h"
+#include "scripts.h"
+
+#define DUE_BATCH 256
+
+static char        attempts_subject[GP_MAX_SUBJECT] = GP_PAT_NODE_ATTEMPT;
+static const char *attempts_subjects[] = {attempts_subject, NULL};
+static char        usage_subject[GP_MAX_SUBJECT] = GP_PAT_USAGE_RECORD;
+static const char *usage_subjects[] = {usage_subject, NULL};
+
+/* ATTEMPTS as the scheduler declares it (the same configuration, so the
+ * two never fight over it); USAGE: a month of records (billing's own
+ * table is the permanent record of which ids were taken), a republish
+ * within 10 minutes (a claim that expired mid-publish) stored once. */
+const gp_stream_cfg metering_streams[] = {
+    {.name = "ATTEMPTS", .subjects = (const char **)attempts_subjects,
+     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 600, .memory = false},
+    {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
+     .duplicate_window_s = 600, .memory = false},
+    {.name = NULL},
+};
+
+/* ---- closing ------------------------------------------------------------------ */
+
+typedef struct close_call {
+    metering *m;
+    gp_req   *req;                  /* NULL: closed by the sweep */
+    unsigned  shard;
+} close_call;
+
+static void
+closed(void *arg, const redisReply *rep, gp_err err)
+{
+    close_call *c = arg;
+    metering   *m = c->m;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
+        if (c->req != NULL)            /* nak'ed: delivered again */
+            gp_req_done(c->req, gp_req_fail(c->req, GP_EUNAVAIL, "Redis: %s",
+                                            err != GP_EOK ? gp_err_name(err) : "bad reply"));
+        free(c);
+        return;
+    }
+    if (rep->element[0]->integer == 0)
+        (*(c->req != NULL ? m->m_closed_event : m->m_closed_silent))++;
+    *m->m_dropped += strtoull(rep->element[1]->str != NULL ? rep->element[1]->str : "0", NULL, 10);
+    for (size_t i = 2; i < rep->elements; i++) {
+        (*m->m_records)++;
+        metering_publish(m, c->shard, rep->element[i]->str);
+    }
+    if (c->req != NULL)
+        gp_req_done(c->req, GP_EOK);
+    free(c);
+}
+
+static gp_err
+close_attempt(metering *m, gp_req *req, const char *site, const char *node, const char *job,
+              uint32_t att, const char *end_event, bool counters, uint64_t gpu_ms,
+              uint64_t energy_mj)
+{
+    unsigned    shard = gp_shard_of(site);
+    char        key[7][METERING_KEY_LEN], member[200], num[5][24];
+    const char *keys[7], *argv[13];
+    close_call *c;
+    gp_err      rc;
+
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        return GP_ENOMEM;
+    metering_member(member, sizeof(member), job, att, node);
+    metering_key(key[0], shard, "open");
+    metering_key(key[1], shard, "seq");
+    metering_key(key[2], shard, "recs");
+    metering_key(key[3], shard, "out");
+    metering_att_key(key[4], shard, 'a', member);
+    metering_att_key(key[5], shard, 'd', member);
+    snprintf(key[6], METERING_KEY_LEN, "gp:{%u}:m:lost:%s", shard, node);
+    for (int i = 0; i < 7; i++)
+        keys[i] = key[i];
+    snprintf(num[0], 24, "%u", m->cfg->window_ms);
+    snprintf(num[1], 24, "%u", m->cfg->grace_ms);
+    snprintf(num[2], 24, "%u", m->cfg->claim_ms);
+    snprintf(num[3], 24, "%llu", (unsigned long long)gpu_ms);
+    snprintf(num[4], 24, "%llu", (unsigned long long)energy_mj);
+    char a[16];
+    snprintf(a, sizeof(a), "%u", att);
+    const char *v[13] = {num[0], num[1], num[2], m->frozen ? "1" : "0", member, job, a, node,
+                         site, end_event, counters ? "1" : "0", num[3], num[4]};
+    memcpy(argv, v, sizeof(v));
+    c->m = m;
+    c->req = req;
+    c->shard = shard;
+    rc = gp_kvscript_call(&m->close, gp_app_kv(m->app), closed, c, 7, keys, 13, argv, NULL);
+    if (rc != GP_EOK)
+        free(c);
+    return rc;
+}
+
+/* ---- the agents' attempt events ------------------------------------------------ */
+
+static void
+ckpt_done(void *arg, const redisReply *rep, gp_err err)
+{
+    gp_req *req = arg;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_INTEGER) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "Redis: %s",
+                                     err != GP_EOK ? gp_err_name(err) : "bad reply"));
+        return;
+    }
+    gp_req_done(req, GP_EOK);
+}
+
+static gp_err
+checkpoint(metering *m, gp_req *req, const msg_attempt_event *ev)
+{
+    unsigned    shard = gp_shard_of(ev->site);
+    char        key[2][METERING_KEY_LEN], member[200], a[16], g[24], e[24];
+    const char *keys[2] = {key[0], key[1]};
+    const char *argv[6] = {ev->job_id, a, ev->node, ev->site, g, e};
+
+    metering_member(member, sizeof(member), ev->job_id, ev->attempt, ev->node);
+    metering_att_key(key[0], shard, 'a', member);
+    metering_att_key(key[1], shard, 'd', member);
+    snprintf(a, sizeof(a), "%u", ev->attempt);
+    snprintf(g, sizeof(g), "%llu", (unsigned long long)ev->gpu_ms);
+    snprintf(e, sizeof(e), "%llu", (unsigned long long)ev->energy_mj);
+    (*m->m_checkpoints)++;
+    if (gp_kvscript_call(&m->ckpt, gp_app_kv(m->app), ckpt_done, req, 2, keys, 6, argv, NULL) !=
+        GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "Redis unavailable");
+    return GP_EPENDING;
+}
+
+static gp_err
+on_attempt_event(gp_req *req, const void *in, void *out)
+{
+    const msg_attempt_event *ev = in;
+    metering                *m = gp_req_state(req);
+    bool                     counters = GP_HAS(ev, MSG_ATTEMPT_EVENT__GPU_MS);
+    gp_err                   rc;
+
+    (void)out;
+    if (strcmp(ev->site, gp_req_param(req, "site")) != 0 ||
+        strcmp(ev->node, gp_req_param(req, "node")) != 0)
+        return gp_req_fail(req, GP_EDENIED, "site, node: the body names another node than the "
+                           "subject");
+    if (!gp_id_ok(ev->job_id) || !gp_id_ok(ev->site) || !gp_id_ok(ev->node))
+        return gp_req_fail(req, GP_EINVAL, "job_id, site, node: must be 1 to 63 of "
+                           "[A-Za-z0-9_-]");
+    if (ev->gpu_ms >= (1ull << 53) || ev->energy_mj >= (1ull << 53))
+        return gp_req_fail(req, GP_ERANGE, "a counter past 2^53");
+    switch (ev->event) {
+    case MSG_ATTEMPT_EVENT_EVENT_STARTED:
+        return GP_EOK;
+    case MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED:
+        return counters ? checkpoint(m, req, ev) : GP_EOK;
+    default:
+        break;
+    }
+    rc = close_attempt(m, req, ev->site, ev->node, ev->job_id, ev->attempt,
+                       msg_attempt_event_event_names[ev->event], counters, ev->gpu_ms,
+                       ev->energy_mj);
+    if (rc != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "Redis: %s", gp_err_name(rc));
+    return GP_EPENDING;
+}
+
+/* Redelivered after 1 s, doubling, up to 12 deliveries before the
+ * dead-letter stream keeps it. */
+static const gp_durable attempts_durable = {.stream = "ATTEMPTS", .name = "metering-attempts",
+                                            .max_deliver = 12, .ack_wait_ms = 30000,
+                                            .backoff_ms = 1000};
+
+const gp_route metering_attempt_routes[] = {
+    {GP_OP_NODE_ATTEMPT, on_attempt_event, 0, 10000, NULL, &attempts_durable},
+    {NULL},
+};
+
+/* ---- the sweep ----------------------------------------------------------------- */
+
+typedef struct tick_call {
+    metering *m;
+    unsigned  shard;
+    char      member[200];
+    char      site[64];
+} tick_call;
+
+/* A silent attempt the scheduler says ended: closed at its last reading. */
+static void
+silent_facts(void *arg, gp_err err, const msg_attempt_facts *f)
+{
+    tick_call *t = arg;
+
+    if (err == GP_EOK && f->ended)
+        close_attempt(t->m, NULL, f->site, f->node, f->job_id, f->attempt, "none", false, 0, 0);
+    else if (err == GP_ENOTFOUND) {    /* never granted: closed, its records go to review */
+        char     job[64], node[64], site[64];
+        unsigned att;
+
+        if (sscanf(t->member, "%63[^:]:%u:%63s", job, &att, node) == 3 &&
+            sscanf(t->site, "%63s", site) == 1) {
+            GP_WARN("metering_unknown_attempt", "job=%s attempt=%u node=%s", job, att, node);
+            close_attempt(t->m, NULL, site, node, job, att, "none", false, 0, 0);
+        }
+    }
+    free(t);
+}
+
+static void
+ticked(void *arg, const redisReply *rep, gp_err err)
+{
+    tick_call *t = arg;
+    metering  *m = t->m;
+    char       job[64], node[64];
+    unsigned   att;
+
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
+        rep->element[0]->integer < 0) {
+        free(t);
+        return;
+    }
+    for (size_t i = 3; i < rep->elements; i++) {
+        (*m->m_records)++;
+        metering_publish(m, t->shard, rep->element[i]->str);
+    }
+    if (rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_STRING)
+        snprintf(t->site, sizeof(t->site), "%s", rep->element[2]->str);
+    if (rep->element[0]->integer == 1 &&
+        sscanf(t->member, "%63[^:]:%u:%63s", job, &att, node) == 3) {
+        metering_facts_get(m, job, att, node, true, silent_facts, t);
+        return;
+    }
+    free(t);
+}
+
+static void
+tick(metering *m, unsigned shard, const char *member)
+{
+    char        key[5][METERING_KEY_LEN], num[4][24];
+    const char *keys[5] = {key[0], key[1], key[2], key[3], key[4]};
+    const char *argv[5] = {num[0], num[1], num[2], num[3], member};
+    tick_call  *t;
+
+    if ((t = calloc(1, sizeof(*t))) == NULL)
+        return;
+    t->m = m;
+    t->shard = shard;
+    snprintf(t->member, sizeof(t->member), "%s", member);
+    metering_key(key[0], shard, "open");
+    metering_key(key[1], shard, "seq");
+    metering_key(key[2], shard, "recs");
+    metering_key(key[3], shard, "out");
+    metering_att_key(key[4], shard, 'a', member);
+    snprintf(num[0], 24, "%u", m->cfg->window_ms);
+    snprintf(num[1], 24, "%u", m->cfg->grace_ms);
+    snprintf(num[2], 24, "%u", m->cfg->claim_ms);
+    snprintf(num[3], 24, "%u", m->cfg->silent_ms);
+    if (gp_kvscript_call(&m->tick, gp_app_kv(m->app), ticked, t, 5, keys, 5, argv, NULL) != GP_EOK)
+        free(t);
+}
+
+typedef struct due_call {
+    metering *m;
+    unsigned  shard;
+} due_call;
+
+static void
+due_read(void *arg, const redisReply *rep, gp_err err)
+{
+    due_call *d = arg;
+
+    if (err == GP_EOK && rep->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < rep->elements; i++)
+            if (rep->element[i]->type == REDIS_REPLY_STRING)
+                tick(d->m, d->shard, rep->element[i]->str);
+    free(d);
+}
+
+/* Every shard's due attempts: windows over, silences to check. */
+void
+metering_sweep_run(gp_app *app, void *arg)
+{
+    metering *m = arg;
+    char      key[METERING_KEY_LEN], lim[16], re[24];
+
+    (void)app;
+    snprintf(lim, sizeof(lim), "%d", DUE_BATCH);
+    snprintf(re, sizeof(re), "%u", m->cfg->claim_ms);
+    for (unsigned s = 0; s < GP_SHARDS; s++) {
+        const char *keys[1] = {key};
+        const char *argv[2] = {lim, re};
+        due_call   *d = calloc(1, sizeof(*d));
+
+        if (d == NULL)
+            return;
+        d->m = m;
+        d->shard = s;
+        metering_key(key, s, "open");
+        if (gp_kvscript_call(&m->due, gp_app_kv(m->app), due_read, d, 1, keys, 2, argv, NULL) !=
+            GP_EOK) {
+            free(d);
+            return;
+        }
+    }
+}

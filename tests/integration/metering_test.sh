@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# metering_test.sh -- usage records from a simulated fleet, against real
+# services (run under tests/harness/with-stack.sh): gridpool-registry,
+# -scheduler, -recovery, two gridpool-metering instances (2 s windows) and
+# a 6-site fleet (the agents' own code) whose ground truth is the check.
+#
+#   1. jobs of fixed length run and exit; metering-a is killed with
+#      kill -9 in the middle and started again;
+#   2. a site's power is cut under running checkpointing jobs: they are
+#      lost and replaced elsewhere; metering closes the lost attempts at
+#      their last reading once the scheduler ended them, as platform faults
+#      with their last checkpoint;
+#   3. the stream USAGE, read from the start: no record id twice, per-site
+#      sequence numbers without a gap, one final record per attempt and
+#      node; per attempt the GPU-ms metered never exceed the ground truth
+#      and, for attempts that exited, equal the agent's own final counter;
+#      in all at least 97% of what the fleet delivered (what is not: the
+#      last half second of each attempt a power cut killed).
+set -u
+B=$GP_BUILD
+G="$B/bin/gpctl --timeout 10000"
+D=$GP_STACK_DIR
+TENANT=op
+PY=/usr/bin/python3
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
+
+on_fail() {
+    for f in meter-a meter-b; do
+        echo "# $f log tail:"; grep -v 'level=debug' "$D/$f.log" | tail -n 8 | sed 's/^/#   /'
+    done
+    if [ -n "${GP_KEEP:-}" ]; then rm -rf "$GP_KEEP"; cp -r "$D" "$GP_KEEP"; fi
+}
+tap_on_fail=on_fail
+meter() {  # name
+    spawn "$1" "$B/bin/gridpool-metering" --config "$D/gp.env" --http-port 0 --instance "$1" \
+        --window-ms 2000 --grace-ms 300 --silent-ms 3000 --sweep-ms 200 --claim-ms 3000
+}
+
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
+    --lease-ms 6000 --sweep-ms 200
+for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
+spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
+    --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 --checkpoint-root "$tmp/ckpt"
+spawn rec "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100 \
+    --sites-ms 2000
+meter meter-a
+meter meter-b
+spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 6 --seed 11 \
+    --spread-ms 300 --truth "$D/truth.jsonl"
+for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
+grep -q '^sim: registered' "$D/sim.log"
+ok "the 6-site fleet registered" $?
+for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
+
+# ---- 1. jobs that exit; kill -9 of a metering instance ------------------------------
+
+for i in $(seq 1 6); do submit --command 'sim:run=7s' --gpus $((1 + i % 2)) >/dev/null; done
+for i in $(seq 1 6); do
+    submit --command 'sim:run=25s ckpt=1s' --gpus 1 --interruptible --max-attempts 5 >/dev/null
+done
+wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 12 150
+ok "12 jobs run" $?
+sleep 3
+kill -9 "$(cat "$D/pids/meter-a.pid")"
+ok "kill -9 of meter-a while attempts run" $?
+sleep 2
+meter meter-a
+
+# ---- 2. a power cut under checkpointing jobs ------------------------------------------
+
+victim=$(sql "SELECT a.site FROM attempts a JOIN jobs j ON j.id = a.job_id
+              WHERE a.state = 'running' AND j.interruptible GROUP BY a.site
+              ORDER BY count(*) DESC, a.site LIMIT 1")
+nlost=$(sql "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id
+             WHERE a.state = 'running' AND j.interruptible AND a.site = '$victim'")
+$G fault site_power_cut --site "$victim" --duration-ms 60000 >/dev/null
+ok "power cut at $victim under $nlost checkpointing attempts" $?
+wait_sql "SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed')" 0 400
+ok "every job ended ($(sql "SELECT string_agg(state || ':' || n, ' ') FROM
+    (SELECT state, count(*) n FROM jobs GROUP BY state) s"))" $?
+lostn=$(sql "SELECT count(*) FROM attempts WHERE site = '$victim' AND state IN ('lost','superseded')")
+# the lost attempts' silence (3 s) and a window's grace, then the outbox
+sleep 6
+kill -TERM "$(cat "$D/pids/sim.pid")" 2>/dev/null
+for _ in $(seq 1 50); do kill -0 "$(cat "$D/pids/sim.pid")" 2>/dev/null || break; sleep 0.2; done
+
+# ---- 3. the stream against the ground truth -------------------------------------------
+
+"$B/test/bin/usage_dump" "$GP_NATS_URL" "check1" 2000 >"$tmp/usage.jsonl" 2>"$tmp/dump.err"
+ok "USAGE read ($(tail -n 1 "$tmp/dump.err"))" $?
+$PY - "$tmp/usage.jsonl" "$D/truth.jsonl" "$victim" "$lostn" >"$tmp/check.out" 2>&1 <<'PYEOF'
+import json, sys, collections
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+truth = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+victim, lostn = sys.argv[3], int(sys.argv[4])
+def out(ok, what):
+    print(("ok " if ok else "not ok ") + what)
+ids = collections.Counter(r["id"] for r in recs)
+out(all(c == 1 for c in ids.values()), "no record id twice (%d records)" % len(recs))
+seqs = collections.defaultdict(list)
+for r in recs: seqs[r["site"]].append(r["site_seq"])
+gaps = {s: sorted(v) for s, v in seqs.items() if sorted(v) != list(range(1, len(v) + 1))}
+out(not gaps, "per-site sequence numbers 1..n without a gap (%d sites)%s" % (len(seqs), " " + str(gaps)[:300] if gaps else ""))
+per = collections.defaultdict(lambda: [0, 0, 0])    # gpu_ms, energy, finals
+final = {}
+for r in recs:
+    k = (r["job_id"], r["attempt"], r["node"])
+    per[k][0] += r["gpu_ms"]; per[k][1] += r["energy_mj"]
+    if r["final"]: per[k][2] += 1; final[k] = r
+tk = {(t["job_id"], t["attempt"], t["node"]): t for t in truth if t["end"] != "sim_stop"}
+nofinal = [k for k in tk if per[k][2] != 1]
+out(not nofinal, "one final record for each of the %d ended attempts%s" % (len(tk), " missing: " + str(nofinal[:5]) if nofinal else ""))
+over = [(k, per[k][0], t["gpu_ms"]) for k, t in tk.items() if per[k][0] > t["gpu_ms"]]
+out(not over, "metered GPU-ms never above the ground truth%s" % (" " + str(over[:5]) if over else ""))
+exited = [k for k, t in tk.items() if t["end"] == "exited"]
+neq = [(k, per[k][0], tk[k]["agent_gpu_ms"]) for k in exited if per[k][0] != tk[k]["agent_gpu_ms"]]
+out(exited and not neq, "exited attempts (%d): metered = the agent's final counter%s" % (len(exited), " " + str(neq[:5]) if neq else ""))
+eneq = [k for k in exited if per[k][1] != tk[k]["agent_energy_mj"]]
+out(exited and not eneq, "... and energy = the agent's final energy counter")
+tg = sum(t["gpu_ms"] for t in tk.values()); mg = sum(per[k][0] for k in tk)
+out(tg > 0 and mg >= 0.97 * tg, "metered %d of %d GPU-ms delivered (%.2f%%)" % (mg, tg, 100.0 * mg / max(tg, 1)))
+down = [k for k, t in tk.items() if t["end"] == "node_down"]
+faults = [k for k in down if k in final and final[k]["fault"] and final[k].get("end") in ("lost", "superseded")]
+out(len(down) == lostn and len(faults) == len(down),
+    "%d attempts killed by the power cut at %s (scheduler: %d lost): each closed as a platform fault" % (len(down), victim, lostn))
+ck = [k for k in down if k in final and 0 < final[k].get("ckpt_gpu_ms", 0) <= final[k]["to_gpu_ms"]]
+out(len(ck) == len(down), "... each with its last checkpoint (%d)" % len(ck))
+okx = [k for k in exited if k in final and not final[k]["fault"]]
+out(len(okx) == len(exited), "exited attempts are not faults")
+notenant = [r["id"] for r in recs if not r.get("tenant")]
+out(not notenant, "every record names its tenant")
+PYEOF
+while read -r line; do
+    case $line in
+        "ok "*) ok "${line#ok }" 0 ;;
+        "not ok "*) ok "${line#not ok }" 1 ;;
+        *) echo "# $line" ;;
+    esac
+done <"$tmp/check.out"
+
+tap_end

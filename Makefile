@@ -47,6 +47,7 @@ SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/sche
 SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # gpctl's pure modules (no bus, no printing to the terminal), for its unit tests.
 GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,output.c jobspec.c jobview.c))
+BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
 
 UNIT_SRC  := $(wildcard tests/unit/*_test.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
@@ -101,6 +102,11 @@ $(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $
 
 # Unit tests named gpctl_*_test also link gpctl's pure modules (GPCTL_PURE_OBJ).
 $(BUILD)/test/unit/gpctl_%: $(BUILD)/obj/tests/unit/gpctl_%.o $(GPCTL_PURE_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests named billing_*_test also link billing's rating (rate.c).
+$(BUILD)/test/unit/billing_%: $(BUILD)/obj/tests/unit/billing_%.o $(BILL_PURE_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

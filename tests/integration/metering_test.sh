@@ -2,7 +2,8 @@
 # metering_test.sh -- usage records from a simulated fleet, against real
 # services (run under tests/harness/with-stack.sh): gridpool-registry,
 # -scheduler, -recovery, two gridpool-metering instances (2 s windows) and
-# a 6-site fleet (the agents' own code) whose ground truth is the check.
+# a 6-site fleet (the agents' own code) whose ground truth is the check,
+# and gridpool-billing taking the records.
 #
 #   1. jobs of fixed length run and exit; metering-a is killed with
 #      kill -9 in the middle and started again;
@@ -15,7 +16,10 @@
 #      node; per attempt the GPU-ms metered never exceed the ground truth
 #      and, for attempts that exited, equal the agent's own final counter;
 #      in all at least 97% of what the fleet delivered (what is not: the
-#      last half second of each attempt a power cut killed).
+#      last half second of each attempt a power cut killed);
+#   4. billing took every record once: as many usage rows as records, none
+#      refused, the same GPU-ms in all, and a trial balance of zero per
+#      currency.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
@@ -46,6 +50,7 @@ spawn rec "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replac
     --sites-ms 2000
 meter meter-a
 meter meter-b
+spawn billing "$B/bin/gridpool-billing" --config "$D/gp.env" --http-port 0 --book-ms 500
 spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 6 --seed 11 \
     --spread-ms 300 --truth "$D/truth.jsonl"
 for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
@@ -130,6 +135,7 @@ okx = [k for k in exited if k in final and not final[k]["fault"]]
 out(len(okx) == len(exited), "exited attempts are not faults")
 notenant = [r["id"] for r in recs if not r.get("tenant")]
 out(not notenant, "every record names its tenant")
+open(sys.argv[1] + ".sum", "w").write("%d %d\n" % (len(recs), sum(r["gpu_ms"] for r in recs)))
 PYEOF
 while read -r line; do
     case $line in
@@ -139,4 +145,17 @@ while read -r line; do
     esac
 done <"$tmp/check.out"
 
+# ---- 4. billing ----------------------------------------------------------------------
+
+read -r nrec sumg <"$tmp/usage.jsonl.sum"
+wait_sql "SELECT (SELECT count(*) FROM usage_records) + (SELECT count(*) FROM rejected_records)" \
+    "$nrec" 150
+ok "billing took all $nrec records ($(sql "SELECT count(*) FROM usage_records") posted, $(sql "SELECT count(*) FROM rejected_records") refused)" $?
+[ "$(sql "SELECT count(*) FROM rejected_records")" = 0 ]
+ok "none refused ($(sql "SELECT string_agg(DISTINCT reason, '; ') FROM rejected_records"))" $?
+[ "$(sql "SELECT sum(gpu_ms) FROM usage_records")" = "$sumg" ]
+ok "billed GPU-ms = metered GPU-ms ($sumg)" $?
+[ "$(sql "SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency
+           HAVING sum(amount) <> 0) x")" = 0 ] && [ "$(sql "SELECT count(*) FROM ledger_entries")" -gt 0 ]
+ok "trial balance zero per currency ($(sql "SELECT count(*) FROM ledger_transfers") transfers)" $?
 tap_end

@@ -1,0 +1,191 @@
+/* sites.c -- what rating needs from outside a record: the site (owner,
+ * currency, PUE, latency tier, power price by time of day) and its
+ * owner's revenue share, asked of the registry (gp.admin.site.get,
+ * gp.admin.tenant.get) and cached site-cache-ms; the price book, billing's
+ * own table, reloaded every book-ms. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/call.h"
+#include "gp/clock.h"
+#include "gp/log.h"
+#include "billing.h"
+
+static uint32_t
+fnv(const char *s)
+{
+    uint32_t h = 2166136261u;
+
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 16777619u;
+    return h;
+}
+
+typedef struct site_call {
+    billing         *b;
+    bill_site        s;
+    billing_site_cb *cb;
+    void            *arg;
+} site_call;
+
+static void
+owner_read(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    site_call        *c = arg;
+    const msg_tenant *t = reply;
+    billing_site     *slot;
+
+    if (err != GP_EOK) {
+        c->cb(c->arg, err, NULL, detail);
+        free(c);
+        return;
+    }
+    c->s.partner = (t->kind == MSG_TENANT_KIND_PARTNER || t->kind == MSG_TENANT_KIND_SITE_OPERATOR) &&
+                   t->revenue_share_bp > 0;
+    c->s.share_bp = c->s.partner ? t->revenue_share_bp : 0;
+    slot = &c->b->sites[fnv(c->s.id) % BILLING_SITE_SLOTS];
+    slot->s = c->s;
+    slot->valid = true;
+    slot->loaded_ms = gp_mono_ms();
+    c->cb(c->arg, GP_EOK, &slot->s, "");
+    free(c);
+}
+
+static void
+site_read(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    site_call             *c = arg;
+    const msg_site        *m = reply;
+    const msg_power_price *pp;
+    msg_id_request         q = {0};
+    char                   subj[GP_MAX_SUBJECT];
+
+    if (err != GP_EOK) {
+        c->cb(c->arg, err, NULL, detail);
+        free(c);
+        return;
+    }
+    snprintf(c->s.id, sizeof(c->s.id), "%s", m->id);
+    snprintf(c->s.owner, sizeof(c->s.owner), "%s", m->tenant);
+    snprintf(c->s.currency, sizeof(c->s.currency), "%s", m->currency);
+    c->s.latency_tier = m->latency_tier;
+    c->s.pue_milli = m->pue_milli > 0 ? m->pue_milli : 1000;
+    c->s.tz_min = m->timezone_min;
+    pp = m->power_prices.v;
+    for (uint32_t i = 0; i < m->power_prices.n && i < BILL_MAX_PRICES; i++) {
+        c->s.price[i].start_min = pp[i].start_min;
+        c->s.price[i].micros_per_kwh = pp[i].price_micros_per_kwh;
+        c->s.nprices = i + 1;
+    }
+    snprintf(q.id, sizeof(q.id), "%s", m->tenant);
+    if (gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL) != GP_EOK ||
+        gp_call(gp_app_bus(c->b->app), subj, &msg_id_request_desc, &q, &msg_tenant_desc, 5000,
+                owner_read, c) != GP_EOK) {
+        c->cb(c->arg, GP_EUNAVAIL, NULL, "cannot ask the registry");
+        free(c);
+    }
+}
+
+void
+billing_site_get(billing *b, const char *site, billing_site_cb *cb, void *arg)
+{
+    billing_site  *slot = &b->sites[fnv(site) % BILLING_SITE_SLOTS];
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+    site_call     *c;
+
+    if (slot->valid && strcmp(slot->s.id, site) == 0 &&
+        gp_mono_ms() - slot->loaded_ms < b->cfg->site_cache_ms) {
+        cb(arg, GP_EOK, &slot->s, "");
+        return;
+    }
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
+        cb(arg, GP_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    c->b = b;
+    c->cb = cb;
+    c->arg = arg;
+    snprintf(q.id, sizeof(q.id), "%s", site);
+    if (gp_op_subject(GP_OP_ADMIN_SITE_GET, subj, sizeof(subj), NULL) != GP_EOK ||
+        gp_call(gp_app_bus(b->app), subj, &msg_id_request_desc, &q, &msg_site_desc, 5000,
+                site_read, c) != GP_EOK) {
+        free(c);
+        cb(arg, GP_EUNAVAIL, NULL, "cannot ask the registry");
+    }
+}
+
+/* ---- the price book ------------------------------------------------------------------ */
+
+bool
+billing_price_at(const billing *b, const char *product, uint64_t t_ms, int64_t *micros,
+                 char *currency)
+{
+    const billing_price *best = NULL;
+
+    for (unsigned i = 0; i < b->nbook; i++)       /* ordered by product, from_ms */
+        if (strcmp(b->book[i].product, product) == 0 && (uint64_t)b->book[i].from_ms <= t_ms)
+            best = &b->book[i];
+    if (best == NULL)
+        return false;
+    *micros = best->micros;
+    memcpy(currency, best->currency, 4);
+    return true;
+}
+
+static void
+book_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    billing       *b = arg;
+    billing_price *book;
+    int            n;
+
+    b->book_loading = false;
+    if (err != GP_EOK || nres < 1) {
+        GP_WARN("price_book_load_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    n = PQntuples(res[0]);
+    if ((book = calloc((size_t)n + 1, sizeof(*book))) == NULL)
+        return;
+    for (int i = 0; i < n; i++) {
+        snprintf(book[i].product, sizeof(book[i].product), "%s", PQgetvalue(res[0], i, 0));
+        snprintf(book[i].currency, sizeof(book[i].currency), "%s", PQgetvalue(res[0], i, 1));
+        book[i].micros = strtoll(PQgetvalue(res[0], i, 2), NULL, 10);
+        book[i].from_ms = strtoll(PQgetvalue(res[0], i, 3), NULL, 10);
+    }
+    free(b->book);
+    b->book = book;
+    b->nbook = (unsigned)n;
+}
+
+void
+billing_book_run(gp_app *app, void *arg)
+{
+    billing *b = arg;
+
+    if (b->book_loading)
+        return;
+    if (gp_db_query(gp_app_db(app), "SELECT product, currency, micros_per_gpu_hour, from_ms"
+                                    " FROM price_book ORDER BY product, from_ms",
+                    0, NULL, 0, book_read, b) == GP_EOK)
+        b->book_loading = true;
+}
+
+gp_err
+billing_sites_start(billing *b)
+{
+    b->sites = calloc(BILLING_SITE_SLOTS, sizeof(*b->sites));
+    return b->sites != NULL ? GP_EOK : GP_ENOMEM;
+}
+
+void
+billing_sites_free(billing *b)
+{
+    free(b->sites);
+    free(b->book);
+    b->sites = NULL;
+    b->book = NULL;
+}

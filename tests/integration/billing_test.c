@@ -1,0 +1,266 @@
+/* billing_test.c -- gridpool-billing against real servers, with a case
+ * computed by hand.  A partner 'bp1' (30% revenue share) owns site 'bsite'
+ * (power billed in KWD, exponent 3: 0.030 KWD/kWh before 06:00 local,
+ * 0.075 after; PUE 1.25; latency tier 0, x1.20); product 'bh100' is sold in
+ * USD (exponent 2) at 2.50 per GPU-hour until 06:00 UTC on 2026-12-01 and
+ * 3.00 after; the platform fee is 5%.
+ *
+ *   R1 (the hour from 05:00): 1 GPU-hour, 1 kWh
+ *     GPU   2.50 x 1.20 = 3.00 USD = 300 cents: partner 90, operator 195, fee 15
+ *     power 1 x 0.030 x 1.25 = 0.0375 KWD = 37.5 fils -> 38 (half to even)
+ *   R2 (the hour from 06:00): 0.5 GPU-hour, 0.5 kWh
+ *     GPU   0.5 x 3.00 x 1.20 = 1.80 USD = 180 cents: partner 54, operator 117, fee 9
+ *     power 0.5 x 0.075 x 1.25 = 0.046875 KWD = 46.875 fils -> 47
+ *
+ * So, in the ledger's nanos: bc1.receivable.USD 4.80, bp1.payable.USD -1.44,
+ * op.revenue.USD -3.12, op.fees.USD -0.24; bc1.receivable.KWD 0.084375,
+ * bp1.power.KWD -0.084375 (a statement rounds its lines to cents and fils).  R1 sent again
+ * (another Nats-Msg-Id, so the stream keeps both) is a no-op.  Refused and
+ * kept for review: impossible counters, an unknown site, a currency that
+ * is not the product's, a record without a tenant (unknown attempt).  The
+ * database itself refuses an unbalanced transfer and any UPDATE or DELETE
+ * of the ledger. */
+#include <libpq-fe.h>
+
+#include "gp/call.h"
+#include "msg_gen.h"
+#include "testlib.h"
+
+static struct ev_loop *loop;
+static gp_bus         *bus;
+static PGconn         *pg;
+static int             acked;
+
+static void
+on_ack(void *arg, gp_err err)
+{
+    (void)arg;
+    acked += err == GP_EOK;
+}
+
+static char *
+q1(const char *sql)
+{
+    static char out[512];
+    PGresult   *r = PQexec(pg, sql);
+
+    snprintf(out, sizeof(out), "%s",
+             PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)
+                 ? PQgetvalue(r, 0, 0)
+                 : PQresultStatus(r) == PGRES_TUPLES_OK ? "" : PQresultErrorMessage(r));
+    PQclear(r);
+    return out;
+}
+
+static gp_err
+admin(const gp_op *op, const gp_msg_desc *d, const void *m, const gp_msg_desc *rd)
+{
+    char  subj[GP_MAX_SUBJECT], detail[256];
+    void *out = calloc(1, 4096);
+    gp_err rc;
+
+    gp_op_subject(op, subj, sizeof(subj), NULL);
+    rc = tl_call(loop, bus, subj, d, m, rd, out, 5000, detail, sizeof(detail));
+    gp_msg_clear(rd, out);
+    free(out);
+    return rc;
+}
+
+static void
+tenant(const char *id, int kind, const char *parent, int share)
+{
+    msg_tenant t = {0};
+
+    snprintf(t.id, sizeof(t.id), "%s", id);
+    snprintf(t.parent, sizeof(t.parent), "%s", parent);
+    t.kind = kind;
+    t.revenue_share_bp = share;
+    GP_SET_HAS(&t, MSG_TENANT__REVENUE_SHARE_BP);
+    gp_err rc = admin(GP_OP_ADMIN_TENANT_CREATE, &msg_tenant_desc, &t, &msg_tenant_desc);
+    T_OKM(rc == GP_EOK || rc == GP_EEXISTS, "tenant %s (%s)", id, gp_err_name(rc));
+}
+
+/* 2026-12-01 00:00 UTC */
+#define DAY_MS 1796083200000ull
+
+static void
+publish(const char *msgid, const char *id, const char *site, const char *tenant_id,
+        uint64_t at_ms, uint64_t gpu_ms, uint64_t mj, uint64_t seq, const char *cur)
+{
+    msg_usage_record r = {0};
+    gp_buf           b = GP_BUF_INIT;
+    char             subj[GP_MAX_SUBJECT];
+
+    snprintf(r.id, sizeof(r.id), "%s", id);
+    snprintf(r.job_id, sizeof(r.job_id), "j-bill");
+    r.attempt = 1;
+    snprintf(r.tenant, sizeof(r.tenant), "%s", tenant_id);
+    snprintf(r.site, sizeof(r.site), "%s", site);
+    snprintf(r.node, sizeof(r.node), "bn1");
+    snprintf(r.product, sizeof(r.product), "bh100");
+    GP_SET_HAS(&r, MSG_USAGE_RECORD__PRODUCT);
+    r.gpus = 1;
+    r.window_ms = 3600000;                  /* hour windows: a GPU-hour fits */
+    r.window = at_ms / 3600000;
+    r.first_ms = at_ms;
+    r.last_ms = at_ms + 3599000;
+    r.gpu_ms = gpu_ms;
+    r.energy_mj = mj;
+    r.to_gpu_ms = gpu_ms;
+    r.to_energy_mj = mj;
+    r.site_seq = seq;
+    if (cur != NULL) {
+        snprintf(r.currency, sizeof(r.currency), "%s", cur);
+        r.price_micros_per_gpu_hour = 2500000;
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__CURRENCY);
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__PRICE_MICROS_PER_GPU_HOUR);
+    }
+    gp_msg_encode(&msg_usage_record_desc, &r, &b);
+    gp_op_subjectf(GP_OP_USAGE_RECORD, subj, sizeof(subj), site);
+    T_OKM(gp_bus_js_pub(bus, subj, msgid, b.p, b.n, on_ack, NULL) == GP_EOK, "publish %s", msgid);
+    gp_buf_fini(&b);
+}
+
+static void
+wait_for(const char *sql, const char *want, double s)
+{
+    for (double t0 = tl_now(); tl_now() - t0 < s && strcmp(q1(sql), want) != 0;)
+        tl_spin(loop, 0.1);
+}
+
+int
+main(void)
+{
+    gp_bus_opts    bo = {.url = tl_env("GP_NATS_URL"), .name = "billing-test", .jetstream = true};
+    char           bin[512], bbin[512], port[16];
+    const char    *rargv[] = {bin, "--http-port", "0", NULL};
+    const char    *bargv[] = {bbin, "--http-port", port, "--book-ms", "200", NULL};
+    msg_site       s = {0};
+    msg_power_price pp[2] = {{0}};
+    pid_t          reg, bil;
+    PGresult      *res;
+
+    loop = ev_default_loop(0);
+    T_OK(gp_bus_new(loop, &bo, NULL, NULL, &bus) == GP_EOK);
+    pg = PQconnectdb(tl_env("GP_PG_CONNINFO"));
+    T_OK(PQstatus(pg) == CONNECTION_OK);
+    snprintf(bin, sizeof(bin), "%s/bin/gridpool-registry", tl_env("GP_BUILD"));
+    snprintf(bbin, sizeof(bbin), "%s/bin/gridpool-billing", tl_env("GP_BUILD"));
+    snprintf(port, sizeof(port), "%d", tl_free_port());
+    reg = tl_spawn((char *const *)rargv);
+    bil = tl_spawn((char *const *)bargv);
+    wait_for("SELECT count(*) FROM gp_migrations WHERE service = 'billing'", "1", 20);
+    wait_for("SELECT count(*) FROM gp_migrations WHERE service = 'registry' AND version >= 1",
+             "1", 20);
+    tl_spin(loop, 1.0);
+
+    tenant("op", MSG_TENANT_KIND_OPERATOR, "", 0);
+    tenant("bp1", MSG_TENANT_KIND_PARTNER, "op", 3000);
+    tenant("bc1", MSG_TENANT_KIND_CUSTOMER, "op", 0);
+    snprintf(s.id, sizeof(s.id), "bsite");
+    snprintf(s.tenant, sizeof(s.tenant), "bp1");
+    snprintf(s.region, sizeof(s.region), "eu");
+    snprintf(s.currency, sizeof(s.currency), "KWD");
+    s.latency_tier = 0;
+    s.pue_milli = 1250;
+    s.timezone_min = 0;
+    pp[0].start_min = 0;
+    pp[0].price_micros_per_kwh = 30000;
+    pp[1].start_min = 360;
+    pp[1].price_micros_per_kwh = 75000;
+    s.power_prices.v = pp;
+    s.power_prices.n = 2;
+    s.has = ~0ull & ~((uint64_t)1 << MSG_SITE__UPLINK_RTT_MS | (uint64_t)1 << MSG_SITE__NODES |
+                      (uint64_t)1 << MSG_SITE__GPUS);
+    gp_err rc = admin(GP_OP_ADMIN_SITE_CREATE, &msg_site_desc, &s, &msg_site_desc);
+    s.power_prices.v = NULL;
+    T_OKM(rc == GP_EOK, "site bsite of partner bp1 (%s)", gp_err_name(rc));
+    PQclear(PQexec(pg, "INSERT INTO price_book VALUES ('bh100', 'USD', 2500000, 0),"
+                       " ('bh100', 'USD', 3000000, 1796104800000)"));   /* 06:00 UTC */
+    tl_spin(loop, 0.5);                               /* the book reloads every 200 ms */
+
+    publish("m1", "j-bill.1.bn1.a", "bsite", "bc1", DAY_MS + 300 * 60000, 3600000, 3600000000ull,
+            1, NULL);
+    publish("m2", "j-bill.1.bn1.b", "bsite", "bc1", DAY_MS + 360 * 60000, 1800000, 1800000000ull,
+            2, NULL);
+    publish("m3", "j-bill.1.bn1.a", "bsite", "bc1", DAY_MS + 300 * 60000, 3600000, 3600000000ull,
+            1, NULL);                                  /* R1 again */
+    publish("m4", "j-bill.1.bn1.c", "bsite", "bc1", DAY_MS, 999999999999ull, 1, 3, NULL);
+    publish("m5", "j-bill.1.bn1.d", "nosuchsite", "bc1", DAY_MS, 1000, 1000, 1, NULL);
+    publish("m6", "j-bill.1.bn1.e", "bsite", "bc1", DAY_MS, 1000, 1000, 4, "EUR");
+    publish("m7", "j-bill.1.bn1.f", "bsite", "", DAY_MS, 1000, 1000, 5, NULL);
+    for (double t0 = tl_now(); acked < 7 && tl_now() - t0 < 10;)
+        tl_spin(loop, 0.05);
+    T_EQ_INT(acked, 7);
+
+    wait_for("SELECT count(DISTINCT id) FROM rejected_records", "4", 20);
+    wait_for("SELECT count(*) FROM usage_records", "2", 20);
+    T_OKM(strcmp(q1("SELECT count(*) FROM usage_records"), "2") == 0, "2 records posted (%s)",
+          q1("SELECT count(*) FROM usage_records"));
+    res = PQexec(pg, "SELECT account, sum(amount) FROM ledger_entries GROUP BY account"
+                     " ORDER BY account");
+    char got[1024] = "";
+    for (int i = 0; i < PQntuples(res); i++)
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s=%s ", PQgetvalue(res, i, 0),
+                 PQgetvalue(res, i, 1));
+    PQclear(res);
+    T_OKM(strcmp(got, "bc1.receivable.KWD=84375000 bc1.receivable.USD=4800000000 "
+                      "bp1.payable.USD=-1440000000 bp1.power.KWD=-84375000 "
+                      "op.fees.USD=-240000000 op.revenue.USD=-3120000000 ") == 0,
+          "ledger (nanos) matches the hand computation: %s", got);
+    T_OKM(strcmp(q1("SELECT string_agg(charge_minor || '/' || power_minor, ',' ORDER BY id)"
+                    " FROM usage_records"), "300/38,180/47") == 0,
+          "each record's own line in minor units: 300 cents / 38 fils, 180 cents / 47 fils (%s)",
+          q1("SELECT string_agg(charge_minor || '/' || power_minor, ',' ORDER BY id)"
+             " FROM usage_records"));
+    T_OKM(strcmp(q1("SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency"
+                    " HAVING sum(amount) <> 0) x"), "0") == 0, "trial balance zero per currency");
+    T_OKM(strcmp(q1("SELECT string_agg(power_residue_nanos::text, ',' ORDER BY id) FROM"
+                    " usage_records"), "-500000,-125000") == 0,
+          "power rounded half to even, residues kept (%s)",
+          q1("SELECT string_agg(power_residue_nanos::text, ',' ORDER BY id) FROM usage_records"));
+    T_OKM(strcmp(q1("SELECT count(*) FROM ledger_transfers t WHERE kind = 'charge' AND"
+                    " (SELECT -sum(amount) FROM ledger_entries e WHERE e.transfer_id = t.id AND"
+                    "  amount < 0) <> (SELECT gpu_nanos FROM usage_records u WHERE"
+                    "  u.id = t.record_id)"), "0") == 0,
+          "each charge's revenue-share legs sum exactly to the charge");
+    T_OKM(strstr(q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.c'"),
+                 "more than") != NULL, "impossible counters refused: %s",
+          q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.c'"));
+    T_OKM(strstr(q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.d'"),
+                 "unknown site") != NULL, "unknown site refused: %s",
+          q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.d'"));
+    T_OKM(strstr(q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.e'"),
+                 "currency EUR") != NULL, "wrong currency refused: %s",
+          q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.e'"));
+    T_OKM(strstr(q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.f'"),
+                 "unknown attempt") != NULL, "record without a tenant refused: %s",
+          q1("SELECT reason FROM rejected_records WHERE id = 'j-bill.1.bn1.f'"));
+    T_OKM(strcmp(q1("SELECT count(*) FROM ledger_transfers WHERE record_id IN"
+                    " ('j-bill.1.bn1.c','j-bill.1.bn1.d','j-bill.1.bn1.e','j-bill.1.bn1.f')"),
+                 "0") == 0, "refused records are never posted");
+
+    res = PQexec(pg, "WITH t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period,"
+                     " at_ms) VALUES ('j-bill.1.bn1.b', 'correction', 'USD', '2026-12', 0)"
+                     " RETURNING id) INSERT INTO ledger_entries SELECT id, 'bc1.receivable.USD',"
+                     " 'USD', 5 FROM t");
+    T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR &&
+              strstr(PQresultErrorMessage(res), "does not balance") != NULL,
+          "PostgreSQL refuses an unbalanced transfer: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    res = PQexec(pg, "UPDATE ledger_entries SET amount = amount + 1");
+    T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR, "PostgreSQL refuses an UPDATE of the ledger");
+    PQclear(res);
+    res = PQexec(pg, "DELETE FROM usage_records");
+    T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR, "... and a DELETE of usage records");
+    PQclear(res);
+
+    kill(bil, SIGTERM);
+    kill(reg, SIGTERM);
+    T_EQ_INT(tl_wait_exit(bil, 15), 0);
+    T_EQ_INT(tl_wait_exit(reg, 15), 0);
+    PQfinish(pg);
+    gp_bus_free(bus);
+    gp_lib_close();
+    return T_DONE();
+}

@@ -53,7 +53,7 @@ typedef struct billing {
     unsigned           nbook;
     bool               book_loading;
     uint64_t          *m_posted, *m_duplicates, *m_rejected, *m_batches, *m_batch_failures;
-    uint64_t          *m_transfers;
+    uint64_t          *m_transfers, *m_credits;
 } billing;
 
 /* sites.c */
@@ -71,6 +71,9 @@ bool   billing_price_at(const billing *b, const char *product, uint64_t t_ms, in
 extern const gp_route billing_routes[];
 extern const gp_stream_cfg billing_streams[];
 void   billing_post_start(billing *b);
+
+/* api.c */
+extern const gp_route billing_api_routes[];
 
 /* migrate.c */
 extern const gp_migration billing_migrations[];

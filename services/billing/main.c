@@ -63,6 +63,9 @@ main(int argc, char **argv)
                                                 "Batches that failed and went record by record");
         b.m_transfers = gp_metrics_counter(mx, "gp_billing_transfers_total", NULL,
                                            "Ledger transfers posted");
+        b.m_credits = gp_metrics_counter(mx, "gp_billing_fault_credits_total", NULL,
+                                         "failed_cost transfers: work after the last checkpoint "
+                                         "of an attempt lost to a platform fault, not charged");
         rc = billing_sites_start(&b);
     }
     if (rc == GP_EOK) {
@@ -73,7 +76,7 @@ main(int argc, char **argv)
     if (rc == GP_EOK)
         rc = gp_app_streams(app, billing_streams);
     if (rc == GP_EOK)
-        rc = gp_app_serve(app, &b, billing_routes, NULL);
+        rc = gp_app_serve(app, &b, billing_routes, billing_api_routes, NULL);
     if (rc == GP_EOK) {
         billing_book_run(app, &b);
         gp_db_query(gp_app_db(app), "SELECT tier, modifier_bp FROM latency_tiers", 0, NULL, 0,

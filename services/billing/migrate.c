@@ -116,7 +116,168 @@ static const char step1_sql[] =
     "CREATE TRIGGER usage_records_immutable BEFORE UPDATE OR DELETE ON usage_records\n"
     "  FOR EACH ROW EXECUTE FUNCTION ledger_immutable()";
 
+/* Step 2: no billing for downtime.  When an attempt ends through a platform
+ * fault (its final record says fault), the GPU time and energy of its
+ * records past its last checkpoint (counted totals: to > ckpt) are not the
+ * customer's: each such record gets one fault_credits row (its primary key
+ * makes the credit once, whichever of the record and the final comes
+ * first) and a failed_cost transfer per currency: Dr <operator>.failed_cost,
+ * Cr <customer>.receivable, the part of its rated nanos its uncharged
+ * share is (floor).  bill_fault_credits(keys, operator) credits what is due
+ * for the attempts (job.attempt.node) a batch touched; the batch holds a
+ * transaction lock on each key first, so a record and its final taken by
+ * two instances at once cannot miss each other. */
+static const char step2_sql[] =
+    "ALTER TABLE usage_records ADD COLUMN IF NOT EXISTS from_energy_mj bigint,\n"
+    "  ADD COLUMN IF NOT EXISTS to_energy_mj bigint, ADD COLUMN IF NOT EXISTS ckpt_energy_mj bigint;\n"
+    "CREATE TABLE IF NOT EXISTS fault_credits (\n"
+    "  record_id text PRIMARY KEY REFERENCES usage_records (id),\n"
+    "  final_id text NOT NULL REFERENCES usage_records (id),\n"
+    "  uncharged_gpu_ms bigint NOT NULL, gpu_nanos bigint NOT NULL,\n"
+    "  uncharged_energy_mj bigint NOT NULL, power_nanos bigint NOT NULL\n"
+    ");\n"
+    "CREATE OR REPLACE FUNCTION bill_fault_credits(p_keys text[], p_op text, p_now bigint)\n"
+    "RETURNS int LANGUAGE plpgsql AS $f$\n"
+    "DECLARE n int;\n"
+    "BEGIN\n"
+    "  WITH f AS (\n"
+    "    SELECT id, job_id, attempt, node, coalesce(ckpt_gpu_ms, 0) AS cg,\n"
+    "      coalesce(ckpt_energy_mj, 0) AS ce FROM usage_records\n"
+    "    WHERE final AND fault AND job_id || '.' || attempt || '.' || node = ANY (p_keys)),\n"
+    "  u AS (\n"
+    "    SELECT r.*, f.id AS final_id,\n"
+    "      greatest(0, least(r.gpu_ms, r.to_gpu_ms - greatest(r.from_gpu_ms, f.cg))) AS ug,\n"
+    "      greatest(0, least(r.energy_mj, coalesce(r.to_energy_mj, 0)\n"
+    "        - greatest(coalesce(r.from_energy_mj, 0), f.ce))) AS ue\n"
+    "    FROM f JOIN usage_records r ON r.job_id = f.job_id AND r.attempt = f.attempt\n"
+    "      AND r.node = f.node\n"
+    "    WHERE NOT EXISTS (SELECT 1 FROM fault_credits c WHERE c.record_id = r.id)),\n"
+    "  c AS (\n"
+    "    INSERT INTO fault_credits (record_id, final_id, uncharged_gpu_ms, gpu_nanos,\n"
+    "      uncharged_energy_mj, power_nanos)\n"
+    "    SELECT id, final_id, ug,\n"
+    "      CASE WHEN gpu_ms > 0 THEN div(gpu_nanos::numeric * ug, gpu_ms)::bigint ELSE 0 END,\n"
+    "      ue, CASE WHEN energy_mj > 0 THEN div(power_nanos::numeric * ue, energy_mj)::bigint\n"
+    "        ELSE 0 END\n"
+    "    FROM u ON CONFLICT DO NOTHING\n"
+    "    RETURNING record_id, gpu_nanos, power_nanos),\n"
+    "  l AS (\n"
+    "    SELECT c.record_id AS rid, r.currency AS cur, r.tenant, c.gpu_nanos AS amt, r.period\n"
+    "      FROM c JOIN usage_records r ON r.id = c.record_id WHERE c.gpu_nanos > 0\n"
+    "    UNION ALL\n"
+    "    SELECT c.record_id, r.power_currency, r.tenant, c.power_nanos, r.period\n"
+    "      FROM c JOIN usage_records r ON r.id = c.record_id WHERE c.power_nanos > 0),\n"
+    "  g AS (SELECT rid, cur, tenant, sum(amt)::bigint AS amt, min(period) AS period\n"
+    "    FROM l GROUP BY rid, cur, tenant),\n"
+    "  a AS (INSERT INTO ledger_accounts (id, tenant, purpose, currency)\n"
+    "    SELECT DISTINCT x.acc, x.ten, x.pur, g.cur FROM g CROSS JOIN LATERAL (VALUES\n"
+    "      (p_op || '.failed_cost.' || g.cur, p_op, 'failed_cost'),\n"
+    "      (g.tenant || '.receivable.' || g.cur, g.tenant, 'receivable')) AS x(acc, ten, pur)\n"
+    "    ON CONFLICT DO NOTHING),\n"
+    "  t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period, at_ms)\n"
+    "    SELECT rid, 'failed_cost', cur, period, p_now FROM g\n"
+    "    RETURNING id, record_id, currency),\n"
+    "  e AS (INSERT INTO ledger_entries (transfer_id, account, currency, amount)\n"
+    "    SELECT t.id, x.acc, g.cur, x.amt FROM g JOIN t ON t.record_id = g.rid\n"
+    "      AND t.currency = g.cur\n"
+    "    CROSS JOIN LATERAL (VALUES (p_op || '.failed_cost.' || g.cur, g.amt),\n"
+    "      (g.tenant || '.receivable.' || g.cur, -g.amt)) AS x(acc, amt)\n"
+    "    RETURNING 1)\n"
+    "  SELECT count(*) INTO n FROM t;\n"
+    "  RETURN n;\n"
+    "END $f$";
+
+/* Step 3: statements.  A tenant's period closes into one statement whose
+ * content (canonical text) and sha256 never change (statements and
+ * statement_items refuse UPDATE and DELETE).  statement_items puts each
+ * transfer touching the tenant's accounts on exactly one of its statements:
+ * the first one closed whose period is not before the transfer's usage
+ * period, so usage of a closed period that comes late lands on the next
+ * statement as a correction line naming its own period.  Lines are rounded
+ * half to even to the currency's minor unit (currency_exponents: the same
+ * table as gp/money.h, billing_test compares them).  usage_records gets the
+ * site's owner, so a site partner can see the usage of its sites. */
+static const char step3_sql[] =
+    "ALTER TABLE usage_records ADD COLUMN IF NOT EXISTS site_owner text;\n"
+    "CREATE INDEX IF NOT EXISTS usage_records_owner ON usage_records (site_owner, period);\n"
+    "CREATE TABLE IF NOT EXISTS currency_exponents (\n"
+    "  code text PRIMARY KEY " CUR_CHECK("code") ",\n"
+    "  exponent int NOT NULL CHECK (exponent BETWEEN 0 AND 9)\n"
+    ");\n"
+    "INSERT INTO currency_exponents SELECT c, 0 FROM unnest(ARRAY['BIF','CLP','DJF','GNF','ISK',\n"
+    "  'JPY','KMF','KRW','PYG','RWF','UGX','VND','VUV','XAF','XOF','XPF']) c ON CONFLICT DO NOTHING;\n"
+    "INSERT INTO currency_exponents SELECT c, 2 FROM unnest(ARRAY['AED','AUD','BGN','BRL','CAD',\n"
+    "  'CHF','CNY','CZK','DKK','EUR','GBP','HKD','HUF','ILS','INR','MXN','NOK','NZD','PLN','RON',\n"
+    "  'SEK','SGD','THB','TRY','TWD','USD','ZAR']) c ON CONFLICT DO NOTHING;\n"
+    "INSERT INTO currency_exponents SELECT c, 3 FROM unnest(ARRAY['BHD','IQD','JOD','KWD','LYD',\n"
+    "  'OMR','TND']) c ON CONFLICT DO NOTHING;\n"
+    "CREATE OR REPLACE FUNCTION bill_minor(n bigint, e int) RETURNS bigint\n"
+    "LANGUAGE sql IMMUTABLE AS $f$\n"
+    "  SELECT q + CASE WHEN 2 * abs(r) > u OR (2 * abs(r) = u AND q % 2 <> 0)\n"
+    "    THEN sign(r)::bigint ELSE 0 END\n"
+    "  FROM (SELECT u, n / u AS q, n % u AS r\n"
+    "        FROM (SELECT (10::numeric ^ (9 - e))::bigint AS u) x) y\n"
+    "$f$;\n"
+    "CREATE TABLE IF NOT EXISTS statements (\n"
+    "  tenant text NOT NULL " ID_CHECK("tenant") ",\n"
+    "  period text NOT NULL CHECK (period ~ '^[0-9]{4}-(0[1-9]|1[0-2])$'),\n"
+    "  issued_ms bigint NOT NULL, content text NOT NULL, hash text NOT NULL,\n"
+    "  PRIMARY KEY (tenant, period)\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS statement_items (\n"
+    "  tenant text NOT NULL, transfer_id bigint NOT NULL REFERENCES ledger_transfers (id),\n"
+    "  period text NOT NULL,\n"
+    "  PRIMARY KEY (tenant, transfer_id),\n"
+    "  FOREIGN KEY (tenant, period) REFERENCES statements (tenant, period) DEFERRABLE INITIALLY DEFERRED\n"
+    ");\n"
+    "DROP TRIGGER IF EXISTS statements_immutable ON statements;\n"
+    "CREATE TRIGGER statements_immutable BEFORE UPDATE OR DELETE ON statements\n"
+    "  FOR EACH ROW EXECUTE FUNCTION ledger_immutable();\n"
+    "DROP TRIGGER IF EXISTS statement_items_immutable ON statement_items;\n"
+    "CREATE TRIGGER statement_items_immutable BEFORE UPDATE OR DELETE ON statement_items\n"
+    "  FOR EACH ROW EXECUTE FUNCTION ledger_immutable();\n"
+    "CREATE OR REPLACE FUNCTION bill_close_period(p_tenant text, p_period text, p_now bigint)\n"
+    "RETURNS TABLE (o_issued bigint, o_hash text, o_content text) LANGUAGE plpgsql AS $f$\n"
+    "DECLARE c text;\n"
+    "BEGIN\n"
+    "  PERFORM pg_advisory_xact_lock(hashtext('gp.billing.close.' || p_tenant));\n"
+    "  RETURN QUERY SELECT issued_ms, hash, content FROM statements\n"
+    "    WHERE tenant = p_tenant AND period = p_period;\n"
+    "  IF FOUND THEN RETURN; END IF;\n"
+    "  INSERT INTO statement_items (tenant, transfer_id, period)\n"
+    "    SELECT DISTINCT p_tenant, t.id, p_period FROM ledger_transfers t\n"
+    "      JOIN ledger_entries e ON e.transfer_id = t.id\n"
+    "      JOIN ledger_accounts a ON a.id = e.account\n"
+    "     WHERE a.tenant = p_tenant AND t.period <= p_period\n"
+    "       AND NOT EXISTS (SELECT 1 FROM statement_items s\n"
+    "                        WHERE s.tenant = p_tenant AND s.transfer_id = t.id);\n"
+    "  WITH l AS (\n"
+    "    SELECT a.currency, t.kind, a.purpose, t.period AS up, sum(e.amount)::bigint AS n\n"
+    "      FROM statement_items s JOIN ledger_transfers t ON t.id = s.transfer_id\n"
+    "      JOIN ledger_entries e ON e.transfer_id = t.id\n"
+    "      JOIN ledger_accounts a ON a.id = e.account\n"
+    "     WHERE s.tenant = p_tenant AND s.period = p_period AND a.tenant = p_tenant\n"
+    "     GROUP BY 1, 2, 3, 4),\n"
+    "  m AS (SELECT l.*, bill_minor(l.n, x.exponent) AS mi FROM l\n"
+    "          JOIN currency_exponents x ON x.code = l.currency)\n"
+    "  SELECT 'gridpool statement v1' || E'\\n' || 'tenant ' || p_tenant || E'\\n'\n"
+    "    || 'period ' || p_period || E'\\n' || 'issued ' || p_now || E'\\n'\n"
+    "    || coalesce((SELECT string_agg(format('line %s %s %s %s %s %s%s', currency, kind,\n"
+    "         purpose, up, n, mi, CASE WHEN up < p_period THEN ' correction' ELSE '' END),\n"
+    "         E'\\n' ORDER BY currency, kind, purpose, up) FROM m) || E'\\n', '')\n"
+    "    || coalesce((SELECT string_agg(format('total %s %s', currency, t), E'\\n'\n"
+    "         ORDER BY currency) FROM (SELECT currency, sum(mi) AS t FROM m GROUP BY 1) z)\n"
+    "         || E'\\n', '')\n"
+    "    INTO c;\n"
+    "  INSERT INTO statements VALUES (p_tenant, p_period, p_now, c,\n"
+    "    encode(sha256(convert_to(c, 'UTF8')), 'hex'));\n"
+    "  RETURN QUERY SELECT issued_ms, hash, content FROM statements\n"
+    "    WHERE tenant = p_tenant AND period = p_period;\n"
+    "END $f$";
+
 const gp_migration billing_migrations[] = {
     {1, "usage records, price book, ledger", step1_sql},
+    {2, "no billing for downtime: fault credits", step2_sql},
+    {3, "statements, site owners", step3_sql},
     GP_MIGRATION_END
 };

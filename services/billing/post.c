@@ -20,6 +20,7 @@
 
 #include "gp/buf.h"
 #include "gp/clock.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "billing.h"
 
@@ -145,12 +146,13 @@ batch_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
     batch   *bt = arg;
     billing *b = bt->b;
 
-    if (err == GP_EOK && nres == 1 && PQntuples(res[0]) == 1) {
-        long posted = strtol(PQgetvalue(res[0], 0, 0), NULL, 10);
+    if (err == GP_EOK && nres == 3 && PQntuples(res[1]) == 1 && PQntuples(res[2]) == 1) {
+        long posted = strtol(PQgetvalue(res[1], 0, 0), NULL, 10);
 
         *b->m_posted += (uint64_t)posted;
         *b->m_duplicates += bt->n - (uint64_t)posted;
-        *b->m_transfers += strtoull(PQgetvalue(res[0], 0, 1), NULL, 10);
+        *b->m_transfers += strtoull(PQgetvalue(res[1], 0, 1), NULL, 10);
+        *b->m_credits += strtoull(PQgetvalue(res[2], 0, 0), NULL, 10);
         for (unsigned i = 0; i < bt->n; i++) {
             gp_req_done(bt->it[i]->req, GP_EOK);
             item_free(bt->it[i]);
@@ -209,12 +211,23 @@ dup_before(item **it, unsigned i)
     return false;
 }
 
+/* Locks each attempt (job.attempt.node) the batch touches, in one order,
+ * for the transaction: a record and its attempt's final record posted at
+ * once by two instances are serialized, so the fault credits see both. */
+static const char lock_sql[] =
+    "SELECT count(pg_advisory_xact_lock(h)) FROM\n"
+    "  (SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY 1) s";
+
+static const char credit_sql[] = "SELECT bill_fault_credits($1::text[], $2, $3::bigint)";
+
 static void
 send_batch(billing *b, item **it, unsigned n)
 {
     batch      *bt = calloc(1, sizeof(*bt));
-    gp_buf      recs, legs;
-    const char *p[2];
+    gp_buf      recs, legs, keys;
+    const char *p[2], *kp[3];
+    char        now[24];
+    gp_db_tx   *tx;
     gp_err      rc = GP_EOK;
     bool        first = true;
 
@@ -230,12 +243,21 @@ send_batch(billing *b, item **it, unsigned n)
     memcpy(bt->it, it, n * sizeof(*it));
     gp_buf_init(&recs, 0);
     gp_buf_init(&legs, 0);
+    gp_buf_init(&keys, 0);
     rc = gp_buf_puts(&recs, "[");
     rc = rc ? rc : gp_buf_puts(&legs, "[");
+    rc = rc ? rc : gp_pgarr_begin(&keys);
     for (unsigned i = 0; i < n && rc == GP_EOK; i++) {
         if (dup_before(it, i))          /* the same id twice in one batch: posted once */
             continue;
         rc = gp_buf_printf(&recs, "%s%s", recs.n > 1 ? "," : "", it[i]->rec);
+        if (rc == GP_EOK) {
+            const msg_usage_record *r = gp_req_in(it[i]->req);
+            char                    key[200];
+
+            snprintf(key, sizeof(key), "%s.%u.%s", r->job_id, r->attempt, r->node);
+            rc = gp_pgarr_add(&keys, key);
+        }
         if (rc == GP_EOK && it[i]->legs[0]) {
             rc = gp_buf_printf(&legs, "%s%s", first ? "" : ",", it[i]->legs);
             first = false;
@@ -243,13 +265,27 @@ send_batch(billing *b, item **it, unsigned n)
     }
     rc = rc ? rc : gp_buf_puts(&recs, "]");
     rc = rc ? rc : gp_buf_puts(&legs, "]");
+    rc = rc ? rc : gp_pgarr_end(&keys);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     p[0] = recs.p;
     p[1] = legs.p;
+    kp[0] = keys.p;
+    kp[1] = b->cfg->operator_tenant;
+    kp[2] = now;
     (*b->m_batches)++;
-    if (rc == GP_EOK)
-        rc = gp_db_query(gp_app_db(b->app), post_sql, 2, p, 0, batch_done, bt);
+    /* one transaction: the attempts' locks, the records and their legs,
+     * then the fault credits they made due */
+    if (rc == GP_EOK && (tx = gp_db_tx_new(gp_app_db(b->app))) == NULL)
+        rc = GP_ENOMEM;
+    if (rc == GP_EOK) {
+        rc = gp_db_tx_add(tx, lock_sql, 1, kp);
+        rc = rc ? rc : gp_db_tx_add(tx, post_sql, 2, p);
+        rc = rc ? rc : gp_db_tx_add(tx, credit_sql, 3, kp);
+        rc = rc ? rc : gp_db_tx_run(tx, 0, batch_done, bt);
+    }
     gp_buf_fini(&recs);
     gp_buf_fini(&legs);
+    gp_buf_fini(&keys);
     if (rc != GP_EOK)
         batch_done(bt, GP_EUNAVAIL, NULL, 0, "not sent");
 }
@@ -313,7 +349,8 @@ record_json(const msg_usage_record *r, const bill_site *s, int64_t price, const 
             "\"tier_bp\":%d,\"gpu_nanos\":%lld,\"charge_minor\":%lld,\"charge_residue_nanos\":%lld,"
             "\"power_currency\":\"%s\",\"power_micros_per_kwh\":%lld,\"pue_milli\":%d,"
             "\"power_nanos\":%lld,\"power_minor\":%lld,\"power_residue_nanos\":%lld,"
-            "\"period\":\"%s\",\"taken_ms\":%llu}",
+            "\"period\":\"%s\",\"taken_ms\":%llu,\"from_energy_mj\":%llu,"
+            "\"to_energy_mj\":%llu,\"ckpt_energy_mj\":%llu,\"site_owner\":\"%s\"}",
             r->id, r->site, (unsigned long long)r->site_seq, r->tenant, r->job_id, r->attempt,
             r->node, r->rank, r->product[0] ? "\"" : "", r->product[0] ? r->product : "null",
             r->product[0] ? "\"" : "", r->pool[0] ? "\"" : "", r->pool[0] ? r->pool : "null",
@@ -328,7 +365,9 @@ record_json(const msg_usage_record *r, const bill_site *s, int64_t price, const 
             (long long)o->gpu_nanos, (long long)o->charge_minor, (long long)o->charge_residue,
             s->currency, (long long)o->power_price_micros, s->pue_milli, (long long)o->power_nanos,
             (long long)o->power_minor, (long long)o->power_residue, period,
-            (unsigned long long)gp_wall_ms()) != GP_EOK) {
+            (unsigned long long)gp_wall_ms(), (unsigned long long)r->from_energy_mj,
+            (unsigned long long)r->to_energy_mj, (unsigned long long)r->ckpt_energy_mj,
+            s->owner) != GP_EOK) {
         gp_buf_fini(&b);
         return NULL;
     }

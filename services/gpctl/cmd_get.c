@@ -491,6 +491,12 @@ cmd_get(gpctl *c, int argc, char **argv)
         return cmd_get_jobs(c, argc - 1, argv + 1);
     if (argc > 0 && (strcmp(argv[0], "attempts") == 0 || strcmp(argv[0], "attempt") == 0))
         return cmd_get_attempts(c, argc - 1, argv + 1);
+    if (argc > 0 && strcmp(argv[0], "usage") == 0)
+        return cmd_get_usage(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "statements") == 0 || strcmp(argv[0], "statement") == 0))
+        return cmd_get_statements(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "balances") == 0 || strcmp(argv[0], "balance") == 0))
+        return cmd_get_balances(c, argc - 1, argv + 1);
     rc = parse_get(argc, argv, &a);
 
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)

@@ -10,6 +10,7 @@
  *   cmd_fault.c fault (the fleet simulator's fault control)
  *   cmd_job.c   submit, get jobs|attempts, describe job, cancel job
  *   cmd_watch.c watch jobs (live job events until Ctrl-C)
+ *   cmd_billing.c   get usage|statements|balances, describe statement, close period
  *   jobspec.c   a JobSpec from flags and JSON/YAML files (pure)
  *   jobview.c   job rows, "why it waits", event lines, job sums (pure)
  *
@@ -112,6 +113,11 @@ int cmd_watch(gpctl *c, int argc, char **argv);
 int cmd_get_jobs(gpctl *c, int argc, char **argv);
 int cmd_get_attempts(gpctl *c, int argc, char **argv);
 int cmd_describe_job(gpctl *c, int argc, char **argv);
+int cmd_get_usage(gpctl *c, int argc, char **argv);
+int cmd_get_statements(gpctl *c, int argc, char **argv);
+int cmd_get_balances(gpctl *c, int argc, char **argv);
+int cmd_describe_statement(gpctl *c, int argc, char **argv);
+int cmd_close(gpctl *c, int argc, char **argv);
 
 /* ---- jobs (cmd_job.c) ------------------------------------------------------- */
 

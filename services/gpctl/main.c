@@ -44,10 +44,20 @@ static const verb verbs[] = {
      "  per node; SITE/NODE is the latest attempt's: lists carry no attempts, so it is\n"
      "  filled with -o wide (one more request per job that has run).\n"
      "  attempts: the job's attempts, node by node, with their placement scores.\n"
-     "  Without --tenant a job is looked up in the admin list first.\n"},
+     "  Without --tenant a job is looked up in the admin list first.\n"
+     "\n"
+     "       gpctl get usage --tenant T [--site S] [--period YYYY-MM]\n"
+     "       gpctl get statements --tenant T\n"
+     "       gpctl get balances --tenant T\n"
+     "\n"
+     "  From billing (gp.api.<T>.billing.*): the usage records billed (a customer's\n"
+     "  own; a site partner's sites' too), the tenant's issued statements, the\n"
+     "  balances of its ledger accounts.  Money in the currency's minor unit,\n"
+     "  rounded half to even; -o json gives the exact nanos.\n"},
     {"describe", cmd_describe,
      "Usage: gpctl describe site|node NAME\n"
      "       gpctl describe job ID [--tenant T]\n"
+     "       gpctl describe statement YYYY-MM --tenant T\n"
      "\n"
      "  job:  state, reason, why it waits (pending: the nodes considered, counted by\n"
      "        the filter they failed), the spec, the attempts (site, node, GPUs,\n"
@@ -55,7 +65,9 @@ static const verb verbs[] = {
      "  node: site, state, last seen, registration, hardware, every GPU and the\n"
      "        latest telemetry (per GPU temperature, power, util, memory, ECC,\n"
      "        XIDs, throttling; disk; uplink RTT; running attempts and usage).\n"
-     "  site: its fields, the power price schedule and its nodes.\n"},
+     "  site: its fields, the power price schedule and its nodes.\n"
+     "  statement: its lines (corrections of earlier periods named), the content as\n"
+     "        issued and its sha256.\n"},
     {"create", cmd_create,
      "Usage: gpctl create site|pool|product|tenant NAME --FIELD VALUE ...\n"
      "\n"
@@ -124,6 +136,12 @@ static const verb verbs[] = {
      "Usage: gpctl cancel job ID [--tenant T]\n"
      "\n"
      "  Cancels a job (its attempts are stopped) and prints its state after.\n"},
+    {"close", cmd_close,
+     "Usage: gpctl close period YYYY-MM --tenant T\n"
+     "\n"
+     "  Closes the tenant's period (gp.admin.billing.close): its statement is issued\n"
+     "  and never changes; usage of it that comes later is a correction line on the\n"
+     "  next statement.  Closing a closed period shows its statement.\n"},
     {"watch", cmd_watch,
      "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
      "\n"

@@ -19,10 +19,12 @@
  * kept for review: impossible counters, an unknown site, a currency that
  * is not the product's, a record without a tenant (unknown attempt).  The
  * database itself refuses an unbalanced transfer and any UPDATE or DELETE
- * of the ledger. */
+ * of the ledger.  bc2's attempt lost after its checkpoint (publish_fault)
+ * is charged only up to the checkpoint. */
 #include <libpq-fe.h>
 
 #include "gp/call.h"
+#include "gp/money.h"
 #include "msg_gen.h"
 #include "testlib.h"
 
@@ -121,11 +123,176 @@ publish(const char *msgid, const char *id, const char *site, const char *tenant_
     gp_buf_fini(&b);
 }
 
+/* An attempt of customer bc2 lost after its checkpoint: one GPU-hour from
+ * 05:00 (counted 0 -> 3,600,000 GPU-ms, 0 -> 3.6e9 mJ), its checkpoint at
+ * 2,700,000 GPU-ms and 2.7e9 mJ, then a final record (the node was lost: a
+ * platform fault).  The last quarter hour is not the customer's: 0.75 USD
+ * and 0.009375 KWD go to the operator's failed_cost. */
+static void
+publish_fault(const char *msgid, bool final, uint64_t seq)
+{
+    msg_usage_record r = {0};
+    gp_buf           b = GP_BUF_INIT;
+    char             subj[GP_MAX_SUBJECT];
+
+    snprintf(r.id, sizeof(r.id), "j-fail.1.bn1.%s", final ? "b" : "a");
+    snprintf(r.job_id, sizeof(r.job_id), "j-fail");
+    r.attempt = 1;
+    snprintf(r.tenant, sizeof(r.tenant), "bc2");
+    snprintf(r.site, sizeof(r.site), "bsite");
+    snprintf(r.node, sizeof(r.node), "bn1");
+    snprintf(r.product, sizeof(r.product), "bh100");
+    GP_SET_HAS(&r, MSG_USAGE_RECORD__PRODUCT);
+    r.gpus = 1;
+    r.window_ms = 3600000;
+    r.window = (DAY_MS + (final ? 360 : 300) * 60000ull) / 3600000;
+    r.first_ms = r.window * 3600000;
+    r.last_ms = r.first_ms + 3599000;
+    r.gpu_ms = final ? 0 : 3600000;
+    r.energy_mj = final ? 0 : 3600000000ull;
+    r.from_gpu_ms = final ? 3600000 : 0;
+    r.to_gpu_ms = 3600000;
+    r.from_energy_mj = final ? 3600000000ull : 0;
+    r.to_energy_mj = 3600000000ull;
+    r.site_seq = seq;
+    r.final = final;
+    if (final) {
+        r.fault = true;
+        r.end = MSG_USAGE_RECORD_END_LOST;
+        r.end_event = MSG_USAGE_RECORD_END_EVENT_NONE;
+        r.ckpt_gpu_ms = 2700000;
+        r.ckpt_energy_mj = 2700000000ull;
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__FAULT);
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__END);
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__END_EVENT);
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__CKPT_GPU_MS);
+        GP_SET_HAS(&r, MSG_USAGE_RECORD__CKPT_ENERGY_MJ);
+    }
+    gp_msg_encode(&msg_usage_record_desc, &r, &b);
+    gp_op_subjectf(GP_OP_USAGE_RECORD, subj, sizeof(subj), "bsite");
+    T_OKM(gp_bus_js_pub(bus, subj, msgid, b.p, b.n, on_ack, NULL) == GP_EOK, "publish %s", msgid);
+    gp_buf_fini(&b);
+}
+
 static void
 wait_for(const char *sql, const char *want, double s)
 {
     for (double t0 = tl_now(); tl_now() - t0 < s && strcmp(q1(sql), want) != 0;)
         tl_spin(loop, 0.1);
+}
+
+static gp_err
+ask(const gp_op *op, const char *tenant, const msg_billing_query *q, const gp_msg_desc *rd,
+    void *out, char *detail, size_t dlen)
+{
+    char subj[GP_MAX_SUBJECT];
+
+    if (tenant != NULL)
+        gp_op_subjectf(op, subj, sizeof(subj), tenant);
+    else
+        gp_op_subject(op, subj, sizeof(subj), NULL);
+    return tl_call(loop, bus, subj, &msg_billing_query_desc, q, rd, out, 10000, detail, dlen);
+}
+
+static const char *
+line_of(const msg_statement *st, const char *cur, const char *purpose, const char *up)
+{
+    static char out[160];
+    const msg_statement_line *l = st->lines.v;
+
+    out[0] = '\0';
+    for (uint32_t i = 0; i < st->lines.n; i++)
+        if (!strcmp(l[i].currency, cur) && !strcmp(l[i].purpose, purpose) &&
+            !strcmp(l[i].usage_period, up) && !strcmp(l[i].kind, "charge"))
+            snprintf(out, sizeof(out), "%lld/%lld%s", (long long)l[i].amount_nanos,
+                     (long long)l[i].amount_minor, l[i].correction ? " correction" : "");
+    return out;
+}
+
+/* Periods and statements; who sees what through gp.api.<tenant>.billing. */
+static void
+statements_and_scopes(void)
+{
+    msg_billing_query  q = {0};
+    msg_statement     *st = calloc(1, sizeof(*st)), *st2 = calloc(1, sizeof(*st2));
+    msg_usage_list     ul = {0};
+    msg_balance_list   bl = {0};
+    char               detail[256], hash1[80], content1[MSG_STATEMENT_CONTENT_MAXLEN + 1];
+    gp_err             rc;
+
+    snprintf(q.tenant, sizeof(q.tenant), "bc1");
+    snprintf(q.period, sizeof(q.period), "2026-12");
+    rc = ask(GP_OP_ADMIN_BILLING_CLOSE, NULL, &q, &msg_statement_desc, st, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK, "bc1's 2026-12 closed (%s %s)", gp_err_name(rc), detail);
+    snprintf(hash1, sizeof(hash1), "%s", st->hash);
+    snprintf(content1, sizeof(content1), "%s", st->content);
+    T_OKM(strcmp(line_of(st, "USD", "receivable", "2026-12"), "4800000000/480") == 0,
+          "statement: USD 4.80 owed, 480 cents (%s)", line_of(st, "USD", "receivable", "2026-12"));
+    T_OKM(strstr(st->content, "total KWD 84\n") != NULL && strstr(st->content, "total USD 480\n"),
+          "totals: 480 cents, 84 fils (84.375 rounded half to even)");
+    gp_msg_clear(&msg_statement_desc, st);
+
+    /* a late record of 2026-12: 0.25 GPU-hour from 07:00 = 0.90 USD */
+    publish("m10", "j-bill.1.bn1.g", "bsite", "bc1", DAY_MS + 420 * 60000, 900000, 0, 8, NULL);
+    wait_for("SELECT count(*) FROM usage_records WHERE id = 'j-bill.1.bn1.g'", "1", 20);
+    rc = ask(GP_OP_ADMIN_BILLING_CLOSE, NULL, &q, &msg_statement_desc, st, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && strcmp(st->hash, hash1) == 0 && strcmp(st->content, content1) == 0,
+          "closing 2026-12 again: the same statement, hash unchanged");
+    gp_msg_clear(&msg_statement_desc, st);
+    snprintf(q.period, sizeof(q.period), "2027-01");
+    rc = ask(GP_OP_ADMIN_BILLING_CLOSE, NULL, &q, &msg_statement_desc, st2, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && strcmp(line_of(st2, "USD", "receivable", "2026-12"),
+                                 "900000000/90 correction") == 0,
+          "the late record is a correction on 2027-01 naming 2026-12 (%s)",
+          line_of(st2, "USD", "receivable", "2026-12"));
+    gp_msg_clear(&msg_statement_desc, st2);
+    T_OKM(strcmp(q1("SELECT hash FROM statements WHERE tenant = 'bc1' AND period = '2026-12'"),
+                 hash1) == 0 &&
+              strcmp(q1("SELECT count(*) FROM statements WHERE hash <>"
+                        " encode(sha256(convert_to(content, 'UTF8')), 'hex')"), "0") == 0,
+          "the closed statement's hash is unchanged and is sha256 of its content");
+    T_OKM(strcmp(q1("SELECT count(*) FROM currency_exponents"), "50") == 0,
+          "currency exponents: 50 in the database");
+    PGresult *r = PQexec(pg, "SELECT code, exponent FROM currency_exponents");
+    int       bad = 0;
+    for (int i = 0; i < PQntuples(r); i++)
+        bad += gp_currency_exponent(PQgetvalue(r, i, 0)) != atoi(PQgetvalue(r, i, 1));
+    PQclear(r);
+    T_OKM(bad == 0, "... each the same as gp/money.h's (%d differ)", bad);
+
+    /* scopes */
+    q = (msg_billing_query){0};
+    q.limit = 500;
+    rc = ask(GP_OP_API_BILLING_USAGE, "bc2", &q, &msg_usage_list_desc, &ul, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && ul.records.n == 2, "bc2 sees its 2 records (%u %s %s)", ul.records.n, gp_err_name(rc), detail);
+    gp_msg_clear(&msg_usage_list_desc, &ul);
+    rc = ask(GP_OP_API_BILLING_USAGE, "bp1", &q, &msg_usage_list_desc, &ul, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && ul.records.n == 5, "partner bp1 sees the 5 records of its site (%u)",
+          ul.records.n);
+    gp_msg_clear(&msg_usage_list_desc, &ul);
+    snprintf(q.period, sizeof(q.period), "2026-12");
+    rc = ask(GP_OP_API_BILLING_STATEMENT, "bc2", &q, &msg_statement_desc, st, detail,
+             sizeof(detail));
+    T_OKM(rc == GP_ENOTFOUND, "bc2 does not see bc1's statement (%s)", gp_err_name(rc));
+    gp_msg_clear(&msg_statement_desc, st);
+    snprintf(q.tenant, sizeof(q.tenant), "bc1");
+    rc = ask(GP_OP_API_BILLING_USAGE, "bc2", &q, &msg_usage_list_desc, &ul, detail, sizeof(detail));
+    T_OKM(rc == GP_EDENIED, "a query naming another tenant is refused (%s)", gp_err_name(rc));
+    gp_msg_clear(&msg_usage_list_desc, &ul);
+    q = (msg_billing_query){0};
+    rc = ask(GP_OP_API_BILLING_BALANCES, "bp1", &q, &msg_balance_list_desc, &bl, detail,
+             sizeof(detail));
+    long long payable = 0;
+    for (uint32_t i = 0; rc == GP_EOK && i < bl.balances.n; i++)
+        if (!strcmp(((msg_balance *)bl.balances.v)[i].account, "bp1.payable.USD"))
+            payable = ((msg_balance *)bl.balances.v)[i].amount_nanos;
+    T_OKM(rc == GP_EOK && payable == -2610000000LL &&
+              strcmp(q1("SELECT sum(amount) FROM ledger_entries WHERE account = 'bp1.payable.USD'"),
+                     "-2610000000") == 0,
+          "bp1's visible revenue share = its payable account in the ledger (%lld)", payable);
+    gp_msg_clear(&msg_balance_list_desc, &bl);
+    free(st);
+    free(st2);
 }
 
 int
@@ -189,15 +356,35 @@ main(void)
     publish("m5", "j-bill.1.bn1.d", "nosuchsite", "bc1", DAY_MS, 1000, 1000, 1, NULL);
     publish("m6", "j-bill.1.bn1.e", "bsite", "bc1", DAY_MS, 1000, 1000, 4, "EUR");
     publish("m7", "j-bill.1.bn1.f", "bsite", "", DAY_MS, 1000, 1000, 5, NULL);
-    for (double t0 = tl_now(); acked < 7 && tl_now() - t0 < 10;)
+    tenant("bc2", MSG_TENANT_KIND_CUSTOMER, "op", 0);
+    publish_fault("m8", true, 6);                /* the final first: a late record after it */
+    publish_fault("m9", false, 7);
+    for (double t0 = tl_now(); acked < 9 && tl_now() - t0 < 10;)
         tl_spin(loop, 0.05);
-    T_EQ_INT(acked, 7);
+    T_EQ_INT(acked, 9);
 
     wait_for("SELECT count(DISTINCT id) FROM rejected_records", "4", 20);
-    wait_for("SELECT count(*) FROM usage_records", "2", 20);
-    T_OKM(strcmp(q1("SELECT count(*) FROM usage_records"), "2") == 0, "2 records posted (%s)",
+    wait_for("SELECT count(*) FROM usage_records", "4", 20);
+    T_OKM(strcmp(q1("SELECT count(*) FROM usage_records"), "4") == 0, "4 records posted (%s)",
           q1("SELECT count(*) FROM usage_records"));
-    res = PQexec(pg, "SELECT account, sum(amount) FROM ledger_entries GROUP BY account"
+    wait_for("SELECT count(*) FROM fault_credits", "2", 10);
+    res = PQexec(pg, "SELECT account, sum(amount) FROM ledger_entries WHERE account LIKE 'bc2.%'"
+                     " OR account LIKE '%failed_cost%' GROUP BY account ORDER BY account");
+    char fgot[1024] = "";
+    for (int i = 0; i < PQntuples(res); i++)
+        snprintf(fgot + strlen(fgot), sizeof(fgot) - strlen(fgot), "%s=%s ",
+                 PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+    PQclear(res);
+    T_OKM(strcmp(fgot, "bc2.receivable.KWD=28125000 bc2.receivable.USD=2250000000 "
+                       "op.failed_cost.KWD=9375000 op.failed_cost.USD=750000000 ") == 0,
+          "lost after its checkpoint: the last quarter hour is failed_cost, not the customer's: %s",
+          fgot);
+    T_OKM(strcmp(q1("SELECT string_agg(uncharged_gpu_ms::text, ',' ORDER BY record_id) FROM"
+                    " fault_credits"), "900000,0") == 0, "uncharged GPU-ms per record: %s",
+          q1("SELECT string_agg(uncharged_gpu_ms::text, ',' ORDER BY record_id) FROM"
+             " fault_credits"));
+    res = PQexec(pg, "SELECT account, sum(amount) FROM ledger_entries WHERE account NOT LIKE"
+                     " 'bc2.%' AND account NOT LIKE '%failed_cost%' GROUP BY account"
                      " ORDER BY account");
     char got[1024] = "";
     for (int i = 0; i < PQntuples(res); i++)
@@ -205,20 +392,21 @@ main(void)
                  PQgetvalue(res, i, 1));
     PQclear(res);
     T_OKM(strcmp(got, "bc1.receivable.KWD=84375000 bc1.receivable.USD=4800000000 "
-                      "bp1.payable.USD=-1440000000 bp1.power.KWD=-84375000 "
-                      "op.fees.USD=-240000000 op.revenue.USD=-3120000000 ") == 0,
+                      "bp1.payable.USD=-2340000000 bp1.power.KWD=-121875000 "
+                      "op.fees.USD=-390000000 op.revenue.USD=-5070000000 ") == 0,
           "ledger (nanos) matches the hand computation: %s", got);
     T_OKM(strcmp(q1("SELECT string_agg(charge_minor || '/' || power_minor, ',' ORDER BY id)"
-                    " FROM usage_records"), "300/38,180/47") == 0,
+                    " FROM usage_records WHERE tenant = 'bc1'"), "300/38,180/47") == 0,
           "each record's own line in minor units: 300 cents / 38 fils, 180 cents / 47 fils (%s)",
           q1("SELECT string_agg(charge_minor || '/' || power_minor, ',' ORDER BY id)"
-             " FROM usage_records"));
+             " FROM usage_records WHERE tenant = 'bc1'"));
     T_OKM(strcmp(q1("SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency"
                     " HAVING sum(amount) <> 0) x"), "0") == 0, "trial balance zero per currency");
     T_OKM(strcmp(q1("SELECT string_agg(power_residue_nanos::text, ',' ORDER BY id) FROM"
-                    " usage_records"), "-500000,-125000") == 0,
+                    " usage_records WHERE tenant = 'bc1'"), "-500000,-125000") == 0,
           "power rounded half to even, residues kept (%s)",
-          q1("SELECT string_agg(power_residue_nanos::text, ',' ORDER BY id) FROM usage_records"));
+          q1("SELECT string_agg(power_residue_nanos::text, ',' ORDER BY id) FROM usage_records"
+             " WHERE tenant = 'bc1'"));
     T_OKM(strcmp(q1("SELECT count(*) FROM ledger_transfers t WHERE kind = 'charge' AND"
                     " (SELECT -sum(amount) FROM ledger_entries e WHERE e.transfer_id = t.id AND"
                     "  amount < 0) <> (SELECT gpu_nanos FROM usage_records u WHERE"
@@ -239,6 +427,8 @@ main(void)
     T_OKM(strcmp(q1("SELECT count(*) FROM ledger_transfers WHERE record_id IN"
                     " ('j-bill.1.bn1.c','j-bill.1.bn1.d','j-bill.1.bn1.e','j-bill.1.bn1.f')"),
                  "0") == 0, "refused records are never posted");
+
+    statements_and_scopes();
 
     res = PQexec(pg, "WITH t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period,"
                      " at_ms) VALUES ('j-bill.1.bn1.b', 'correction', 'USD', '2026-12', 0)"

@@ -19,7 +19,9 @@
 #      last half second of each attempt a power cut killed);
 #   4. billing took every record once: as many usage rows as records, none
 #      refused, the same GPU-ms in all, and a trial balance of zero per
-#      currency.
+#      currency; the power cut's attempts credited (failed_cost);
+#   5. gpctl: get usage, close period, get statements, describe statement,
+#      get balances for one customer, checked against the database.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
@@ -158,4 +160,35 @@ ok "billed GPU-ms = metered GPU-ms ($sumg)" $?
 [ "$(sql "SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency
            HAVING sum(amount) <> 0) x")" = 0 ] && [ "$(sql "SELECT count(*) FROM ledger_entries")" -gt 0 ]
 ok "trial balance zero per currency ($(sql "SELECT count(*) FROM ledger_transfers") transfers)" $?
+fc=$(sql "SELECT count(DISTINCT final_id) FROM fault_credits")
+ff=$(sql "SELECT count(*) FROM usage_records WHERE final AND fault")
+[ "$ff" -gt 0 ] && [ "$fc" = "$ff" ] &&
+    [ "$(sql "SELECT count(*) FROM ledger_transfers WHERE kind = 'failed_cost'")" -gt 0 ]
+ok "every attempt lost to the power cut has its work after the checkpoint credited ($fc of $ff; $(sql "SELECT sum(uncharged_gpu_ms) FROM fault_credits") GPU-ms as failed_cost)" $?
+
+# ---- 5. gpctl ---------------------------------------------------------------------------
+
+cust=$(sql "SELECT tenant FROM usage_records GROUP BY tenant ORDER BY count(*) DESC LIMIT 1")
+per=$(sql "SELECT period FROM usage_records WHERE tenant = '$cust' LIMIT 1")
+nu=$($G get usage --tenant "$cust" -o json 2>"$tmp/err" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
+[ "$nu" = "$(sql "SELECT count(*) FROM usage_records WHERE tenant = '$cust' OR site_owner = '$cust'")" ]
+ok "gpctl get usage --tenant $cust: its $nu records" $?
+$G close period "$per" --tenant "$cust" >"$tmp/close.out" 2>"$tmp/err"
+h=$(sql "SELECT hash FROM statements WHERE tenant = '$cust' AND period = '$per'")
+[ -n "$h" ] && grep -q "SHA256:  $h" "$tmp/close.out"
+ok "gpctl close period $per --tenant $cust: statement issued ($(grep -c '^  ' "$tmp/close.out") lines)" $?
+$G get statements --tenant "$cust" 2>/dev/null | grep -q "^$per .*${h:0:16}"
+ok "gpctl get statements lists it" $?
+$G describe statement "$per" --tenant "$cust" -o json 2>"$tmp/err" |
+    $PY -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if d['hash'] == '$h' and d['lines'] else 1)"
+ok "gpctl describe statement: the same hash, with its lines" $?
+want=$(sql "SELECT string_agg(account || '=' || s, ' ' ORDER BY account) FROM (SELECT account, sum(amount) s
+            FROM ledger_entries e JOIN ledger_accounts a ON a.id = e.account WHERE a.tenant = '$cust'
+            GROUP BY account) x")
+$G get balances --tenant "$cust" -o json 2>"$tmp/err" | WANT="$want" $PY -c "
+import json, os, sys
+d = {b['account']: b['amount_nanos'] for b in json.load(sys.stdin)['balances']}
+got = ' '.join('%s=%d' % (k, d[k]) for k in sorted(d))
+sys.exit(0 if got and got == os.environ['WANT'] else 1)"
+ok "gpctl get balances: the ledger's sums for $cust" $?
 tap_end

@@ -1,0 +1,328 @@
+/* api.c -- what a tenant may read of billing (gp.api.<tenant>.billing.*:
+ * usage, statements, one statement, balances) and the operator's period
+ * close (gp.admin.billing.close).  Every query is scoped by the subject's
+ * tenant: a customer sees its own usage, a site partner also the usage of
+ * its sites, the network operator everything. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/clock.h"
+#include "gp/id.h"
+#include "gp/log.h"
+#include "billing.h"
+
+#define USAGE_PAGE 100
+#define BOOLOID    16                      /* pg_type.h */
+
+/* Row -> message: each column named after a field, NULL leaves it absent. */
+static gp_err
+row_to(const gp_msg_desc *d, const PGresult *res, int row, void *msg)
+{
+    for (int c = 0; c < PQnfields(res); c++) {
+        gp_err rc;
+
+        if (PQgetisnull(res, row, c))
+            continue;
+        const char *v = PQgetvalue(res, row, c);
+
+        if (PQftype(res, c) == BOOLOID)           /* PostgreSQL prints t / f */
+            v = v[0] == 't' ? "true" : "false";
+        rc = gp_msg_set_text(d, msg, PQfname(res, c), v, NULL, 0);
+        if (rc != GP_EOK && rc != GP_ENOTFOUND) {
+            GP_ERROR("row_decode_failed", "msg=%s field=%s code=%s", d->name, PQfname(res, c),
+                     gp_err_name(rc));
+            return rc;
+        }
+    }
+    return GP_EOK;
+}
+
+/* rows -> an array field of out (element descriptor from the field) */
+static gp_err
+rows_to(const gp_msg_desc *d, const char *field, const PGresult *res, void *out)
+{
+    int             idx = gp_msg_field_index(d, field);
+    const gp_field *f = &d->fields[idx];
+    gp_arr         *a = (gp_arr *)((char *)out + f->offset);
+    int             n = PQntuples(res);
+    gp_err          rc = GP_EOK;
+
+    if (n == 0)
+        return GP_EOK;
+    if ((uint32_t)n > f->limit)
+        n = (int)f->limit;
+    if ((a->v = calloc((size_t)n, f->sub->size)) == NULL)
+        return GP_ENOMEM;
+    a->n = (uint32_t)n;
+    for (int i = 0; i < n && rc == GP_EOK; i++)
+        rc = row_to(f->sub, res, i, (char *)a->v + (size_t)i * f->sub->size);
+    GP_SET_HAS((msg_usage_list *)out, idx);
+    return rc;
+}
+
+static bool
+period_ok(const char *p)
+{
+    return strlen(p) == 7 && p[4] == '-' && p[0] >= '0' && p[0] <= '9' && p[1] >= '0' &&
+           p[1] <= '9' && p[2] >= '0' && p[2] <= '9' && p[3] >= '0' && p[3] <= '9' &&
+           ((p[5] == '0' && p[6] >= '1' && p[6] <= '9') ||
+            (p[5] == '1' && p[6] >= '0' && p[6] <= '2'));
+}
+
+/* The subject's tenant; a body naming another is refused. */
+static gp_err
+scope(gp_req *req, const msg_billing_query *q, const char **tenant)
+{
+    *tenant = gp_req_param(req, "tenant");
+    if (q->tenant[0] && strcmp(q->tenant, *tenant) != 0)
+        return gp_req_fail(req, GP_EDENIED, "the request names tenant %s on %s's subject",
+                           q->tenant, *tenant);
+    if (q->period[0] && !period_ok(q->period))
+        return gp_req_fail(req, GP_EINVAL, "period: YYYY-MM");
+    if ((q->site[0] && !gp_id_ok(q->site)) || strchr(q->after, '\'') != NULL)
+        return gp_req_fail(req, GP_EINVAL, "site, after: ids");
+    return GP_EOK;
+}
+
+/* ---- statements: content -> lines -------------------------------------------------- */
+
+static gp_err
+statement_from(msg_statement *st, const char *tenant, const char *period, const char *issued,
+               const char *hash, const char *content, bool with_lines)
+{
+    msg_statement_line *l;
+    uint32_t            n = 0;
+    const char         *p;
+
+    snprintf(st->tenant, sizeof(st->tenant), "%s", tenant);
+    snprintf(st->period, sizeof(st->period), "%s", period);
+    st->issued_ms = strtoull(issued, NULL, 10);
+    snprintf(st->hash, sizeof(st->hash), "%s", hash);
+    if (!with_lines)
+        return GP_EOK;
+    snprintf(st->content, sizeof(st->content), "%s", content);
+    GP_SET_HAS(st, MSG_STATEMENT__CONTENT);
+    if ((l = calloc(MSG_STATEMENT_LINES_MAXITEMS, sizeof(*l))) == NULL)
+        return GP_ENOMEM;
+    for (p = content; p != NULL && *p && n < MSG_STATEMENT_LINES_MAXITEMS;) {
+        long long nanos, minor;
+        char      cur[4], kind[16], purpose[16], up[8], corr[16] = "";
+
+        if (sscanf(p, "line %3s %15s %15s %7s %lld %lld %15[a-z]", cur, kind, purpose, up, &nanos,
+                   &minor, corr) >= 6) {
+            memcpy(l[n].currency, cur, sizeof(cur));
+            memcpy(l[n].kind, kind, sizeof(kind));
+            memcpy(l[n].purpose, purpose, sizeof(purpose));
+            memcpy(l[n].usage_period, up, sizeof(up));
+            l[n].amount_nanos = nanos;
+            l[n].amount_minor = minor;
+            l[n].correction = strcmp(corr, "correction") == 0;
+            l[n].has = ~0ull;
+            n++;
+        }
+        p = strchr(p, '\n');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    st->lines.v = l;
+    st->lines.n = n;
+    GP_SET_HAS(st, MSG_STATEMENT__LINES);
+    return GP_EOK;
+}
+
+static void
+statement_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req *req = arg;
+    const char *tenant = gp_req_param(req, "tenant");
+    const msg_billing_query *q = gp_req_in(req);
+
+    if (err != GP_EOK || nres < 1) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
+        return;
+    }
+    if (PQntuples(res[nres - 1]) == 0) {
+        gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "no statement for %s: the period is open",
+                                     q->period));
+        return;
+    }
+    if (tenant == NULL || tenant[0] == '\0')
+        tenant = q->tenant;
+    err = statement_from(gp_req_out(req), tenant, q->period, PQgetvalue(res[nres - 1], 0, 0),
+                         PQgetvalue(res[nres - 1], 0, 1), PQgetvalue(res[nres - 1], 0, 2), true);
+    gp_req_done(req, err == GP_EOK ? GP_EOK : gp_req_fail(req, err, "statement"));
+}
+
+static gp_err
+on_statement(gp_req *req, const void *in, void *out)
+{
+    const msg_billing_query *q = in;
+    billing                 *b = gp_req_state(req);
+    const char              *tenant, *p[2];
+    gp_err                   rc;
+
+    (void)out;
+    if ((rc = scope(req, q, &tenant)) != GP_EOK)
+        return rc;
+    if (!q->period[0])
+        return gp_req_fail(req, GP_EMISSING, "period: which statement (YYYY-MM)");
+    p[0] = tenant;
+    p[1] = q->period;
+    if (gp_db_query(gp_app_db(b->app), "SELECT issued_ms, hash, content FROM statements"
+                                       " WHERE tenant = $1 AND period = $2",
+                    2, p, 0, statement_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+static gp_err
+on_close(gp_req *req, const void *in, void *out)
+{
+    const msg_billing_query *q = in;
+    billing                 *b = gp_req_state(req);
+    char                     now[24];
+    const char              *p[3] = {q->tenant, q->period, now};
+
+    (void)out;
+    if (!gp_id_ok(q->tenant) || !period_ok(q->period))
+        return gp_req_fail(req, GP_EINVAL, "tenant (an id) and period (YYYY-MM) are required");
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    if (gp_db_query(gp_app_db(b->app), "SELECT * FROM bill_close_period($1, $2, $3::bigint)", 3,
+                    p, 0, statement_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+static void
+statements_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req             *req = arg;
+    msg_statement_list *out = gp_req_out(req);
+    msg_statement      *v;
+    int                 n;
+
+    if (err != GP_EOK || nres < 1) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
+        return;
+    }
+    n = PQntuples(res[0]);
+    if (n > MSG_STATEMENT_LIST_STATEMENTS_MAXITEMS)
+        n = MSG_STATEMENT_LIST_STATEMENTS_MAXITEMS;
+    if (n > 0 && (v = calloc((size_t)n, sizeof(*v))) != NULL) {
+        for (int i = 0; i < n; i++)
+            statement_from(&v[i], gp_req_param(req, "tenant"), PQgetvalue(res[0], i, 0),
+                           PQgetvalue(res[0], i, 1), PQgetvalue(res[0], i, 2), "", false);
+        out->statements.v = v;
+        out->statements.n = (uint32_t)n;
+    }
+    gp_req_done(req, GP_EOK);
+}
+
+static gp_err
+on_statements(gp_req *req, const void *in, void *out)
+{
+    billing    *b = gp_req_state(req);
+    const char *tenant;
+    gp_err      rc;
+
+    (void)out;
+    if ((rc = scope(req, in, &tenant)) != GP_EOK)
+        return rc;
+    if (gp_db_query(gp_app_db(b->app), "SELECT period, issued_ms, hash FROM statements"
+                                       " WHERE tenant = $1 ORDER BY period DESC LIMIT 240",
+                    1, &tenant, 0, statements_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+/* ---- balances and usage ------------------------------------------------------------ */
+
+static void
+list_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req            *req = arg;
+    const gp_msg_desc *d = gp_req_op(req)->out;
+    const char        *field = d == &msg_usage_list_desc ? "records" : "balances";
+
+    if (err != GP_EOK || nres < 1) {
+        gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
+        return;
+    }
+    err = rows_to(d, field, res[0], gp_req_out(req));
+    if (err == GP_EOK && d == &msg_usage_list_desc) {
+        msg_usage_list *u = gp_req_out(req);
+        const msg_billing_query *q = gp_req_in(req);
+        uint32_t limit = q->limit ? q->limit : USAGE_PAGE;
+
+        if (u->records.n == limit)
+            snprintf(u->next, sizeof(u->next), "%s",
+                     ((msg_billed_usage *)u->records.v)[u->records.n - 1].id);
+    }
+    gp_req_done(req, err == GP_EOK ? GP_EOK : gp_req_fail(req, err, "rows"));
+}
+
+static gp_err
+on_balances(gp_req *req, const void *in, void *out)
+{
+    billing    *b = gp_req_state(req);
+    const char *tenant;
+    gp_err      rc;
+
+    (void)out;
+    if ((rc = scope(req, in, &tenant)) != GP_EOK)
+        return rc;
+    if (gp_db_query(gp_app_db(b->app),
+                    "SELECT a.id AS account, a.tenant, a.purpose, a.currency,"
+                    " sum(e.amount) AS amount_nanos,"
+                    " bill_minor(sum(e.amount)::bigint, x.exponent) AS amount_minor"
+                    " FROM ledger_accounts a JOIN ledger_entries e ON e.account = a.id"
+                    " JOIN currency_exponents x ON x.code = a.currency"
+                    " WHERE a.tenant = $1 GROUP BY a.id, x.exponent ORDER BY a.id LIMIT 1000",
+                    1, &tenant, 0, list_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+static gp_err
+on_usage(gp_req *req, const void *in, void *out)
+{
+    const msg_billing_query *q = in;
+    billing                 *b = gp_req_state(req);
+    const char              *tenant, *p[6];
+    char                     lim[16];
+    gp_err                   rc;
+
+    (void)out;
+    if ((rc = scope(req, q, &tenant)) != GP_EOK)
+        return rc;
+    snprintf(lim, sizeof(lim), "%u", q->limit ? q->limit : USAGE_PAGE);
+    p[0] = tenant;
+    p[1] = q->site;
+    p[2] = q->period;
+    p[3] = q->after;
+    p[4] = lim;
+    p[5] = b->cfg->operator_tenant;
+    if (gp_db_query(gp_app_db(b->app),
+                    "SELECT u.id, u.tenant, u.site, u.site_owner, u.job_id, u.attempt, u.node,"
+                    " u.window_idx * u.window_ms AS window_start_ms, u.gpu_ms, u.energy_mj,"
+                    " u.currency, u.gpu_nanos AS charge_nanos, u.power_currency, u.power_nanos,"
+                    " coalesce(c.uncharged_gpu_ms, 0) AS credited_gpu_ms, u.final, u.fault,"
+                    " u.period FROM usage_records u"
+                    " LEFT JOIN fault_credits c ON c.record_id = u.id"
+                    " WHERE ($1 = $6 OR u.tenant = $1 OR u.site_owner = $1)"
+                    " AND ($2 = '' OR u.site = $2) AND ($3 = '' OR u.period = $3)"
+                    " AND u.id > $4 ORDER BY u.id LIMIT $5::int",
+                    6, p, 0, list_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+const gp_route billing_api_routes[] = {
+    {GP_OP_API_BILLING_USAGE, on_usage, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_BILLING_STATEMENTS, on_statements, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_BILLING_STATEMENT, on_statement, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_API_BILLING_BALANCES, on_balances, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_BILLING_CLOSE, on_close, GP_R_QUEUE, 30000, NULL, NULL},
+    {NULL},
+};

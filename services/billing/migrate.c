@@ -275,9 +275,16 @@ static const char step3_sql[] =
     "    WHERE tenant = p_tenant AND period = p_period;\n"
     "END $f$";
 
+/* Step 4: a refused record keeps its site and sequence number, so a gap in
+ * a site's numbers is a lost record, not a refused one (the auditor). */
+static const char step4_sql[] =
+    "ALTER TABLE rejected_records ADD COLUMN IF NOT EXISTS site text,\n"
+    "  ADD COLUMN IF NOT EXISTS site_seq bigint";
+
 const gp_migration billing_migrations[] = {
     {1, "usage records, price book, ledger", step1_sql},
     {2, "no billing for downtime: fault credits", step2_sql},
     {3, "statements, site owners", step3_sql},
+    {4, "refused records' site sequence", step4_sql},
     GP_MIGRATION_END
 };

@@ -91,8 +91,8 @@ reject(billing *b, gp_req *req, const char *why)
     const msg_usage_record *r = gp_req_in(req);
     gp_buf                  body;
     size_t                  len;
-    char                   *hex = NULL, at[24];
-    const char             *p[5];
+    char                   *hex = NULL, at[24], seq[24];
+    const char             *p[7];
     reject_call            *c = calloc(1, sizeof(*c));
     gp_err                  rc;
 
@@ -120,14 +120,18 @@ reject(billing *b, gp_req *req, const char *why)
     p[2] = why;
     p[3] = hex;
     p[4] = at;
+    p[5] = r->site;
+    snprintf(seq, sizeof(seq), "%llu", (unsigned long long)r->site_seq);
+    p[6] = seq;
     c->b = b;
     c->req = req;
     (*b->m_rejected)++;
     GP_WARN("usage_record_rejected", "id=%s why=\"%s\"", p[0], why);
     rc = gp_db_query(gp_app_db(b->app),
-                     "INSERT INTO rejected_records (id, subject, reason, body, at_ms)"
-                     " VALUES (NULLIF($1, ''), $2, $3, $4::bytea, $5::bigint)",
-                     5, p, 0, rejected, c);
+                     "INSERT INTO rejected_records (id, subject, reason, body, at_ms, site,"
+                     " site_seq) VALUES (NULLIF($1, ''), $2, $3, $4::bytea, $5::bigint,"
+                     " NULLIF($6, ''), NULLIF($7, '0')::bigint)",
+                     7, p, 0, rejected, c);
     free(hex);
     if (rc != GP_EOK) {
         free(c);

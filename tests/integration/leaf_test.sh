@@ -150,7 +150,7 @@ for _ in $(seq 1 50); do [ "$(leafs_on_hubs)" = 2 ] && break; sleep 0.1; done
 ok "the hub sees $cs's leaf link drop (2 leaf links left)" $?
 for _ in $(seq 1 150); do grep -q "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log" && break; sleep 0.1; done
 grep -q "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log"
-ok "$cs-n1 lost: one site event for $cs ($(grep -o "event=site_event site=$cs [^\"]*" "$D/recovery.log" | head -n 1 | grep -o 'cause=[a-z_]*'))" $?
+st_=$?; ok "$cs-n1 lost: one site event for $cs ($(grep -o "event=site_event site=$cs [^\"]*" "$D/recovery.log" | head -n 1 | grep -o 'cause=[a-z_]*'))" $st_
 grep "event=site_event site=$cs .*kind=unreachable" "$D/recovery.log" | grep 'cause=power_or_uplink' |
     grep -q 'leaf link dropped'
 ok "... cause power or uplink, the evidence says its leaf link dropped (recovery read /leafz)" $?

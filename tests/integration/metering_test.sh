@@ -21,7 +21,10 @@
 #      refused, the same GPU-ms in all, and a trial balance of zero per
 #      currency; the power cut's attempts credited (failed_cost);
 #   5. gpctl: get usage, close period, get statements, describe statement,
-#      get balances for one customer, checked against the database.
+#      get balances for one customer, checked against the database;
+#   6. deploy/gridpool-audit: clean over the run (with the ground truth and
+#      the stream), then it finds a statement edited behind its trigger, a
+#      record missing from a site's numbers and a billed > delivered.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
@@ -84,8 +87,8 @@ nlost=$(sql "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id
 $G fault site_power_cut --site "$victim" --duration-ms 60000 >/dev/null
 ok "power cut at $victim under $nlost checkpointing attempts" $?
 wait_sql "SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed')" 0 400
-ok "every job ended ($(sql "SELECT string_agg(state || ':' || n, ' ') FROM
-    (SELECT state, count(*) n FROM jobs GROUP BY state) s"))" $?
+st_=$?; ok "every job ended ($(sql "SELECT string_agg(state || ':' || n, ' ') FROM
+    (SELECT state, count(*) n FROM jobs GROUP BY state) s"))" $st_
 lostn=$(sql "SELECT count(*) FROM attempts WHERE site = '$victim' AND state IN ('lost','superseded')")
 # the lost attempts' silence (3 s) and a window's grace, then the outbox
 sleep 6
@@ -95,7 +98,7 @@ for _ in $(seq 1 50); do kill -0 "$(cat "$D/pids/sim.pid")" 2>/dev/null || break
 # ---- 3. the stream against the ground truth -------------------------------------------
 
 "$B/test/bin/usage_dump" "$GP_NATS_URL" "check1" 2000 >"$tmp/usage.jsonl" 2>"$tmp/dump.err"
-ok "USAGE read ($(tail -n 1 "$tmp/dump.err"))" $?
+st_=$?; ok "USAGE read ($(tail -n 1 "$tmp/dump.err"))" $st_
 $PY - "$tmp/usage.jsonl" "$D/truth.jsonl" "$victim" "$lostn" >"$tmp/check.out" 2>&1 <<'PYEOF'
 import json, sys, collections
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -152,19 +155,19 @@ done <"$tmp/check.out"
 read -r nrec sumg <"$tmp/usage.jsonl.sum"
 wait_sql "SELECT (SELECT count(*) FROM usage_records) + (SELECT count(*) FROM rejected_records)" \
     "$nrec" 150
-ok "billing took all $nrec records ($(sql "SELECT count(*) FROM usage_records") posted, $(sql "SELECT count(*) FROM rejected_records") refused)" $?
+st_=$?; ok "billing took all $nrec records ($(sql "SELECT count(*) FROM usage_records") posted, $(sql "SELECT count(*) FROM rejected_records") refused)" $st_
 [ "$(sql "SELECT count(*) FROM rejected_records")" = 0 ]
-ok "none refused ($(sql "SELECT string_agg(DISTINCT reason, '; ') FROM rejected_records"))" $?
+st_=$?; ok "none refused ($(sql "SELECT string_agg(DISTINCT reason, '; ') FROM rejected_records"))" $st_
 [ "$(sql "SELECT sum(gpu_ms) FROM usage_records")" = "$sumg" ]
 ok "billed GPU-ms = metered GPU-ms ($sumg)" $?
 [ "$(sql "SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency
            HAVING sum(amount) <> 0) x")" = 0 ] && [ "$(sql "SELECT count(*) FROM ledger_entries")" -gt 0 ]
-ok "trial balance zero per currency ($(sql "SELECT count(*) FROM ledger_transfers") transfers)" $?
+st_=$?; ok "trial balance zero per currency ($(sql "SELECT count(*) FROM ledger_transfers") transfers)" $st_
 fc=$(sql "SELECT count(DISTINCT final_id) FROM fault_credits")
 ff=$(sql "SELECT count(*) FROM usage_records WHERE final AND fault")
 [ "$ff" -gt 0 ] && [ "$fc" = "$ff" ] &&
     [ "$(sql "SELECT count(*) FROM ledger_transfers WHERE kind = 'failed_cost'")" -gt 0 ]
-ok "every attempt lost to the power cut has its work after the checkpoint credited ($fc of $ff; $(sql "SELECT sum(uncharged_gpu_ms) FROM fault_credits") GPU-ms as failed_cost)" $?
+st_=$?; ok "every attempt lost to the power cut has its work after the checkpoint credited ($fc of $ff; $(sql "SELECT sum(uncharged_gpu_ms) FROM fault_credits") GPU-ms as failed_cost)" $st_
 
 # ---- 5. gpctl ---------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ ok "gpctl get usage --tenant $cust: its $nu records" $?
 $G close period "$per" --tenant "$cust" >"$tmp/close.out" 2>"$tmp/err"
 h=$(sql "SELECT hash FROM statements WHERE tenant = '$cust' AND period = '$per'")
 [ -n "$h" ] && grep -q "SHA256:  $h" "$tmp/close.out"
-ok "gpctl close period $per --tenant $cust: statement issued ($(grep -c '^  ' "$tmp/close.out") lines)" $?
+st_=$?; ok "gpctl close period $per --tenant $cust: statement issued ($(grep -c '^  ' "$tmp/close.out") lines)" $st_
 $G get statements --tenant "$cust" 2>/dev/null | grep -q "^$per .*${h:0:16}"
 ok "gpctl get statements lists it" $?
 $G describe statement "$per" --tenant "$cust" -o json 2>"$tmp/err" |
@@ -191,4 +194,37 @@ d = {b['account']: b['amount_nanos'] for b in json.load(sys.stdin)['balances']}
 got = ' '.join('%s=%d' % (k, d[k]) for k in sorted(d))
 sys.exit(0 if got and got == os.environ['WANT'] else 1)"
 ok "gpctl get balances: the ledger's sums for $cust" $?
+
+# ---- 6. the auditor ---------------------------------------------------------------------
+
+AUDIT="$GP_HARNESS/../../deploy/gridpool-audit"
+# 97%: the power cut's attempts lose what ran after their last beat (500 ms
+# beats here, a few GPU-seconds of ~215); the fault run sizes it at 99.9%.
+"$AUDIT" --truth "$D/truth.jsonl" --stream "$tmp/usage.jsonl" --min-share 0.97 \
+    --save-hashes "$tmp/hashes" >"$tmp/audit.out" 2>&1
+st=$?
+sed 's/^/# /' "$tmp/audit.out"
+[ "$st" = 0 ] && grep -q '^audit: clean' "$tmp/audit.out" &&
+    grep -q 'lost 0 (sequence gaps 0, stream ids missing 0 of [1-9]' "$tmp/audit.out"
+ok "gridpool-audit: clean (trial balance 0, nothing lost or doubled, billed <= delivered)" $?
+# planted: a statement edited behind the trigger's back, a record that never
+# arrived (a gap in its site's numbers), and less delivered than billed
+site=$(sql "SELECT site FROM usage_records GROUP BY site ORDER BY count(*) DESC LIMIT 1")
+psql "$GP_PG_CONNINFO" -Xq -c "ALTER TABLE statements DISABLE TRIGGER statements_immutable;
+    UPDATE statements SET content = content || 'x';
+    ALTER TABLE statements ENABLE TRIGGER statements_immutable;
+    INSERT INTO rejected_records (id, subject, reason, body, at_ms, site, site_seq)
+      SELECT 'planted', 'x', 'planted', ''::bytea, 0, '$site', max(site_seq) + 2
+      FROM usage_records WHERE site = '$site'" 2>>"$tmp/psql.err"
+head -n 1 "$D/truth.jsonl" | $PY -c "
+import json, sys
+t = json.loads(sys.stdin.read()); t['gpu_ms'] = 1; print(json.dumps(t))" >"$tmp/truth.bad"
+tail -n +2 "$D/truth.jsonl" >>"$tmp/truth.bad"
+"$AUDIT" --truth "$tmp/truth.bad" --hashes "$tmp/hashes" --min-share 0.5 >"$tmp/audit2.out" 2>&1
+st=$?
+[ "$st" = 1 ] && grep -q '^violation: statement_hash' "$tmp/audit2.out" &&
+    grep -q '^violation: statement_changed' "$tmp/audit2.out" &&
+    grep -q '^violation: sequence_gap: site '"$site" "$tmp/audit2.out" &&
+    grep -q '^violation: billed_over_delivered' "$tmp/audit2.out"
+st_=$?; ok "gridpool-audit finds each planted violation ($(tail -n 1 "$tmp/audit2.out"))" $st_
 tap_end

@@ -73,7 +73,7 @@ spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 12 --
     --spread-ms 500 --inventory-out "$tmp/inv.json" --truth "$D/truth.jsonl"
 for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
 grep -q '^sim: registered' "$D/sim.log"
-ok "the 12-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1))" $?
+st_=$?; ok "the 12-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1))" $st_
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched-b.log" && break; sleep 0.1; done
 for _ in $(seq 1 200); do  # each instance reloads on its own 2 s timer
     grep -q 'sites_loaded sites=12' "$D/rec-a.log" && grep -q 'sites_loaded sites=12' "$D/rec-b.log" &&
@@ -128,7 +128,7 @@ ok "power cut: all $nvj jobs of $victim run on other sites ($took s after the cu
 $PY -c "import sys; sys.exit(0 if 4.5 <= $took <= 20.0 else 1)"
 ok "... not before the fence could open (last grant, at most 2 s before the cut, + 6 s lease + 0.5 s) and within 20 s ($took s)" $?
 [ "$(site_events "$victim" unreachable)" = 1 ]
-ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/rec-b.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $?
+st_=$?; ok "one site event: $(grep "event=site_event site=$victim .*kind=unreachable" "$D/rec-b.log" | grep -o 'cause=[a-z_]*' | head -n 1)" $st_
 n_lost=$(grep -c "event=node_state site=$victim .*to=lost" "$D/registry.log")
 n_pub=$(published "kind=site site=$victim event=unreachable")
 [ "$n_pub" = 1 ]
@@ -178,7 +178,7 @@ for jp in $prog0; do
     [ "$((p1 - ${jp##*:}))" -ge "$((el - 3000))" ] || gaps=$((gaps + 1))
 done
 [ -n "$prog0" ] && [ "$gaps" = 0 ]
-ok "... and their work went on through the cut: progress grew by at least $((el - 3000)) ms in $el ms, for all ($(echo "$prog0" | wc -w))" $?
+st_=$?; ok "... and their work went on through the cut: progress grew by at least $((el - 3000)) ms in $el ms, for all ($(echo "$prog0" | wc -w))" $st_
 rows2=$(sql "SELECT string_agg(node || ':' || state || ':' || replaced, ',' ORDER BY node)
              FROM recovery_nodes WHERE site = '$site2'")
 [ "$(sql "SELECT coalesce(sum(replaced), 0) FROM recovery_nodes WHERE site = '$site2'")" = 0 ]
@@ -195,7 +195,7 @@ sleep 10
 moved=0
 for j in $jobs3; do w=$(where "$j"); [ -n "$w" ] && [ "${w%%/*}" != "$site3" ] && moved=$((moved + 1)); done
 [ "$moved" -eq "$(echo "$jobs3" | wc -w)" ]
-ok "uplink cut of 12 s at $site3: its $(echo "$jobs3" | wc -w) job(s) run elsewhere within 10 s" $?
+st_=$?; ok "uplink cut of 12 s at $site3: its $(echo "$jobs3" | wc -w) job(s) run elsewhere within 10 s" $st_
 for _ in $(seq 1 100); do [ "$(site_events "$site3" returned)" -ge 1 ] && break; sleep 0.2; done
 grep "event=site_event site=$site3 .*kind=returned" "$D/rec-b.log" | grep -q 'cause=uplink'
 ok "uplink back: 'returned', cause uplink (heartbeats resumed, no registration)" $?
@@ -273,7 +273,7 @@ after=$(sql "SELECT string_agg(job_id || ':' || attempt, ',' ORDER BY job_id) FR
                AND job_id NOT IN (SELECT job_id FROM attempts WHERE site IN ($inp))")
 snap2=$(echo "$snap" | tr ',' '\n' | while IFS=: read -r j a; do case " $pjobs " in *" $j "*) ;; *) echo "$j:$a" ;; esac; done | paste -sd, -)
 [ "$snap2" = "$after" ]
-ok "... the jobs of the sites cut for 4 s kept their attempts: none rescheduled ($(echo "$after" | tr ',' '\n' | wc -l))" $?
+st_=$?; ok "... the jobs of the sites cut for 4 s kept their attempts: none rescheduled ($(echo "$after" | tr ',' '\n' | wc -l))" $st_
 
 # ---- 5. quarantine -------------------------------------------------------------------
 
@@ -325,12 +325,12 @@ $G fault gpu_xid --node "$xnode" --gpu 0 --code 79 >/dev/null
 $G fault node_flap --node "$fnode" --period-ms 6000 --duration-ms 16000 >/dev/null
 for _ in $(seq 1 150); do [ "$(nstate "$xnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$xnode")" = quarantined ]
-ok "XID 79 on $xnode: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$xnode' ORDER BY id DESC LIMIT 1"))" $?
+st_=$?; ok "XID 79 on $xnode: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$xnode' ORDER BY id DESC LIMIT 1"))" $st_
 [ -n "$xjobs" ] && wait_moved_off "$xnode" $xjobs
 ok "... its interruptible jobs ($xjobs) moved off, resumed from a checkpoint" $?
 for _ in $(seq 1 150); do [ "$(nstate "$fnode")" = quarantined ] && break; sleep 0.2; done
 [ "$(nstate "$fnode")" = quarantined ]
-ok "$fnode flapping: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$fnode' ORDER BY id DESC LIMIT 1"))" $?
+st_=$?; ok "$fnode flapping: quarantined ($(sql "SELECT reason FROM node_transitions WHERE node = '$fnode' ORDER BY id DESC LIMIT 1"))" $st_
 qt=$(sql "SELECT (extract(epoch FROM now()) * 1000)::bigint")
 for i in $(seq 1 12); do submit --command 'sim:run=20s' --gpus 1 >/dev/null; done
 wait_sql "SELECT count(*) FROM jobs WHERE state = 'pending'" 0 100

@@ -86,6 +86,27 @@ scope(gp_req *req, const msg_billing_query *q, const char **tenant)
     return GP_EOK;
 }
 
+/* A tenant's query: in a transaction under the tenant's own role
+ * (bill_tenant_role makes it on first use), so PostgreSQL's row-level
+ * security filters what the query returns even if its WHERE forgot to.
+ * The operator's queries run as the service (which owns the tables). */
+static gp_err
+tenant_query(gp_req *req, const char *tenant, const char *sql, int nparams,
+             const char *const *params, gp_db_cb *cb)
+{
+    billing  *b = gp_req_state(req);
+    gp_db_tx *tx;
+    gp_err    rc;
+
+    if (strcmp(tenant, b->cfg->operator_tenant) == 0)
+        return gp_db_query(gp_app_db(b->app), sql, nparams, params, 0, cb, req);
+    if ((tx = gp_db_tx_new(gp_app_db(b->app))) == NULL)
+        return GP_ENOMEM;
+    rc = gp_db_tx_add(tx, "SELECT set_config('role', bill_tenant_role($1), true)", 1, &tenant);
+    rc = rc ? rc : gp_db_tx_add(tx, sql, nparams, params);
+    return rc ? rc : gp_db_tx_run(tx, 0, cb, req);
+}
+
 /* ---- statements: content -> lines -------------------------------------------------- */
 
 static gp_err
@@ -158,7 +179,6 @@ static gp_err
 on_statement(gp_req *req, const void *in, void *out)
 {
     const msg_billing_query *q = in;
-    billing                 *b = gp_req_state(req);
     const char              *tenant, *p[2];
     gp_err                   rc;
 
@@ -169,9 +189,9 @@ on_statement(gp_req *req, const void *in, void *out)
         return gp_req_fail(req, GP_EMISSING, "period: which statement (YYYY-MM)");
     p[0] = tenant;
     p[1] = q->period;
-    if (gp_db_query(gp_app_db(b->app), "SELECT issued_ms, hash, content FROM statements"
-                                       " WHERE tenant = $1 AND period = $2",
-                    2, p, 0, statement_read, req) != GP_EOK)
+    if (tenant_query(req, tenant, "SELECT issued_ms, hash, content FROM statements"
+                                  " WHERE tenant = $1 AND period = $2",
+                     2, p, statement_read) != GP_EOK)
         return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
     return GP_EPENDING;
 }
@@ -206,13 +226,14 @@ statements_read(void *arg, gp_err err, PGresult *const *res, int nres, const cha
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
         return;
     }
-    n = PQntuples(res[0]);
+    n = PQntuples(res[nres - 1]);
     if (n > MSG_STATEMENT_LIST_STATEMENTS_MAXITEMS)
         n = MSG_STATEMENT_LIST_STATEMENTS_MAXITEMS;
     if (n > 0 && (v = calloc((size_t)n, sizeof(*v))) != NULL) {
         for (int i = 0; i < n; i++)
-            statement_from(&v[i], gp_req_param(req, "tenant"), PQgetvalue(res[0], i, 0),
-                           PQgetvalue(res[0], i, 1), PQgetvalue(res[0], i, 2), "", false);
+            statement_from(&v[i], gp_req_param(req, "tenant"), PQgetvalue(res[nres - 1], i, 0),
+                           PQgetvalue(res[nres - 1], i, 1), PQgetvalue(res[nres - 1], i, 2), "",
+                           false);
         out->statements.v = v;
         out->statements.n = (uint32_t)n;
     }
@@ -222,16 +243,15 @@ statements_read(void *arg, gp_err err, PGresult *const *res, int nres, const cha
 static gp_err
 on_statements(gp_req *req, const void *in, void *out)
 {
-    billing    *b = gp_req_state(req);
     const char *tenant;
     gp_err      rc;
 
     (void)out;
     if ((rc = scope(req, in, &tenant)) != GP_EOK)
         return rc;
-    if (gp_db_query(gp_app_db(b->app), "SELECT period, issued_ms, hash FROM statements"
-                                       " WHERE tenant = $1 ORDER BY period DESC LIMIT 240",
-                    1, &tenant, 0, statements_read, req) != GP_EOK)
+    if (tenant_query(req, tenant, "SELECT period, issued_ms, hash FROM statements"
+                                  " WHERE tenant = $1 ORDER BY period DESC LIMIT 240",
+                     1, &tenant, statements_read) != GP_EOK)
         return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
     return GP_EPENDING;
 }
@@ -249,7 +269,7 @@ list_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
         return;
     }
-    err = rows_to(d, field, res[0], gp_req_out(req));
+    err = rows_to(d, field, res[nres - 1], gp_req_out(req));
     if (err == GP_EOK && d == &msg_usage_list_desc) {
         msg_usage_list *u = gp_req_out(req);
         const msg_billing_query *q = gp_req_in(req);
@@ -265,21 +285,20 @@ list_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
 static gp_err
 on_balances(gp_req *req, const void *in, void *out)
 {
-    billing    *b = gp_req_state(req);
     const char *tenant;
     gp_err      rc;
 
     (void)out;
     if ((rc = scope(req, in, &tenant)) != GP_EOK)
         return rc;
-    if (gp_db_query(gp_app_db(b->app),
+    if (tenant_query(req, tenant,
                     "SELECT a.id AS account, a.tenant, a.purpose, a.currency,"
                     " sum(e.amount) AS amount_nanos,"
                     " bill_minor(sum(e.amount)::bigint, x.exponent) AS amount_minor"
                     " FROM ledger_accounts a JOIN ledger_entries e ON e.account = a.id"
                     " JOIN currency_exponents x ON x.code = a.currency"
                     " WHERE a.tenant = $1 GROUP BY a.id, x.exponent ORDER BY a.id LIMIT 1000",
-                    1, &tenant, 0, list_read, req) != GP_EOK)
+                    1, &tenant, list_read) != GP_EOK)
         return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
     return GP_EPENDING;
 }
@@ -303,7 +322,7 @@ on_usage(gp_req *req, const void *in, void *out)
     p[3] = q->after;
     p[4] = lim;
     p[5] = b->cfg->operator_tenant;
-    if (gp_db_query(gp_app_db(b->app),
+    if (tenant_query(req, tenant,
                     "SELECT u.id, u.tenant, u.site, u.site_owner, u.job_id, u.attempt, u.node,"
                     " u.window_idx * u.window_ms AS window_start_ms, u.gpu_ms, u.energy_mj,"
                     " u.currency, u.gpu_nanos AS charge_nanos, u.power_currency, u.power_nanos,"
@@ -313,7 +332,7 @@ on_usage(gp_req *req, const void *in, void *out)
                     " WHERE ($1 = $6 OR u.tenant = $1 OR u.site_owner = $1)"
                     " AND ($2 = '' OR u.site = $2) AND ($3 = '' OR u.period = $3)"
                     " AND u.id > $4 ORDER BY u.id LIMIT $5::int",
-                    6, p, 0, list_read, req) != GP_EOK)
+                    6, p, list_read) != GP_EOK)
         return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
     return GP_EPENDING;
 }

@@ -281,10 +281,82 @@ static const char step4_sql[] =
     "ALTER TABLE rejected_records ADD COLUMN IF NOT EXISTS site text,\n"
     "  ADD COLUMN IF NOT EXISTS site_seq bigint";
 
+/* Step 5: sub-tenancy enforced by PostgreSQL itself.  Each tenant has a
+ * role gpt_<tenant> (NOLOGIN, in gp_tenant), made on first use by
+ * bill_tenant_role; a row of usage, ledger or statements is visible to a
+ * role that is a member of its tenant's role (a partner: also the usage of
+ * the sites it owns).  Billing's own work runs as the tables' owner
+ * (row-level security does not apply to it); its tenant query path runs
+ * each query in a transaction under SET LOCAL ROLE gpt_<tenant>, so the
+ * database filters even if the query forgot to; a site partner's own
+ * login (CREATE ROLE ... LOGIN IN ROLE gpt_<partner>) reads the same rows
+ * and nothing else, and may write nothing.  Creating the roles needs
+ * CREATEROLE for billing's database user. */
+static const char step5_sql[] =
+    "DO $d$ BEGIN\n"
+    "  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'gp_tenant') THEN\n"
+    "    CREATE ROLE gp_tenant NOLOGIN;\n"
+    "  END IF;\n"
+    "END $d$;\n"
+    "GRANT USAGE ON SCHEMA public TO gp_tenant;\n"
+    "GRANT SELECT ON usage_records, ledger_accounts, ledger_transfers, ledger_entries, statements,\n"
+    "  statement_items, fault_credits, currency_exponents TO gp_tenant;\n"
+    "CREATE OR REPLACE FUNCTION gp_member_of(t text) RETURNS boolean\n"
+    "LANGUAGE sql STABLE AS $f$\n"
+    "  SELECT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'gpt_' || t\n"
+    "                 AND pg_has_role(r.oid, 'MEMBER'))\n"
+    "$f$;\n"
+    "CREATE OR REPLACE FUNCTION bill_tenant_role(t text) RETURNS text\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "BEGIN\n"
+    "  IF t !~ '^[A-Za-z0-9_-]{1,59}$' THEN\n"
+    "    RAISE EXCEPTION 'tenant %: not an id', t USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'gpt_' || t) THEN\n"
+    "    BEGIN\n"
+    "      EXECUTE format('CREATE ROLE %I NOLOGIN IN ROLE gp_tenant', 'gpt_' || t);\n"
+    "    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;\n"
+    "    END;\n"
+    "  END IF;\n"
+    "  IF NOT pg_has_role(session_user, 'gpt_' || t, 'MEMBER') THEN\n"
+    "    EXECUTE format('GRANT %I TO %I', 'gpt_' || t, session_user);\n"
+    "  END IF;\n"
+    "  RETURN 'gpt_' || t;\n"
+    "END $f$;\n"
+    "ALTER TABLE usage_records ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON usage_records;\n"
+    "CREATE POLICY tenant_rows ON usage_records FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(tenant) OR gp_member_of(site_owner));\n"
+    "ALTER TABLE ledger_accounts ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON ledger_accounts;\n"
+    "CREATE POLICY tenant_rows ON ledger_accounts FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(tenant));\n"
+    "ALTER TABLE ledger_entries ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON ledger_entries;\n"
+    "CREATE POLICY tenant_rows ON ledger_entries FOR SELECT TO gp_tenant\n"
+    "  USING (EXISTS (SELECT 1 FROM ledger_accounts a WHERE a.id = account));\n"
+    "ALTER TABLE ledger_transfers ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON ledger_transfers;\n"
+    "CREATE POLICY tenant_rows ON ledger_transfers FOR SELECT TO gp_tenant\n"
+    "  USING (EXISTS (SELECT 1 FROM ledger_entries e WHERE e.transfer_id = id));\n"
+    "ALTER TABLE statements ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON statements;\n"
+    "CREATE POLICY tenant_rows ON statements FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(tenant));\n"
+    "ALTER TABLE statement_items ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON statement_items;\n"
+    "CREATE POLICY tenant_rows ON statement_items FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(tenant));\n"
+    "ALTER TABLE fault_credits ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON fault_credits;\n"
+    "CREATE POLICY tenant_rows ON fault_credits FOR SELECT TO gp_tenant\n"
+    "  USING (EXISTS (SELECT 1 FROM usage_records u WHERE u.id = record_id))";
+
 const gp_migration billing_migrations[] = {
     {1, "usage records, price book, ledger", step1_sql},
     {2, "no billing for downtime: fault credits", step2_sql},
     {3, "statements, site owners", step3_sql},
     {4, "refused records' site sequence", step4_sql},
+    {5, "row-level security by tenant", step5_sql},
     GP_MIGRATION_END
 };

@@ -24,6 +24,12 @@
 #   recover  tests/bench/recover_bench.sh  last heartbeat -> replacement running
 #                                       over 1,000 node crashes on the 1,000-site
 #                                       fleet (registry, scheduler, recovery, sim)
+#   ledger   tests/bench/ledger_bench   gridpool-billing draining a backlog of
+#                                       100,000 usage records from USAGE, rated
+#                                       and posted double-entry with durable
+#                                       commits, vs COPY of the same rows and
+#                                       one-row-per-commit INSERTs (PostgreSQL
+#                                       runs with fsync on for it, then reset)
 #   detect   tests/bench/detect_bench   the node failure detector (gp/detect.h)
 #                                       replayed over 10,000 node-days of lossy,
 #                                       jittered beats and renewals, vs a fixed
@@ -48,7 +54,7 @@ logs=$build/bench-logs
 
 for f in test/bench/codec_bench test/bench/chassis_bench test/bench/hb_bench test/bench/pub_bench \
          test/bench/place_bench test/bench/detect_bench bin/gridpool-registry bin/gridpool-scheduler bin/gridpool-sim \
-         bin/gridpool-recovery \
+         bin/gridpool-recovery bin/gridpool-billing test/bench/ledger_bench \
          test/bin/testsvc; do
     [ -x "$build/$f" ] || { echo "bench: $build/$f missing (build it first)" >&2; exit 2; }
 done
@@ -104,6 +110,7 @@ run_bench chassis 120
 run_bench hb 220
 run_bench place 600
 run_bench recover 900
+run_bench ledger 900          # last: it turns fsync on for its run
 echo "bench_loadavg_end=$(cut -d' ' -f1 /proc/loadavg)" >>"$kv"
 cp "$kv" "$out"
 
@@ -145,6 +152,10 @@ row "last heartbeat -> lost p99 (ms)" "$(num detect_lost_p99_ms)" "fixed 3 misse
     "$(num detect_lost_fixed_ms)" "-" "(<= 17 s to running)"
 row "heartbeat -> running elsewhere p99" "$(num recover_p99_ms)" "p50 (ms)" \
     "$(num recover_p50_ms)" "-" "<= 17000 ms"
+row "usage records posted (/s)" "$(num ledger_per_s)" "COPY of the same rows (/s)" \
+    "$(num ledger_copy_rows_per_s)" "$(num ledger_copy_ratio 3)" ">= 20000/s"
+row "usage records posted (/s)" "$(num ledger_per_s)" "one row per commit (/s)" \
+    "$(num ledger_row_commit_per_s)" "$(num ledger_row_ratio 2)" "(measured)"
 row "publish, server not reading (ms)" "$(num pub_stalled_worst_ms 1)" "publish, idle (us, p50)" \
     "$(num pub_idle_us_p50 2)" "-" "(measured)"
 echo
@@ -195,6 +206,13 @@ echo "  recover: $(num recover_losses) node losses on $(num recover_sites) sites
      "p99 $(num recover_p99_ms) ms, max $(num recover_max_ms) ms, over 17 s $(num recover_over_17s);" \
      "site events $(num recover_site_events), freezes $(num recover_frozen)," \
      "invariant violations $(num recover_invariant_violations)"
+echo "  ledger: $(num ledger_records) records drained from USAGE with fsync and synchronous_commit" \
+     "on, $(num ledger_records_per_batch 1) records a transaction ($(num ledger_batches) batches);" \
+     "$(num ledger_transfers_per_record 2) transfers and $(num ledger_entries_per_record 2) entries a record;" \
+     "$(num ledger_bytes_per_record) bytes a record (records, transfers, entries with indexes);" \
+     "WAL $(num ledger_wal_bytes_per_record) bytes and $(num ledger_wal_syncs_per_record 4) fsyncs a record;" \
+     "trial balance non-zero in $(num ledger_trial_balance_nonzero) currencies; published at" \
+     "$(num ledger_publish_per_s)/s before"
 echo
 echo "figures: $out   notes: $logs/"
 exit $status

@@ -295,6 +295,78 @@ statements_and_scopes(void)
     free(st2);
 }
 
+/* Row-level security: a partner's own PostgreSQL login (a member of its
+ * tenant role) reads only its rows, and writes nothing; the refusals come
+ * from PostgreSQL itself. */
+static PGconn *
+login_as(const char *role)
+{
+    char        ci[512];
+    const char *base = tl_env("GP_PG_CONNINFO"), *at = strchr(base, '@');
+
+    snprintf(ci, sizeof(ci), "postgresql://%s%s", role, at != NULL ? at : "");
+    return PQconnectdb(ci);
+}
+
+static long long
+count_as(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    long long v = PQresultStatus(r) == PGRES_TUPLES_OK ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
+                                                       : -1;
+    PQclear(r);
+    return v;
+}
+
+static void
+row_security(void)
+{
+    PGconn   *p1, *c2;
+    PGresult *r;
+
+    PQclear(PQexec(pg, "DROP ROLE IF EXISTS bp1_login; DROP ROLE IF EXISTS bc2_login"));
+    r = PQexec(pg, "CREATE ROLE bp1_login LOGIN IN ROLE gpt_bp1;"
+                   " CREATE ROLE bc2_login LOGIN IN ROLE gpt_bc2");
+    T_OKM(PQresultStatus(r) == PGRES_COMMAND_OK, "logins for partner bp1 and customer bc2 (%s)",
+          PQresultErrorMessage(r));
+    PQclear(r);
+    p1 = login_as("bp1_login");
+    c2 = login_as("bc2_login");
+    T_OK(PQstatus(p1) == CONNECTION_OK && PQstatus(c2) == CONNECTION_OK);
+    T_OKM(count_as(p1, "SELECT count(*) FROM usage_records") == 5 &&
+              count_as(pg, "SELECT count(*) FROM usage_records") == 5,
+          "bp1 (SQL, its own login) sees the 5 records of its site");
+    T_OKM(count_as(c2, "SELECT count(*) FROM usage_records") == 2,
+          "bc2 (SQL) sees its own 2 records only (%lld)",
+          count_as(c2, "SELECT count(*) FROM usage_records"));
+    T_OKM(count_as(p1, "SELECT count(*) FROM ledger_accounts WHERE tenant <> 'bp1'") == 0 &&
+              count_as(p1, "SELECT count(*) FROM ledger_accounts") == 2,
+          "bp1 sees only its 2 accounts (of %lld)",
+          count_as(pg, "SELECT count(*) FROM ledger_accounts"));
+    T_OKM(count_as(p1, "SELECT count(*) FROM statements") == 0 &&
+              count_as(pg, "SELECT count(*) FROM statements WHERE tenant = 'bc1'") == 2,
+          "bp1 sees none of bc1's statements");
+    T_OKM(count_as(p1, "SELECT sum(amount) FROM ledger_entries WHERE account = 'bp1.payable.USD'")
+              == count_as(pg, "SELECT sum(amount) FROM ledger_entries"
+                              " WHERE account = 'bp1.payable.USD'") &&
+              count_as(p1, "SELECT count(*) FROM ledger_entries e JOIN ledger_accounts a"
+                           " ON a.id = e.account WHERE a.tenant <> 'bp1'") == 0,
+          "bp1's visible revenue share is its payable account's ledger sum, and no one else's "
+          "entries");
+    r = PQexec(p1, "INSERT INTO ledger_accounts VALUES ('bp1.revenue.USD', 'bp1', 'revenue',"
+                   " 'USD')");
+    T_OKM(PQresultStatus(r) == PGRES_FATAL_ERROR &&
+              strcmp(PQresultErrorField(r, PG_DIAG_SQLSTATE), "42501") == 0,
+          "PostgreSQL refuses bp1 a write: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    r = PQexec(c2, "SET ROLE gpt_bp1");
+    T_OKM(PQresultStatus(r) == PGRES_FATAL_ERROR, "... and bc2 another tenant's role: %s",
+          PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(p1);
+    PQfinish(c2);
+}
+
 int
 main(void)
 {
@@ -429,6 +501,7 @@ main(void)
                  "0") == 0, "refused records are never posted");
 
     statements_and_scopes();
+    row_security();
 
     res = PQexec(pg, "WITH t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period,"
                      " at_ms) VALUES ('j-bill.1.bn1.b', 'correction', 'USD', '2026-12', 0)"

@@ -21,7 +21,7 @@ const gp_cfg_opt billing_cfg_opts[] = {
                 "how long a site's prices and owner are used before they are asked again"),
     GP_CFG_UINT("book-ms", billing_cfg, book_ms, 2000, 100, 600000,
                 "how often the price book is reloaded"),
-    GP_CFG_UINT("batch", billing_cfg, batch, 256, 1, 512,
+    GP_CFG_UINT("batch", billing_cfg, batch, 512, 1, 512,
                 "records per transaction, at most"),
     GP_CFG_END
 };

@@ -24,7 +24,13 @@
 #include "gp/log.h"
 #include "billing.h"
 
-#define BATCH_MAX 512
+#define BATCH_MAX 512             /* records in one transaction, at most */
+#define QUEUE_MAX 2048            /* taken, waiting for a transaction (durable max in flight: 1024) */
+/* Transactions in flight at once.  A durable commit costs an fsync (10-40 ms
+ * on a small machine's disk): while one is in flight the records that come
+ * wait and go together in the next, so a transaction carries what arrived
+ * during one commit (group commit in the service, up to BATCH_MAX). */
+#define TX_MAX    2
 
 typedef struct item {
     gp_req *req;
@@ -36,8 +42,9 @@ static struct {
     billing   *b;
     ev_prepare prep;
     bool       armed;
-    item      *it[BATCH_MAX];
+    item      *it[QUEUE_MAX];
     unsigned   n;
+    unsigned   inflight;          /* transactions sent, not yet answered */
 } q;
 
 typedef struct batch {
@@ -143,6 +150,7 @@ reject(billing *b, gp_req *req, const char *why)
 /* ---- batches ----------------------------------------------------------------------- */
 
 static void send_batch(billing *b, item **it, unsigned n);
+static void flush(billing *b);
 
 static void
 batch_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
@@ -181,6 +189,8 @@ batch_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         item_free(bt->it[0]);
     }
     free(bt);
+    q.inflight--;
+    flush(b);                     /* what came meanwhile */
 }
 
 static const char post_sql[] =
@@ -222,14 +232,15 @@ static const char lock_sql[] =
     "SELECT count(pg_advisory_xact_lock(h)) FROM\n"
     "  (SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY 1) s";
 
-static const char credit_sql[] = "SELECT bill_fault_credits($1::text[], $2, $3::bigint)";
+static const char credit_sql[] =
+    "SELECT bill_fault_credits($1::text[], $2::int[], $3::text[], $4, $5::bigint)";
 
 static void
 send_batch(billing *b, item **it, unsigned n)
 {
     batch      *bt = calloc(1, sizeof(*bt));
-    gp_buf      recs, legs, keys;
-    const char *p[2], *kp[3];
+    gp_buf      recs, legs, keys, jobs, atts, nodes;
+    const char *p[2], *kp[1], *cp[5];
     char        now[24];
     gp_db_tx   *tx;
     gp_err      rc = GP_EOK;
@@ -245,12 +256,19 @@ send_batch(billing *b, item **it, unsigned n)
     bt->b = b;
     bt->n = n;
     memcpy(bt->it, it, n * sizeof(*it));
+    q.inflight++;
     gp_buf_init(&recs, 0);
     gp_buf_init(&legs, 0);
     gp_buf_init(&keys, 0);
+    gp_buf_init(&jobs, 0);
+    gp_buf_init(&atts, 0);
+    gp_buf_init(&nodes, 0);
     rc = gp_buf_puts(&recs, "[");
     rc = rc ? rc : gp_buf_puts(&legs, "[");
     rc = rc ? rc : gp_pgarr_begin(&keys);
+    rc = rc ? rc : gp_pgarr_begin(&jobs);
+    rc = rc ? rc : gp_pgarr_begin(&atts);
+    rc = rc ? rc : gp_pgarr_begin(&nodes);
     for (unsigned i = 0; i < n && rc == GP_EOK; i++) {
         if (dup_before(it, i))          /* the same id twice in one batch: posted once */
             continue;
@@ -259,8 +277,14 @@ send_batch(billing *b, item **it, unsigned n)
             const msg_usage_record *r = gp_req_in(it[i]->req);
             char                    key[200];
 
+            char att[16];
+
             snprintf(key, sizeof(key), "%s.%u.%s", r->job_id, r->attempt, r->node);
+            snprintf(att, sizeof(att), "%u", r->attempt);
             rc = gp_pgarr_add(&keys, key);
+            rc = rc ? rc : gp_pgarr_add(&jobs, r->job_id);
+            rc = rc ? rc : gp_pgarr_add(&atts, att);
+            rc = rc ? rc : gp_pgarr_add(&nodes, r->node);
         }
         if (rc == GP_EOK && it[i]->legs[0]) {
             rc = gp_buf_printf(&legs, "%s%s", first ? "" : ",", it[i]->legs);
@@ -270,12 +294,18 @@ send_batch(billing *b, item **it, unsigned n)
     rc = rc ? rc : gp_buf_puts(&recs, "]");
     rc = rc ? rc : gp_buf_puts(&legs, "]");
     rc = rc ? rc : gp_pgarr_end(&keys);
+    rc = rc ? rc : gp_pgarr_end(&jobs);
+    rc = rc ? rc : gp_pgarr_end(&atts);
+    rc = rc ? rc : gp_pgarr_end(&nodes);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     p[0] = recs.p;
     p[1] = legs.p;
     kp[0] = keys.p;
-    kp[1] = b->cfg->operator_tenant;
-    kp[2] = now;
+    cp[0] = jobs.p;
+    cp[1] = atts.p;
+    cp[2] = nodes.p;
+    cp[3] = b->cfg->operator_tenant;
+    cp[4] = now;
     (*b->m_batches)++;
     /* one transaction: the attempts' locks, the records and their legs,
      * then the fault credits they made due */
@@ -284,26 +314,34 @@ send_batch(billing *b, item **it, unsigned n)
     if (rc == GP_EOK) {
         rc = gp_db_tx_add(tx, lock_sql, 1, kp);
         rc = rc ? rc : gp_db_tx_add(tx, post_sql, 2, p);
-        rc = rc ? rc : gp_db_tx_add(tx, credit_sql, 3, kp);
+        rc = rc ? rc : gp_db_tx_add(tx, credit_sql, 5, cp);
         rc = rc ? rc : gp_db_tx_run(tx, 0, batch_done, bt);
     }
     gp_buf_fini(&recs);
     gp_buf_fini(&legs);
     gp_buf_fini(&keys);
+    gp_buf_fini(&jobs);
+    gp_buf_fini(&atts);
+    gp_buf_fini(&nodes);
     if (rc != GP_EOK)
         batch_done(bt, GP_EUNAVAIL, NULL, 0, "not sent");
 }
 
+/* Sends what waits, up to TX_MAX transactions in flight. */
 static void
 flush(billing *b)
 {
+    unsigned cap = b->cfg->batch < BATCH_MAX ? b->cfg->batch : BATCH_MAX, k;
+
     if (q.armed)
         ev_prepare_stop(gp_app_loop(b->app), &q.prep);
     q.armed = false;
-    if (q.n == 0)
-        return;
-    send_batch(b, q.it, q.n);
-    q.n = 0;
+    while (q.n > 0 && q.inflight < TX_MAX) {
+        k = q.n < cap ? q.n : cap;
+        send_batch(b, q.it, k);
+        memmove(q.it, q.it + k, (q.n - k) * sizeof(q.it[0]));
+        q.n -= k;
+    }
 }
 
 static void
@@ -316,8 +354,13 @@ due(struct ev_loop *loop, ev_prepare *w, int revents)
 static void
 enqueue(billing *b, item *it)
 {
+    if (q.n == QUEUE_MAX) {            /* cannot happen under the durable's cap: nak */
+        gp_req_done(it->req, gp_req_fail(it->req, GP_EUNAVAIL, "billing queue full"));
+        item_free(it);
+        return;
+    }
     q.it[q.n++] = it;
-    if (q.n >= b->cfg->batch || q.n == BATCH_MAX) {
+    if (q.n >= b->cfg->batch && q.inflight < TX_MAX) {
         flush(b);
         return;
     }

@@ -1,6 +1,7 @@
 /* ledger_bench.c -- usage records per second rated and posted double-entry
- * by gridpool-billing with durable commits (fsync and synchronous_commit
- * on for this benchmark), next to COPY of the same rows into PostgreSQL
+ * by gridpool-billing with durable commits (run.sh restarts PostgreSQL with
+ * fsync and synchronous_commit on: ledger_fsync_on=1 says they were), next
+ * to COPY of the same rows into PostgreSQL
  * and to one-row-per-commit INSERTs, in the same run; bytes per record and
  * WAL fsyncs per record.
  *
@@ -15,7 +16,8 @@
  * ledger_row_commit_per_s ledger_row_ratio ledger_bytes_per_record
  * ledger_wal_syncs_per_record ledger_wal_bytes_per_record
  * ledger_transfers_per_record ledger_entries_per_record ledger_batches
- * ledger_records_per_batch ledger_trial_balance_nonzero ledger_publish_per_s */
+ * ledger_records_per_batch ledger_trial_balance_nonzero ledger_publish_per_s
+ * ledger_cpu_us_{billing,postgres,nats} (CPU per record, during the drain) */
 #include <ev.h>
 #include <libpq-fe.h>
 
@@ -213,22 +215,37 @@ copy_ref(long *rows)
     return *rows / dt;
 }
 
-/* The same rows, one INSERT per transaction (synchronous_commit on). */
+/* The same rows, one INSERT per transaction (synchronous_commit on): each
+ * row's values sent as text parameters, as a service inserting a row per
+ * request would. */
 static double
 row_ref(long rows)
 {
-    double t0;
-    char   sql[256];
+    PGresult *src = PQexec(pg, "SELECT * FROM bench_copy ORDER BY id");
+    int       nf = PQnfields(src), n = PQntuples(src);
+    char      sql[8192];
+    size_t    k;
+    double    t0, dt;
 
     exec1("DROP TABLE IF EXISTS bench_rows");
     exec1("CREATE TABLE bench_rows (LIKE usage_records INCLUDING ALL)");
+    k = (size_t)snprintf(sql, sizeof(sql), "INSERT INTO bench_rows VALUES (");
+    for (int c = 0; c < nf && k < sizeof(sql) - 16; c++)
+        k += (size_t)snprintf(sql + k, sizeof(sql) - k, "%s$%d", c ? ", " : "", c + 1);
+    snprintf(sql + k, sizeof(sql) - k, ")");
+    if (rows > n)
+        rows = n;
     t0 = b_now();
     for (long i = 0; i < rows; i++) {
-        snprintf(sql, sizeof(sql), "INSERT INTO bench_rows SELECT * FROM bench_copy"
-                                   " ORDER BY id OFFSET %ld LIMIT 1", i);
-        exec1(sql);
+        const char *v[64];
+
+        for (int c = 0; c < nf && c < 64; c++)
+            v[c] = PQgetisnull(src, (int)i, c) ? NULL : PQgetvalue(src, (int)i, c);
+        PQclear(PQexecParams(pg, sql, nf, NULL, v, NULL, NULL, 0));
     }
-    return rows / (b_now() - t0);
+    dt = b_now() - t0;
+    PQclear(src);
+    return rows / dt;
 }
 
 int
@@ -251,11 +268,6 @@ main(void)
         b_note("ledger: PostgreSQL or NATS not reachable");
         return 1;
     }
-    /* durable commits for this benchmark: the test stack runs without them */
-    exec1("ALTER SYSTEM SET fsync = on");
-    exec1("ALTER SYSTEM SET synchronous_commit = on");
-    exec1("ALTER SYSTEM SET full_page_writes = on");
-    exec1("SELECT pg_reload_conf()");
     snprintf(rbin, sizeof(rbin), "%s/bin/gridpool-registry", build);
     snprintf(rlog, sizeof(rlog), "%s/ledger-registry.log", stack);
     reg = b_spawn((char *const *)(const char *const[]){rbin, "--http-port", "0", "--log-level", "warn", NULL}, rlog);
@@ -264,7 +276,7 @@ main(void)
     snprintf(logp, sizeof(logp), "%s/ledger-billing.log", stack);
     bil = b_spawn((char *const *)(const char *const[]){bin, "--http-port", port, "--log-level", "warn", NULL}, logp);
     b_wait_healthy(bil, bport, 30);
-    for (t0 = b_now(); q1("SELECT count(*) FROM gp_migrations WHERE service = 'billing'") < 4 &&
+    for (t0 = b_now(); q1("SELECT count(*) FROM gp_migrations WHERE service = 'billing'") < 7 &&
                        b_now() - t0 < 30;)
         usleep(100000);
     inventory();
@@ -279,6 +291,11 @@ main(void)
     wal_bytes0 = q1("SELECT wal_bytes FROM pg_stat_wal");
     size0 = q1("SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['usage_records',"
                "'ledger_transfers','ledger_entries','ledger_accounts']::regclass[]) c");
+    b_kv("ledger_fsync_on", q1("SELECT (current_setting('fsync') = 'on' AND"
+                               " current_setting('synchronous_commit') = 'on')::int"));
+    pid_t  pgpid = b_pid_file(stack, "pg/data/postmaster.pid");
+    pid_t  natspid = b_pid_file(stack, "nats.pid");
+    double cpu_pg0 = b_cpu_tree(pgpid), cpu_nats0 = b_cpu_of(natspid), cpu_bil = 0;
     t0 = b_now();
     bil = b_spawn((char *const *)(const char *const[]){bin, "--http-port", port, "--log-level", "warn", NULL}, logp);
     t1 = t0;
@@ -289,10 +306,15 @@ main(void)
         usleep(50000);
     }
     t1 = b_now();
+    cpu_bil = b_cpu_of(bil);
+    double cpu_pg = b_cpu_tree(pgpid) - cpu_pg0, cpu_nats = b_cpu_of(natspid) - cpu_nats0;
     batches = metric_of(bport, "gp_billing_batches_total");
     b_kv("ledger_records", posted);
     b_kv("ledger_per_s", posted / (t1 - t0));
     b_kv("ledger_publish_per_s", pub_rate);
+    b_kv("ledger_cpu_us_billing", posted > 0 ? cpu_bil * 1e6 / posted : 0);
+    b_kv("ledger_cpu_us_postgres", posted > 0 ? cpu_pg * 1e6 / posted : 0);
+    b_kv("ledger_cpu_us_nats", posted > 0 ? cpu_nats * 1e6 / posted : 0);
     b_kv("ledger_batches", batches);
     b_kv("ledger_records_per_batch", batches > 0 ? posted / batches : 0);
     b_kv("ledger_wal_syncs_per_record", (q1("SELECT wal_sync FROM pg_stat_wal") - wal_sync0) /
@@ -319,10 +341,6 @@ main(void)
     b_kv("ledger_row_ratio", row > 0 ? posted / (t1 - t0) / row : 0);
     exec1("DROP TABLE IF EXISTS bench_copy");
     exec1("DROP TABLE IF EXISTS bench_rows");
-    exec1("ALTER SYSTEM RESET fsync");
-    exec1("ALTER SYSTEM RESET synchronous_commit");
-    exec1("ALTER SYSTEM RESET full_page_writes");
-    exec1("SELECT pg_reload_conf()");
     PQfinish(pg);
     gp_bus_free(bus);
     return posted >= n ? 0 : 1;

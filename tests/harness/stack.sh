@@ -43,12 +43,17 @@ start_redis() {
 
 # GP_STACK_PG_STATS=1 (the benchmarks): pg_stat_statements loaded, with
 # planning time, so a bench can say which statements cost PostgreSQL most.
+# GP_STACK_PG_DURABLE=1: fsync, synchronous_commit and full page writes on
+# (PostgreSQL's defaults; the tests run without them, for speed), for a
+# benchmark of durable commits (make bench: ledger restarts PostgreSQL so).
 start_pg() {
-    local stats=
+    local stats= durable="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     [ "${GP_STACK_PG_STATS:-0}" = 1 ] &&
         stats="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
+    [ "${GP_STACK_PG_DURABLE:-0}" = 1 ] &&
+        durable="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
     as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/pg.log" -w -t 30 \
-        -o "-k $dir/pg -p $PG_PORT -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 $stats" \
+        -o "-k $dir/pg -p $PG_PORT -c listen_addresses=127.0.0.1 $durable -c max_connections=200 $stats" \
         start >/dev/null
 }
 

@@ -511,6 +511,20 @@ main(void)
               strstr(PQresultErrorMessage(res), "does not balance") != NULL,
           "PostgreSQL refuses an unbalanced transfer: %s", PQresultErrorMessage(res));
     PQclear(res);
+    res = PQexec(pg, "WITH t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period,"
+                     " at_ms) VALUES ('j-bill.1.bn1.b', 'correction', 'USD', '2026-12', 0)"
+                     " RETURNING id) INSERT INTO ledger_entries SELECT id, x.a, 'USD', x.n FROM t,"
+                     " (VALUES ('bc1.receivable.USD', 5), ('nobody.revenue.USD', -5)) x(a, n)");
+    T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR &&
+              strstr(PQresultErrorMessage(res), "no such account") != NULL,
+          "... and an entry on an account that does not exist: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    res = PQexec(pg, "INSERT INTO ledger_transfers (record_id, kind, currency, period, at_ms)"
+                     " VALUES ('no-such-record', 'correction', 'USD', '2026-12', 0)");
+    T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR &&
+              strstr(PQresultErrorMessage(res), "no such record") != NULL,
+          "... and a transfer of no record: %s", PQresultErrorMessage(res));
+    PQclear(res);
     res = PQexec(pg, "UPDATE ledger_entries SET amount = amount + 1");
     T_OKM(PQresultStatus(res) == PGRES_FATAL_ERROR, "PostgreSQL refuses an UPDATE of the ledger");
     PQclear(res);

@@ -9,6 +9,10 @@ build=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
 case "$build" in /*) ;; *) build=$top/$build ;; esac
 run=${GP_RUN_DIR:-$top/build/run}
+# The private stack's own settings come from its files; settings of some
+# other stack in the environment (which would win over a file) must not.
+unset GP_NATS_URL GP_NATS_USER GP_NATS_PASSWORD GP_NATS_TOKEN GP_TENANT \
+    GP_REDIS_HOST GP_REDIS_PORT GP_PG_CONNINFO GP_CONFIG
 stack=$top/tests/harness/stack.sh
 
 if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.pid")" 2>/dev/null; then
@@ -17,14 +21,32 @@ if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.p
 fi
 rm -rf "$run"
 mkdir -p "$run/pids" "$run/logs"
-GP_PG_TEMPLATE=$build/pg-template "$stack" start "$run"
-
 # Services: every gridpool-* binary except the per-node agent and the simulator.
+services=""
 for bin in "$build"/bin/gridpool-*; do
     name=${bin##*/gridpool-}
-    case "$name" in agent|sim) continue ;; esac
-    "$bin" --config "$run/gp.env" --http-port 0 >"$run/logs/$name.log" 2>&1 </dev/null &
+    case "$name" in agent|sim) ;; *) services="$services $name" ;; esac
+done
+
+# NATS runs with authorization on and no anonymous user (deploy/nats-auth):
+# one identity per service, the operator's (admin, in gp.env, which gpctl
+# reads), the simulator's; demo.sh adds one per tenant.
+GP_STACK_NATS_AUTH=1 GP_STACK_SERVICES="$services" GP_PG_TEMPLATE=$build/pg-template \
+    "$stack" start "$run"
+
+# A service's own identity comes in its environment, which wins over the
+# file (gp.env holds the operator's).
+for name in $services; do
+    bin=$build/bin/gridpool-$name
+    (
+        set -a
+        # shellcheck disable=SC1090
+        . "$run/auth/service-$name.env"
+        set +a
+        exec "$bin" --config "$run/gp.env" --http-port 0 >"$run/logs/$name.log" 2>&1 </dev/null
+    ) &
     echo $! >"$run/pids/$name.pid"
     echo "up: $name (pid $!, log build/run/logs/$name.log)"
 done
-echo "up: nats, redis and postgres settings in build/run/gp.env"
+echo "up: nats, redis and postgres settings in build/run/gp.env (the operator's NATS identity)"
+echo "up: NATS authorization on: identities in build/run/auth/ (deploy/nats-auth)"

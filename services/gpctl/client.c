@@ -84,11 +84,40 @@ run_until(gpctl *c, volatile int *flag, unsigned timeout_ms)
     return *flag;
 }
 
+/* A tenant's reply inbox, from the contract (tenantInbox), without its
+ * last two tokens: the bus appends its nuid and the request number. */
+static gp_err
+tenant_inbox(const char *tenant, char *out, size_t n)
+{
+    const char *args[3] = {tenant, NULL, NULL};
+    gp_err      rc = gp_op_pattern(GP_INBOX_TENANT_INBOX, out, n, args);
+    size_t      len = strlen(out);
+
+    if (rc == GP_EOK && (len < 4 || strcmp(out + len - 4, ".*.*") != 0))
+        rc = GP_EINTERNAL;
+    if (rc == GP_EOK)
+        out[len - 4] = '\0';
+    return rc;
+}
+
 int
 ctl_connect(gpctl *c)
 {
     gp_bus_opts o = {.url = c->url, .name = "gpctl"};
+    char        inbox[GP_MAX_SUBJECT];
     gp_err      rc;
+
+    if (c->user[0] != '\0') {
+        o.user = c->user;
+        o.password = c->password;
+    }
+    if (c->tenant[0] != '\0') {
+        if (tenant_inbox(c->tenant, inbox, sizeof(inbox)) != GP_EOK) {
+            fprintf(stderr, "gpctl: GP_TENANT %s: not a tenant id\n", c->tenant);
+            return GPCTL_USAGE;
+        }
+        o.inbox_prefix = inbox;
+    }
 
     if (c->url[0] == '\0') {
         fprintf(stderr, "gpctl: no control plane address%s%s: set GP_NATS_URL, pass --env-file "
@@ -105,13 +134,20 @@ ctl_connect(gpctl *c)
     if (rc == GP_EOK && !gp_bus_is_connected(c->bus))
         run_until(c, &c->connected, c->timeout_ms);
     if (rc != GP_EOK || !gp_bus_is_connected(c->bus)) {
-        if (rc != GP_EOK)
+        char why[512];
+
+        if (rc == GP_EOK && gp_bus_refusal(c->bus, why, sizeof(why)))
+            fprintf(stderr, "gpctl: DENIED: nats-server at %s (%s) refused the identity %s: %s\n",
+                    url_shown(c), c->url_from, c->user[0] ? c->user : "(none: anonymous)", why);
+        else if (rc != GP_EOK)
             fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): %s\n", url_shown(c),
                     c->url_from, gp_err_str(rc));
         else
-            fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): no server answered "
-                    "within %u ms; is the stack running (make up)?\n", url_shown(c), c->url_from,
-                    c->timeout_ms);
+            fprintf(stderr, "gpctl: cannot connect to NATS at %s (%s): not connected within "
+                    "%u ms; is the stack running (make up), and may identity %s connect "
+                    "(GP_NATS_USER; the server logs an authentication error)?\n",
+                    url_shown(c), c->url_from, c->timeout_ms,
+                    c->user[0] ? c->user : "(none: anonymous)");
         return GPCTL_UNREACHABLE;
     }
     return GPCTL_OK;
@@ -177,10 +213,16 @@ server_of(const char *subject, char *out, size_t n)
 int
 ctl_report(gpctl *c, const char *subject, gp_err err, bool transport, const char *detail)
 {
-    char server[GP_MAX_SUBJECT + 16];
+    char server[GP_MAX_SUBJECT + 16], why[512];
 
     if (err == GP_EOK)
         return GPCTL_OK;
+    if (transport && gp_bus_refusal(c->bus, why, sizeof(why))) {
+        /* The server dropped the request: say so rather than "timeout". */
+        fprintf(stderr, "gpctl: DENIED: nats-server refused it for this identity (%s): %s\n",
+                c->user[0] ? c->user : "anonymous", why);
+        return GPCTL_FAIL;
+    }
     if (!transport) {
         fprintf(stderr, "gpctl: %s: %s\n", gp_err_name(err), detail[0] ? detail : gp_err_str(err));
     } else if (err == GP_ENOROUTE) {

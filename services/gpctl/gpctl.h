@@ -40,6 +40,12 @@ typedef struct gpctl {
     unsigned        timeout_ms;
     char            url[512];
     char            url_from[600];     /* where url came from, for messages */
+    /* The NATS identity, from the same place as url (GP_NATS_USER,
+     * GP_NATS_PASSWORD) or the environment; with GP_TENANT, a tenant's
+     * identity, whose replies come in its own gp.api.<tenant>._reply. */
+    char            user[128];
+    char            password[256];
+    char            tenant[64];
     int64_t         now_ms;            /* wall clock at start, for ages */
     struct ev_loop *loop;
     gp_bus         *bus;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -183,14 +184,18 @@ static const char overview[] =
     "Global options (anywhere on the line):\n"
     "  -o, --output FMT       table (default), wide or json\n"
     "  --timeout MS           per-request timeout, ms (default 5000)\n"
-    "  --env-file FILE        read GP_NATS_URL from FILE (KEY=VALUE lines)\n"
+    "  --env-file FILE        read GP_NATS_URL (and GP_NATS_USER, GP_NATS_PASSWORD,\n"
+    "                         GP_TENANT) from FILE (KEY=VALUE lines)\n"
     "  --nats-url URL         NATS address\n"
     "  -v, --verbose          library logs on stderr\n"
     "  -h, --help             this help; gpctl COMMAND --help for one command\n"
     "  --                     no global options after this\n"
     "\n"
     "The control plane is found through --nats-url, --env-file, $GP_NATS_URL,\n"
-    "$GP_ENV_FILE, then " DEFAULT_ENV_FILE " (written by `make up`).\n"
+    "$GP_ENV_FILE, then " DEFAULT_ENV_FILE " (written by `make up`).  The NATS\n"
+    "identity comes from the same file or from $GP_NATS_USER and $GP_NATS_PASSWORD;\n"
+    "with GP_TENANT (a tenant's file from deploy/nats-auth) replies come on the\n"
+    "tenant's own inbox, gp.api.<tenant>._reply.\n"
     "\n"
     "Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 control plane unreachable.\n";
 
@@ -356,44 +361,71 @@ apply_globals(gpctl *c, const globals *g)
 
 /* ---- where the stack is ----------------------------------------------------------- */
 
-/* Reads GP_NATS_URL from a KEY=VALUE file.  -1 when the file cannot be
- * read, 0 when it has no GP_NATS_URL, 1 found. */
-static int
-env_file_url(const char *path, char *out, size_t n)
+/* The settings gpctl takes from a KEY=VALUE file (quotes around a value
+ * are dropped): where the control plane is, and who we are. */
+static void
+env_line(gpctl *c, const char *line)
 {
-    FILE *f = fopen(path, "r");
-    char  line[1024];
-    int   found = 0;
+    static const struct { const char *key; size_t off, n; } keys[] = {
+        {"GP_NATS_URL=", offsetof(gpctl, url), sizeof(((gpctl *)0)->url)},
+        {"GP_NATS_USER=", offsetof(gpctl, user), sizeof(((gpctl *)0)->user)},
+        {"GP_NATS_PASSWORD=", offsetof(gpctl, password), sizeof(((gpctl *)0)->password)},
+        {"GP_TENANT=", offsetof(gpctl, tenant), sizeof(((gpctl *)0)->tenant)},
+    };
 
-    if (f == NULL)
-        return -1;
-    while (!found && fgets(line, sizeof(line), f) != NULL) {
-        char  *v = line + strlen("GP_NATS_URL=");
-        size_t len;
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        size_t      klen = strlen(keys[k].key), len;
+        const char *v = line + klen;
 
-        if (strncmp(line, "GP_NATS_URL=", strlen("GP_NATS_URL=")) != 0)
+        if (strncmp(line, keys[k].key, klen) != 0)
             continue;
         len = strcspn(v, "\r\n");
         if (len >= 2 && (v[0] == '"' || v[0] == '\'') && v[len - 1] == v[0])
             v++, len -= 2;
-        snprintf(out, n, "%.*s", (int)len, v);
-        found = out[0] != '\0';
+        snprintf((char *)c + keys[k].off, keys[k].n, "%.*s", (int)len, v);
     }
+}
+
+/* -1 when the file cannot be read, 0 when it has no GP_NATS_URL, 1 found. */
+static int
+env_file_read(gpctl *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char  line[1024];
+
+    if (f == NULL)
+        return -1;
+    c->url[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL)
+        env_line(c, line);
     fclose(f);
-    return found;
+    return c->url[0] != '\0';
 }
 
 static int
 from_file(gpctl *c, const char *path, const char *how)
 {
-    int r = env_file_url(path, c->url, sizeof(c->url));
+    int r = env_file_read(c, path);
 
     snprintf(c->url_from, sizeof(c->url_from), "from %s %s", how, path);
     if (r < 0)
         return usage_error(NULL, "cannot read env file %s (%s): %s", path, how, strerror(errno));
-    if (r == 0)
-        c->url[0] = '\0';
     return GPCTL_OK;
+}
+
+/* The environment's identity wins over the file's. */
+static void
+identity_from_env(gpctl *c)
+{
+    const char *u = getenv("GP_NATS_USER"), *p = getenv("GP_NATS_PASSWORD"),
+               *t = getenv("GP_TENANT");
+
+    if (u != NULL && u[0] != '\0')
+        snprintf(c->user, sizeof(c->user), "%s", u);
+    if (p != NULL && p[0] != '\0')
+        snprintf(c->password, sizeof(c->password), "%s", p);
+    if (t != NULL && t[0] != '\0')
+        snprintf(c->tenant, sizeof(c->tenant), "%s", t);
 }
 
 static int
@@ -468,6 +500,7 @@ run(int argc, char **argv, int *logfd)
     gp_log_setup("gpctl", g.verbose ? "debug" : "error", g.verbose ? 2 : *logfd);
     if ((rc = apply_globals(&c, &g)) != GPCTL_OK || (rc = resolve_url(&c, &g)) != GPCTL_OK)
         return rc;
+    identity_from_env(&c);
     clock_gettime(CLOCK_REALTIME, &ts);
     c.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     rc = dispatch(&c, nrest, rest);

@@ -866,6 +866,21 @@ gp_bus_is_connected(const gp_bus *bus)
            natsConnection_Status(bus->nc) == NATS_CONN_STATUS_CONNECTED;
 }
 
+bool
+gp_bus_refusal(const gp_bus *bus, char *out, size_t n)
+{
+    const char *text = NULL;
+    natsStatus  s;
+
+    if (bus == NULL || bus->nc == NULL)
+        return false;
+    s = natsConnection_GetLastError(bus->nc, &text);
+    if (s != NATS_NOT_PERMITTED && s != NATS_CONNECTION_AUTH_FAILED)
+        return false;
+    snprintf(out, n, "%s", text != NULL ? text : "permissions violation");
+    return true;
+}
+
 void
 gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out)
 {

@@ -7,6 +7,8 @@
 #                             whose pid files are in DIR/pids/)
 #   stack.sh stop-nats|start-nats|stop-redis|start-redis|stop-pg|start-pg DIR
 #                             stop or restart one server on the same port
+#   stack.sh reload-nats DIR  nats-server reads its configuration again
+#                             (after deploy/nats-auth added identities)
 #
 # PostgreSQL refuses to run as root, so its commands go through
 # `runuser -u postgres` when we are root.  A template cluster made by initdb
@@ -26,11 +28,36 @@ as_pg() {
     if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# With DIR/nats.conf (GP_STACK_NATS_AUTH=1 at start) the server runs with
+# authorization on: the identities of deploy/nats-auth, no anonymous user.
 start_nats() {
     mkdir -p "$dir/nats"
-    "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$dir/nats" \
-        -P "$dir/nats.pid" -l "$dir/nats.log" </dev/null >/dev/null 2>&1 &
+    if [ -f "$dir/nats.conf" ]; then
+        "$NATS_SERVER" -c "$dir/nats.conf" -P "$dir/nats.pid" -l "$dir/nats.log" \
+            </dev/null >/dev/null 2>&1 &
+    else
+        "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$dir/nats" \
+            -P "$dir/nats.pid" -l "$dir/nats.log" </dev/null >/dev/null 2>&1 &
+    fi
     wait_port "$NATS_PORT" 10
+}
+
+# GP_STACK_NATS_AUTH=1: identities for the services (GP_STACK_SERVICES, or
+# deploy/nats-auth's list), the operator (admin, written into gp.env, so
+# gpctl uses it) and the simulator, in DIR/auth/; tenants are added later
+# with `deploy/nats-auth tenant DIR/auth T` and `stack.sh reload-nats DIR`.
+auth_nats() {
+    local gen top
+    top=$(cd "$(dirname "$0")/../.." && pwd)
+    gen=$top/deploy/nats-auth
+    # shellcheck disable=SC2086
+    "$gen" init "$dir/auth" --url "nats://127.0.0.1:$NATS_PORT" ${GP_STACK_SERVICES:-} >/dev/null
+    "$gen" sim "$dir/auth" >/dev/null
+    cat >"$dir/nats.conf" <<CONF
+listen: 127.0.0.1:$NATS_PORT
+jetstream { store_dir: "$dir/nats" }
+include "auth/auth.conf"
+CONF
 }
 
 start_redis() {
@@ -92,6 +119,7 @@ start)
     NATS_PORT=$(free_port); REDIS_PORT=$(free_port); PG_PORT=$(free_port)
     printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" "$PG_PORT" >"$dir/ports"
     init_pg
+    [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
     start_nats
     start_redis
     start_pg
@@ -104,6 +132,8 @@ GP_REDIS_PORT=$REDIS_PORT
 GP_PG_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
 GP_STACK_DIR=$dir
 ENV
+    [ -f "$dir/auth/admin.env" ] && grep -v '^GP_NATS_URL=' "$dir/auth/admin.env" >>"$dir/gp.env"
+    chmod 600 "$dir/gp.env"
     ;;
 stop)
     for f in "$dir"/pids/*.pid; do
@@ -115,6 +145,7 @@ stop)
     ;;
 stop-nats)  stop_pidfile "$dir/nats.pid" ;;
 start-nats) load_env; start_nats ;;
+reload-nats) kill -HUP "$(cat "$dir/nats.pid")" ;;     # nats-server: SIGHUP reloads its config
 stop-redis) stop_pidfile "$dir/redis.pid" ;;
 start-redis) load_env; start_redis ;;
 stop-pg)    load_env; stop_pg ;;

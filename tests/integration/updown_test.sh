@@ -23,6 +23,72 @@ check "the demo shows healthy services and the fleet" sh -c "
     grep -q '^sim: registered' '$GP_RUN_DIR/demo.out' &&
     grep -q '^Sites:  20' '$GP_RUN_DIR/demo.out'"
 check "up again says it is already up" sh -c "'$top/deploy/up.sh' '$B' | grep -q 'already up'"
+
+# ---- NATS authorization (deploy/nats-auth): on, no anonymous user, one
+# identity per service, the operator's in gp.env, one per tenant.  Every
+# refusal below is nats-server's own: its log names the user and subject.
+R=$GP_RUN_DIR
+G="$B/bin/gpctl --timeout 3000"
+# the harness' own stack is in the environment; these checks are of up's
+unset GP_NATS_URL GP_REDIS_HOST GP_REDIS_PORT GP_PG_CONNINFO
+nlog=$R/nats.log
+check "nats-server runs with an authorization block (users: $(grep -c 'user:' "$R/auth/auth.conf"))" \
+    grep -q '^include "auth/auth.conf"' "$R/nats.conf"
+env -u GP_ENV_FILE $G --nats-url "nats://127.0.0.1:$NATS_PORT" get sites >/dev/null 2>"$R/anon.err"
+st_=$?
+check "an anonymous client is refused (exit $st_, server: authentication error)" \
+    sh -c "test $st_ -ne 0 && grep -q 'authentication error - User \"\"' '$nlog'"
+GP_ENV_FILE=$R/gp.env $G health registry scheduler recovery metering billing >"$R/health.out" 2>&1
+st_=$?
+check "each service runs under its own identity and answers health ($(grep -c ' ok$' "$R/health.out") ok)" \
+    sh -c "test $st_ -eq 0 && test \$(grep -c ' ok\$' '$R/health.out') -eq 5"
+svcs=$(grep -o 'user: "service-[a-z]*"' "$R/auth/auth.conf" | wc -l)
+check "one identity per service ($svcs)" test "$svcs" -eq 5
+tenants=$(ls "$R"/auth/tenant-*.env 2>/dev/null | sed 's/.*tenant-\(.*\)\.env/\1/')
+check "the demo made one identity per tenant ($(echo $tenants | wc -w): $(echo $tenants))" \
+    test "$(echo $tenants | wc -w)" -ge 3
+first=$(echo $tenants | awk '{print $1}')
+bad=""
+for t in $tenants; do
+    T="$G --env-file $R/auth/tenant-$t.env"
+    $T get jobs --tenant "$t" -o json >"$R/jobs-$t.json" 2>"$R/jobs-$t.err" || bad="$bad $t:jobs"
+    grep -v "\"tenant\":\"$t\"" "$R/jobs-$t.json" | grep -q '"tenant"' && bad="$bad $t:foreign-job"
+    $T get balances --tenant "$t" >/dev/null 2>&1 || bad="$bad $t:balances"
+    other=$first; [ "$other" = "$t" ] && other=$(echo $tenants | awk '{print $2}')
+    $T get jobs --tenant "$other" >/dev/null 2>"$R/cross-$t.err" && bad="$bad $t:cross-ok"
+    grep -q "^gpctl: DENIED: .*Publish to \"gp.api.$other.job.list\"" "$R/cross-$t.err" || bad="$bad $t:cross-msg"
+    grep -q "Publish Violation - User \"tenant-$t\", Subject \"gp.api.$other.job.list\"" "$nlog" ||
+        bad="$bad $t:cross-log"
+done
+check "every tenant reads its own jobs and balances, and its request as another tenant is refused by nats-server ($bad)" \
+    test -n "$first" -a -z "$bad"
+T="$G --env-file $R/auth/tenant-$first.env"
+$T get sites >/dev/null 2>"$R/admin.err"
+st_=$?
+check "a tenant may not use gp.admin.* (exit $st_: $(head -c 150 "$R/admin.err"))" \
+    sh -c "test $st_ -eq 1 && grep -q 'Publish Violation - User \"tenant-$first\", Subject \"gp.admin.site.list\"' '$nlog'"
+$T watch jobs --tenant "$(echo $tenants | awk '{print $2}')" >/dev/null 2>"$R/watch.err"
+st_=$?
+check "nor watch another tenant's job events (exit $st_)" \
+    sh -c "test $st_ -eq 1 && grep -q 'Subscription Violation - User \"tenant-$first\"' '$nlog'"
+# A forged usage record or heartbeat under a tenant's identity (raw NATS):
+# the server refuses both, so nothing reaches metering or billing.
+/usr/bin/python3 - "$NATS_PORT" "$R/auth/tenant-$first.env" <<'PY' >"$R/forge.out" 2>&1
+import socket, sys, time
+env = dict(l.strip().split('=', 1) for l in open(sys.argv[2]) if '=' in l)
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+c.recv(4096)
+c.sendall(('CONNECT {"user":"%s","pass":"%s","verbose":false}\r\n' % (env['GP_NATS_USER'], env['GP_NATS_PASSWORD'])).encode()
+          + b"PUB gp.int.usage.s0001 2\r\nxx\r\nPUB gp.node.s0001.s0001-n01.hb 2\r\nxx\r\nPING\r\n")
+buf, end = b"", time.time() + 5
+while buf.count(b"Permissions Violation") < 2 and time.time() < end:
+    buf += c.recv(4096)
+print(buf.decode(errors="replace"))
+PY
+check "a tenant cannot publish usage records or heartbeats ($(grep -c 'Permissions Violation' "$R/forge.out") refusals)" \
+    test "$(grep -c 'Permissions Violation' "$R/forge.out")" -eq 2
+viol=$(grep -E 'Violation - User "(service-|sim|admin)' "$nlog" | head -3)
+check "no violation by a service, the simulator or the operator ($viol)" test -z "$viol"
 # one file at a time: nats-server writes its pid file without a newline,
 # so `cat` of all of them would glue two pids into one number
 pids=""

@@ -127,6 +127,13 @@ gp_err gp_bus_new(struct ev_loop *loop, const gp_bus_opts *opts,
  * cnats threads to leave their callbacks. */
 void   gp_bus_free(gp_bus *bus);
 bool   gp_bus_is_connected(const gp_bus *bus);
+/* True when nats-server refused something of this connection for its
+ * permissions (NATS' asynchronous -ERR "Permissions Violation for ...", for
+ * a publish or a subscription); the server's text is copied into out.  A
+ * refused publish is dropped by the server and its request only times out,
+ * so a client says why with this.  Also true after the server refused the
+ * connection's credentials ("Authorization Violation"). */
+bool   gp_bus_refusal(const gp_bus *bus, char *out, size_t n);
 void   gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out);
 
 /* Subscribes; queue may be NULL (every subscriber gets every message) or a

@@ -96,15 +96,15 @@ tenant_query(gp_req *req, const char *tenant, const char *sql, int nparams,
 {
     billing  *b = gp_req_state(req);
     gp_db_tx *tx;
-    gp_err    rc;
 
     if (strcmp(tenant, b->cfg->operator_tenant) == 0)
         return gp_db_query(gp_app_db(b->app), sql, nparams, params, 0, cb, req);
     if ((tx = gp_db_tx_new(gp_app_db(b->app))) == NULL)
         return GP_ENOMEM;
-    rc = gp_db_tx_add(tx, "SELECT set_config('role', bill_tenant_role($1), true)", 1, &tenant);
-    rc = rc ? rc : gp_db_tx_add(tx, sql, nparams, params);
-    return rc ? rc : gp_db_tx_run(tx, 0, cb, req);
+    /* an add's error is kept and returned by run, which frees tx either way */
+    gp_db_tx_add(tx, "SELECT set_config('role', bill_tenant_role($1), true)", 1, &tenant);
+    gp_db_tx_add(tx, sql, nparams, params);
+    return gp_db_tx_run(tx, 0, cb, req);
 }
 
 /* ---- statements: content -> lines -------------------------------------------------- */

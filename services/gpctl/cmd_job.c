@@ -20,7 +20,7 @@ typedef struct job_opts {
     msg_job_list_request filter;
 } job_opts;
 
-/* --tenant, --job, --state, --site ("--x v" or "--x=v") and one NAME. */
+/* --tenant, --job, --state, --site, --scope ("--x v" or "--x=v") and one NAME. */
 static int
 take_job_opt(const char *verb, job_opts *o, const char *flag, const char *val)
 {
@@ -37,6 +37,11 @@ take_job_opt(const char *verb, job_opts *o, const char *flag, const char *val)
                             sizeof(err)) != GP_EOK)
             return usage_error(verb, "%s %s: %s (states: pending, starting, running, "
                                "succeeded, failed, cancelled)", flag, val, err);
+    } else if (strcmp(flag, "--scope") == 0) {
+        if (gp_msg_set_text(&msg_job_list_request_desc, &o->filter, "scope", val, err,
+                            sizeof(err)) != GP_EOK)
+            return usage_error(verb, "--scope %s: %s (own: the tenant's jobs; sites: the jobs "
+                               "that ran on its sites)", val, err);
     } else
         return usage_error(verb, "unknown option %s", flag);
     return GPCTL_OK;

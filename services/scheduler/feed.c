@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/dbarray.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -46,6 +47,7 @@ typedef struct sched_feed {
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     unsigned    fetching;             /* node gets out (at most FETCH_MAX) */
     bool        missed;               /* a new node was not fetched: load all soon */
+    bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
 } sched_feed;
 
@@ -274,12 +276,66 @@ sched_bookings_run(gp_app *app, void *arg)
         f->sync_busy = true;
 }
 
+/* ---- site owners (row-level security, migration 8) --------------------------- */
+
+/* Which tenant owns which site, from the registry's list, for the
+ * policies that let a site partner see the jobs that ran on its sites.
+ * Written after each load (a row changes only when its owner did, which
+ * is rare; the statement is one round trip); a site that is gone
+ * keeps its row: jobs that ran there still belong to its partner's view. */
+static const char owners_sql[] =
+    "INSERT INTO site_owners (site, owner) SELECT * FROM unnest($1::text[], $2::text[])\n"
+    "ON CONFLICT (site) DO UPDATE SET owner = EXCLUDED.owner\n"
+    "  WHERE site_owners.owner IS DISTINCT FROM EXCLUDED.owner";
+
+static void
+owners_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched_feed *f = arg;
+
+    (void)res;
+    (void)nres;
+    f->owners_busy = false;
+    if (err != GP_EOK)                      /* written again after the next load */
+        GP_WARN("site_owners_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+}
+
+static void
+owners_sync(sched_feed *f)
+{
+    const snap *sn = &f->s->snap;
+    gp_buf      sites = GP_BUF_INIT, owners = GP_BUF_INIT;
+    gp_err      rc;
+
+    if (f->owners_busy)
+        return;
+    rc = gp_pgarr_begin(&sites);
+    rc = rc ? rc : gp_pgarr_begin(&owners);
+    for (uint32_t i = 0; rc == GP_EOK && i < sn->nsite; i++) {
+        if (!sn->site[i].used || sn->site[i].tenant[0] == '\0')
+            continue;
+        rc = gp_pgarr_add(&sites, sn->site[i].id);
+        rc = rc ? rc : gp_pgarr_add(&owners, sn->site[i].tenant);
+    }
+    rc = rc ? rc : gp_pgarr_end(&sites);
+    rc = rc ? rc : gp_pgarr_end(&owners);
+    if (rc == GP_EOK) {
+        const char *params[2] = {sites.p, owners.p};
+
+        f->owners_busy = gp_db_query(gp_app_db(f->s->app), owners_sql, 2, params, 0,
+                                     owners_written, f) == GP_EOK;
+    }
+    gp_buf_fini(&sites);
+    gp_buf_fini(&owners);
+}
+
 /* ---- paging ---------------------------------------------------------------- */
 
 static void
 load_done(sched_feed *f)
 {
     sweep_missing(f);
+    owners_sync(f);
     f->fails = 0;
     sched_count(f->m_loads);
     load_bookings(f);

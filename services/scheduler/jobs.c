@@ -18,6 +18,7 @@
 #include "gp/id.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
+#include "gp/tenancy.h"
 #include "place.h"
 #include "scheduler.h"
 
@@ -656,20 +657,24 @@ got(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
     msg_job *job = gp_req_out(req);
     gp_err   rc = err;
 
-    if (err != GP_EOK || nres != 4) {
+    if (err != GP_EOK || nres != 5) {
         gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
         return;
     }
-    if (PQntuples(res[1]) == 0) {
+    if (PQntuples(res[2]) == 0) {
         gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "id: no job '%s'",
                                      ((const msg_id_request *)gp_req_in(req))->id));
         return;
     }
-    rc = sched_row_to_msg(&msg_job_desc, res[1], 0, job);
+    rc = sched_row_to_msg(&msg_job_desc, res[2], 0, job);
+    if (rc == GP_EOK && strcmp(job->tenant, gp_req_param(req, "tenant")) != 0) {
+        free(job->spec.env.v);           /* a site partner's view of a customer's job: */
+        job->spec.env = (gp_arr){0};     /* no environment (it may hold secrets) */
+    }
     if (rc == GP_EOK)
-        rc = rows_to_arr(&msg_attempt_desc, res[2], MSG_JOB_ATTEMPTS_MAXITEMS, &job->attempts);
+        rc = rows_to_arr(&msg_attempt_desc, res[3], MSG_JOB_ATTEMPTS_MAXITEMS, &job->attempts);
     if (rc == GP_EOK)
-        rc = rows_to_arr(&msg_job_event_desc, res[3], MSG_JOB_EVENTS_MAXITEMS, &job->events);
+        rc = rows_to_arr(&msg_job_event_desc, res[4], MSG_JOB_EVENTS_MAXITEMS, &job->events);
     gp_req_done(req, rc == GP_EOK ? rc : gp_req_fail(req, GP_EINTERNAL, "job rows unreadable"));
 }
 
@@ -683,7 +688,10 @@ job_id_of(gp_req *req, const void *in, const char **id)
 }
 
 /* One snapshot for the job, its attempts (all of them, oldest first) and
- * its latest events (oldest first). */
+ * its latest events (oldest first), under the tenant's role: PostgreSQL's
+ * row-level security (migration 8) decides which job, attempts and events
+ * the tenant sees (its own; a site partner also those that ran at its
+ * sites), so the queries name only the job. */
 static gp_err
 on_get(gp_req *req, const void *in, void *out)
 {
@@ -695,22 +703,21 @@ on_get(gp_req *req, const void *in, void *out)
     (void)out;
     if ((rc = tenant_of(req, &tenant)) != GP_EOK || (rc = job_id_of(req, in, &id)) != GP_EOK)
         return rc;
-    const char *params[] = {id, tenant};
-
-    snprintf(sql[0], sizeof(sql[0]), "SELECT %s FROM jobs j WHERE j.id = $1 AND j.tenant = $2",
-             sched_job_cols);
+    snprintf(sql[0], sizeof(sql[0]), "SELECT %s FROM jobs j WHERE j.id = $1", sched_job_cols);
     snprintf(sql[1], sizeof(sql[1]),
-             "SELECT %s FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
-             "WHERE a.job_id = $1 AND j.tenant = $2 ORDER BY a.attempt, a.rank LIMIT %d",
+             "SELECT %s FROM attempts a WHERE a.job_id = $1 ORDER BY a.attempt, a.rank LIMIT %d",
              sched_attempt_cols, MSG_JOB_ATTEMPTS_MAXITEMS);
     snprintf(sql[2], sizeof(sql[2]),
              "SELECT * FROM (SELECT %s FROM job_events e JOIN jobs j ON j.id = e.job_id\n"
-             "  WHERE e.job_id = $1 AND j.tenant = $2 ORDER BY e.seq DESC LIMIT %d) x ORDER BY seq",
+             "  WHERE e.job_id = $1\n"
+             "  ORDER BY e.seq DESC LIMIT %d) x ORDER BY seq",
              sched_event_cols, MSG_JOB_EVENTS_MAXITEMS);
     tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
-    gp_db_tx_add(tx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
+    /* not READ ONLY: gp_tenant_role makes the tenant's role on first use */
+    gp_db_tx_add(tx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", 0, NULL);
+    gp_db_tx_add(tx, GP_TENANCY_SET_ROLE_SQL, 1, &tenant);   /* an add's error: at run */
     for (int i = 0; i < 3; i++)
-        gp_db_tx_add(tx, sql[i], 2, params);
+        gp_db_tx_add(tx, sql[i], 1, &id);
     rc = gp_db_tx_run(tx, 0, got, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",
                                                     gp_err_name(rc));
@@ -728,16 +735,17 @@ listed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail
     gp_req       *req = arg;
     msg_job_list *page = gp_req_out(req);
     msg_job      *items;
-    int           rows = err == GP_EOK && nres == 1 ? PQntuples(res[0]) : 0;
+    /* the list is the last result (a tenant's starts with its role) */
+    int           rows = err == GP_EOK && nres >= 1 ? PQntuples(res[nres - 1]) : 0;
     uint32_t      limit = ((const msg_job_list_request *)gp_req_in(req))->limit;
     gp_err        rc;
 
-    if (err != GP_EOK) {
-        gp_req_done(req, db_fail(req, err, detail));
+    if (err != GP_EOK || nres < 1) {
+        gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
         return;
     }
     limit = limit == 0 ? MSG_JOB_LIST_REQUEST_LIMIT_MAX : limit;
-    rc = rows_to_arr(&msg_job_desc, res[0], limit, &page->items);
+    rc = rows_to_arr(&msg_job_desc, res[nres - 1], limit, &page->items);
     items = page->items.v;
     for (uint32_t i = 0; rc == GP_EOK && i < page->items.n; i++) {
         free(items[i].spec.env.v);       /* a list shows no environment (it may hold secrets) */
@@ -762,9 +770,17 @@ static gp_err
 list_sql(const msg_job_list_request *q, const char *tenant, gp_buf *sql, gp_dbparams *p)
 {
     uint32_t limit = q->limit == 0 ? MSG_JOB_LIST_REQUEST_LIMIT_MAX : q->limit;
+    bool     sites = GP_HAS(q, MSG_JOB_LIST_REQUEST__SCOPE) &&
+                     q->scope == MSG_JOB_LIST_REQUEST_SCOPE_SITES;
     gp_err   rc = gp_buf_printf(sql, "SELECT %s FROM jobs j WHERE true", sched_job_cols);
 
-    if (rc == GP_EOK && tenant[0] != '\0')
+    if (rc == GP_EOK && tenant[0] != '\0' && sites)   /* jobs that ran on its sites */
+        rc = list_filter(sql, p,
+                         "EXISTS (SELECT 1 FROM attempts a JOIN site_owners o ON o.site = a.site\n"
+                         "  WHERE a.job_id = j.id AND o.owner =", tenant);
+    if (rc == GP_EOK && tenant[0] != '\0' && sites)
+        rc = gp_buf_puts(sql, ")");
+    if (rc == GP_EOK && tenant[0] != '\0' && !sites)
         rc = list_filter(sql, p, "j.tenant =", tenant);
     if (rc == GP_EOK && GP_HAS(q, MSG_JOB_LIST_REQUEST__STATE))
         rc = list_filter(sql, p, "j.state =", msg_job_list_request_state_names[q->state]);
@@ -803,9 +819,16 @@ on_list(gp_req *req, const void *in, void *out)
     gp_buf_init(&sql, 4096);
     gp_dbparams_init(&p);
     rc = list_sql(q, tenant, &sql, &p);
-    if (rc == GP_EOK)
+    if (rc == GP_EOK && admin) {
         rc = gp_db_query(gp_app_db(gp_req_app(req)), sql.p, p.n, gp_dbparams_values(&p), 0,
                          listed, req);
+    } else if (rc == GP_EOK) {         /* a tenant: under its role (row-level security) */
+        gp_db_tx *tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
+
+        gp_db_tx_add(tx, GP_TENANCY_SET_ROLE_SQL, 1, &tenant);   /* errors: at run */
+        gp_db_tx_add(tx, sql.p, p.n, gp_dbparams_values(&p));
+        rc = gp_db_tx_run(tx, 0, listed, req);
+    }
     gp_buf_fini(&sql);
     gp_dbparams_fini(&p);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",

@@ -11,6 +11,7 @@
  * A job keeps its spec as the msgpack bytes that were submitted
  * (normalized: validate.c), plus the columns the queue and placement
  * filter and sort on, so they never decode a spec to choose one. */
+#include "gp/tenancy.h"
 #include "scheduler.h"
 
 #define ID_CHECK(col) "CHECK (" col " ~ '^[A-Za-z0-9_-]{1,63}$')"
@@ -336,6 +337,53 @@ static const char step6_sql[] =
 static const char step7_sql[] =
     "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS product text " ID_CHECK("product");
 
+/* Step 8: row-level security by tenant (gp/tenancy.h).  A tenant sees its
+ * own jobs, their attempts and events; a site partner also sees the jobs
+ * that ran on its sites, and of those the attempts and events at its
+ * sites.  site_owners (site -> owning tenant) is kept from the registry's
+ * site list by the feed.  The policies' lookups go through SECURITY
+ * DEFINER functions: a policy on jobs that read attempts, whose policy
+ * reads jobs, would recurse; the functions read as the tables' owner and
+ * gp_member_of is still asked in the caller's role. */
+static const char step8_sql[] =
+    GP_TENANCY_SQL
+    "CREATE TABLE IF NOT EXISTS site_owners (\n"
+    "  site text PRIMARY KEY " ID_CHECK("site") ",\n"
+    "  owner text NOT NULL " ID_CHECK("owner") ");\n"
+    "CREATE INDEX IF NOT EXISTS site_owners_owner ON site_owners (owner);\n"
+    "CREATE OR REPLACE FUNCTION sched_site_owner(p_site text) RETURNS text\n"
+    "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public AS $f$\n"
+    "  SELECT owner FROM site_owners WHERE site = p_site\n"
+    "$f$;\n"
+    "CREATE OR REPLACE FUNCTION sched_job_tenant(p_job text) RETURNS text\n"
+    "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public AS $f$\n"
+    "  SELECT tenant FROM jobs WHERE id = p_job\n"
+    "$f$;\n"
+    "CREATE OR REPLACE FUNCTION sched_job_site_owners(p_job text) RETURNS text[]\n"
+    "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public AS $f$\n"
+    "  SELECT coalesce(array_agg(DISTINCT o.owner), '{}') FROM attempts a\n"
+    "    JOIN site_owners o ON o.site = a.site WHERE a.job_id = p_job\n"
+    "$f$;\n"
+    "GRANT SELECT ON jobs, attempts, job_events, site_owners TO gp_tenant;\n"
+    "ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON jobs;\n"
+    "CREATE POLICY tenant_rows ON jobs FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(tenant) OR\n"
+    "         EXISTS (SELECT 1 FROM unnest(sched_job_site_owners(id)) o WHERE gp_member_of(o)));\n"
+    "ALTER TABLE attempts ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON attempts;\n"
+    "CREATE POLICY tenant_rows ON attempts FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(sched_job_tenant(job_id)) OR gp_member_of(sched_site_owner(site)));\n"
+    "ALTER TABLE job_events ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON job_events;\n"
+    "CREATE POLICY tenant_rows ON job_events FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(sched_job_tenant(job_id)) OR\n"
+    "         (site IS NOT NULL AND gp_member_of(sched_site_owner(site))));\n"
+    "ALTER TABLE site_owners ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON site_owners;\n"
+    "CREATE POLICY tenant_rows ON site_owners FOR SELECT TO gp_tenant\n"
+    "  USING (gp_member_of(owner))";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -344,5 +392,6 @@ const gp_migration scheduler_migrations[] = {
     {5, "pending jobs by tenant", step5_sql},
     {6, "retry backoff", step6_sql},
     {7, "product of an attempt", step7_sql},
+    {8, "row-level security by tenant, site owners", step8_sql},
     GP_MIGRATION_END
 };

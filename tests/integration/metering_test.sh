@@ -50,7 +50,8 @@ spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --h
     --lease-ms 6000 --sweep-ms 200
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
 spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
-    --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 --checkpoint-root "$tmp/ckpt"
+    --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 --checkpoint-root "$tmp/ckpt" \
+    --feed-ms 1000
 spawn rec "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100 \
     --sites-ms 2000
 meter meter-a
@@ -62,6 +63,13 @@ for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; slee
 grep -q '^sim: registered' "$D/sim.log"
 ok "the 6-site fleet registered" $?
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
+# Two of the six sites go to a franchise partner (the seeded fleet gave
+# them all to the operator), for the revenue share and the partner's view
+# under row-level security (5b).
+$G update site s0002 --tenant fr-voltis >/dev/null 2>>"$tmp/gpctl.err" &&
+    $G update site s0005 --tenant fr-voltis >/dev/null 2>>"$tmp/gpctl.err"
+ok "sites s0002 and s0005 now belong to the partner fr-voltis" $?
+sleep 2                                  # the scheduler's next inventory load (feed-ms)
 
 # ---- 1. jobs that exit; kill -9 of a metering instance ------------------------------
 
@@ -194,6 +202,52 @@ d = {b['account']: b['amount_nanos'] for b in json.load(sys.stdin)['balances']}
 got = ' '.join('%s=%d' % (k, d[k]) for k in sorted(d))
 sys.exit(0 if got and got == os.environ['WANT'] else 1)"
 ok "gpctl get balances: the ledger's sums for $cust" $?
+
+# ---- 5b. jobs under row-level security (scheduler migration 8) -------------------------
+# A site partner sees the jobs that ran on its sites, of those the attempts
+# at its sites, and nothing else; PostgreSQL itself filters, for the
+# scheduler's tenant path and for the partner's own login alike.
+
+$G get sites -o json >"$tmp/sites.json" 2>>"$tmp/gpctl.err"
+reg=$($PY -c 'import json,sys; print(" ".join(sorted("%s:%s" % (s["id"], s["tenant"]) for s in json.load(open(sys.argv[1])))))' "$tmp/sites.json")
+own=$(sql "SELECT string_agg(site || ':' || owner, ' ' ORDER BY site) FROM site_owners")
+[ -n "$reg" ] && [ "$reg" = "$own" ]
+ok "site_owners = the registry's sites and owners ($own)" $?
+partner=$(sql "SELECT o.owner FROM attempts a JOIN site_owners o ON o.site = a.site
+               WHERE o.owner <> '$TENANT' GROUP BY o.owner ORDER BY count(*) DESC LIMIT 1")
+want_jobs=$(sql "SELECT count(*) FROM jobs j WHERE j.tenant = '$partner' OR EXISTS (SELECT 1
+    FROM attempts a JOIN site_owners o ON o.site = a.site WHERE a.job_id = j.id AND o.owner = '$partner')")
+want_atts=$(sql "SELECT count(*) FROM attempts a JOIN site_owners o ON o.site = a.site
+    WHERE o.owner = '$partner'")
+all_jobs=$(sql "SELECT count(*) FROM jobs")
+sql "SELECT gp_tenant_role('$partner'); CREATE ROLE rls_partner LOGIN IN ROLE \"gpt_$partner\"" >/dev/null
+pconn=$(echo "$GP_PG_CONNINFO" | sed 's|://postgres@|://rls_partner@|')
+psql "$pconn" -XAtq -c "SELECT count(*) FROM jobs; SELECT count(*) FROM attempts;
+    SELECT count(*) FROM attempts a WHERE NOT EXISTS (SELECT 1 FROM site_owners o
+      WHERE o.site = a.site AND o.owner = '$partner')" >"$tmp/rls.out" 2>"$tmp/rls.err"
+[ "$want_jobs" -gt 0 ] && [ "$want_jobs" -lt "$all_jobs" ] &&
+    [ "$(sed -n 1p "$tmp/rls.out")" = "$want_jobs" ] && [ "$(sed -n 2p "$tmp/rls.out")" = "$want_atts" ] &&
+    [ "$(sed -n 3p "$tmp/rls.out")" = 0 ]
+st_=$?; ok "partner $partner's own login sees $(sed -n 1p "$tmp/rls.out" | tr -d '\n') of $all_jobs jobs (those on its sites: $want_jobs) and only the $want_atts attempts at its sites$(head -c 200 "$tmp/rls.err")" $st_
+psql "$pconn" -XAtq -c "UPDATE jobs SET name = 'x'" >/dev/null 2>"$tmp/rls.err"
+grep -q 'permission denied for table jobs' "$tmp/rls.err"
+st_=$?; ok "and may change nothing (PostgreSQL: $(head -c 60 "$tmp/rls.err"))" $st_
+njobs=$($G get jobs --tenant "$partner" --scope sites -o json 2>>"$tmp/gpctl.err" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
+n0=$($G get jobs --tenant "$partner" -o json 2>>"$tmp/gpctl.err" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
+[ "$njobs" = "$want_jobs" ] && [ "$n0" = "$(sql "SELECT count(*) FROM jobs WHERE tenant = '$partner'")" ]
+ok "gpctl get jobs --tenant $partner --scope sites: the $njobs jobs on its sites; --scope own: its own $n0" $?
+other=$(sql "SELECT j.id FROM jobs j WHERE j.tenant <> '$partner' AND NOT EXISTS (SELECT 1
+    FROM attempts a JOIN site_owners o ON o.site = a.site WHERE a.job_id = j.id AND o.owner = '$partner') LIMIT 1")
+mine=$(sql "SELECT a.job_id FROM attempts a JOIN site_owners o ON o.site = a.site
+    WHERE o.owner = '$partner' LIMIT 1")
+$G describe job "$other" --tenant "$partner" >/dev/null 2>"$tmp/desc.err"
+st_=$?
+$G describe job "$mine" --tenant "$partner" -o json >"$tmp/desc.json" 2>>"$tmp/gpctl.err"
+st2_=$?
+[ -n "$other" ] && [ "$st_" = 1 ] && grep -q NOTFOUND "$tmp/desc.err" && [ "$st2_" = 0 ] &&
+    $PY -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(not j.get("attempts") or not all(a["site"] in sys.argv[2].split() for a in j["attempts"]))' \
+        "$tmp/desc.json" "$(sql "SELECT string_agg(site, ' ') FROM site_owners WHERE owner = '$partner'")"
+ok "as $partner, a job that never ran on its sites is NOTFOUND, one that did shows only its sites' attempts" $?
 
 # ---- 6. the auditor ---------------------------------------------------------------------
 

@@ -249,6 +249,38 @@ st2_=$?
         "$tmp/desc.json" "$(sql "SELECT string_agg(site, ' ') FROM site_owners WHERE owner = '$partner'")"
 ok "as $partner, a job that never ran on its sites is NOTFOUND, one that did shows only its sites' attempts" $?
 
+# ---- 5c. every tenant of the network sees its own rows --------------------------------
+# For every tenant: its usage is exactly its records and its sites'
+# records, and its balances are the ledger's sums of its own accounts (a
+# partner's payable account: its revenue share), through gpctl and, for
+# the partner, through its own PostgreSQL login as well.
+bad=""
+ntenants=0
+for t in $($G get tenants -o json 2>>"$tmp/gpctl.err" | $PY -c 'import json,sys; print(" ".join(x["id"] for x in json.load(sys.stdin)))'); do
+    ntenants=$((ntenants + 1))
+    $G get usage --tenant "$t" -o json >"$tmp/u-$t.json" 2>>"$tmp/gpctl.err" || bad="$bad $t:usage"
+    got=$($PY -c 'import json,sys; r=json.load(open(sys.argv[1])); t=sys.argv[2]
+print(len(r) if all(x["tenant"] == t or x["site_owner"] == t for x in r) else "foreign")' "$tmp/u-$t.json" "$t")
+    [ "$got" = "$(sql "SELECT count(*) FROM usage_records WHERE tenant = '$t' OR site_owner = '$t'")" ] ||
+        bad="$bad $t:usage=$got"
+    want=$(sql "SELECT string_agg(a.purpose || '/' || a.currency || '=' || s, ' ' ORDER BY a.purpose, a.currency)
+                FROM (SELECT account, sum(amount) s FROM ledger_entries GROUP BY account) e
+                JOIN ledger_accounts a ON a.id = e.account WHERE a.tenant = '$t'")
+    got=$($G get balances --tenant "$t" -o json 2>>"$tmp/gpctl.err" | $PY -c '
+import json, sys
+b = json.load(sys.stdin)["balances"]
+print(" ".join("%s/%s=%d" % (x["purpose"], x["currency"], x["amount_nanos"]) for x in sorted(b, key=lambda x: (x["purpose"], x["currency"]))))')
+    [ "$got" = "$want" ] || bad="$bad $t:balances($got|$want)"
+done
+payable=$(sql "SELECT coalesce(sum(e.amount), 0) FROM ledger_entries e JOIN ledger_accounts a ON a.id = e.account
+               WHERE a.tenant = 'fr-voltis' AND a.purpose = 'payable'")
+seen=$(psql "$pconn" -XAtq -c "SELECT coalesce(sum(e.amount), 0) FROM ledger_entries e
+    JOIN ledger_accounts a ON a.id = e.account WHERE a.purpose = 'payable';
+    SELECT count(*) FROM ledger_accounts WHERE tenant <> 'fr-voltis'" 2>>"$tmp/rls.err" | tr '\n' ' ')
+[ "$seen" = "$payable 0 " ] || bad="$bad fr-voltis-login:$seen"
+[ "$ntenants" -ge 2 ] && [ "$payable" != 0 ] && [ -z "$bad" ]
+st_=$?; ok "each of the $ntenants tenants sees only its usage and its own balances; fr-voltis's revenue share $payable nanos, its own login sees the same and no other account ($bad)" $st_
+
 # ---- 6. the auditor ---------------------------------------------------------------------
 
 AUDIT="$GP_HARNESS/../../deploy/gridpool-audit"

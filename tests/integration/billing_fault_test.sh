@@ -1,23 +1,8 @@
 #!/usr/bin/env bash
-# NOT YET IN make test (named *_run.sh, not *_test.sh): it does not pass.
-# Run: tests/harness/with-stack.sh build bash tests/integration/billing_fault_run.sh
-# What two runs of it showed (session 20):
-#   - the test stack's PostgreSQL runs with synchronous_commit and fsync off
-#     and stack.sh stops it with -m immediate, so a restart loses the last
-#     commits: a placement committed, dispatched and then gone, whose usage
-#     metering sends to review as an unknown attempt (a sequence gap for the
-#     auditor).  The run must restart PostgreSQL durable
-#     (GP_STACK_PG_DURABLE=1), as production runs;
-#   - with 500 ms beats nodes are lost ~2 s after their last contact, so a
-#     3 s nats-server restart makes every node lost (and freezes the
-#     control plane): what the agents ran meanwhile, up to their 6 s lease,
-#     is delivered in the ground truth but not billable (89.9% in the
-#     ledger).  The outage must stay under the detector's floor, as with
-#     production timing, or the auditor must compare against billable time.
-# billing_fault_run.sh -- usage billed exactly once through faults, against
-# real services (run under tests/harness/with-stack.sh): registry,
+# billing_fault_test.sh -- usage billed exactly once through faults,
+# against real services (run under tests/harness/with-stack.sh): registry,
 # scheduler, recovery, two metering and two billing instances, an 8-site
-# fleet (the agents' own code) running 24 checkpointing jobs of 45 s.
+# fleet (the agents' own code) running 24 checkpointing jobs of 60 s.
 # During the run: kill -9 of a metering and of a billing instance (each
 # started again), nats-server and PostgreSQL stopped and started, a site's
 # power cut and another site's uplink cut.  Then gridpool-audit over the
@@ -25,7 +10,26 @@
 # or doubled, trial balance zero, the revenue-share legs summing to their
 # charges, billed GPU-seconds never more than delivered per attempt and at
 # least 99.9% of them in all.
+#
+# Timing as in production, scaled down: the detector never calls a node
+# suspect before 8 s of silence (production: 11 s at 5 s beats), so the
+# 3 s outages of nats-server and of a site's uplink (5 s or so as the
+# clients see them, with the server's stop and start and their reconnect
+# backoff) lose no node, and
+# nothing the agents ran meanwhile is lost (their cumulative counters carry
+# it in the next beat).  Beats every 200 ms make what a power cut takes
+# unmetered (what ran after a node's last beat) small beside 24 minutes of
+# work, as 5 s beats are beside a day of it.  PostgreSQL runs durable
+# (synchronous_commit and fsync on) and is stopped like a crash (-m
+# immediate): a commit it acknowledged survives.  The test stacks'
+# PostgreSQL otherwise runs without fsync, where a crash may lose the last
+# acknowledged commits, which is no fault of billing's.
+#
+# Not in the sanitizer suite (its pace would stretch the 200 ms beats).
 set -u
+case "$GP_BUILD" in
+*/san*) echo "1..0 # SKIP the fault run's timing is sized for the normal build"; exit 0 ;;
+esac
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
@@ -47,11 +51,15 @@ meter() { spawn "$1" "$B/bin/gridpool-metering" --config "$D/gp.env" --http-port
 bill() { spawn "$1" "$B/bin/gridpool-billing" --config "$D/gp.env" --http-port 0 --instance "$1" \
     --book-ms 500; }
 
-spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
-    --lease-ms 6000 --sweep-ms 200
+"$STACK" stop-pg "$D" >/dev/null 2>&1
+GP_STACK_PG_DURABLE=1 "$STACK" start-pg "$D" >/dev/null 2>&1
+[ "$(sql "SHOW synchronous_commit")" = on ] && [ "$(sql "SHOW fsync")" = on ]
+ok "PostgreSQL runs durable (synchronous_commit, fsync)" $?
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 200 \
+    --detect-floor-ms 8000 --detect-ceiling-ms 12000 --lost-ms 10000 --lease-ms 12000 --sweep-ms 200
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
-spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
-    --lease-ms 6000 --fence-margin-ms 500 --place-ms 200 --checkpoint-root "$tmp/ckpt"
+spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --heartbeat-ms 200 \
+    --lease-ms 12000 --fence-margin-ms 500 --place-ms 200 --checkpoint-root "$tmp/ckpt"
 spawn rec "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100 \
     --sites-ms 2000
 meter meter-a
@@ -66,32 +74,38 @@ ok "the 8-site fleet registered" $?
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
 
 for i in $(seq 1 24); do
-    submit --command 'sim:run=45s ckpt=2s' --gpus $((1 + i % 2)) --interruptible \
+    submit --command 'sim:run=60s ckpt=2s' --gpus $((1 + i % 2)) --interruptible \
         --max-attempts 6 >/dev/null
 done
 wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 24 200
 ok "24 jobs run" $?
 
-sleep 5
-kill -9 "$(cat "$D/pids/meter-a.pid")"; sleep 2; meter meter-a
-kill -9 "$(cat "$D/pids/bill-a.pid")"; sleep 2; bill bill-a
-ok "kill -9 of a metering and a billing instance, each started again" 0
+# kill -9 at random points (RANDOM is seeded per run; the delays are printed)
+d1=$((1 + RANDOM % 6)); d2=$((RANDOM % 4)); d3=$((RANDOM % 4))
+sleep "$d1"; kill -9 "$(cat "$D/pids/meter-a.pid")"; sleep 2; meter meter-a
+sleep "$d2"; kill -9 "$(cat "$D/pids/bill-a.pid")"; sleep "$d3"; bill bill-a
+kill -0 "$(cat "$D/pids/meter-a.pid")" && kill -0 "$(cat "$D/pids/bill-a.pid")"
+ok "kill -9 of a metering instance after ${d1} s and of a billing instance ${d2} s later, each started again" $?
 "$STACK" stop-nats "$D" >/dev/null 2>&1; sleep 3; "$STACK" start-nats "$D" >/dev/null 2>&1
 ok "nats-server stopped for 3 s and started again" $?
 sleep 3
-"$STACK" stop-pg "$D" >/dev/null 2>&1; sleep 3; "$STACK" start-pg "$D" >/dev/null 2>&1
-ok "PostgreSQL stopped for 3 s and started again" $?
+"$STACK" stop-pg "$D" >/dev/null 2>&1; sleep 3
+GP_STACK_PG_DURABLE=1 "$STACK" start-pg "$D" >/dev/null 2>&1
+ok "PostgreSQL stopped (immediate) for 3 s and started again" $?
 sleep 2
 cut=$(sql "SELECT site FROM attempts WHERE state = 'running' GROUP BY site ORDER BY count(*) DESC
            LIMIT 1")
 up=$(sql "SELECT site FROM attempts WHERE state = 'running' AND site <> '$cut' GROUP BY site
           ORDER BY count(*) DESC LIMIT 1")
 $G fault site_power_cut --site "$cut" --duration-ms 60000 >/dev/null &&
-    $G fault uplink_cut --site "$up" --duration-ms 4000 >/dev/null
-ok "power cut at $cut, uplink cut of 4 s at $up" $?
+    $G fault uplink_cut --site "$up" --duration-ms 3000 >/dev/null
+ok "power cut at $cut, uplink cut of 3 s at $up" $?
 wait_sql "SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed')" 0 1200
 st_=$?; ok "every job ended ($(sql "SELECT string_agg(state || ':' || n, ' ') FROM
     (SELECT state, count(*) n FROM jobs GROUP BY state) s"))" $st_
+others=$(sql "SELECT count(*) FROM node_transitions WHERE state = 'lost' AND site <> '$cut'")
+[ "$others" = 0 ] && [ "$(sql "SELECT count(*) FROM node_transitions WHERE state = 'lost' AND site = '$cut'")" -gt 0 ]
+st_=$?; ok "only the power cut lost nodes (elsewhere: $others; the 3 s outages stayed under the detector's floor)" $st_
 sleep 8                                   # silences, the last windows, the outboxes
 kill -TERM "$(cat "$D/pids/sim.pid")" 2>/dev/null
 for _ in $(seq 1 50); do kill -0 "$(cat "$D/pids/sim.pid")" 2>/dev/null || break; sleep 0.2; done

@@ -248,6 +248,44 @@ row_ref(long rows)
     return rows / dt;
 }
 
+/* pg_stat_statements (run.sh loads it): reset before billing drains, with
+ * statements inside functions and triggers tracked too; after, the ones
+ * that cost PostgreSQL most go to the notes.  Without the module: a note. */
+static void
+pg_stats_reset(void)
+{
+    PGresult *r = PQexec(pg, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+
+    PQclear(r);
+    r = PQexec(pg, "ALTER SYSTEM SET pg_stat_statements.track = 'all'");
+    PQclear(r);
+    r = PQexec(pg, "SELECT pg_reload_conf()");
+    PQclear(r);
+    r = PQexec(pg, "SELECT pg_stat_statements_reset()");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        b_note("ledger: pg_stat_statements not loaded: %s", PQerrorMessage(pg));
+    PQclear(r);
+}
+
+static void
+pg_stats_note(void)
+{
+    PGresult *r = PQexec(pg,
+        "SELECT calls, round((total_plan_time + total_exec_time)::numeric, 0),\n"
+        "  round(total_plan_time::numeric, 0), toplevel,\n"
+        "  regexp_replace(left(query, 120), '\\s+', ' ', 'g')\n"
+        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database\n"
+        "  WHERE datname = current_database())\n"
+        "ORDER BY total_plan_time + total_exec_time DESC LIMIT 12");
+
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(r); i++)
+            b_note("ledger: pg %s calls, %s ms (plan %s, top level %s): %s", PQgetvalue(r, i, 0),
+                   PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                   PQgetvalue(r, i, 4));
+    PQclear(r);
+}
+
 int
 main(void)
 {
@@ -286,6 +324,7 @@ main(void)
     pub_rate = publish(n);
     b_note("ledger: %ld records published (%.0f/s, %ld failed); billing starts", n, pub_rate,
            failed);
+    pg_stats_reset();
     exec1("CHECKPOINT");
     wal_sync0 = q1("SELECT wal_sync FROM pg_stat_wal");
     wal_bytes0 = q1("SELECT wal_bytes FROM pg_stat_wal");
@@ -306,6 +345,7 @@ main(void)
         usleep(50000);
     }
     t1 = b_now();
+    pg_stats_note();
     cpu_bil = b_cpu_of(bil);
     double cpu_pg = b_cpu_tree(pgpid) - cpu_pg0, cpu_nats = b_cpu_of(natspid) - cpu_nats0;
     batches = metric_of(bport, "gp_billing_batches_total");

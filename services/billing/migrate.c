@@ -471,6 +471,93 @@ static const char step7_sql[] =
     "ALTER TABLE ledger_transfers DROP CONSTRAINT IF EXISTS ledger_transfers_id_currency_key;\n"
     "ALTER TABLE ledger_accounts DROP CONSTRAINT IF EXISTS ledger_accounts_id_currency_key";
 
+/* Step 8: the rounding account.  A statement rounds each of its lines to
+ * the currency's minor unit (half to even); closing a period now also
+ * books what the rounding took: per currency one transfer of kind
+ * 'rounding' (no record: record_id NULL) moves each line's residue (its
+ * nanos minus its minor units) off the line's account onto the tenant's
+ * rounding account, so every account's part of a statement is exactly
+ * what the statement says in minor units, and the ledger still balances.
+ * The transfer is an item of that statement; its content gets a line
+ * "rounding" per currency (0 minor units: the totals are unchanged). */
+static const char step8_sql[] =
+    "ALTER TABLE ledger_transfers ALTER COLUMN record_id DROP NOT NULL;\n"
+    "ALTER TABLE ledger_transfers DROP CONSTRAINT IF EXISTS ledger_transfers_kind_check;\n"
+    "ALTER TABLE ledger_transfers ADD CONSTRAINT ledger_transfers_kind_check\n"
+    "  CHECK (kind IN ('charge', 'power', 'failed_cost', 'correction', 'rounding'));\n"
+    "ALTER TABLE ledger_transfers ADD CONSTRAINT ledger_transfers_record_check\n"
+    "  CHECK ((kind = 'rounding') = (record_id IS NULL));\n"
+    "CREATE OR REPLACE FUNCTION ledger_transfers_known() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+    "DECLARE r text;\n"
+    "BEGIN\n"
+    "  SELECT n.record_id INTO r FROM new_transfers n\n"
+    "    LEFT JOIN usage_records u ON u.id = n.record_id\n"
+    "    WHERE n.record_id IS NOT NULL AND u.id IS NULL LIMIT 1;\n"
+    "  IF FOUND THEN\n"
+    "    RAISE EXCEPTION 'transfer of record %: no such record', r USING ERRCODE = '23503';\n"
+    "  END IF;\n"
+    "  RETURN NULL;\n"
+    "END $f$;\n"
+    "CREATE OR REPLACE FUNCTION bill_close_period(p_tenant text, p_period text, p_now bigint)\n"
+    "RETURNS TABLE (o_issued bigint, o_hash text, o_content text) LANGUAGE plpgsql AS $f$\n"
+    "DECLARE c text; r record; tid bigint;\n"
+    "BEGIN\n"
+    "  PERFORM pg_advisory_xact_lock(hashtext('gp.billing.close.' || p_tenant));\n"
+    "  RETURN QUERY SELECT issued_ms, hash, content FROM statements\n"
+    "    WHERE tenant = p_tenant AND period = p_period;\n"
+    "  IF FOUND THEN RETURN; END IF;\n"
+    "  INSERT INTO statement_items (tenant, transfer_id, period)\n"
+    "    SELECT DISTINCT p_tenant, t.id, p_period FROM ledger_transfers t\n"
+    "      JOIN ledger_entries e ON e.transfer_id = t.id\n"
+    "      JOIN ledger_accounts a ON a.id = e.account\n"
+    "     WHERE a.tenant = p_tenant AND t.period <= p_period\n"
+    "       AND NOT EXISTS (SELECT 1 FROM statement_items s\n"
+    "                        WHERE s.tenant = p_tenant AND s.transfer_id = t.id);\n"
+    "  CREATE TEMP TABLE bill_lines ON COMMIT DROP AS\n"
+    "    SELECT l.*, bill_minor(l.n, x.exponent) AS mi,\n"
+    "           l.n - bill_minor(l.n, x.exponent) * (10::bigint ^ (9 - x.exponent))::bigint AS res\n"
+    "      FROM (SELECT a.currency, t.kind, a.purpose, t.period AS up, a.id AS account,\n"
+    "                   sum(e.amount)::bigint AS n\n"
+    "              FROM statement_items s JOIN ledger_transfers t ON t.id = s.transfer_id\n"
+    "              JOIN ledger_entries e ON e.transfer_id = t.id\n"
+    "              JOIN ledger_accounts a ON a.id = e.account\n"
+    "             WHERE s.tenant = p_tenant AND s.period = p_period AND a.tenant = p_tenant\n"
+    "             GROUP BY 1, 2, 3, 4, 5) l\n"
+    "      JOIN currency_exponents x ON x.code = l.currency;\n"
+    "  FOR r IN SELECT currency, sum(res)::bigint AS res FROM bill_lines GROUP BY 1\n"
+    "           HAVING bool_or(res <> 0) ORDER BY 1 LOOP\n"
+    "    INSERT INTO ledger_accounts (id, tenant, purpose, currency)\n"
+    "      VALUES (p_tenant || '.rounding.' || r.currency, p_tenant, 'rounding', r.currency)\n"
+    "      ON CONFLICT DO NOTHING;\n"
+    "    INSERT INTO ledger_transfers (record_id, kind, currency, period, at_ms)\n"
+    "      VALUES (NULL, 'rounding', r.currency, p_period, p_now) RETURNING id INTO tid;\n"
+    "    INSERT INTO ledger_entries (transfer_id, account, currency, amount)\n"
+    "      SELECT tid, account, r.currency, -sum(res) FROM bill_lines\n"
+    "        WHERE currency = r.currency GROUP BY account HAVING sum(res) <> 0\n"
+    "      UNION ALL\n"
+    "      SELECT tid, p_tenant || '.rounding.' || r.currency, r.currency, r.res WHERE r.res <> 0;\n"
+    "    INSERT INTO statement_items VALUES (p_tenant, tid, p_period);\n"
+    "  END LOOP;\n"
+    "  SELECT 'gridpool statement v1' || E'\\n' || 'tenant ' || p_tenant || E'\\n'\n"
+    "    || 'period ' || p_period || E'\\n' || 'issued ' || p_now || E'\\n'\n"
+    "    || coalesce((SELECT string_agg(format('line %s %s %s %s %s %s%s', currency, kind,\n"
+    "         purpose, up, n, mi, CASE WHEN up < p_period THEN ' correction' ELSE '' END),\n"
+    "         E'\\n' ORDER BY currency, kind, purpose, up)\n"
+    "         FROM (SELECT currency, kind, purpose, up, sum(n) AS n, sum(mi) AS mi FROM bill_lines\n"
+    "               GROUP BY 1, 2, 3, 4\n"
+    "               UNION ALL SELECT currency, 'rounding', 'rounding', p_period, sum(res), 0\n"
+    "               FROM bill_lines GROUP BY 1 HAVING bool_or(res <> 0)) m) || E'\\n', '')\n"
+    "    || coalesce((SELECT string_agg(format('total %s %s', currency, t), E'\\n'\n"
+    "         ORDER BY currency) FROM (SELECT currency, sum(mi) AS t FROM bill_lines GROUP BY 1) z)\n"
+    "         || E'\\n', '')\n"
+    "    INTO c;\n"
+    "  DROP TABLE bill_lines;\n"
+    "  INSERT INTO statements VALUES (p_tenant, p_period, p_now, c,\n"
+    "    encode(sha256(convert_to(c, 'UTF8')), 'hex'));\n"
+    "  RETURN QUERY SELECT issued_ms, hash, content FROM statements\n"
+    "    WHERE tenant = p_tenant AND period = p_period;\n"
+    "END $f$";
+
 const gp_migration billing_migrations[] = {
     {1, "usage records, price book, ledger", step1_sql},
     {2, "no billing for downtime: fault credits", step2_sql},
@@ -479,5 +566,6 @@ const gp_migration billing_migrations[] = {
     {5, "row-level security by tenant", step5_sql},
     {6, "fault credits by index", step6_sql},
     {7, "ledger references checked per statement", step7_sql},
+    {8, "the rounding account, booked when a period closes", step8_sql},
     GP_MIGRATION_END
 };

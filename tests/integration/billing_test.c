@@ -230,6 +230,26 @@ statements_and_scopes(void)
           "statement: USD 4.80 owed, 480 cents (%s)", line_of(st, "USD", "receivable", "2026-12"));
     T_OKM(strstr(st->content, "total KWD 84\n") != NULL && strstr(st->content, "total USD 480\n"),
           "totals: 480 cents, 84 fils (84.375 rounded half to even)");
+    T_OKM(strstr(st->content, "line KWD rounding rounding 2026-12 375000 0\n") != NULL,
+          "the 0.375 fils the rounding took are a line of the statement (0 minor units)");
+    T_OKM(strcmp(q1("SELECT count(*) || ' ' || sum(e.amount) FROM ledger_transfers t"
+                    " JOIN ledger_entries e ON e.transfer_id = t.id"
+                    " JOIN statement_items s ON s.transfer_id = t.id"
+                    " WHERE t.kind = 'rounding' AND s.tenant = 'bc1' AND s.period = '2026-12'"
+                    " AND e.account = 'bc1.rounding.KWD'"), "1 375000") == 0,
+          "closing booked them on bc1's rounding account, in a transfer on the statement (%s)",
+          q1("SELECT string_agg(e.account || '=' || e.amount, ' ') FROM ledger_transfers t"
+             " JOIN ledger_entries e ON e.transfer_id = t.id WHERE t.kind = 'rounding'"));
+    T_OKM(strcmp(q1("SELECT count(*) FROM (SELECT a.id, sum(e.amount) AS n, x.exponent"
+                    " FROM statement_items s JOIN ledger_entries e ON e.transfer_id = s.transfer_id"
+                    " JOIN ledger_accounts a ON a.id = e.account"
+                    " JOIN currency_exponents x ON x.code = a.currency"
+                    " WHERE s.tenant = 'bc1' AND s.period = '2026-12' AND a.tenant = 'bc1'"
+                    " AND a.purpose <> 'rounding' GROUP BY 1, 3) z"
+                    " WHERE n % (10::bigint ^ (9 - exponent))::bigint <> 0"), "0") == 0 &&
+              strcmp(q1("SELECT count(*) FROM (SELECT transfer_id FROM ledger_entries"
+                        " GROUP BY transfer_id, currency HAVING sum(amount) <> 0) u"), "0") == 0,
+          "every account's part of the statement is whole minor units, every transfer balanced");
     gp_msg_clear(&msg_statement_desc, st);
 
     /* a late record of 2026-12: 0.25 GPU-hour from 07:00 = 0.90 USD */

@@ -133,17 +133,7 @@ agent_attempts_running(const agent *a)
 gp_err
 agent_inbox_prefix(const char *site, const char *node, char *out, size_t n)
 {
-    const char *args[4] = {site, node, NULL, NULL};
-    gp_err      rc = gp_op_pattern(GP_INBOX_NODE_INBOX, out, n, args);
-    size_t      len = strlen(out);
-
-    /* The pattern ends in ".*.*": the bus appends its nuid and the request
-     * number under the prefix. */
-    if (rc == GP_EOK && (len < 4 || strcmp(out + len - 4, ".*.*") != 0))
-        rc = GP_EINTERNAL;
-    if (rc == GP_EOK)
-        out[len - 4] = '\0';
-    return rc;
+    return gp_op_inbox_prefix(GP_INBOX_NODE_INBOX, out, n, (const char *const[]){site, node});
 }
 
 /* ---- sending (through the fault hooks) ---------------------------------- */

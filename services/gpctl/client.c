@@ -84,21 +84,6 @@ run_until(gpctl *c, volatile int *flag, unsigned timeout_ms)
     return *flag;
 }
 
-/* A tenant's reply inbox, from the contract (tenantInbox), without its
- * last two tokens: the bus appends its nuid and the request number. */
-static gp_err
-tenant_inbox(const char *tenant, char *out, size_t n)
-{
-    const char *args[3] = {tenant, NULL, NULL};
-    gp_err      rc = gp_op_pattern(GP_INBOX_TENANT_INBOX, out, n, args);
-    size_t      len = strlen(out);
-
-    if (rc == GP_EOK && (len < 4 || strcmp(out + len - 4, ".*.*") != 0))
-        rc = GP_EINTERNAL;
-    if (rc == GP_EOK)
-        out[len - 4] = '\0';
-    return rc;
-}
 
 int
 ctl_connect(gpctl *c)
@@ -112,7 +97,9 @@ ctl_connect(gpctl *c)
         o.password = c->password;
     }
     if (c->tenant[0] != '\0') {
-        if (tenant_inbox(c->tenant, inbox, sizeof(inbox)) != GP_EOK) {
+        /* its replies on gp.api.<tenant>._reply.<nuid>.<n> (contract: tenantInbox) */
+        if (gp_op_inbox_prefix(GP_INBOX_TENANT_INBOX, inbox, sizeof(inbox),
+                               (const char *const[]){c->tenant}) != GP_EOK) {
             fprintf(stderr, "gpctl: GP_TENANT %s: not a tenant id\n", c->tenant);
             return GPCTL_USAGE;
         }

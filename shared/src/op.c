@@ -62,6 +62,26 @@ gp_op_pattern(const gp_op *op, char *buf, size_t n, const char *const *args)
 }
 
 gp_err
+gp_op_inbox_prefix(const gp_op *inbox, char *buf, size_t n, const char *const *args)
+{
+    const char *all[GP_MAX_TOKENS] = {0};
+    size_t      len;
+    gp_err      rc;
+
+    if (inbox->nparams < 2 || inbox->nparams > GP_MAX_TOKENS)
+        return GP_EINVAL;
+    for (int i = 0; i < inbox->nparams - 2; i++)
+        all[i] = args[i];                  /* the last two stay wildcards */
+    rc = gp_op_pattern(inbox, buf, n, all);
+    len = rc == GP_EOK ? strlen(buf) : 0;
+    if (rc == GP_EOK && (len < 4 || strcmp(buf + len - 4, ".*.*") != 0))
+        rc = GP_EINVAL;                    /* not "<prefix>.<nuid>.<n>" */
+    if (rc == GP_EOK)
+        buf[len - 4] = '\0';
+    return rc;
+}
+
+gp_err
 gp_op_subjectf(const gp_op *op, char *buf, size_t n, ...)
 {
     const char *args[GP_MAX_TOKENS];

@@ -38,6 +38,14 @@ gp_err gp_op_subject(const gp_op *op, char *buf, size_t n, const char *const *ar
  * subscribes to serve several values of that parameter). */
 gp_err gp_op_pattern(const gp_op *op, char *buf, size_t n, const char *const *args);
 
+/* The prefix a client gives its bus for a reply inbox of the contract
+ * (x-gp-inbox channels, e.g. GP_INBOX_NODE_INBOX, GP_INBOX_TENANT_INBOX):
+ * the inbox's address with its parameters but the last two filled from
+ * args, without its last two tokens ("<nuid>.<n>": the bus appends its
+ * own).  INVAL when an argument is not an id or the address does not end
+ * in two parameters; TOOBIG past n. */
+gp_err gp_op_inbox_prefix(const gp_op *inbox, char *buf, size_t n, const char *const *args);
+
 /* The same as gp_op_subject with the arguments inline: gp_op_subjectf(op, buf, n, site, node). */
 gp_err gp_op_subjectf(const gp_op *op, char *buf, size_t n, ...);
 

@@ -11,17 +11,8 @@
 #include "gp/call.h"
 #include "gp/clock.h"
 #include "gp/log.h"
+#include "gp/shard.h"
 #include "billing.h"
-
-static uint32_t
-fnv(const char *s)
-{
-    uint32_t h = 2166136261u;
-
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 16777619u;
-    return h;
-}
 
 typedef struct site_call {
     billing         *b;
@@ -45,7 +36,7 @@ owner_read(void *arg, gp_err err, const void *reply, const char *detail)
     c->s.partner = (t->kind == MSG_TENANT_KIND_PARTNER || t->kind == MSG_TENANT_KIND_SITE_OPERATOR) &&
                    t->revenue_share_bp > 0;
     c->s.share_bp = c->s.partner ? t->revenue_share_bp : 0;
-    slot = &c->b->sites[fnv(c->s.id) % BILLING_SITE_SLOTS];
+    slot = &c->b->sites[gp_fnv1a(c->s.id) % BILLING_SITE_SLOTS];
     slot->s = c->s;
     slot->valid = true;
     slot->loaded_ms = gp_mono_ms();
@@ -91,7 +82,7 @@ site_read(void *arg, gp_err err, const void *reply, const char *detail)
 void
 billing_site_get(billing *b, const char *site, billing_site_cb *cb, void *arg)
 {
-    billing_site  *slot = &b->sites[fnv(site) % BILLING_SITE_SLOTS];
+    billing_site  *slot = &b->sites[gp_fnv1a(site) % BILLING_SITE_SLOTS];
     msg_id_request q = {0};
     char           subj[GP_MAX_SUBJECT];
     site_call     *c;

@@ -35,16 +35,6 @@ typedef struct pubjob {
 
 /* ---- the scheduler's facts, cached ------------------------------------------------ */
 
-static uint32_t
-fnv(const char *s)
-{
-    uint32_t h = 2166136261u;
-
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 16777619u;
-    return h;
-}
-
 typedef struct facts_call {
     metering          *m;
     char               key[200];
@@ -59,7 +49,7 @@ facts_read(void *arg, gp_err err, const void *reply, const char *detail)
 
     (void)detail;
     if (err == GP_EOK) {
-        metering_facts *slot = &c->m->facts[fnv(c->key) % METERING_FACTS_SLOTS];
+        metering_facts *slot = &c->m->facts[gp_fnv1a(c->key) % METERING_FACTS_SLOTS];
 
         gp_msg_clear(&msg_attempt_facts_desc, &slot->f);
         slot->f = *(const msg_attempt_facts *)reply;    /* plain fields only: no arrays */
@@ -82,7 +72,7 @@ metering_facts_get(metering *m, const char *job, uint32_t att, const char *node,
     msg_attempt_facts_request q = {0};
 
     snprintf(key, sizeof(key), "%s.%u.%s", job, att, node);
-    slot = &m->facts[fnv(key) % METERING_FACTS_SLOTS];
+    slot = &m->facts[gp_fnv1a(key) % METERING_FACTS_SLOTS];
     if (slot->valid && strcmp(slot->key, key) == 0 && (slot->f.ended || !need_ended)) {
         cb(arg, GP_EOK, &slot->f);
         return;

@@ -4,17 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/shard.h"
 #include "recovery.h"
-
-static uint32_t
-hash(const char *s)
-{
-    uint32_t h = 2166136261u;
-
-    for (; *s != '\0'; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
 
 static const char *
 id_at(const void *base, size_t stride, int32_t ix)
@@ -27,7 +18,7 @@ rmap_find(const rmap *m, const void *base, size_t stride, const char *id)
 {
     if (m->cap == 0)
         return -1;
-    for (uint32_t i = hash(id) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    for (uint32_t i = gp_fnv1a(id) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
         if (m->slot[i] < 0)
             return -1;
         if (strcmp(id_at(base, stride, m->slot[i]), id) == 0)
@@ -50,7 +41,7 @@ grow(rmap *m, const void *base, size_t stride, uint32_t count)
 
         if (ix < 0)
             continue;
-        for (i = hash(id_at(base, stride, ix)) & (cap - 1); slot[i] >= 0; i = (i + 1) & (cap - 1))
+        for (i = gp_fnv1a(id_at(base, stride, ix)) & (cap - 1); slot[i] >= 0; i = (i + 1) & (cap - 1))
             ;
         slot[i] = ix;
     }
@@ -70,7 +61,7 @@ rmap_put(rmap *m, const void *base, size_t stride, const char *id, int32_t ix)
 
     if (((uint32_t)ix + 1) * 2 > m->cap && grow(m, base, stride, (uint32_t)ix) != 0)
         return -1;
-    for (i = hash(id) & (m->cap - 1); m->slot[i] >= 0; i = (i + 1) & (m->cap - 1))
+    for (i = gp_fnv1a(id) & (m->cap - 1); m->slot[i] >= 0; i = (i + 1) & (m->cap - 1))
         if (strcmp(id_at(base, stride, m->slot[i]), id) == 0)
             break;
     m->slot[i] = ix;

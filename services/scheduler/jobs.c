@@ -18,6 +18,7 @@
 #include "gp/id.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
+#include "gp/shard.h"
 #include "gp/tenancy.h"
 #include "place.h"
 #include "scheduler.h"
@@ -63,11 +64,7 @@ db_fail(gp_req *req, gp_err err, const char *detail)
 static sched_tenant_slot *
 tenant_slot(sched *s, const char *tenant)
 {
-    uint32_t h = 2166136261u;
-
-    for (const char *p = tenant; *p != '\0'; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return &s->tenants[h % SCHED_TENANT_SLOTS];
+    return &s->tenants[gp_fnv1a(tenant) % SCHED_TENANT_SLOTS];
 }
 
 static bool

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "gp/shard.h"
+
 #define R_(x) MSG_PENDING_REASON_REASON_##x
 #define PIN_UNKNOWN (-2)
 
@@ -404,9 +406,8 @@ static bool better(const place_choice *a, const place_choice *b)
 /* FNV-1a of the id, mixed with the seed by murmur3's finalizer. */
 static uint32_t tie_of(const char *id, uint32_t seed)
 {
-    uint32_t h = 2166136261u;
-    for (const char *c = id; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
-    h ^= seed;
+    uint32_t h = gp_fnv1a(id) ^ seed;
+
     h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
     return h;
 }

@@ -55,6 +55,7 @@
 #include "gp/clock.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
+#include "gp/shard.h"
 #include "place.h"
 #include "scheduler.h"
 
@@ -1032,11 +1033,7 @@ sched_place_run(gp_app *app, void *arg)
 static uint32_t
 instance_seed(const char *instance)
 {
-    uint32_t h = 2166136261u;
-
-    for (const char *c = instance; c != NULL && *c != '\0'; c++)
-        h = (h ^ (unsigned char)*c) * 16777619u;
-    return h;
+    return instance != NULL ? gp_fnv1a(instance) : gp_fnv1a("");
 }
 
 gp_err

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/shard.h"
+
 /* ---- id -> slot map ------------------------------------------------------ */
 
 static uint32_t hash_id(const char *k)
 {
-    uint32_t h = 2166136261u;   /* FNV-1a */
-    for (; *k; k++) h = (h ^ (uint8_t)*k) * 16777619u;
-    return h;
+    return gp_fnv1a(k);
 }
 
 static void copy_id(char *dst, const char *src, size_t n)

@@ -3,12 +3,18 @@
 
 #include "gp/shard.h"
 
-unsigned
-gp_shard_of(const char *site)
+uint32_t
+gp_fnv1a(const char *s)
 {
     uint32_t h = 2166136261u;
 
-    for (const unsigned char *p = (const unsigned char *)site; *p != '\0'; p++)
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
         h = (h ^ *p) * 16777619u;
-    return h % GP_SHARDS;
+    return h;
+}
+
+unsigned
+gp_shard_of(const char *site)
+{
+    return gp_fnv1a(site) % GP_SHARDS;
 }

@@ -13,7 +13,13 @@
 
 #define GP_SHARDS 256u
 
+#include <stdint.h>
+
 /* The shard of a site id (any NUL-terminated string), 0..GP_SHARDS-1. */
 unsigned gp_shard_of(const char *site);
+
+/* FNV-1a, 32 bit, of a NUL-terminated string: the shard's hash, and the
+ * one every in-memory table keyed by an id uses (a slot is h % size). */
+uint32_t gp_fnv1a(const char *s);
 
 #endif

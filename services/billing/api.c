@@ -9,35 +9,13 @@
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/dbrow.h"
 #include "gp/id.h"
 #include "gp/log.h"
 #include "billing.h"
 
 #define USAGE_PAGE 100
-#define BOOLOID    16                      /* pg_type.h */
 
-/* Row -> message: each column named after a field, NULL leaves it absent. */
-static gp_err
-row_to(const gp_msg_desc *d, const PGresult *res, int row, void *msg)
-{
-    for (int c = 0; c < PQnfields(res); c++) {
-        gp_err rc;
-
-        if (PQgetisnull(res, row, c))
-            continue;
-        const char *v = PQgetvalue(res, row, c);
-
-        if (PQftype(res, c) == BOOLOID)           /* PostgreSQL prints t / f */
-            v = v[0] == 't' ? "true" : "false";
-        rc = gp_msg_set_text(d, msg, PQfname(res, c), v, NULL, 0);
-        if (rc != GP_EOK && rc != GP_ENOTFOUND) {
-            GP_ERROR("row_decode_failed", "msg=%s field=%s code=%s", d->name, PQfname(res, c),
-                     gp_err_name(rc));
-            return rc;
-        }
-    }
-    return GP_EOK;
-}
 
 /* rows -> an array field of out (element descriptor from the field) */
 static gp_err
@@ -57,7 +35,8 @@ rows_to(const gp_msg_desc *d, const char *field, const PGresult *res, void *out)
         return GP_ENOMEM;
     a->n = (uint32_t)n;
     for (int i = 0; i < n && rc == GP_EOK; i++)
-        rc = row_to(f->sub, res, i, (char *)a->v + (size_t)i * f->sub->size);
+        rc = gp_dbrow_named_to_msg(f->sub, res, i, (char *)a->v + (size_t)i * f->sub->size,
+                                   NULL);
     GP_SET_HAS((msg_usage_list *)out, idx);
     return rc;
 }

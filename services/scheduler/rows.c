@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/dbrow.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -123,36 +124,21 @@ set_waiting(void *msg, const gp_field *f, const char *text)
     return GP_EOK;
 }
 
+/* The columns the default text form does not fit (gp/dbrow.h's hook). */
 static gp_err
-set_column(const gp_msg_desc *d, void *msg, const char *name, const char *text)
+set_column(const gp_msg_desc *d, const gp_field *f, void *msg, const char *text)
 {
-    int idx = gp_msg_field_index(d, name);
-
-    if (idx < 0)
-        return GP_EOK;                     /* a column the message does not carry */
-    if (d == &msg_job_desc && strcmp(name, "waiting") == 0)
-        return set_waiting(msg, &d->fields[idx], text);
-    if (d->fields[idx].type == GP_T_OBJ)
-        return set_spec(msg, &d->fields[idx], text);
-    if (d->fields[idx].type == GP_T_ARR && d->fields[idx].elem == GP_T_I32)
-        return set_ints(msg, &d->fields[idx], text);
-    return gp_msg_set_text(d, msg, name, text, NULL, 0);
+    if (d == &msg_job_desc && strcmp(f->name, "waiting") == 0)
+        return set_waiting(msg, f, text);
+    if (f->type == GP_T_OBJ)
+        return set_spec(msg, f, text);
+    if (f->type == GP_T_ARR && f->elem == GP_T_I32)
+        return set_ints(msg, f, text);
+    return GP_ENOTFOUND;
 }
 
 gp_err
 sched_row_to_msg(const gp_msg_desc *d, const PGresult *res, int row, void *msg)
 {
-    for (int c = 0; c < PQnfields(res); c++) {
-        gp_err rc;
-
-        if (PQgetisnull(res, row, c))
-            continue;
-        rc = set_column(d, msg, PQfname(res, c), PQgetvalue(res, row, c));
-        if (rc != GP_EOK) {
-            GP_ERROR("row_decode_failed", "msg=%s field=%s value=\"%.80s\" code=%s", d->name,
-                     PQfname(res, c), PQgetvalue(res, row, c), gp_err_name(rc));
-            return rc;
-        }
-    }
-    return GP_EOK;
+    return gp_dbrow_named_to_msg(d, res, row, msg, set_column);
 }

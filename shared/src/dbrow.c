@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/log.h"
+
 /* ---- parameters ------------------------------------------------------- */
 
 void
@@ -294,4 +296,33 @@ gp_dbrow_to_msg(const gp_msg_desc *d, const gp_dbcol *cols, const struct pg_resu
     for (int i = 0; i < n; i++)
         vals[i] = PQgetvalue(res, row, i);
     return gp_dbrow_from_text(d, cols, vals, msg, bad);
+}
+
+#define BOOLOID_ 16                        /* pg_type.h: bool */
+
+gp_err
+gp_dbrow_named_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row, void *msg,
+                      gp_dbrow_col_fn *set)
+{
+    for (int c = 0; c < PQnfields(res); c++) {
+        const char *name = PQfname(res, c), *v;
+        int         idx = gp_msg_field_index(d, name);
+        gp_err      rc = GP_ENOTFOUND;
+
+        if (idx < 0 || PQgetisnull(res, row, c))
+            continue;                      /* not carried, or NULL: left unset */
+        v = PQgetvalue(res, row, c);
+        if (PQftype(res, c) == BOOLOID_)   /* PostgreSQL prints t / f */
+            v = v[0] == 't' ? "true" : "false";
+        if (set != NULL)
+            rc = set(d, &d->fields[idx], msg, v);
+        if (rc == GP_ENOTFOUND)
+            rc = gp_msg_set_text(d, msg, name, v, NULL, 0);
+        if (rc != GP_EOK) {
+            GP_ERROR("row_decode_failed", "msg=%s field=%s value=\"%.80s\" code=%s", d->name,
+                     name, v, gp_err_name(rc));
+            return rc;
+        }
+    }
+    return GP_EOK;
 }

@@ -2,6 +2,8 @@
  * text forms, the SELECT list, INSERT and UPDATE statements with their
  * parameters (what is written and what is not), a two-column field, and
  * rows of text back into messages with the codec's checks. */
+#include <libpq-fe.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gp/dbrow.h"
@@ -211,11 +213,77 @@ t_rows(void)
     gp_msg_clear(&msg_pool_desc, &p);
 }
 
+/* A result built in memory (libpq's PQmakeEmptyPGresult), as a query of
+ * any columns would return it. */
+static PGresult *
+named_result(const char *gpu_ms)
+{
+    /* libpq's API takes char *: the names and values are copied */
+    static char  n_id[] = "id", n_final[] = "final", n_fault[] = "fault", n_gpu[] = "gpu_ms",
+                 n_other[] = "not_a_field", v_id[] = "j1.1.n1.7", v_t[] = "t", v_x[] = "x";
+    char         v_gpu[32];
+    PGresAttDesc a[5] = {
+        {.name = n_id, .typid = 25, .typlen = -1},
+        {.name = n_final, .typid = 16, .typlen = 1},      /* bool: "t" */
+        {.name = n_fault, .typid = 16, .typlen = 1},      /* NULL */
+        {.name = n_gpu, .typid = 20, .typlen = 8},
+        {.name = n_other, .typid = 25, .typlen = -1},
+    };
+    PGresult *r = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+
+    PQsetResultAttrs(r, 5, a);
+    snprintf(v_gpu, sizeof(v_gpu), "%s", gpu_ms);
+    PQsetvalue(r, 0, 0, v_id, (int)strlen(v_id));
+    PQsetvalue(r, 0, 1, v_t, 1);
+    PQsetvalue(r, 0, 2, NULL, -1);
+    PQsetvalue(r, 0, 3, v_gpu, (int)strlen(v_gpu));
+    PQsetvalue(r, 0, 4, v_x, 1);
+    return r;
+}
+
+static gp_err
+hook(const gp_msg_desc *d, const gp_field *f, void *msg, const char *text)
+{
+    (void)d;
+    if (strcmp(f->name, "id") != 0)
+        return GP_ENOTFOUND;
+    snprintf(((msg_billed_usage *)msg)->id, sizeof(((msg_billed_usage *)msg)->id), "hooked:%s",
+             text);
+    return GP_EOK;
+}
+
+static void
+t_named(void)
+{
+    msg_billed_usage u = {0};
+    PGresult        *r = named_result("1500");
+
+    T_EQ_INT(gp_dbrow_named_to_msg(&msg_billed_usage_desc, r, 0, &u, NULL), GP_EOK);
+    T_OKM(strcmp(u.id, "j1.1.n1.7") == 0 && u.final && u.gpu_ms == 1500,
+          "named columns: text, a boolean's t, a bigint (%s %d %llu)", u.id, u.final,
+          (unsigned long long)u.gpu_ms);
+    T_OKM(!GP_HAS(&u, MSG_BILLED_USAGE__FAULT), "a NULL column leaves its field unset");
+    gp_msg_clear(&msg_billed_usage_desc, &u);
+    memset(&u, 0, sizeof(u));
+    T_EQ_INT(gp_dbrow_named_to_msg(&msg_billed_usage_desc, r, 0, &u, hook), GP_EOK);
+    T_OKM(strcmp(u.id, "hooked:j1.1.n1.7") == 0 && u.gpu_ms == 1500,
+          "the hook takes its column, the default the others (%s)", u.id);
+    gp_msg_clear(&msg_billed_usage_desc, &u);
+    PQclear(r);
+    r = named_result("12x");
+    memset(&u, 0, sizeof(u));
+    T_OKM(gp_dbrow_named_to_msg(&msg_billed_usage_desc, r, 0, &u, NULL) != GP_EOK,
+          "a value that is not its field's type fails");
+    gp_msg_clear(&msg_billed_usage_desc, &u);
+    PQclear(r);
+}
+
 int
 main(void)
 {
     t_text();
     t_sql();
     t_rows();
+    t_named();
     return T_DONE();
 }

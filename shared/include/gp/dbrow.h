@@ -96,4 +96,18 @@ gp_err gp_dbrow_from_text(const gp_msg_desc *d, const gp_dbcol *cols, const char
 gp_err gp_dbrow_to_msg(const gp_msg_desc *d, const gp_dbcol *cols, const struct pg_result *res,
                        int row, void *msg, const gp_dbcol **bad);
 
+/* Sets field f of msg from its column's text where the default form does
+ * not fit (a bytea holding a message, a custom list); GP_ENOTFOUND: not
+ * one of mine, take the default. */
+typedef gp_err gp_dbrow_col_fn(const gp_msg_desc *d, const gp_field *f, void *msg,
+                               const char *text);
+
+/* Fills msg from row `row` of any result by column name, without a map:
+ * a column the message does not carry is skipped, SQL NULL leaves its
+ * field unset, a boolean column's t/f is taken as true/false, anything
+ * else goes through gp_msg_set_text after set (may be NULL) declined it.
+ * A failure is logged with the column and its value. */
+gp_err gp_dbrow_named_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row,
+                             void *msg, gp_dbrow_col_fn *set);
+
 #endif

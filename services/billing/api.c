@@ -12,6 +12,7 @@
 #include "gp/dbrow.h"
 #include "gp/id.h"
 #include "gp/log.h"
+#include "gp/money.h"
 #include "billing.h"
 
 #define USAGE_PAGE 100
@@ -242,7 +243,8 @@ list_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
 {
     gp_req            *req = arg;
     const gp_msg_desc *d = gp_req_op(req)->out;
-    const char        *field = d == &msg_usage_list_desc ? "records" : "balances";
+    const char        *field = d == &msg_usage_list_desc ? "records"
+                             : d == &msg_price_list_desc ? "prices" : "balances";
 
     if (err != GP_EOK || nres < 1) {
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
@@ -316,11 +318,97 @@ on_usage(gp_req *req, const void *in, void *out)
     return GP_EPENDING;
 }
 
+/* ---- the price book (operator) ----------------------------------------------------- */
+
+/* A version in force from the past would re-rate nothing already posted
+ * and everything late: it is refused.  A minute of grace for the clocks of
+ * the operator's machine and ours. */
+#define PRICE_PAST_GRACE_MS 60000
+
+static void
+price_set_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    gp_req      *req = arg;
+    billing     *b = gp_req_state(req);
+    msg_price   *out = gp_req_out(req);
+    const msg_price *in = gp_req_in(req);
+
+    if (err != GP_EOK || nres < 1 || PQntuples(res[0]) != 1) {
+        gp_req_done(req, gp_req_fail(req, err != GP_EOK ? err : GP_EINTERNAL, "database: %s",
+                                     detail));
+        return;
+    }
+    if (strcmp(PQgetvalue(res[0], 0, 0), in->currency) != 0 ||
+        strtoull(PQgetvalue(res[0], 0, 1), NULL, 10) != in->micros_per_gpu_hour) {
+        gp_req_done(req, gp_req_fail(req, GP_ECONFLICT, "product %s has another price from %s ms"
+                                     " (%s %s micros a GPU-hour); a version never changes",
+                                     in->product, PQgetvalue(res[0], 0, 2), PQgetvalue(res[0], 0, 0),
+                                     PQgetvalue(res[0], 0, 1)));
+        return;
+    }
+    *out = *in;
+    out->from_ms = strtoull(PQgetvalue(res[0], 0, 2), NULL, 10);
+    GP_SET_HAS(out, MSG_PRICE__FROM_MS);
+    GP_INFO("price_set", "product=%s currency=%s micros_per_gpu_hour=%llu from_ms=%llu",
+            out->product, out->currency, (unsigned long long)out->micros_per_gpu_hour,
+            (unsigned long long)out->from_ms);
+    billing_book_run(b->app, b);          /* rate with it from now on */
+    gp_req_done(req, GP_EOK);
+}
+
+static gp_err
+on_price_set(gp_req *req, const void *in, void *out)
+{
+    const msg_price *p = in;
+    uint64_t         now = gp_wall_ms(), from = p->from_ms ? p->from_ms : now;
+    char             micros[24], fr[24];
+    const char      *params[4] = {p->product, p->currency, micros, fr};
+
+    (void)out;
+    if (!gp_id_ok(p->product))
+        return gp_req_fail(req, GP_EINVAL, "product: must be 1 to 63 of [A-Za-z0-9_-]");
+    if (gp_currency_exponent(p->currency) < 0)
+        return gp_req_fail(req, GP_EINVAL, "currency %s: not an ISO 4217 code we know",
+                           p->currency);
+    if (from + PRICE_PAST_GRACE_MS < now)
+        return gp_req_fail(req, GP_EINVAL, "from_ms %llu is in the past: a version starts now or "
+                           "later (records already rated keep their price)",
+                           (unsigned long long)from);
+    snprintf(micros, sizeof(micros), "%llu", (unsigned long long)p->micros_per_gpu_hour);
+    snprintf(fr, sizeof(fr), "%llu", (unsigned long long)from);
+    /* the same version again returns itself; another price at it: CONFLICT */
+    if (gp_db_query(gp_app_db(gp_req_app(req)),
+                    "WITH i AS (INSERT INTO price_book VALUES ($1, $2, $3::bigint, $4::bigint)"
+                    "  ON CONFLICT (product, from_ms) DO NOTHING"
+                    "  RETURNING currency, micros_per_gpu_hour, from_ms)"
+                    " SELECT * FROM i UNION ALL SELECT currency, micros_per_gpu_hour, from_ms"
+                    " FROM price_book WHERE product = $1 AND from_ms = $4::bigint"
+                    " AND NOT EXISTS (SELECT 1 FROM i)",
+                    4, params, 0, price_set_done, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
+static gp_err
+on_price_list(gp_req *req, const void *in, void *out)
+{
+    (void)in;
+    (void)out;
+    if (gp_db_query(gp_app_db(gp_req_app(req)),
+                    "SELECT product, currency, micros_per_gpu_hour, from_ms FROM price_book"
+                    " ORDER BY product, from_ms LIMIT 1000",
+                    0, NULL, 0, list_read, req) != GP_EOK)
+        return gp_req_fail(req, GP_EUNAVAIL, "database unavailable");
+    return GP_EPENDING;
+}
+
 const gp_route billing_api_routes[] = {
     {GP_OP_API_BILLING_USAGE, on_usage, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_API_BILLING_STATEMENTS, on_statements, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_API_BILLING_STATEMENT, on_statement, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_API_BILLING_BALANCES, on_balances, GP_R_QUEUE, 0, NULL, NULL},
     {GP_OP_ADMIN_BILLING_CLOSE, on_close, GP_R_QUEUE, 30000, NULL, NULL},
+    {GP_OP_ADMIN_BILLING_PRICE_SET, on_price_set, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_ADMIN_BILLING_PRICE_LIST, on_price_list, GP_R_QUEUE, 0, NULL, NULL},
     {NULL},
 };

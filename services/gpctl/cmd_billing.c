@@ -293,3 +293,119 @@ cmd_close(gpctl *c, int argc, char **argv)
         return usage_error("close", "expected: close period YYYY-MM --tenant T");
     return statement_cmd(c, "close", argc - 1, argv + 1, true);
 }
+
+/* ---- the price book ------------------------------------------------------------------ */
+
+static const char *const price_heads[] = {"PRODUCT", "PRICE / GPU-HOUR", "MICROS", "FROM", NULL};
+
+int
+cmd_get_prices(gpctl *c, int argc, char **argv)
+{
+    msg_list_request q = {0};
+    msg_price_list   l = {0};
+    table            t;
+    int              rc;
+
+    if (argc > 0)
+        return usage_error("get", "get prices takes no arguments (got \"%s\")", argv[0]);
+    if ((rc = ctl_connect(c)) != GPCTL_OK)
+        return rc;
+    rc = ctl_call(c, GP_SUBJ_ADMIN_BILLING_PRICE_LIST, &msg_list_request_desc, &q,
+                  &msg_price_list_desc, &l);
+    if (rc == GPCTL_OK && c->out == OUT_JSON)
+        rc = json_out(&msg_price_list_desc, &l);
+    else if (rc == GPCTL_OK) {
+        table_init(&t, price_heads);
+        for (uint32_t i = 0; i < l.prices.n; i++) {
+            const msg_price *p = (const msg_price *)l.prices.v + i;
+            char             m[48], mi[24], from[32];
+
+            fmt_money(m, sizeof(m), (int64_t)p->micros_per_gpu_hour * 1000, p->currency);
+            snprintf(mi, sizeof(mi), "%llu", (unsigned long long)p->micros_per_gpu_hour);
+            fmt_iso8601(from, sizeof(from), p->from_ms);
+            const char *cells[] = {p->product, m, mi, from};
+            table_add(&t, cells);
+        }
+        done_table(&t, "price versions");
+    }
+    gp_msg_clear(&msg_price_list_desc, &l);
+    return rc;
+}
+
+/* "2.5" -> 2500000 micros: at most 6 decimals, no sign. */
+static bool
+parse_micros(const char *s, uint64_t *out)
+{
+    uint64_t whole = 0, frac = 0;
+    int      nf = 0;
+    const char *p = s;
+
+    if (*p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((whole = whole * 10 + (uint64_t)(*p - '0')) > 1000000)
+            return false;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, nf++) {
+            if (nf == 6)
+                return false;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    if (*p != '\0')
+        return false;
+    for (; nf < 6; nf++)
+        frac *= 10;
+    *out = whole * 1000000 + frac;
+    return true;
+}
+
+int
+cmd_set(gpctl *c, int argc, char **argv)
+{
+    msg_price   p = {0}, out = {0};
+    const char *per = NULL, *cur = NULL, *from = NULL;
+    int         rc;
+
+    if (argc < 2 || strcmp(argv[0], "price") != 0)
+        return usage_error("set", "expected: set price PRODUCT --currency CUR --per-gpu-hour N");
+    snprintf(p.product, sizeof(p.product), "%s", argv[1]);
+    for (int i = 2; i < argc; i++) {
+        const char **slot = strcmp(argv[i], "--currency") == 0       ? &cur
+                          : strcmp(argv[i], "--per-gpu-hour") == 0 ? &per
+                          : strcmp(argv[i], "--from-ms") == 0      ? &from : NULL;
+
+        if (slot == NULL || i + 1 >= argc)
+            return usage_error("set", slot == NULL ? "unknown option %s" : "%s needs a value",
+                               argv[i]);
+        *slot = argv[++i];
+    }
+    if (cur == NULL || per == NULL)
+        return usage_error("set", "--currency and --per-gpu-hour are required");
+    snprintf(p.currency, sizeof(p.currency), "%s", cur);
+    if (!parse_micros(per, &p.micros_per_gpu_hour))
+        return usage_error("set", "--per-gpu-hour %s: a price like 2.50 (at most 6 decimals)",
+                           per);
+    if (from != NULL) {
+        char *end = NULL;
+
+        p.from_ms = strtoull(from, &end, 10);
+        if (end == from || *end != '\0')
+            return usage_error("set", "--from-ms %s: milliseconds since the epoch", from);
+        GP_SET_HAS(&p, MSG_PRICE__FROM_MS);
+    }
+    if ((rc = ctl_connect(c)) != GPCTL_OK)
+        return rc;
+    rc = ctl_call(c, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc, &out);
+    if (rc == GPCTL_OK && c->out == OUT_JSON)
+        rc = json_out(&msg_price_desc, &out);
+    else if (rc == GPCTL_OK) {
+        char m[48], when[32];
+
+        fmt_money(m, sizeof(m), (int64_t)out.micros_per_gpu_hour * 1000, out.currency);
+        fmt_iso8601(when, sizeof(when), out.from_ms);
+        printf("price of %s: %s a GPU-hour from %s\n", out.product, m, when);
+    }
+    gp_msg_clear(&msg_price_desc, &out);
+    return rc;
+}

@@ -122,6 +122,8 @@ int cmd_describe_job(gpctl *c, int argc, char **argv);
 int cmd_get_usage(gpctl *c, int argc, char **argv);
 int cmd_get_statements(gpctl *c, int argc, char **argv);
 int cmd_get_balances(gpctl *c, int argc, char **argv);
+int cmd_get_prices(gpctl *c, int argc, char **argv);
+int cmd_set(gpctl *c, int argc, char **argv);
 int cmd_describe_statement(gpctl *c, int argc, char **argv);
 int cmd_close(gpctl *c, int argc, char **argv);
 

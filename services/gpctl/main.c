@@ -52,6 +52,7 @@ static const verb verbs[] = {
      "       gpctl get usage --tenant T [--site S] [--period YYYY-MM]\n"
      "       gpctl get statements --tenant T\n"
      "       gpctl get balances --tenant T\n"
+     "       gpctl get prices\n"
      "\n"
      "  From billing (gp.api.<T>.billing.*): the usage records billed (a customer's\n"
      "  own; a site partner's sites' too), the tenant's issued statements, the\n"
@@ -145,6 +146,15 @@ static const verb verbs[] = {
      "  Closes the tenant's period (gp.admin.billing.close): its statement is issued\n"
      "  and never changes; usage of it that comes later is a correction line on the\n"
      "  next statement.  Closing a closed period shows its statement.\n"},
+    {"set", cmd_set,
+     "Usage: gpctl set price PRODUCT --currency CUR --per-gpu-hour N [--from-ms MS]\n"
+     "\n"
+     "  Adds a version of a product's price to billing's price book\n"
+     "  (gp.admin.billing.price.set), in force from --from-ms (default now; never\n"
+     "  in the past: records already rated keep their price, and a late record is\n"
+     "  rated at the version in force when its GPU time was delivered).  A version\n"
+     "  never changes: another price at the same time is CONFLICT.  gpctl get\n"
+     "  prices lists the book.\n"},
     {"watch", cmd_watch,
      "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
      "\n"
@@ -177,6 +187,7 @@ static const char overview[] =
     "  health [SERVICE...]    health of services (default: registry)\n"
     "  summary                sites, nodes, GPUs, pools, jobs by state, GPU utilization\n"
     "  submit --tenant T ...  submit a job (flags or -f job.json|job.yaml)\n"
+    "  set price PRODUCT ...  add a version of a product's price (billing)\n"
     "  get jobs|attempts      list jobs, or one job's attempts\n"
     "  describe job ID        a job: spec, why it waits, attempts, events\n"
     "  cancel job ID          cancel a job\n"

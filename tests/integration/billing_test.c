@@ -24,6 +24,7 @@
 #include <libpq-fe.h>
 
 #include "gp/call.h"
+#include "gp/clock.h"
 #include "gp/money.h"
 #include "msg_gen.h"
 #include "testlib.h"
@@ -207,6 +208,68 @@ line_of(const msg_statement *st, const char *cur, const char *purpose, const cha
             snprintf(out, sizeof(out), "%lld/%lld%s", (long long)l[i].amount_nanos,
                      (long long)l[i].amount_minor, l[i].correction ? " correction" : "");
     return out;
+}
+
+/* The price book through gp.admin.billing.price.*: a version is added,
+ * the same again is a no-op, another price at it is CONFLICT, one that
+ * starts in the past is refused, and the list shows the book. */
+static void
+price_book_api(void)
+{
+    msg_price      p = {0}, out = {0};
+    msg_list_request lq = {0};
+    msg_price_list l = {0};
+    char           detail[256], from[24];
+    uint64_t       t = gp_wall_ms() + 3600000;
+    gp_err         rc;
+
+    snprintf(p.product, sizeof(p.product), "bprod-api");
+    snprintf(p.currency, sizeof(p.currency), "EUR");
+    p.micros_per_gpu_hour = 2500000;
+    p.from_ms = t;
+    GP_SET_HAS(&p, MSG_PRICE__FROM_MS);
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc,
+                 &out, 10000, detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && out.from_ms == t && out.micros_per_gpu_hour == 2500000,
+          "a price version is set (%s %s)", gp_err_name(rc), detail);
+    gp_msg_clear(&msg_price_desc, &out);
+    snprintf(from, sizeof(from), "%llu", (unsigned long long)t);
+    T_OKM(strcmp(q1("SELECT count(*) || ' ' || max(micros_per_gpu_hour) FROM price_book"
+                    " WHERE product = 'bprod-api'"), "1 2500000") == 0, "it is in price_book");
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc,
+                 &out, 10000, detail, sizeof(detail));
+    gp_msg_clear(&msg_price_desc, &out);
+    T_OKM(rc == GP_EOK, "the same version again: a no-op (%s)", gp_err_name(rc));
+    p.micros_per_gpu_hour = 3000000;
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc,
+                 &out, 10000, detail, sizeof(detail));
+    gp_msg_clear(&msg_price_desc, &out);
+    T_OKM(rc == GP_ECONFLICT, "another price at the same version: CONFLICT (%s: %s)",
+          gp_err_name(rc), detail);
+    p.from_ms = gp_wall_ms() - 86400000;
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc,
+                 &out, 10000, detail, sizeof(detail));
+    gp_msg_clear(&msg_price_desc, &out);
+    T_OKM(rc == GP_EINVAL && strstr(detail, "in the past") != NULL,
+          "a version starting yesterday is refused (%s: %s)", gp_err_name(rc), detail);
+    snprintf(p.currency, sizeof(p.currency), "XYZ");
+    p.from_ms = 0;
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc,
+                 &out, 10000, detail, sizeof(detail));
+    gp_msg_clear(&msg_price_desc, &out);
+    T_OKM(rc == GP_EINVAL, "an unknown currency is refused (%s: %s)", gp_err_name(rc), detail);
+    rc = tl_call(loop, bus, GP_SUBJ_ADMIN_BILLING_PRICE_LIST, &msg_list_request_desc, &lq,
+                 &msg_price_list_desc, &l, 10000, detail, sizeof(detail));
+    int found = 0;
+    for (uint32_t i = 0; rc == GP_EOK && i < l.prices.n; i++) {
+        const msg_price *v = (const msg_price *)l.prices.v + i;
+
+        found += strcmp(v->product, "bprod-api") == 0 && v->from_ms == t &&
+                 v->micros_per_gpu_hour == 2500000;
+    }
+    T_OKM(rc == GP_EOK && found == 1 && (int)l.prices.n == atoi(q1("SELECT count(*) FROM price_book")),
+          "the list is the book (%u versions)", l.prices.n);
+    gp_msg_clear(&msg_price_list_desc, &l);
 }
 
 /* Periods and statements; who sees what through gp.api.<tenant>.billing. */
@@ -521,6 +584,7 @@ main(void)
                  "0") == 0, "refused records are never posted");
 
     statements_and_scopes();
+    price_book_api();
     row_security();
 
     res = PQexec(pg, "WITH t AS (INSERT INTO ledger_transfers (record_id, kind, currency, period,"

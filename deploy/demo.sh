@@ -83,6 +83,10 @@ gridpool is up; the fleet keeps heartbeating.  Try:
   $build/bin/gpctl describe job \$($build/bin/gpctl get jobs -o json | head -2 | tail -1 | sed 's/.*"id":"\\([^"]*\\)".*/\\1/')
   $build/bin/gpctl watch jobs                          # live job events until Ctrl-C
   $build/bin/gpctl submit --tenant acme --command 'sim:run=60s' --gpus 2 --model L4
+  $build/bin/gpctl get usage --tenant acme             # metered GPU time, rated (after the first minute's window)
+  $build/bin/gpctl get balances --tenant fr-voltis     # a site partner's revenue share, in its payable account
+  $build/bin/gpctl close period \$(date -u +%Y-%m) --tenant acme   # an immutable statement
+  $build/bin/gpctl get prices                          # the price book; gpctl set price adds a version
   $build/bin/gpctl --env-file $run/auth/tenant-<T>.env get usage --tenant <T>
                                                        # a tenant's own view; another's is refused
   curl -s http://127.0.0.1:\$(grep -o 'http_port=[0-9]*' build/run/logs/registry.log | head -1 | cut -d= -f2)/metrics | grep gp_registry

@@ -101,6 +101,7 @@ typedef struct rcall {
     recovery *r;
     char      node[GP_MAX_ID + 1], site[GP_MAX_ID + 1];
     unsigned  tries;
+    uint64_t  allowed_ms;      /* wall clock when the rate limits let it go */
 } rcall;
 
 /* The row's outcome: sql_set uses $2 (v); the claim is dropped. */
@@ -147,7 +148,10 @@ replaced(void *arg, gp_err err, const void *reply, const char *detail)
         set_row(r, c->node, "next_ms = $2::bigint", now + out->wait_ms + 50);
     } else {
         (*r->m_replaced)++;
-        GP_WARN("node_replaced", "site=%s node=%s attempts=%u", c->site, c->node, out->attempts);
+        /* allowed_ms: when the tokens were taken, which is what the rates
+         * bound; the reply comes later by the scheduler's latency */
+        GP_WARN("node_replaced", "site=%s node=%s attempts=%u allowed_ms=%llu", c->site, c->node,
+                out->attempts, (unsigned long long)c->allowed_ms);
         set_row(r, c->node, "state = 'replaced', replaced = $2::int", out->attempts);
     }
     free(c);
@@ -205,6 +209,7 @@ claimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         if ((c = calloc(1, sizeof(*c))) == NULL)
             continue;                            /* the claim expires: tried again */
         c->r = r;
+        c->allowed_ms = gp_wall_ms();
         snprintf(c->node, sizeof(c->node), "%s", node);
         snprintf(c->site, sizeof(c->site), "%s", site);
         c->tries = (unsigned)strtoul(PQgetvalue(res[0], i, 2), NULL, 10);

@@ -197,19 +197,27 @@ server_of(const char *subject, char *out, size_t n)
     snprintf(out, n, "the service");
 }
 
+bool
+ctl_refused(gpctl *c)
+{
+    char why[512];
+
+    if (!gp_bus_refusal(c->bus, why, sizeof(why)))
+        return false;
+    fprintf(stderr, "gpctl: DENIED: nats-server refused it for this identity (%s): %s\n",
+            c->user[0] ? c->user : "anonymous", why);
+    return true;
+}
+
 int
 ctl_report(gpctl *c, const char *subject, gp_err err, bool transport, const char *detail)
 {
-    char server[GP_MAX_SUBJECT + 16], why[512];
+    char server[GP_MAX_SUBJECT + 16];
 
     if (err == GP_EOK)
         return GPCTL_OK;
-    if (transport && gp_bus_refusal(c->bus, why, sizeof(why))) {
-        /* The server dropped the request: say so rather than "timeout". */
-        fprintf(stderr, "gpctl: DENIED: nats-server refused it for this identity (%s): %s\n",
-                c->user[0] ? c->user : "anonymous", why);
+    if (transport && ctl_refused(c))    /* the server dropped it: say so, not "timeout" */
         return GPCTL_FAIL;
-    }
     if (!transport) {
         fprintf(stderr, "gpctl: %s: %s\n", gp_err_name(err), detail[0] ? detail : gp_err_str(err));
     } else if (err == GP_ENOROUTE) {

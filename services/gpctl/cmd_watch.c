@@ -103,7 +103,7 @@ int
 cmd_watch(gpctl *c, int argc, char **argv)
 {
     const char *tenant, *job;
-    char        pattern[GP_MAX_SUBJECT + 1], why[512];
+    char        pattern[GP_MAX_SUBJECT + 1];
     watch       w = {.c = c};
     gp_bus_sub *sub = NULL;
     gp_err      err;
@@ -118,10 +118,8 @@ cmd_watch(gpctl *c, int argc, char **argv)
     if (err == GP_EOK)
         err = gp_bus_flush_blocking(c->bus, c->timeout_ms);
     /* The server answers a refused SUB with -ERR before the flush's PONG. */
-    if (err == GP_EOK && gp_bus_refusal(c->bus, why, sizeof(why))) {
+    if (err == GP_EOK && ctl_refused(c)) {
         gp_bus_sub_free(sub);
-        fprintf(stderr, "gpctl: DENIED: nats-server refused it for this identity (%s): %s\n",
-                c->user[0] ? c->user : "anonymous", why);
         return GPCTL_FAIL;
     }
     if (err != GP_EOK) {

@@ -54,6 +54,10 @@ typedef struct gpctl {
 
 /* ---- client.c ------------------------------------------------------------ */
 
+/* True, with the server's text on stderr, when nats-server refused a
+ * request or subscription of this connection (gp_bus_refusal). */
+bool ctl_refused(gpctl *c);
+
 /* Connects (waits up to timeout_ms); returns an exit code. */
 int  ctl_connect(gpctl *c);
 void ctl_close(gpctl *c);

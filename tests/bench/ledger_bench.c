@@ -314,7 +314,7 @@ main(void)
     snprintf(logp, sizeof(logp), "%s/ledger-billing.log", stack);
     bil = b_spawn((char *const *)(const char *const[]){bin, "--http-port", port, "--log-level", "warn", NULL}, logp);
     b_wait_healthy(bil, bport, 30);
-    for (t0 = b_now(); q1("SELECT count(*) FROM gp_migrations WHERE service = 'billing'") < 9 &&
+    for (t0 = b_now(); q1("SELECT count(*) FROM gp_migrations WHERE service = 'billing'") < 10 &&
                        b_now() - t0 < 30;)
         usleep(100000);
     inventory();

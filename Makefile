@@ -48,6 +48,7 @@ SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # gpctl's pure modules (no bus, no printing to the terminal), for its unit tests.
 GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,output.c jobspec.c jobview.c))
 BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
+ALERT_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/alerting/,rules.c diag.c))
 
 UNIT_SRC  := $(wildcard tests/unit/*_test.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
@@ -107,6 +108,11 @@ $(BUILD)/test/unit/gpctl_%: $(BUILD)/obj/tests/unit/gpctl_%.o $(GPCTL_PURE_OBJ) 
 
 # Unit tests named billing_*_test also link billing's rating (rate.c).
 $(BUILD)/test/unit/billing_%: $(BUILD)/obj/tests/unit/billing_%.o $(BILL_PURE_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests named alerting_*_test also link alerting's rules and diagnosis.
+$(BUILD)/test/unit/alerting_%: $(BUILD)/obj/tests/unit/alerting_%.o $(ALERT_PURE_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

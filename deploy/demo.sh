@@ -87,6 +87,9 @@ gridpool is up; the fleet keeps heartbeating.  Try:
   $build/bin/gpctl get balances --tenant fr-voltis     # a site partner's revenue share, in its payable account
   $build/bin/gpctl close period \$(date -u +%Y-%m) --tenant acme   # an immutable statement
   $build/bin/gpctl get prices                          # the price book; gpctl set price adds a version
+  $build/bin/gpctl watch alerts                        # alerts as they fire and resolve, until Ctrl-C; in another shell:
+  $build/bin/gpctl fault site_power_cut --site s0001 --duration-ms 60000   # one SiteUnreachable (after 30 s), resolved as power
+  $build/bin/gridpool-alerting --check-config | tail -6   # the alert rules in force
   $build/bin/gpctl --env-file $run/auth/tenant-<T>.env get usage --tenant <T>
                                                        # a tenant's own view; another's is refused
   curl -s http://127.0.0.1:\$(grep -o 'http_port=[0-9]*' build/run/logs/registry.log | head -1 | cut -d= -f2)/metrics | grep gp_registry

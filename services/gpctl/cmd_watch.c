@@ -1,8 +1,10 @@
 /* cmd_watch.c -- gpctl watch jobs [--tenant T] [--job ID]: live JobEvents
- * from gp.events.<T|*>.job.<ID|*>.* (the jobEvent operation's pattern),
- * one line each (-o json: one JSON object a line), until SIGINT or
- * SIGTERM; exits 0 then.  A core NATS subscription: it shows what happens
- * from now on (the JOBS stream keeps the past for durable consumers). */
+ * from gp.events.<T|*>.job.<ID|*>.* (the jobEvent operation's pattern);
+ * gpctl watch alerts [--severity S] [--region R] [--site S]: alerts,
+ * firing and resolved, from gp.alerts.<S|*>.<R|*>.<S|*>.*.  One line each
+ * (-o json: one JSON object a line), until SIGINT or SIGTERM; exits 0
+ * then.  A core NATS subscription: it shows what happens from now on (the
+ * JOBS and ALERTS streams keep the past for durable consumers). */
 #include <ev.h>
 #include <signal.h>
 #include <string.h>
@@ -53,6 +55,33 @@ on_event(void *arg, const gp_bus_msg *m)
 }
 
 static void
+on_alert(void *arg, const gp_bus_msg *m)
+{
+    watch    *w = arg;
+    msg_alert a;
+    char      err[GP_ERRBUF_LEN];
+
+    if (gp_msg_decode(&msg_alert_desc, m->data, m->len, &a, err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "gpctl: %s: not an Alert: %s\n", m->subject, err);
+        w->bad++;
+        return;
+    }
+    if (w->c->out != OUT_JSON) {
+        printf("%s %-8s %-6s %-22s region=%s site=%s%s%s cause=%s dispatch=%s muted=%u: %s\n",
+               a.event_id, msg_alert_status_names[a.status], msg_alert_severity_names[a.severity],
+               a.alertname, a.region, a.site, a.node[0] ? " node=" : "", a.node, a.cause,
+               msg_alert_dispatch_names[a.dispatch], a.muted, a.summary);
+    } else {
+        gp_buf_reset(&w->b);
+        if (gp_msg_to_json(&msg_alert_desc, &a, &w->b) == GP_EOK)
+            printf("%s\n", w->b.p);
+    }
+    fflush(stdout);
+    w->shown++;
+    gp_msg_clear(&msg_alert_desc, &a);
+}
+
+static void
 on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
     (void)revents;
@@ -60,21 +89,41 @@ on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
-static int
-parse_watch(int argc, char **argv, const char **tenant, const char **job)
-{
-    *tenant = *job = NULL;
-    if (argc < 1 || (strcmp(argv[0], "jobs") != 0 && strcmp(argv[0], "job") != 0))
-        return usage_error("watch", "expected: watch jobs [--tenant T] [--job ID]");
-    for (int i = 1; i < argc; i++) {
-        const char **slot = strcmp(argv[i], "--tenant") == 0 ? tenant
-                            : strcmp(argv[i], "--job") == 0  ? job : NULL;
+typedef struct watch_args {
+    bool        alerts;
+    const char *tenant, *job;                 /* jobs */
+    const char *severity, *region, *site;     /* alerts */
+} watch_args;
 
+static const char watch_usage[] =
+    "expected: watch jobs [--tenant T] [--job ID] | watch alerts [--severity S] [--region R] "
+    "[--site S]";
+
+static int
+parse_watch(int argc, char **argv, watch_args *wa)
+{
+    memset(wa, 0, sizeof(*wa));
+    if (argc < 1)
+        return usage_error("watch", "%s", watch_usage);
+    if (strcmp(argv[0], "alerts") == 0 || strcmp(argv[0], "alert") == 0)
+        wa->alerts = true;
+    else if (strcmp(argv[0], "jobs") != 0 && strcmp(argv[0], "job") != 0)
+        return usage_error("watch", "%s", watch_usage);
+    for (int i = 1; i < argc; i++) {
+        const char **slot = NULL;
+
+        if (!wa->alerts)
+            slot = strcmp(argv[i], "--tenant") == 0 ? &wa->tenant
+                   : strcmp(argv[i], "--job") == 0  ? &wa->job : NULL;
+        else
+            slot = strcmp(argv[i], "--severity") == 0 ? &wa->severity
+                   : strcmp(argv[i], "--region") == 0 ? &wa->region
+                   : strcmp(argv[i], "--site") == 0   ? &wa->site : NULL;
         if (slot == NULL)
             return usage_error("watch", "unknown option or argument \"%s\"", argv[i]);
         if (i + 1 >= argc)
             return usage_error("watch", "%s needs a value", argv[i]);
-        if (!gp_id_ok(argv[i + 1]))
+        if (!gp_id_ok(argv[i + 1]) && strcmp(argv[i + 1], "_") != 0)
             return usage_error("watch", "%s \"%s\": expected 1 to 63 of [A-Za-z0-9_-]", argv[i],
                                argv[i + 1]);
         *slot = argv[++i];
@@ -102,19 +151,23 @@ run_watch(watch *w, const char *pattern)
 int
 cmd_watch(gpctl *c, int argc, char **argv)
 {
-    const char *tenant, *job;
+    watch_args  wa;
     char        pattern[GP_MAX_SUBJECT + 1];
     watch       w = {.c = c};
     gp_bus_sub *sub = NULL;
     gp_err      err;
-    int         rc = parse_watch(argc, argv, &tenant, &job);
+    int         rc = parse_watch(argc, argv, &wa);
 
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)
         return rc;
-    err = gp_op_pattern(GP_OP_JOB_EVENT, pattern, sizeof(pattern),
-                        (const char *const[]){tenant, job, NULL});
+    if (wa.alerts)
+        err = gp_op_pattern(GP_OP_ALERT, pattern, sizeof(pattern),
+                            (const char *const[]){wa.severity, wa.region, wa.site, NULL, NULL});
+    else
+        err = gp_op_pattern(GP_OP_JOB_EVENT, pattern, sizeof(pattern),
+                            (const char *const[]){wa.tenant, wa.job, NULL});
     if (err == GP_EOK)
-        err = gp_bus_sub_new(c->bus, pattern, NULL, on_event, &w, &sub);
+        err = gp_bus_sub_new(c->bus, pattern, NULL, wa.alerts ? on_alert : on_event, &w, &sub);
     if (err == GP_EOK)
         err = gp_bus_flush_blocking(c->bus, c->timeout_ms);
     /* The server answers a refused SUB with -ERR before the flush's PONG. */
@@ -131,6 +184,6 @@ cmd_watch(gpctl *c, int argc, char **argv)
     run_watch(&w, pattern);
     gp_bus_sub_free(sub);
     gp_buf_fini(&w.b);
-    fprintf(stderr, "%llu events\n", (unsigned long long)w.shown);
+    fprintf(stderr, "%llu %s\n", (unsigned long long)w.shown, wa.alerts ? "alerts" : "events");
     return GPCTL_OK;
 }

@@ -157,9 +157,12 @@ static const verb verbs[] = {
      "  prices lists the book.\n"},
     {"watch", cmd_watch,
      "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
+     "       gpctl watch alerts [--severity page|ticket|info] [--region R] [--site S] [-o json]\n"
      "\n"
-     "  Prints job events as they happen (gp.events.<T|*>.job.<ID|*>.*), one a\n"
-     "  line, until Ctrl-C (exit 0).\n"},
+     "  Prints job events as they happen (gp.events.<T|*>.job.<ID|*>.*), or\n"
+     "  alerts, firing and resolved (gp.alerts.<severity>.<region>.<site>.<name>;\n"
+     "  fleet-wide alerts have region and site _), one a line, until Ctrl-C\n"
+     "  (exit 0).\n"},
     {"fault", cmd_fault,
      "Usage: gpctl fault KIND [--node N] [--site S] [--gpu I] [--code C] [--count N]\n"
      "                   [--duration-ms MS] [--delay-ms MS] [--jitter-ms MS] [--period-ms MS]\n"
@@ -191,7 +194,7 @@ static const char overview[] =
     "  get jobs|attempts      list jobs, or one job's attempts\n"
     "  describe job ID        a job: spec, why it waits, attempts, events\n"
     "  cancel job ID          cancel a job\n"
-    "  watch jobs             live job events until Ctrl-C\n"
+    "  watch jobs|alerts      live job events or alerts until Ctrl-C\n"
     "  fault KIND ...         inject a fault into the fleet simulator\n"
     "\n"
     "Global options (anywhere on the line):\n"

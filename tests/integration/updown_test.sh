@@ -38,12 +38,12 @@ env -u GP_ENV_FILE $G --nats-url "nats://127.0.0.1:$NATS_PORT" get sites >/dev/n
 st_=$?
 check "an anonymous client is refused (exit $st_, server: authentication error)" \
     sh -c "test $st_ -ne 0 && grep -q 'authentication error - User \"\"' '$nlog'"
-GP_ENV_FILE=$R/gp.env $G health registry scheduler recovery metering billing >"$R/health.out" 2>&1
+GP_ENV_FILE=$R/gp.env $G health registry scheduler recovery metering billing alerting >"$R/health.out" 2>&1
 st_=$?
 check "each service runs under its own identity and answers health ($(grep -c ' ok$' "$R/health.out") ok)" \
-    sh -c "test $st_ -eq 0 && test \$(grep -c ' ok\$' '$R/health.out') -eq 5"
+    sh -c "test $st_ -eq 0 && test \$(grep -c ' ok\$' '$R/health.out') -eq 6"
 svcs=$(grep -o 'user: "service-[a-z]*"' "$R/auth/auth.conf" | wc -l)
-check "one identity per service ($svcs)" test "$svcs" -eq 5
+check "one identity per service ($svcs)" test "$svcs" -eq 6
 tenants=$(ls "$R"/auth/tenant-*.env 2>/dev/null | sed 's/.*tenant-\(.*\)\.env/\1/')
 check "the demo made one identity per tenant ($(echo $tenants | wc -w): $(echo $tenants))" \
     test "$(echo $tenants | wc -w)" -ge 3

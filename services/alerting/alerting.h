@@ -1,0 +1,83 @@
+/* alerting.h -- gridpool-alerting's state, shared by its own files only.
+ *
+ * What it does: turns what the fleet reports (recovery's site events and
+ * control-plane isolation, the registry's node states, all read from the
+ * JetStream stream FLEET with durable consumers) into one alert per real
+ * problem, by the rules of rules.h, with the diagnosis of diag.h; keeps
+ * every alert's state in PostgreSQL (alerts.c: pending -> firing after
+ * the rule's for-duration unless a wider alert inhibits it -> resolved
+ * when the condition clears); and publishes each firing and resolve once,
+ * from an outbox table, on gp.alerts.<severity>.<region>.<site>.<alertname>
+ * into the stream ALERTS with Nats-Msg-Id = <id>.<seq>.
+ *
+ * Several instances share the work: each input message goes to one of
+ * them (one durable consumer); promotions and publications are row
+ * updates in PostgreSQL (row locks, SKIP LOCKED claims), so no alert is
+ * raised or published twice, and the stream's duplicate window drops a
+ * republish after a crash between the publish and its mark. */
+#ifndef ALERTING_H
+#define ALERTING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gp/app.h"
+#include "gp/limits.h"
+#include "msg_gen.h"
+#include "rules.h"
+
+typedef struct alerting_cfg {
+    gp_common_cfg common;
+    char          rules[512];          /* rules file; "" = the defaults */
+    bool          check_config;
+    unsigned      eval_ms;
+    unsigned      publish_ms;
+    unsigned      claim_ms;
+    unsigned      sites_ms;
+} alerting_cfg;
+
+typedef struct al_site {
+    char site[64];
+    char region[64];
+} al_site;
+
+typedef struct alerting {
+    gp_app             *app;
+    const alerting_cfg *cfg;
+    al_rules            rules;
+    al_site            *sites;          /* open addressing, AL_SITES_CAP slots */
+    unsigned            nsites;
+    bool                sites_busy;
+    char                sites_after[64];
+    bool                eval_busy, publish_busy;
+    gp_task            *eval_task, *publish_task;
+    unsigned            publishing;     /* publications out */
+    uint64_t           *m_inputs, *m_raised, *m_cleared, *m_fired, *m_published;
+    uint64_t           *m_publish_errors, *m_db_errors;
+} alerting;
+
+#define AL_SITES_CAP 16384
+
+extern const gp_migration alerting_migrations[];
+extern const gp_stream_cfg alerting_streams[];
+extern const gp_route      alerting_input_routes[];
+
+/* alerts.c */
+typedef struct al_raise {
+    const al_rule *rule;
+    const char    *region, *site, *node;
+    const char    *summary;
+    const void    *diag;               /* const al_diag * */
+    bool           holds;              /* false: clear */
+} al_raise;
+/* Raises or clears one alert; done(arg, err) when PostgreSQL has it. */
+gp_err alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg);
+void   alerting_eval_run(gp_app *app, void *arg);
+void   alerting_publish_run(gp_app *app, void *arg);
+
+/* inputs.c */
+const char *alerting_region(alerting *a, const char *site);  /* "_" when unknown */
+void        alerting_region_put(alerting *a, const char *site, const char *region);
+void        alerting_sites_run(gp_app *app, void *arg);
+
+#endif

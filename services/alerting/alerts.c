@@ -1,0 +1,281 @@
+/* alerts.c -- an alert's life in PostgreSQL (migrate.c's functions) and
+ * its publication.  apply: one raise or clear.  eval: every pending
+ * alert past its for-duration and not inhibited fires (one UPDATE: row
+ * locks keep two instances from firing one alert twice).  publish: the
+ * outbox's rows are claimed (SKIP LOCKED, for claim-ms), published into
+ * ALERTS with Nats-Msg-Id <id>.<seq>, and marked once JetStream has
+ * them; a claim that lapses (an instance died mid-publish) is taken
+ * again, and the stream's duplicate window drops the copy. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/buf.h"
+#include "gp/dbrow.h"
+#include "gp/log.h"
+#include "alerting.h"
+#include "diag.h"
+
+/* ---- raise and clear ------------------------------------------------------------- */
+
+typedef struct applied {
+    alerting *a;
+    void    (*done)(void *, gp_err);
+    void     *arg;
+    bool      holds;
+    char      what[160];
+} applied;
+
+static void
+apply_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    applied    *ap = arg;
+    const char *st = err == GP_EOK && nres == 1 && PQntuples(res[0]) == 1
+                         ? PQgetvalue(res[0], 0, 0) : "";
+
+    if (err != GP_EOK) {
+        (*ap->a->m_db_errors)++;
+        GP_WARN("alert_apply_failed", "%s code=%s detail=\"%s\"", ap->what, gp_err_name(err),
+                detail);
+    } else if (strcmp(st, "none") != 0) {
+        GP_INFO(ap->holds ? "alert_raised" : "alert_cleared", "%s state=%s", ap->what, st);
+    }
+    if (err == GP_EOK && ap->holds)
+        (*ap->a->m_raised)++;
+    else if (err == GP_EOK)
+        (*ap->a->m_cleared)++;
+    if (err == GP_EOK && ap->holds && strcmp(st, "pending") == 0)
+        gp_task_kick(ap->a->eval_task);
+    ap->done(ap->arg, err);
+    free(ap);
+}
+
+static const char raise_sql[] =
+    "SELECT alert_raise($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11, $12, $13)";
+static const char clear_sql[] = "SELECT alert_clear($1, $2, $3, $4, $5, $6, $7, $8)";
+
+gp_err
+alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg)
+{
+    const al_diag *d = x->diag;
+    applied       *ap = calloc(1, sizeof(*ap));
+    char           for_ms[16];
+    const char    *p[13];
+    al_scope       scope = al_signal_scope(x->rule->signal);
+    gp_err         rc;
+
+    if (ap == NULL)
+        return GP_ENOMEM;
+    ap->a = a;
+    ap->done = done;
+    ap->arg = arg;
+    ap->holds = x->holds;
+    snprintf(ap->what, sizeof(ap->what), "alert=%s site=%s node=%s", x->rule->name, x->site,
+             x->node[0] ? x->node : "-");
+    snprintf(for_ms, sizeof(for_ms), "%u", (unsigned)x->rule->for_ms);
+    if (x->holds) {
+        p[0] = x->rule->name;
+        p[1] = msg_alert_severity_names[x->rule->severity];
+        p[2] = al_scope_name(scope);
+        p[3] = x->region;
+        p[4] = x->site;
+        p[5] = x->node;
+        p[6] = x->rule->labels;
+        p[7] = for_ms;
+        p[8] = x->summary;
+        p[9] = d->cause;
+        p[10] = d->evidence;
+        p[11] = d->action;
+        p[12] = msg_alert_dispatch_names[d->dispatch];
+        rc = gp_db_query(gp_app_db(a->app), raise_sql, 13, p, 0, apply_done, ap);
+    } else {
+        p[0] = x->rule->name;
+        p[1] = x->site;
+        p[2] = x->node;
+        p[3] = x->summary;
+        p[4] = d->cause;
+        p[5] = d->evidence;
+        p[6] = d->action;
+        p[7] = msg_alert_dispatch_names[d->dispatch];
+        rc = gp_db_query(gp_app_db(a->app), clear_sql, 8, p, 0, apply_done, ap);
+    }
+    if (rc != GP_EOK)
+        free(ap);
+    return rc;
+}
+
+/* ---- eval: pending -> firing ------------------------------------------------------- */
+
+static const char eval_sql[] =
+    "WITH u AS (\n"
+    "  UPDATE alerts x SET state = 'firing', seq = x.seq + 1, fired_ms = alert_now_ms(),\n"
+    "    updated_ms = alert_now_ms()\n"
+    "  WHERE x.state = 'pending' AND x.due_ms <= alert_now_ms()\n"
+    "    AND NOT alert_inhibited(x.scope, x.site)\n"
+    "  RETURNING x.*),\n"
+    "e AS (INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node,\n"
+    "    labels, summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms,\n"
+    "    updated_ms)\n"
+    "  SELECT u.id, u.seq, 'firing', u.alertname, u.severity, u.region, u.site, u.node,\n"
+    "    u.labels, u.summary, u.cause, u.evidence, u.action, u.dispatch,\n"
+    "    alert_muted(u.scope, u.site), u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
+    "  ON CONFLICT DO NOTHING)\n"
+    "SELECT u.alertname, u.site, u.node FROM u";
+
+static void
+eval_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    alerting *a = arg;
+
+    a->eval_busy = false;
+    if (err != GP_EOK) {
+        (*a->m_db_errors)++;
+        GP_WARN("alert_eval_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    for (int i = 0; nres == 1 && i < PQntuples(res[0]); i++) {
+        (*a->m_fired)++;
+        GP_INFO("alert_firing", "alert=%s site=%s node=%s", PQgetvalue(res[0], i, 0),
+                PQgetvalue(res[0], i, 1), PQgetvalue(res[0], i, 2)[0] ? PQgetvalue(res[0], i, 2)
+                                                                     : "-");
+    }
+    if (nres == 1 && PQntuples(res[0]) > 0)
+        gp_task_kick(a->publish_task);
+}
+
+void
+alerting_eval_run(gp_app *app, void *arg)
+{
+    alerting *a = arg;
+
+    if (a->eval_busy)
+        return;
+    a->eval_busy = true;
+    if (gp_db_query(gp_app_db(app), eval_sql, 0, NULL, 0, eval_done, a) != GP_EOK)
+        a->eval_busy = false;
+}
+
+/* ---- publish: the outbox ---------------------------------------------------------- */
+
+static const char claim_sql[] =
+    "UPDATE alert_events e SET claim_until = alert_now_ms() + $1::bigint\n"
+    "FROM (SELECT id, seq FROM alert_events WHERE NOT published AND claim_until < alert_now_ms()\n"
+    "      ORDER BY updated_ms, seq LIMIT 64 FOR UPDATE SKIP LOCKED) c\n"
+    "WHERE e.id = c.id AND e.seq = c.seq\n"
+    "RETURNING e.id, e.id || '.' || e.seq AS event_id, e.seq, e.status, e.alertname,\n"
+    "  e.severity, e.region, e.site, e.node, e.labels, e.summary, e.cause, e.evidence,\n"
+    "  e.action, e.dispatch, e.muted, e.starts_ms, e.ends_ms, e.updated_ms";
+static const char mark_sql[] =
+    "UPDATE alert_events SET published = true WHERE id = $1 AND seq = $2::int";
+
+typedef struct pubjob {
+    alerting *a;
+    char      id[33];
+    char      seq[16];
+    char      what[320];
+} pubjob;
+
+static void
+marked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    pubjob *j = arg;
+
+    (void)res;
+    (void)nres;
+    if (err != GP_EOK) {            /* the claim lapses, it is published again: the stream drops it */
+        (*j->a->m_db_errors)++;
+        GP_WARN("alert_mark_failed", "%s code=%s detail=\"%s\"", j->what, gp_err_name(err),
+                detail);
+    }
+    j->a->publishing--;
+    free(j);
+}
+
+static void
+stored(void *arg, gp_err err)
+{
+    pubjob     *j = arg;
+    const char *p[2] = {j->id, j->seq};
+
+    if (err != GP_EOK) {
+        (*j->a->m_publish_errors)++;
+        GP_WARN("alert_publish_failed", "%s code=%s", j->what, gp_err_name(err));
+        j->a->publishing--;
+        free(j);
+        return;
+    }
+    (*j->a->m_published)++;
+    GP_INFO("alert_published", "%s", j->what);
+    if (gp_db_query(gp_app_db(j->a->app), mark_sql, 2, p, 0, marked, j) != GP_EOK)
+        marked(j, GP_EUNAVAIL, NULL, 0, "not sent");
+}
+
+static void
+publish_one(alerting *a, const PGresult *res, int row)
+{
+    msg_alert   m;
+    pubjob     *j;
+    gp_buf      b;
+    char        subj[GP_MAX_SUBJECT];
+    const char *args[4];
+    gp_err      rc;
+
+    memset(&m, 0, sizeof(m));
+    if (gp_dbrow_named_to_msg(&msg_alert_desc, res, row, &m, NULL) != GP_EOK ||
+        (j = calloc(1, sizeof(*j))) == NULL) {
+        (*a->m_publish_errors)++;
+        return;                          /* the claim lapses: tried again */
+    }
+    j->a = a;
+    snprintf(j->id, sizeof(j->id), "%s", m.id);
+    snprintf(j->seq, sizeof(j->seq), "%u", m.seq);
+    snprintf(j->what, sizeof(j->what), "event=%s status=%s alert=%s site=%s node=%s", m.event_id,
+             msg_alert_status_names[m.status], m.alertname, m.site, m.node[0] ? m.node : "-");
+    args[0] = msg_alert_severity_names[m.severity];
+    args[1] = m.region;
+    args[2] = m.site;
+    args[3] = m.alertname;
+    gp_buf_init(&b, 0);
+    rc = gp_msg_encode(&msg_alert_desc, &m, &b);
+    rc = rc ? rc : gp_op_subject(GP_OP_ALERT, subj, sizeof(subj), args);
+    rc = rc ? rc : gp_bus_js_pub(gp_app_bus(a->app), subj, m.event_id, b.p, b.n, stored, j);
+    gp_buf_fini(&b);
+    if (rc == GP_EOK) {
+        a->publishing++;                 /* stored() ends it */
+        return;
+    }
+    GP_WARN("alert_publish_failed", "%s code=%s", j->what, gp_err_name(rc));
+    (*a->m_publish_errors)++;
+    free(j);
+}
+
+static void
+claimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    alerting *a = arg;
+
+    a->publish_busy = false;
+    if (err != GP_EOK) {
+        (*a->m_db_errors)++;
+        GP_WARN("alert_claim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        return;
+    }
+    for (int i = 0; nres == 1 && i < PQntuples(res[0]); i++)
+        publish_one(a, res[0], i);
+}
+
+void
+alerting_publish_run(gp_app *app, void *arg)
+{
+    alerting   *a = arg;
+    char        claim[16];
+    const char *p[1] = {claim};
+
+    if (a->publish_busy || a->publishing > 0)
+        return;
+    a->publish_busy = true;
+    snprintf(claim, sizeof(claim), "%u", a->cfg->claim_ms);
+    if (gp_db_query(gp_app_db(app), claim_sql, 1, p, 0, claimed, a) != GP_EOK)
+        a->publish_busy = false;
+}

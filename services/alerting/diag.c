@@ -1,0 +1,125 @@
+/* diag.c -- see diag.h.  The actions are written for the person who
+ * reads the page at 3 a.m.: what to do first, and when to escalate. */
+#include "diag.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/xid.h"
+
+static void
+set(al_diag *d, const char *cause, int dispatch, const char *action)
+{
+    snprintf(d->cause, sizeof(d->cause), "%s", cause);
+    snprintf(d->action, sizeof(d->action), "%s", action);
+    d->dispatch = dispatch;
+}
+
+void
+al_diag_site(const msg_site_event *e, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->evidence, sizeof(d->evidence), "%u of %u node(s) lost, %u rebooted, %u resumed: %s",
+             e->lost, e->nodes, e->rebooted, e->resumed, e->evidence);
+    switch (e->cause) {
+    case MSG_SITE_EVENT_CAUSE_POWER:
+        if (e->kind == MSG_SITE_EVENT_KIND_RETURNED)
+            set(d, "power", MSG_ALERT_DISPATCH_UTILITY,
+                "The site lost power (its nodes came back rebooted): ask the utility whether "
+                "the area was cut, and the site partner to check the mains and the UPS");
+        else
+            set(d, "power", MSG_ALERT_DISPATCH_SITE_PARTNER,
+                "The site's network is up but its nodes went down: ask the site partner to "
+                "check the mains, the PDU and the breakers; call the utility if the area is out");
+        break;
+    case MSG_SITE_EVENT_CAUSE_UPLINK:
+        set(d, "uplink", MSG_ALERT_DISPATCH_NETWORK_PROVIDER,
+            "The site's uplink failed while its nodes kept running: call its network provider "
+            "with the site's circuit id; the nodes need nothing");
+        break;
+    default:
+        set(d, "power_or_uplink", MSG_ALERT_DISPATCH_SITE_PARTNER,
+            "Ask the site partner whether the site has power: if it has, call its network "
+            "provider; if not, the utility. Its jobs are moved elsewhere meanwhile");
+        break;
+    }
+}
+
+void
+al_diag_isolation(const msg_control_plane_event *e, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->evidence, sizeof(d->evidence), "%u of %u sites silent (threshold %u%%): %s",
+             e->sites_silent, e->sites, e->threshold_pct, e->reason);
+    set(d, "control_plane", MSG_ALERT_DISPATCH_PLATFORM_ONCALL,
+        "Check the control plane's own NATS, Redis and uplink: so many sites at once is our "
+        "fault, not theirs. Rescheduling is frozen until contact returns; send no one to sites");
+}
+
+/* "... XID 48 ..." in a quarantine reason -> 48, else -1 */
+static int
+reason_xid(const char *reason)
+{
+    const char *p = strstr(reason, "XID ");
+
+    return p ? atoi(p + 4) : -1;
+}
+
+static void
+diag_quarantine(const msg_node_state *e, al_diag *d)
+{
+    int                xid = reason_xid(e->reason);
+    const gp_xid_info *x = xid >= 0 ? gp_xid_lookup(xid) : NULL;
+    char               act[256];
+
+    if (strstr(e->reason, "flapping") != NULL) {
+        set(d, "flapping", MSG_ALERT_DISPATCH_FIELD_TECHNICIAN,
+            "The node keeps dropping off and coming back: check its power supply, its network "
+            "cable and port; release it (gpctl release node) once fixed");
+    } else if (strstr(e->reason, "ECC") != NULL) {
+        set(d, "gpu_ecc", MSG_ALERT_DISPATCH_FIELD_TECHNICIAN,
+            "Uncorrectable ECC errors: the node takes no new work and its interruptible jobs "
+            "were moved; reset the GPU, and replace it (RMA) if errors come back");
+    } else if (x != NULL) {
+        snprintf(act, sizeof(act), "XID %d (%s): %s; action: %s. The node takes no new work and "
+                 "its interruptible jobs were moved", x->code, x->name, x->what,
+                 gp_xid_action_name(x->action));
+        set(d, "gpu_xid", x->action == GP_XID_APP || x->action == GP_XID_INFO
+                              ? MSG_ALERT_DISPATCH_REMOTE_HANDS : MSG_ALERT_DISPATCH_FIELD_TECHNICIAN,
+            act);
+    } else if (strstr(e->reason, "GPU") != NULL) {
+        set(d, "gpu_lost", MSG_ALERT_DISPATCH_FIELD_TECHNICIAN,
+            "A GPU stopped answering: reboot the node; if the GPU is still missing, reseat it "
+            "or replace it. The node takes no new work and its interruptible jobs were moved");
+    } else {
+        set(d, "quarantine", MSG_ALERT_DISPATCH_REMOTE_HANDS,
+            "Quarantined by a rule: look at its reason, fix, then gpctl release node");
+    }
+}
+
+void
+al_diag_node(const msg_node_state *e, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->evidence, sizeof(d->evidence), "%s -> %s: %s", msg_node_state_state_names[e->prev],
+             msg_node_state_state_names[e->state], e->reason);
+    switch (e->state) {
+    case MSG_NODE_STATE_STATE_QUARANTINED:
+        diag_quarantine(e, d);
+        break;
+    case MSG_NODE_STATE_STATE_LOST:
+        set(d, "node_down", MSG_ALERT_DISPATCH_REMOTE_HANDS,
+            "The node stopped answering while its site is up: power-cycle it through remote "
+            "hands; send a field technician if it does not come back. Its jobs were moved");
+        break;
+    case MSG_NODE_STATE_STATE_SUSPECT:
+        set(d, "node_slow", MSG_ALERT_DISPATCH_NONE,
+            "Heartbeats are late: watch; it is declared lost if silence goes on");
+        break;
+    default:
+        set(d, msg_node_state_state_names[e->state], MSG_ALERT_DISPATCH_NONE,
+            "Set by an operator or a rule: nothing to send");
+        break;
+    }
+}

@@ -1,0 +1,31 @@
+/* diag.h -- the diagnosis on every alert: the suspected cause, what the
+ * evidence says, the recommended action and whom to send, from the
+ * event that raised it and a fault catalog (gp/xid.h for GPU faults).
+ *
+ * Contract:
+ *   - al_diag_site / _isolation / _node fill every field of d from the
+ *     event; nothing else is read (pure, any thread).
+ *   - A site unreachable for power_or_uplink names the site partner (who
+ *     can tell power from uplink on the spot); power: the site partner,
+ *     or the utility when the nodes came back rebooted; uplink: the
+ *     network provider; isolation: our own on-call; a lost node of a
+ *     site that is up: remote hands; a quarantined node: the catalog's
+ *     action for its XID, a field technician for GPU and ECC faults and
+ *     for flapping. */
+#ifndef ALERTING_DIAG_H
+#define ALERTING_DIAG_H
+
+#include "msg_gen.h"
+
+typedef struct al_diag {
+    char cause[64];
+    char evidence[512];
+    char action[256];
+    int  dispatch;                /* MSG_ALERT_DISPATCH_* */
+} al_diag;
+
+void al_diag_site(const msg_site_event *e, al_diag *d);
+void al_diag_isolation(const msg_control_plane_event *e, al_diag *d);
+void al_diag_node(const msg_node_state *e, al_diag *d);
+
+#endif

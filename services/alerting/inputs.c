@@ -1,0 +1,239 @@
+/* inputs.c -- what the fleet reports, in: recovery's site events and
+ * control-plane isolation, the registry's node states.  They are plain
+ * publications of those services; alerting keeps them in its stream
+ * FLEET (a stream stores what is published on its subjects) and reads
+ * them with durable consumers, so a restart of every alerting instance
+ * loses none (a resolve included).  Each message is evaluated against
+ * every rule on its signal: a rule that holds raises its alert, one that
+ * does not clears it; the message is acked once PostgreSQL has all of
+ * them.  One message at a time per consumer (max_inflight 1): a node's
+ * lost and its healthy must reach PostgreSQL in the order they came.
+ * Node states carry no region: the site inventory (the registry's
+ * site list, reloaded every sites-ms) gives it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp/log.h"
+#include "gp/shard.h"
+#include "alerting.h"
+#include "diag.h"
+
+/* ---- the site inventory: site -> region ------------------------------------------ */
+
+static al_site *
+site_slot(alerting *a, const char *site, bool add)
+{
+    unsigned i = gp_fnv1a(site) % AL_SITES_CAP;
+
+    for (unsigned n = 0; n < AL_SITES_CAP; n++, i = (i + 1) % AL_SITES_CAP) {
+        if (a->sites[i].site[0] == '\0') {
+            if (!add || a->nsites >= AL_SITES_CAP * 3 / 4)
+                return NULL;
+            snprintf(a->sites[i].site, sizeof(a->sites[i].site), "%s", site);
+            a->nsites++;
+            return &a->sites[i];
+        }
+        if (strcmp(a->sites[i].site, site) == 0)
+            return &a->sites[i];
+    }
+    return NULL;
+}
+
+const char *
+alerting_region(alerting *a, const char *site)
+{
+    al_site *s = a->sites ? site_slot(a, site, false) : NULL;
+
+    return s && s->region[0] ? s->region : "_";
+}
+
+void
+alerting_region_put(alerting *a, const char *site, const char *region)
+{
+    al_site *s = a->sites && site[0] && region[0] ? site_slot(a, site, true) : NULL;
+
+    if (s != NULL)
+        snprintf(s->region, sizeof(s->region), "%s", region);
+}
+
+static void sites_page(alerting *a);
+
+static void
+sites_answered(void *arg, gp_err err, const void *reply, const char *detail)
+{
+    alerting            *a = arg;
+    const msg_site_list *page = reply;
+
+    if (err != GP_EOK) {
+        GP_WARN("sites_load_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+        a->sites_busy = false;
+        return;
+    }
+    for (uint32_t i = 0; i < page->items.n; i++) {
+        const msg_site *it = (const msg_site *)page->items.v + i;
+
+        alerting_region_put(a, it->id, it->region);
+    }
+    snprintf(a->sites_after, sizeof(a->sites_after), "%s", page->next);
+    if (a->sites_after[0] != '\0') {
+        sites_page(a);
+        return;
+    }
+    a->sites_busy = false;
+}
+
+static void
+sites_page(alerting *a)
+{
+    msg_list_request q = {.limit = 500};
+    char             subj[GP_MAX_SUBJECT];
+    gp_err           rc = gp_op_subject(GP_OP_ADMIN_SITE_LIST, subj, sizeof(subj), NULL);
+
+    snprintf(q.after, sizeof(q.after), "%s", a->sites_after);
+    if (rc == GP_EOK)
+        rc = gp_call(gp_app_bus(a->app), subj, &msg_list_request_desc, &q, &msg_site_list_desc,
+                     30000, sites_answered, a);
+    if (rc != GP_EOK)
+        sites_answered(a, rc, NULL, "not sent");
+}
+
+void
+alerting_sites_run(gp_app *app, void *arg)
+{
+    alerting *a = arg;
+
+    (void)app;
+    if (a->sites_busy)
+        return;
+    a->sites_busy = true;
+    a->sites_after[0] = '\0';
+    sites_page(a);
+}
+
+/* ---- one input message, every rule on its signal --------------------------------- */
+
+typedef struct pending_in {
+    gp_req  *req;
+    unsigned left;
+    gp_err   err;
+} pending_in;
+
+static void
+one_done(void *arg, gp_err err)
+{
+    pending_in *p = arg;
+
+    if (err != GP_EOK)
+        p->err = GP_EUNAVAIL;          /* nak: delivered again, raise and clear are idempotent */
+    if (--p->left > 0)
+        return;
+    gp_req_done(p->req, p->err);
+    free(p);
+}
+
+static gp_err
+evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char *region,
+         const char *site, const char *node, const al_vars *v0, const al_diag *d)
+{
+    pending_in *p = calloc(1, sizeof(*p));
+    unsigned    n = 0;
+
+    (*a->m_inputs)++;
+    if (p == NULL)
+        return gp_req_fail(req, GP_ENOMEM, "out of memory");
+    p->req = req;
+    p->left = 1;                        /* held until every rule is sent */
+    for (unsigned i = 0; i < a->rules.n; i++) {
+        const al_rule *r = &a->rules.rule[i];
+        char           summary[256];
+        al_raise       x = {.rule = r, .region = region, .site = site, .node = node,
+                            .summary = summary, .diag = d};
+
+        if (r->signal != sig)
+            continue;
+        x.holds = al_rule_holds(r, value);
+        al_expand(r->summary, v0, summary, sizeof(summary));
+        p->left++;
+        if (alerting_apply(a, &x, one_done, p) != GP_EOK) {
+            p->left--;
+            p->err = GP_EUNAVAIL;
+        }
+        n++;
+    }
+    (void)n;
+    if (--p->left == 0) {
+        gp_err rc = p->err;
+
+        free(p);
+        return rc;
+    }
+    return GP_EPENDING;
+}
+
+static gp_err
+on_site(gp_req *req, const void *in, void *out)
+{
+    alerting             *a = gp_req_state(req);
+    const msg_site_event *e = in;
+    al_diag               d;
+    al_vars               v = {.site = e->site, .region = e->region};
+
+    (void)out;
+    al_diag_site(e, &d);
+    v.cause = d.cause;
+    v.reason = e->evidence;
+    alerting_region_put(a, e->site, e->region);
+    return evaluate(a, req, AL_SIG_SITE, msg_site_event_kind_names[e->kind],
+                    e->region[0] ? e->region : alerting_region(a, e->site), e->site, "", &v, &d);
+}
+
+static gp_err
+on_isolation(gp_req *req, const void *in, void *out)
+{
+    alerting                      *a = gp_req_state(req);
+    const msg_control_plane_event *e = in;
+    al_diag                        d;
+    al_vars v = {.site = "_", .region = "_", .reason = e->reason, .sites_silent = e->sites_silent,
+                 .sites = e->sites};
+
+    (void)out;
+    al_diag_isolation(e, &d);
+    v.cause = d.cause;
+    return evaluate(a, req, AL_SIG_ISOLATION, msg_control_plane_event_state_names[e->state], "_",
+                    "_", "", &v, &d);
+}
+
+static gp_err
+on_node(gp_req *req, const void *in, void *out)
+{
+    alerting             *a = gp_req_state(req);
+    const msg_node_state *e = in;
+    const char           *region = alerting_region(a, e->site);
+    al_diag               d;
+    al_vars               v = {.site = e->site, .region = region, .node = e->node,
+                               .reason = e->reason};
+
+    (void)out;
+    al_diag_node(e, &d);
+    v.cause = d.cause;
+    return evaluate(a, req, AL_SIG_NODE, msg_node_state_state_names[e->state], region, e->site,
+                    e->node, &v, &d);
+}
+
+static const gp_durable site_durable = {.stream = "FLEET", .name = "alerting-sites",
+                                        .max_deliver = 20, .ack_wait_ms = 30000,
+                                        .backoff_ms = 500, .max_inflight = 1};
+static const gp_durable iso_durable = {.stream = "FLEET", .name = "alerting-isolation",
+                                       .max_deliver = 20, .ack_wait_ms = 30000,
+                                       .backoff_ms = 500, .max_inflight = 1};
+static const gp_durable node_durable = {.stream = "FLEET", .name = "alerting-nodes",
+                                        .max_deliver = 20, .ack_wait_ms = 30000,
+                                        .backoff_ms = 500, .max_inflight = 1};
+
+const gp_route alerting_input_routes[] = {
+    {GP_OP_RECOVERY_SITE, on_site, 0, 10000, NULL, &site_durable},
+    {GP_OP_RECOVERY_ISOLATION, on_isolation, 0, 10000, NULL, &iso_durable},
+    {GP_OP_NODE_STATE, on_node, 0, 10000, NULL, &node_durable},
+    {NULL},
+};

@@ -1,0 +1,415 @@
+/* rules.c -- see rules.h.  A line is split into whitespace-separated
+ * fields, the last one a double-quoted summary; every field is checked
+ * against the vocabulary here, so a typo stops the service at start
+ * instead of never firing. */
+#include "rules.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg_gen.h"
+
+/* The rules shipped.  SiteUnreachable waits 30 s: a control-plane
+ * isolation (many sites at once) is declared within the recovery
+ * service's isolation window, and muting the sites' alerts needs it
+ * before they fire; NodeDown waits 20 s so that a site outage, which
+ * recovery calls within its site window, mutes its nodes instead. */
+const char al_rules_default[] =
+    "# name                signal           op  values       for  severity labels        summary\n"
+    "SiteUnreachable       site.state       ==  unreachable  30s  page     -             "
+    "\"Site {site} ({region}) unreachable: {cause}\"\n"
+    "ControlPlaneIsolation isolation.state  ==  frozen       0s   page     team=platform "
+    "\"{sites_silent} of {sites} sites went silent at once: the control plane is cut off, "
+    "rescheduling frozen\"\n"
+    "NodeDown              node.state       ==  lost         20s  ticket   -             "
+    "\"Node {node} at {site} lost: {reason}\"\n"
+    "NodeQuarantined       node.state       ==  quarantined  0s   ticket   -             "
+    "\"Node {node} at {site} quarantined: {reason}\"\n";
+
+static const struct {
+    const char *name;
+    al_scope    scope;
+    const char *values[8];
+} signals[AL_SIG_COUNT] = {
+    [AL_SIG_SITE] = {"site.state", AL_SCOPE_SITE, {"unreachable", "returned", NULL}},
+    [AL_SIG_ISOLATION] = {"isolation.state", AL_SCOPE_FLEET, {"frozen", "thawing", NULL}},
+    [AL_SIG_NODE] = {"node.state", AL_SCOPE_NODE,
+                     {"unknown", "healthy", "suspect", "draining", "quarantined", "lost",
+                      "cordoned", NULL}},
+};
+
+static const char *const placeholders[] = {"site", "region", "node", "cause", "reason",
+                                           "sites_silent", "sites", NULL};
+
+const char *
+al_signal_name(al_signal s)
+{
+    return s < AL_SIG_COUNT ? signals[s].name : "?";
+}
+
+al_scope
+al_signal_scope(al_signal s)
+{
+    return s < AL_SIG_COUNT ? signals[s].scope : AL_SCOPE_FLEET;
+}
+
+const char *
+al_scope_name(al_scope s)
+{
+    return s == AL_SCOPE_NODE ? "node" : s == AL_SCOPE_SITE ? "site" : "fleet";
+}
+
+static gp_err
+bad(char *err, size_t n, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int     k = snprintf(err, n, "line %d: ", line);
+
+    va_start(ap, fmt);
+    if (k >= 0 && (size_t)k < n)
+        vsnprintf(err + k, n - (size_t)k, fmt, ap);
+    va_end(ap);
+    return GP_EINVAL;
+}
+
+/* "500ms" "30s" "5m" "1h" -> ms; false if malformed or over a day */
+static bool
+parse_duration(const char *s, uint32_t *ms)
+{
+    char              *end;
+    unsigned long long v, mul;
+
+    if (!isdigit((unsigned char)s[0]))
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return false;
+    if (strcmp(end, "ms") == 0)
+        mul = 1;
+    else if (strcmp(end, "s") == 0)
+        mul = 1000;
+    else if (strcmp(end, "m") == 0)
+        mul = 60000;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600000;
+    else
+        return false;
+    if (v > 86400000ull / mul)
+        return false;
+    *ms = (uint32_t)(v * mul);
+    return true;
+}
+
+static bool
+word_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > max)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+            return false;
+    return true;
+}
+
+static bool
+labels_ok(const char *s)
+{
+    char buf[128], *save = NULL;
+
+    if (strlen(s) >= sizeof(buf))
+        return false;
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+
+        if (eq == NULL)
+            return false;
+        *eq = '\0';
+        if (!word_ok(kv, 63) || !word_ok(eq + 1, 63))
+            return false;
+    }
+    return true;
+}
+
+/* every {name} of the summary is a known placeholder; braces balance */
+static bool
+summary_ok(const char *s, char *which, size_t n)
+{
+    for (const char *p = strchr(s, '{'); p; p = strchr(p + 1, '{')) {
+        const char *q = strchr(p, '}');
+        size_t      len;
+        bool        known = false;
+
+        if (q == NULL)
+            return snprintf(which, n, "an unclosed {"), false;
+        len = (size_t)(q - p - 1);
+        for (int i = 0; placeholders[i]; i++)
+            if (strlen(placeholders[i]) == len && strncmp(p + 1, placeholders[i], len) == 0)
+                known = true;
+        if (!known)
+            return snprintf(which, n, "{%.*s}", (int)(len > 40 ? 40 : len), p + 1), false;
+    }
+    return true;
+}
+
+static int
+find_signal(const char *s)
+{
+    for (int i = 0; i < AL_SIG_COUNT; i++)
+        if (strcmp(signals[i].name, s) == 0)
+            return i;
+    return -1;
+}
+
+static bool
+value_known(al_signal sig, const char *v)
+{
+    for (int i = 0; signals[sig].values[i]; i++)
+        if (strcmp(signals[sig].values[i], v) == 0)
+            return true;
+    return false;
+}
+
+static int
+find_severity(const char *s)
+{
+    for (int i = 0; i < (int)(sizeof(msg_alert_severity_names) / sizeof(*msg_alert_severity_names));
+         i++)
+        if (strcmp(msg_alert_severity_names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+/* values "a" or "a,b,c" into r */
+static gp_err
+parse_values(al_rule *r, char *list, char *err, size_t errlen)
+{
+    char *save = NULL;
+
+    for (char *v = strtok_r(list, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+        if (r->nvalues == AL_VALUES_MAX)
+            return bad(err, errlen, r->line, "more than %d values", AL_VALUES_MAX);
+        if (!value_known(r->signal, v))
+            return bad(err, errlen, r->line, "%s has no value '%s'", al_signal_name(r->signal), v);
+        snprintf(r->values[r->nvalues++], sizeof(r->values[0]), "%s", v);
+    }
+    return r->nvalues ? GP_EOK : bad(err, errlen, r->line, "no values");
+}
+
+static gp_err
+parse_line(char *line, int lineno, al_rule *r, char *err, size_t errlen)
+{
+    char *f[7], *q, *save = NULL, which[64];
+    int   nf = 0, sig, sev;
+
+    memset(r, 0, sizeof(*r));
+    r->line = lineno;
+    if ((q = strchr(line, '"')) == NULL)
+        return bad(err, errlen, lineno, "no \"summary\" at the end");
+    *q++ = '\0';
+    {
+        char *end = strrchr(q, '"');
+
+        if (end == NULL || end[strspn(end + 1, " \t\r") + 1] != '\0')
+            return bad(err, errlen, lineno, "the summary is not one \"quoted\" field at the end");
+        *end = '\0';
+    }
+    for (char *t = strtok_r(line, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+        if (nf == 7)
+            return bad(err, errlen, lineno, "too many fields before the summary");
+        f[nf++] = t;
+    }
+    if (nf != 7)
+        return bad(err, errlen, lineno, "expected name signal op values for severity labels "
+                                        "\"summary\", got %d field(s) before the summary", nf);
+    if (!word_ok(f[0], sizeof(r->name) - 1) || strchr(f[0], '.') != NULL)
+        return bad(err, errlen, lineno, "name '%s': letters, digits, '_' and '-' only", f[0]);
+    snprintf(r->name, sizeof(r->name), "%s", f[0]);
+    if ((sig = find_signal(f[1])) < 0)
+        return bad(err, errlen, lineno, "unknown signal '%s' (site.state, isolation.state, "
+                                        "node.state)", f[1]);
+    r->signal = (al_signal)sig;
+    if (strcmp(f[2], "==") == 0 || strcmp(f[2], "in") == 0)
+        r->negate = false;
+    else if (strcmp(f[2], "!=") == 0)
+        r->negate = true;
+    else
+        return bad(err, errlen, lineno, "unknown operator '%s' (==, !=, in)", f[2]);
+    if (parse_values(r, f[3], err, errlen) != GP_EOK)
+        return GP_EINVAL;
+    if (!parse_duration(f[4], &r->for_ms))
+        return bad(err, errlen, lineno, "for '%s': a duration such as 0s, 500ms, 30s, 5m, 1h "
+                                        "(at most a day)", f[4]);
+    if ((sev = find_severity(f[5])) < 0)
+        return bad(err, errlen, lineno, "severity '%s': page, ticket or info", f[5]);
+    r->severity = sev;
+    if (strcmp(f[6], "-") != 0) {
+        if (!labels_ok(f[6]))
+            return bad(err, errlen, lineno, "labels '%s': - or k=v,k=v", f[6]);
+        snprintf(r->labels, sizeof(r->labels), "%s", f[6]);
+    }
+    if (q[0] == '\0' || strlen(q) >= sizeof(r->summary))
+        return bad(err, errlen, lineno, "the summary is empty or longer than %zu",
+                   sizeof(r->summary) - 1);
+    if (!summary_ok(q, which, sizeof(which)))
+        return bad(err, errlen, lineno, "the summary names %s (known: {site} {region} {node} "
+                                        "{cause} {reason} {sites_silent} {sites})", which);
+    snprintf(r->summary, sizeof(r->summary), "%s", q);
+    return GP_EOK;
+}
+
+gp_err
+al_rules_parse(const char *text, al_rules *out, char *err, size_t errlen)
+{
+    const char *p = text;
+    int         lineno = 0;
+
+    memset(out, 0, sizeof(*out));
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t      len = nl ? (size_t)(nl - p) : strlen(p);
+        char        line[512];
+        const char *s;
+
+        lineno++;
+        if (len >= sizeof(line))
+            return bad(err, errlen, lineno, "longer than %zu characters", sizeof(line) - 1);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p += len + (nl ? 1 : 0);
+        for (s = line; *s == ' ' || *s == '\t' || *s == '\r'; s++)
+            ;
+        if (*s == '\0' || *s == '#')
+            continue;
+        if (out->n == AL_RULES_MAX)
+            return bad(err, errlen, lineno, "more than %d rules", AL_RULES_MAX);
+        if (parse_line(line, lineno, &out->rule[out->n], err, errlen) != GP_EOK)
+            return GP_EINVAL;
+        for (unsigned i = 0; i < out->n; i++)
+            if (strcmp(out->rule[i].name, out->rule[out->n].name) == 0)
+                return bad(err, errlen, lineno, "rule %s again (first on line %d)",
+                           out->rule[i].name, out->rule[i].line);
+        out->n++;
+    }
+    if (out->n == 0) {
+        snprintf(err, errlen, "no rules");
+        return GP_EINVAL;
+    }
+    return GP_EOK;
+}
+
+gp_err
+al_rules_load(const char *path, al_rules *out, char *err, size_t errlen)
+{
+    FILE  *f;
+    char  *text;
+    long   n;
+    gp_err rc;
+
+    if (path == NULL || path[0] == '\0')
+        return al_rules_parse(al_rules_default, out, err, errlen);
+    if ((f = fopen(path, "r")) == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return GP_ENOTFOUND;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || n > 256 * 1024 ||
+        fseek(f, 0, SEEK_SET) != 0 || (text = malloc((size_t)n + 1)) == NULL) {
+        fclose(f);
+        snprintf(err, errlen, "%s: unreadable or over 256 KiB", path);
+        return GP_EINVAL;
+    }
+    text[fread(text, 1, (size_t)n, f)] = '\0';
+    fclose(f);
+    rc = al_rules_parse(text, out, err, errlen);
+    free(text);
+    return rc;
+}
+
+void
+al_rules_print(const al_rules *r, FILE *f)
+{
+    fprintf(f, "# %u rule(s)\n# %-22s %-16s %-3s %-24s %-7s %-8s %-14s %s\n", r->n, "name",
+            "signal", "op", "values", "for", "severity", "labels", "summary");
+    for (unsigned i = 0; i < r->n; i++) {
+        const al_rule *x = &r->rule[i];
+        char           vals[AL_VALUES_MAX * 25] = "", dur[16];
+
+        for (unsigned k = 0; k < x->nvalues; k++)
+            snprintf(vals + strlen(vals), sizeof(vals) - strlen(vals), "%s%s", k ? "," : "",
+                     x->values[k]);
+        if (x->for_ms % 1000 != 0)
+            snprintf(dur, sizeof(dur), "%ums", (unsigned)x->for_ms);
+        else
+            snprintf(dur, sizeof(dur), "%us", (unsigned)(x->for_ms / 1000));
+        fprintf(f, "%-24s %-16s %-3s %-24s %-7s %-8s %-14s \"%s\"\n", x->name,
+                al_signal_name(x->signal), x->negate ? "!=" : "==", vals, dur,
+                msg_alert_severity_names[x->severity], x->labels[0] ? x->labels : "-",
+                x->summary);
+    }
+}
+
+bool
+al_rule_holds(const al_rule *r, const char *value)
+{
+    bool in = false;
+
+    for (unsigned i = 0; i < r->nvalues && !in; i++)
+        in = strcmp(r->values[i], value) == 0;
+    return r->negate ? !in : in;
+}
+
+static const char *
+or_q(const char *s)
+{
+    return s && s[0] ? s : "?";
+}
+
+void
+al_expand(const char *tmpl, const al_vars *v, char *out, size_t n)
+{
+    size_t k = 0;
+
+    if (n == 0)
+        return;
+    for (const char *p = tmpl; *p && k + 1 < n; p++) {
+        const char *q = *p == '{' ? strchr(p, '}') : NULL;
+        char        num[16], name[16];
+        const char *val = NULL;
+        size_t      len;
+
+        if (q == NULL || (len = (size_t)(q - p - 1)) >= sizeof(name)) {
+            out[k++] = *p;
+            continue;
+        }
+        memcpy(name, p + 1, len);
+        name[len] = '\0';
+        if (strcmp(name, "site") == 0)
+            val = or_q(v->site);
+        else if (strcmp(name, "region") == 0)
+            val = or_q(v->region);
+        else if (strcmp(name, "node") == 0)
+            val = or_q(v->node);
+        else if (strcmp(name, "cause") == 0)
+            val = or_q(v->cause);
+        else if (strcmp(name, "reason") == 0)
+            val = or_q(v->reason);
+        else if (strcmp(name, "sites_silent") == 0 || strcmp(name, "sites") == 0) {
+            snprintf(num, sizeof(num), "%u", name[5] ? v->sites_silent : v->sites);
+            val = num;
+        }
+        if (val == NULL) {
+            out[k++] = *p;
+            continue;
+        }
+        for (; *val && k + 1 < n; val++)
+            out[k++] = *val;
+        p = q;
+    }
+    out[k] = '\0';
+}

@@ -1,0 +1,77 @@
+/* rules.h -- alerting's rules as data: a table of (name, condition,
+ * for-duration, severity, labels, summary), one rule a line, parsed and
+ * validated at start (gridpool-alerting --check-config prints them).
+ *
+ *   # name              signal           op  values        for  severity labels         "summary"
+ *   SiteUnreachable     site.state       ==  unreachable   30s  page     -              "Site {site} ({region}) unreachable: {cause}"
+ *
+ * A signal is a state the fleet reports about one entity (a site, a node,
+ * the fleet); its scope decides the alert's labels (site: region and
+ * site; node: region, site and node; fleet: none).  A rule holds for an
+ * entity while the entity's last reported value matches (== one of the
+ * values, != none of them); it fires once it has held for `for`.
+ * Durations: 500ms, 30s, 5m, 1h.  Labels: "-" or k=v,k=v.  A summary's
+ * {placeholders}: site, region, node, cause, reason, sites_silent, sites.
+ *
+ * Contract:
+ *   - al_rules_parse(text): every line checked; the first error is INVAL
+ *     with "line N: why" in err.  Blank lines and # comments skipped.
+ *     Duplicate names, unknown signals or values, bad durations, an
+ *     unknown placeholder: refused.
+ *   - al_rules_default: the rules shipped (al_rules_parse accepts them).
+ *   - al_rule_holds(rule, value): the condition for a reported value.
+ *   - al_expand(tmpl, vars): the summary with its placeholders filled.
+ * Pure, any thread. */
+#ifndef ALERTING_RULES_H
+#define ALERTING_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gp/err.h"
+
+#define AL_RULES_MAX  64
+#define AL_VALUES_MAX 8
+
+typedef enum al_signal { AL_SIG_SITE, AL_SIG_ISOLATION, AL_SIG_NODE, AL_SIG_COUNT } al_signal;
+typedef enum al_scope { AL_SCOPE_FLEET, AL_SCOPE_SITE, AL_SCOPE_NODE } al_scope;
+
+typedef struct al_rule {
+    char      name[64];
+    al_signal signal;
+    bool      negate;                       /* != */
+    char      values[AL_VALUES_MAX][24];
+    unsigned  nvalues;
+    uint32_t  for_ms;
+    int       severity;                     /* MSG_ALERT_SEVERITY_* */
+    char      labels[128];                  /* "" or k=v,k=v */
+    char      summary[200];
+    int       line;
+} al_rule;
+
+typedef struct al_rules {
+    al_rule  rule[AL_RULES_MAX];
+    unsigned n;
+} al_rules;
+
+/* The variables a summary may name; NULL or "" prints as "?". */
+typedef struct al_vars {
+    const char *site, *region, *node, *cause, *reason;
+    unsigned    sites_silent, sites;
+} al_vars;
+
+extern const char al_rules_default[];
+
+gp_err      al_rules_parse(const char *text, al_rules *out, char *err, size_t errlen);
+/* path "" -> the defaults; else the file (NOTFOUND / INVAL with err). */
+gp_err      al_rules_load(const char *path, al_rules *out, char *err, size_t errlen);
+void        al_rules_print(const al_rules *r, FILE *f);
+bool        al_rule_holds(const al_rule *r, const char *value);
+al_scope    al_signal_scope(al_signal s);
+const char *al_signal_name(al_signal s);
+const char *al_scope_name(al_scope s);
+void        al_expand(const char *tmpl, const al_vars *v, char *out, size_t n);
+
+#endif

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# alerting_test.sh -- one actionable alert per real problem, against real
+# services (run under tests/harness/with-stack.sh): gridpool-registry,
+# gridpool-recovery, two gridpool-alerting instances and a 6-site
+# simulated fleet (the agents' own code) whose faults are injected
+# through it.  Heartbeats every 500 ms; the test's rules file gives
+# NodeDown a for-duration of 4 s and SiteUnreachable 5 s.  The alerts are
+# read the way an operator reads them: gpctl watch alerts -o json (a core
+# subscription to gp.alerts.>, so a copy published by both instances
+# would show twice).
+#
+#   1. the rules are data: --check-config prints them; a bad rules file
+#      stops the service (exit 78) with its line;
+#   2. a node stopped at a site that is up: one NodeDown (remote hands),
+#      resolved when it comes back; no site alert;
+#   3. a site power cut: exactly one SiteUnreachable with cause, evidence,
+#      action and whom to send, its node alerts muted (none published);
+#      resolved when the power returns, the cause then known (power);
+#   4. control-plane isolation (3 of 6 sites cut at once): one
+#      ControlPlaneIsolation alert (platform on-call), no site or node
+#      alert; resolved when contact returns;
+#   5. two instances: every event id published once.
+set -u
+B=$GP_BUILD
+G="$B/bin/gpctl --timeout 10000"
+D=$GP_STACK_DIR
+PY=/usr/bin/python3
+# shellcheck source=tests/harness/testlib.sh
+. "$(dirname "$0")/../harness/testlib.sh"
+
+on_fail() {
+    echo "# alerts seen:"; sed 's/^/#   /' "$D/alerts.jsonl" | cut -c1-300 | tail -n 20
+    echo "# alerting-a log:"; grep -E 'alert_|warn|error' "$D/alerting-a.log" | tail -n 12 | sed 's/^/#   /'
+    echo "# recovery:"; grep -E 'site_event|isolation' "$D/recovery.log" | tail -n 6 | sed 's/^/#   /'
+    if [ -n "${GP_KEEP:-}" ]; then rm -rf "$GP_KEEP"; cp -r "$D" "$GP_KEEP"; fi
+}
+tap_on_fail=on_fail
+
+cat >"$tmp/rules.conf" <<'RULES'
+# the shipped rules with short for-durations, for a test
+SiteUnreachable       site.state       ==  unreachable  5s   page     -             "Site {site} ({region}) unreachable: {cause}"
+ControlPlaneIsolation isolation.state  ==  frozen       0s   page     team=platform "{sites_silent} of {sites} sites went silent at once"
+NodeDown              node.state       ==  lost         4s   ticket   -             "Node {node} at {site} lost: {reason}"
+NodeQuarantined       node.state       ==  quarantined  0s   ticket   -             "Node {node} at {site} quarantined: {reason}"
+RULES
+
+# ---- 1. rules as data --------------------------------------------------------------
+
+out=$("$B/bin/gridpool-alerting" --config "$D/gp.env" --rules "$tmp/rules.conf" --check-config 2>&1)
+st_=$?
+[ $st_ -eq 0 ] && echo "$out" | grep -q '^# 4 rule(s)' && echo "$out" | grep -q '^NodeDown  *node.state  *==  *lost  *4s  *ticket'
+ok "--check-config prints the 4 rules in force" $?
+printf 'NodeDown node.state == lost 4s ticket - "ok"\nSiteDown site.state == gone 5s page - "x"\n' >"$tmp/bad.conf"
+"$B/bin/gridpool-alerting" --config "$D/gp.env" --rules "$tmp/bad.conf" --http-port -1 >/dev/null 2>"$tmp/bad.err"
+st_=$?
+[ $st_ -eq 78 ] && grep -q "line 2: site.state has no value 'gone'" "$tmp/bad.err"
+st_=$?; ok "a bad rules file stops the service: exit 78, $(head -c 120 "$tmp/bad.err")" $st_
+
+# ---- the stack ------------------------------------------------------------------
+
+spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
+    --lease-ms 6000 --sweep-ms 200
+for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
+spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 200 \
+    --sites-ms 2000 --site-window-ms 10000 --isolation-window-ms 8000 --thaw-ms 3000
+for i in a b; do
+    spawn "alerting-$i" "$B/bin/gridpool-alerting" --config "$D/gp.env" --http-port 0 \
+        --instance "alerting-$i" --rules "$tmp/rules.conf" --eval-ms 200 --publish-ms 100 \
+        --sites-ms 2000
+done
+for _ in $(seq 1 100); do $G health alerting >/dev/null 2>&1 && break; sleep 0.1; done
+$G watch alerts -o json >"$D/alerts.jsonl" 2>"$D/watch.err" &
+watcher=$!
+pids+=("$watcher")
+spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 6 --seed 7 \
+    --spread-ms 500
+for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -q 'sites_loaded sites=6' "$D/recovery.log" && break; sleep 0.1; done
+grep -q '^sim: registered' "$D/sim.log" && grep -q 'Watching gp.alerts' "$D/watch.err"
+st_=$?; ok "the 6-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1)), an operator watches gp.alerts.>" $st_
+sleep 2                          # the registrations' node states, evaluated
+
+# count NAME STATUS [SITE [NODE]]: alerts seen with that name and status
+count() {
+    $PY - "$D/alerts.jsonl" "$@" <<'PY'
+import json, sys
+path, name, status = sys.argv[1:4]
+site = sys.argv[4] if len(sys.argv) > 4 else None
+node = sys.argv[5] if len(sys.argv) > 5 else None
+n = 0
+for l in open(path):
+    a = json.loads(l)
+    if a['alertname'] == name and a['status'] == status and (site is None or a['site'] == site) \
+            and (node is None or node == '*' or a.get('node', '') == node):
+        n += 1
+print(n)
+PY
+}
+# field NAME STATUS SITE KEY: KEY of the last such alert
+field() {
+    $PY - "$D/alerts.jsonl" "$@" <<'PY'
+import json, sys
+path, name, status, site, key = sys.argv[1:6]
+v = ''
+for l in open(path):
+    a = json.loads(l)
+    if a['alertname'] == name and a['status'] == status and a['site'] == site:
+        v = a.get(key, '')
+print(v)
+PY
+}
+wait_for() {  # tenths NAME STATUS SITE [NODE]
+    local t=$1; shift
+    for _ in $(seq 1 "$t"); do [ "$(count "$@")" -ge 1 ] && return 0; sleep 0.1; done
+    return 1
+}
+node_alerts() {  # site: NodeDown alerts of its nodes, firing or resolved
+    echo $(( $(count NodeDown firing "$1") + $(count NodeDown resolved "$1") ))
+}
+before=$(wc -l <"$D/alerts.jsonl")
+[ "$before" -eq 0 ]
+ok "a healthy fleet: no alert ($before)" $?
+
+# ---- 2. one node down at a site that is up ------------------------------------------
+
+$G fault node_stop --node s0001-n01 >/dev/null
+wait_for 200 NodeDown firing s0001 s0001-n01
+ok "a node stopped: NodeDown fires for s0001-n01 after its 4 s" $?
+echo "# $(grep '"NodeDown"' "$D/alerts.jsonl" | head -n 1 | cut -c1-400)"
+[ "$(field NodeDown firing s0001 dispatch)" = remote_hands ] &&
+    [ "$(field NodeDown firing s0001 cause)" = node_down ] &&
+    [ -n "$(field NodeDown firing s0001 action)" ] && [ "$(field NodeDown firing s0001 severity)" = ticket ]
+ok "... a ticket, cause node_down, send remote hands, with an action" $?
+$G fault node_resume --node s0001-n01 >/dev/null
+wait_for 100 NodeDown resolved s0001 s0001-n01
+ok "... resolved when it comes back" $?
+[ "$(count SiteUnreachable firing s0001)" -eq 0 ]
+ok "... and its site raised nothing" $?
+
+# ---- 3. a site power cut --------------------------------------------------------------
+
+$G fault site_power_cut --site s0004 --duration-ms 20000 >/dev/null
+cut_at=$(date +%s)
+wait_for 300 SiteUnreachable firing s0004
+ok "power cut at s0004: SiteUnreachable fires" $?
+echo "# $(grep '"SiteUnreachable"' "$D/alerts.jsonl" | head -n 1 | cut -c1-600)"
+[ "$(field SiteUnreachable firing s0004 cause)" = power_or_uplink ] &&
+    [ "$(field SiteUnreachable firing s0004 dispatch)" = site_partner ] &&
+    [ "$(field SiteUnreachable firing s0004 severity)" = page ] &&
+    [ "$(field SiteUnreachable firing s0004 region)" = eu-north ] &&
+    field SiteUnreachable firing s0004 evidence | grep -q 'node(s) lost' &&
+    [ -n "$(field SiteUnreachable firing s0004 action)" ]
+ok "... a page for region eu-north, cause power_or_uplink, evidence, action, send the site partner" $?
+muted=$(field SiteUnreachable firing s0004 muted)
+[ "${muted:-0}" -ge 1 ]
+ok "... it says it mutes its nodes' alerts (muted=$muted)" $?
+wait_for 400 SiteUnreachable resolved s0004
+ok "power back: resolved" $?
+[ "$(field SiteUnreachable resolved s0004 cause)" = power ] &&
+    [ "$(field SiteUnreachable resolved s0004 dispatch)" = utility ]
+ok "... the cause now known: power (the nodes came back rebooted), the utility to ask" $?
+sleep 6                          # NodeDown's 4 s after the site's return: nodes that stayed down would fire
+[ "$(count SiteUnreachable firing s0004)" -eq 1 ] && [ "$(count SiteUnreachable resolved s0004)" -eq 1 ] &&
+    [ "$(node_alerts s0004)" -eq 0 ]
+st_=$?; ok "exactly one site alert and its resolve, no node alert ($(node_alerts s0004)) for the $(( $(date +%s) - cut_at )) s" $st_
+
+# ---- 4. control-plane isolation -------------------------------------------------------
+
+sleep 8                          # s0004's outage out of the isolation window
+mark=$(wc -l <"$D/alerts.jsonl")
+fpids=()
+for s in s0001 s0002 s0006; do
+    $G fault uplink_cut --site "$s" --duration-ms 10000 >/dev/null & fpids+=($!)
+done
+wait "${fpids[@]}"
+wait_for 300 ControlPlaneIsolation firing _
+ok "3 of 6 sites cut at once: ControlPlaneIsolation fires" $?
+echo "# $(grep '"ControlPlaneIsolation"' "$D/alerts.jsonl" | head -n 1 | cut -c1-500)"
+[ "$(field ControlPlaneIsolation firing _ dispatch)" = platform_oncall ] &&
+    [ "$(field ControlPlaneIsolation firing _ region)" = _ ] &&
+    [ "$(field ControlPlaneIsolation firing _ labels)" = team=platform ]
+ok "... fleet-wide (region and site _), team=platform, our own on-call to send" $?
+wait_for 300 ControlPlaneIsolation resolved _
+ok "contact back: resolved" $?
+sleep 7
+after=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | grep -cv '"ControlPlaneIsolation"')
+[ "$(count ControlPlaneIsolation firing _)" -eq 1 ] && [ "$after" -eq 0 ]
+ok "one isolation alert and its resolve; no site or node alert meanwhile ($after)" $?
+
+# ---- 5. two instances, no duplicate ---------------------------------------------------
+
+dups=$($PY -c "
+import json, collections
+c = collections.Counter(json.loads(l)['event_id'] for l in open('$D/alerts.jsonl'))
+print(sum(1 for v in c.values() if v > 1), len(c))")
+pubs=$(cat "$D"/alerting-*.log | grep -c 'event=alert_published')
+[ "${dups%% *}" -eq 0 ] && [ "$pubs" -eq "${dups##* }" ]
+ok "two instances: every event id seen once (${dups##* } events, ${dups%% *} twice; $pubs publications)" $?
+echo "# publications by instance: a $(grep -c 'event=alert_published' "$D/alerting-a.log"), b $(grep -c 'event=alert_published' "$D/alerting-b.log")"
+
+tap_end

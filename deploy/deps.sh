@@ -14,6 +14,7 @@ pkgs=(
     postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
     faketime                         # libfaketime: clock_step_test steps the agent's date
     libyaml-dev                      # gpctl submit -f job.yaml (and job.json)
+    prometheus-alertmanager curl     # alerting_test: a real Alertmanager, read over its API
 )
 missing=()
 for p in "${pkgs[@]}"; do

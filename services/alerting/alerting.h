@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "gp/app.h"
+#include "gp/httpc.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 #include "rules.h"
@@ -34,6 +35,9 @@ typedef struct alerting_cfg {
     unsigned      publish_ms;
     unsigned      claim_ms;
     unsigned      sites_ms;
+    char          am_url[256];           /* Alertmanager; "" = none */
+    unsigned      am_ms;
+    unsigned      am_resolved_ms;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -53,7 +57,10 @@ typedef struct alerting {
     gp_task            *eval_task, *publish_task;
     unsigned            publishing;     /* publications out */
     uint64_t           *m_inputs, *m_raised, *m_cleared, *m_fired, *m_published;
-    uint64_t           *m_publish_errors, *m_db_errors;
+    uint64_t           *m_publish_errors, *m_db_errors, *m_am_posts, *m_am_errors;
+    gp_httpc_url        am_url;
+    bool                am_on, am_busy;
+    gp_task            *am_task;
 } alerting;
 
 #define AL_SITES_CAP 16384
@@ -74,6 +81,9 @@ typedef struct al_raise {
 gp_err alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg);
 void   alerting_eval_run(gp_app *app, void *arg);
 void   alerting_publish_run(gp_app *app, void *arg);
+
+/* am.c: the alerts posted to Alertmanager, the whole set every am-ms */
+void alerting_am_run(gp_app *app, void *arg);
 
 /* inputs.c */
 const char *alerting_region(alerting *a, const char *site);  /* "_" when unknown */

@@ -47,6 +47,10 @@ apply_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         (*ap->a->m_cleared)++;
     if (err == GP_EOK && ap->holds && strcmp(st, "pending") == 0)
         gp_task_kick(ap->a->eval_task);
+    if (err == GP_EOK && strcmp(st, "resolved") == 0) {
+        gp_task_kick(ap->a->publish_task);
+        gp_task_kick(ap->a->am_task);
+    }
     ap->done(ap->arg, err);
     free(ap);
 }
@@ -140,8 +144,10 @@ eval_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
                 PQgetvalue(res[0], i, 1), PQgetvalue(res[0], i, 2)[0] ? PQgetvalue(res[0], i, 2)
                                                                      : "-");
     }
-    if (nres == 1 && PQntuples(res[0]) > 0)
+    if (nres == 1 && PQntuples(res[0]) > 0) {
         gp_task_kick(a->publish_task);
+        gp_task_kick(a->am_task);
+    }
 }
 
 void

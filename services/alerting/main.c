@@ -24,6 +24,14 @@ const gp_cfg_opt alerting_cfg_opts[] = {
                 "how long an instance holds the events it publishes before another may"),
     GP_CFG_UINT("sites-ms", alerting_cfg, sites_ms, 60000, 1000, 3600000,
                 "how often the site inventory (each site's region) is reloaded"),
+    GP_CFG_STR("alertmanager-url", alerting_cfg, am_url, "",
+               "Prometheus Alertmanager (http://host:9093): firing and recently resolved "
+               "alerts are posted to its /api/v2/alerts; empty: none"),
+    GP_CFG_UINT("alertmanager-ms", alerting_cfg, am_ms, 15000, 200, 600000,
+                "how often the alerts are posted again (firing ones expire there after 4 "
+                "periods without a post)"),
+    GP_CFG_UINT("alertmanager-resolved-ms", alerting_cfg, am_resolved_ms, 900000, 1000,
+                86400000, "how long a resolve is posted again"),
     GP_CFG_END
 };
 
@@ -94,6 +102,10 @@ add_metrics(alerting *a)
                                              "Alert events not stored (tried again)");
     a->m_db_errors = gp_metrics_counter(mx, "gp_alerting_db_errors_total", NULL,
                                         "PostgreSQL statements that failed");
+    a->m_am_posts = gp_metrics_counter(mx, "gp_alerting_alertmanager_posts_total", NULL,
+                                       "Posts of the alert set Alertmanager accepted");
+    a->m_am_errors = gp_metrics_counter(mx, "gp_alerting_alertmanager_errors_total", NULL,
+                                        "Posts to Alertmanager that failed (sent again)");
 }
 
 int
@@ -113,6 +125,15 @@ main(int argc, char **argv)
     if ((code = load_rules(&a, &cfg, false)) != 0)
         return code;
     a.cfg = &cfg;
+    if (cfg.am_url[0] != '\0') {
+        char err[256];
+
+        if (gp_httpc_url_parse(cfg.am_url, &a.am_url, err, sizeof(err)) != GP_EOK) {
+            fprintf(stderr, "gridpool-alerting: alertmanager-url: %s\n", err);
+            return 78;
+        }
+        a.am_on = true;
+    }
     if ((a.sites = calloc(AL_SITES_CAP, sizeof(*a.sites))) == NULL)
         return 1;
     rc = gp_app_new("alerting", ALERTING_VERSION, &cfg.common, GP_NEED_PG | GP_NEED_JS,
@@ -125,7 +146,8 @@ main(int argc, char **argv)
         a.eval_task = gp_app_every(app, "eval", cfg.eval_ms / 1000.0, alerting_eval_run, &a);
         a.publish_task = gp_app_every(app, "publish", cfg.publish_ms / 1000.0,
                                       alerting_publish_run, &a);
-        if (a.eval_task == NULL || a.publish_task == NULL ||
+        a.am_task = gp_app_every(app, "alertmanager", cfg.am_ms / 1000.0, alerting_am_run, &a);
+        if (a.eval_task == NULL || a.publish_task == NULL || a.am_task == NULL ||
             gp_app_every(app, "sites", cfg.sites_ms / 1000.0, alerting_sites_run, &a) == NULL)
             rc = GP_ENOMEM;
     }

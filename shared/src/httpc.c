@@ -16,8 +16,8 @@ struct gp_httpc_req {
     ev_io           io;
     ev_timer        t;
     int             fd;
-    char            req[1024];
-    size_t          reqlen, sent;
+    gp_buf          req;                 /* the request: head and body */
+    size_t          sent;
     gp_buf          in;
     gp_httpc_cb    *cb;
     void           *arg;
@@ -78,6 +78,7 @@ req_free(gp_httpc_req *r)
     if (r->fd >= 0)
         close(r->fd);
     gp_buf_fini(&r->in);
+    gp_buf_fini(&r->req);
     free(r);
 }
 
@@ -118,7 +119,7 @@ on_io(struct ev_loop *loop, ev_io *w, int revents)
     ssize_t       n;
 
     (void)loop;
-    if ((revents & EV_WRITE) && r->sent < r->reqlen) {
+    if ((revents & EV_WRITE) && r->sent < r->req.n) {
         int       soerr = 0;
         socklen_t sl = sizeof(soerr);
 
@@ -126,14 +127,14 @@ on_io(struct ev_loop *loop, ev_io *w, int revents)
             finish(r, GP_EUNAVAIL);
             return;
         }
-        n = send(r->fd, r->req + r->sent, r->reqlen - r->sent, MSG_NOSIGNAL);
+        n = send(r->fd, r->req.p + r->sent, r->req.n - r->sent, MSG_NOSIGNAL);
         if (n < 0 && errno != EAGAIN && errno != EINTR) {
             finish(r, GP_EUNAVAIL);
             return;
         }
         if (n > 0)
             r->sent += (size_t)n;
-        if (r->sent == r->reqlen) {
+        if (r->sent == r->req.n) {
             ev_io_stop(r->loop, &r->io);
             ev_io_set(&r->io, r->fd, EV_READ);
             ev_io_start(r->loop, &r->io);
@@ -167,32 +168,17 @@ on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     finish(w->data, GP_ETIMEOUT);
 }
 
-gp_err
-gp_httpc_get(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
-             unsigned timeout_ms, size_t max_body, gp_httpc_cb *cb, void *arg,
-             gp_httpc_req **out)
+/* Connects and sends r->req; on failure frees r. */
+static gp_err
+start(struct ev_loop *loop, const gp_httpc_url *url, gp_httpc_req *r, unsigned timeout_ms,
+      gp_httpc_req **out)
 {
-    gp_httpc_req *r = calloc(1, sizeof(*r));
-    int           n;
-
-    if (out != NULL)
-        *out = NULL;
-    if (r == NULL)
-        return GP_ENOMEM;
-    r->loop = loop;
-    r->cb = cb;
-    r->arg = arg;
-    gp_buf_init(&r->in, max_body + 4096);          /* the headers on top */
-    n = snprintf(r->req, sizeof(r->req), "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: */*\r\n\r\n",
-                 path != NULL ? path : url->path, url->host);
     r->fd = socket(url->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (n <= 0 || n >= (int)sizeof(r->req) || r->fd < 0 ||
-        (connect(r->fd, (const struct sockaddr *)&url->addr, url->addrlen) != 0 &&
-         errno != EINPROGRESS)) {
+    if (r->fd < 0 || (connect(r->fd, (const struct sockaddr *)&url->addr, url->addrlen) != 0 &&
+                      errno != EINPROGRESS)) {
         req_free(r);
-        return n <= 0 || n >= (int)sizeof(r->req) ? GP_EINVAL : GP_EUNAVAIL;
+        return GP_EUNAVAIL;
     }
-    r->reqlen = (size_t)n;
     ev_io_init(&r->io, on_io, r->fd, EV_WRITE);
     r->io.data = r;
     ev_io_start(loop, &r->io);
@@ -202,4 +188,62 @@ gp_httpc_get(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
     if (out != NULL)
         *out = r;
     return GP_EOK;
+}
+
+static gp_httpc_req *
+req_new(struct ev_loop *loop, size_t max_body, gp_httpc_cb *cb, void *arg)
+{
+    gp_httpc_req *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    r->loop = loop;
+    r->cb = cb;
+    r->arg = arg;
+    r->fd = -1;
+    gp_buf_init(&r->in, max_body + 4096);          /* the headers on top */
+    gp_buf_init(&r->req, 0);
+    return r;
+}
+
+gp_err
+gp_httpc_get(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
+             unsigned timeout_ms, size_t max_body, gp_httpc_cb *cb, void *arg,
+             gp_httpc_req **out)
+{
+    gp_httpc_req *r;
+
+    if (out != NULL)
+        *out = NULL;
+    if ((r = req_new(loop, max_body, cb, arg)) == NULL)
+        return GP_ENOMEM;
+    if (gp_buf_printf(&r->req, "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: */*\r\n\r\n",
+                      path != NULL ? path : url->path, url->host) != GP_EOK) {
+        req_free(r);
+        return GP_ENOMEM;
+    }
+    return start(loop, url, r, timeout_ms, out);
+}
+
+gp_err
+gp_httpc_post(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
+              const char *content_type, const void *body, size_t len, unsigned timeout_ms,
+              size_t max_body, gp_httpc_cb *cb, void *arg, gp_httpc_req **out)
+{
+    gp_httpc_req *r;
+
+    if (out != NULL)
+        *out = NULL;
+    if (content_type == NULL || strpbrk(content_type, "\r\n") != NULL || (body == NULL && len))
+        return GP_EINVAL;
+    if ((r = req_new(loop, max_body, cb, arg)) == NULL)
+        return GP_ENOMEM;
+    if (gp_buf_printf(&r->req, "POST %s HTTP/1.0\r\nHost: %s\r\nAccept: */*\r\n"
+                      "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
+                      path != NULL ? path : url->path, url->host, content_type, len) != GP_EOK ||
+        (len > 0 && gp_buf_append(&r->req, body, len) != GP_EOK)) {
+        req_free(r);
+        return GP_ENOMEM;
+    }
+    return start(loop, url, r, timeout_ms, out);
 }

@@ -19,7 +19,11 @@
 #   4. control-plane isolation (3 of 6 sites cut at once): one
 #      ControlPlaneIsolation alert (platform on-call), no site or node
 #      alert; resolved when contact returns;
-#   5. two instances: every event id published once.
+#   5. two instances: every event id published once;
+#   6. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
+#      on a loopback port, fed by both instances: it holds the site alert
+#      once, with its labels and diagnosis, and its webhook (a small
+#      receiver here) is notified of the firing and of the resolve.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
@@ -27,6 +31,8 @@ D=$GP_STACK_DIR
 PY=/usr/bin/python3
 # shellcheck source=tests/harness/testlib.sh
 . "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/harness/lib.sh
+. "$(dirname "$0")/../harness/lib.sh"
 
 on_fail() {
     echo "# alerts seen:"; sed 's/^/#   /' "$D/alerts.jsonl" | cut -c1-300 | tail -n 20
@@ -58,6 +64,38 @@ st_=$?; ok "a bad rules file stops the service: exit 78, $(head -c 120 "$tmp/bad
 
 # ---- the stack ------------------------------------------------------------------
 
+# Alertmanager, its notifications to a webhook that writes each body a line
+AMP=$(free_port); HOOKP=$(free_port)
+cat >"$tmp/hook.py" <<'HOOK'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        with open(sys.argv[2], 'ab') as f:
+            f.write(body.replace(b'\n', b' ') + b'\n')
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+HOOK
+cat >"$tmp/am.yml" <<AMCONF
+route:
+  receiver: hook
+  group_by: [alertname, site]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: http://127.0.0.1:$HOOKP/
+        send_resolved: true
+AMCONF
+spawn hook $PY "$tmp/hook.py" "$HOOKP" "$D/hook.jsonl"
+spawn alertmanager prometheus-alertmanager --config.file="$tmp/am.yml" --storage.path="$tmp/am" \
+    --web.listen-address="127.0.0.1:$AMP" --cluster.listen-address=
+wait_port "$AMP" 20 && wait_port "$HOOKP" 10
+st_=$?; ok "Alertmanager $(prometheus-alertmanager --version 2>&1 | head -n 1 | cut -d' ' -f1-3) on port $AMP" $st_
+
 spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --heartbeat-ms 500 \
     --lease-ms 6000 --sweep-ms 200
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
@@ -66,7 +104,7 @@ spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --r
 for i in a b; do
     spawn "alerting-$i" "$B/bin/gridpool-alerting" --config "$D/gp.env" --http-port 0 \
         --instance "alerting-$i" --rules "$tmp/rules.conf" --eval-ms 200 --publish-ms 100 \
-        --sites-ms 2000
+        --sites-ms 2000 --alertmanager-url "http://127.0.0.1:$AMP" --alertmanager-ms 1000
 done
 for _ in $(seq 1 100); do $G health alerting >/dev/null 2>&1 && break; sleep 0.1; done
 $G watch alerts -o json >"$D/alerts.jsonl" 2>"$D/watch.err" &
@@ -154,8 +192,30 @@ ok "... a page for region eu-north, cause power_or_uplink, evidence, action, sen
 muted=$(field SiteUnreachable firing s0004 muted)
 [ "${muted:-0}" -ge 1 ]
 ok "... it says it mutes its nodes' alerts (muted=$muted)" $?
+# Alertmanager: the alert, once, from two instances posting every second
+am_alerts() {
+    curl -s "http://127.0.0.1:$AMP/api/v2/alerts?filter=alertname%3D%22$1%22&filter=site%3D%22$2%22"
+}
+for _ in $(seq 1 100); do [ "$(am_alerts SiteUnreachable s0004 | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')" -ge 1 ] && break; sleep 0.1; done
+am_alerts SiteUnreachable s0004 >"$tmp/am1.json"
+$PY - "$tmp/am1.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+print('# alertmanager:', json.dumps(a)[:400])
+ok = len(a) == 1 and a[0]['labels'].get('severity') == 'page' and a[0]['labels'].get('region') == 'eu-north' \
+    and a[0]['annotations'].get('dispatch') == 'site_partner' and a[0]['annotations'].get('action') \
+    and a[0]['status']['state'] == 'active'
+sys.exit(0 if ok else 1)
+PY
+ok "Alertmanager holds it once (two instances post it), active, with labels and the diagnosis as annotations" $?
+for _ in $(seq 1 100); do grep -q '"status":"firing".*"site":"s0004"' "$D/hook.jsonl" 2>/dev/null && break; sleep 0.1; done
+grep '"status":"firing"' "$D/hook.jsonl" 2>/dev/null | grep -q '"alertname":"SiteUnreachable".*"site":"s0004"\|"site":"s0004".*"alertname":"SiteUnreachable"'
+ok "... and notified its receiver: firing" $?
 wait_for 400 SiteUnreachable resolved s0004
 ok "power back: resolved" $?
+for _ in $(seq 1 100); do grep '"status":"resolved"' "$D/hook.jsonl" 2>/dev/null | grep -q '"site":"s0004"' && break; sleep 0.1; done
+grep '"status":"resolved"' "$D/hook.jsonl" 2>/dev/null | grep -q '"alertname":"SiteUnreachable".*"site":"s0004"\|"site":"s0004".*"alertname":"SiteUnreachable"'
+st_=$?; ok "... Alertmanager got the resolve: its receiver notified resolved ($(grep -c . "$D/hook.jsonl") notifications)" $st_
 [ "$(field SiteUnreachable resolved s0004 cause)" = power ] &&
     [ "$(field SiteUnreachable resolved s0004 dispatch)" = utility ]
 ok "... the cause now known: power (the nodes came back rebooted), the utility to ask" $?

@@ -1,11 +1,14 @@
 /* httpc_test.c -- gp/httpc.h against the project's own HTTP endpoint
  * (gp/http.h) on a loopback port: a body larger than one read, a 404,
  * the body cap, a refused connection, a server that never answers (the
- * deadline), cancel, and the URL parser's errors. */
+ * deadline), cancel, and the URL parser's errors; a POST against a
+ * one-shot server in a thread, which keeps what it received. */
 #include <arpa/inet.h>
 #include <ev.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -94,6 +97,85 @@ bound(int listen_too)
     return fd;
 }
 
+/* One connection: reads the request (head and Content-Length bytes of
+ * body), answers 201 with a short body, closes. */
+typedef struct oneshot {
+    int  fd;
+    char got[8192];
+    int  n;
+} oneshot;
+
+static void *
+serve_once(void *arg)
+{
+    oneshot *o = arg;
+    int      c = accept(o->fd, NULL, NULL);
+    ssize_t  k;
+
+    while (c >= 0 && o->n < (int)sizeof(o->got) - 1 &&
+           (k = recv(c, o->got + o->n, sizeof(o->got) - 1 - (size_t)o->n, 0)) > 0) {
+        const char *end, *cl;
+
+        o->n += (int)k;
+        o->got[o->n] = '\0';
+        if ((end = strstr(o->got, "\r\n\r\n")) != NULL && (cl = strstr(o->got, "Content-Length: ")) &&
+            o->n - (int)(end + 4 - o->got) >= atoi(cl + 16))
+            break;
+    }
+    if (c >= 0) {
+        const char ans[] = "HTTP/1.0 201 Created\r\nContent-Type: text/plain\r\n\r\nposted";
+
+        if (send(c, ans, sizeof(ans) - 1, MSG_NOSIGNAL) < 0)
+            o->n = -1;
+        close(c);
+    }
+    return NULL;
+}
+
+static void
+post_cb(void *arg, gp_err err, int status, const char *body, size_t len)
+{
+    got *g = arg;
+
+    g->done++;
+    g->err = err;
+    g->status = status;
+    g->len = len;
+    g->body_ok = len == 6 && strcmp(body, "posted") == 0;
+}
+
+static void
+test_post(struct ev_loop *loop)
+{
+    oneshot      o = {.fd = bound(1)};
+    pthread_t    th;
+    gp_httpc_url u;
+    char         url[128], e[256];
+    got          g = {0};
+    const char   json[] = "[{\"labels\":{\"alertname\":\"X\"}}]";
+    char         clen[48];
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", port_of(o.fd));
+    T_OK(gp_httpc_url_parse(url, &u, e, sizeof(e)) == GP_EOK);
+    T_OK(pthread_create(&th, NULL, serve_once, &o) == 0);
+    T_OK(gp_httpc_post(loop, &u, NULL, "application/json", json, strlen(json), 5000, 1000,
+                       post_cb, &g, NULL) == GP_EOK);
+    while (!g.done)
+        ev_run(loop, EVRUN_ONCE);
+    pthread_join(th, NULL);
+    close(o.fd);
+    snprintf(clen, sizeof(clen), "\r\nContent-Length: %zu\r\n", strlen(json));
+    T_OKM(g.err == GP_EOK && g.status == 201 && g.body_ok, "POST: 201 and its body (%s %d)",
+          gp_err_name(g.err), g.status);
+    T_OKM(o.n > 0 && strncmp(o.got, "POST /api/v2/alerts HTTP/1.0\r\n", 30) == 0 &&
+          strstr(o.got, "\r\nContent-Type: application/json\r\n") != NULL &&
+          strstr(o.got, clen) != NULL &&
+          strcmp(strstr(o.got, "\r\n\r\n") + 4, json) == 0,
+          "the server got the request line, the type, the length and the body");
+    T_OKM(gp_httpc_post(loop, &u, NULL, "a\r\nX-Evil: 1", "", 0, 100, 100, post_cb, &g, NULL) ==
+              GP_EINVAL, "a content type with a line break: INVAL");
+}
+
 int
 main(void)
 {
@@ -148,6 +230,7 @@ main(void)
           strcmp(u.path, "/") == 0 && strcmp(u.host, "localhost") == 0,
           "host:port without a path: path /");
 
+    test_post(loop);
     gp_http_free(h);
     ev_loop_destroy(loop);
     return T_DONE();

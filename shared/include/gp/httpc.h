@@ -1,7 +1,8 @@
-/* gp/httpc.h -- a minimal non-blocking HTTP/1.0 GET on the loop.
+/* gp/httpc.h -- a minimal non-blocking HTTP/1.0 GET and POST on the loop.
  *
  * For reading another server's monitoring endpoint (the recovery service
- * reads nats-server's /leafz).  One request per connection, the body read
+ * reads nats-server's /leafz) and posting to another server's API
+ * (alerting posts to Alertmanager's /api/v2/alerts).  One request per connection, the body read
  * until the server closes, a deadline for the whole exchange and a cap on
  * the body.  The host is resolved when the URL is parsed
  * (gp_httpc_url_parse, at start-up: name resolution blocks), never on the
@@ -41,6 +42,13 @@ typedef struct gp_httpc_req gp_httpc_req;
 gp_err gp_httpc_get(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
                     unsigned timeout_ms, size_t max_body, gp_httpc_cb *cb, void *arg,
                     gp_httpc_req **out);
+/* POST body (len bytes, Content-Type content_type) to url (path as for
+ * GET); the same callback and cancel.  INVAL: a content type with a line
+ * break in it. */
+gp_err gp_httpc_post(struct ev_loop *loop, const gp_httpc_url *url, const char *path,
+                     const char *content_type, const void *body, size_t len,
+                     unsigned timeout_ms, size_t max_body, gp_httpc_cb *cb, void *arg,
+                     gp_httpc_req **out);
 void   gp_httpc_cancel(gp_httpc_req *r);
 
 #endif

@@ -38,6 +38,7 @@ typedef struct alerting_cfg {
     char          am_url[256];           /* Alertmanager; "" = none */
     unsigned      am_ms;
     unsigned      am_resolved_ms;
+    unsigned      forget_ms;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -61,9 +62,13 @@ typedef struct alerting {
     gp_httpc_url        am_url;
     bool                am_on, am_busy;
     gp_task            *am_task;
+    void               *tmem;           /* telemetry.c: per node, the rules that held */
+    unsigned            ntmem;
+    uint64_t           *m_beats, *m_notes;
 } alerting;
 
 #define AL_SITES_CAP 16384
+#define AL_NODES_CAP 65536
 
 extern const gp_migration alerting_migrations[];
 extern const gp_stream_cfg alerting_streams[];
@@ -79,11 +84,21 @@ typedef struct al_raise {
 } al_raise;
 /* Raises or clears one alert; done(arg, err) when PostgreSQL has it. */
 gp_err alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg);
+/* Appends note to the evidence of the node's active telemetry alerts (a
+ * firing one is published again with it). */
+gp_err alerting_note(alerting *a, const char *site, const char *node, const char *note,
+                     void (*done)(void *, gp_err), void *arg);
 void   alerting_eval_run(gp_app *app, void *arg);
 void   alerting_publish_run(gp_app *app, void *arg);
 
 /* am.c: the alerts posted to Alertmanager, the whole set every am-ms */
 void alerting_am_run(gp_app *app, void *arg);
+
+/* telemetry.c: heartbeats, the telemetry rules */
+extern const gp_route alerting_beat_routes[];
+gp_err alerting_telemetry_init(alerting *a);
+void   alerting_telemetry_free(alerting *a);
+void   alerting_forget_run(gp_app *app, void *arg);
 
 /* inputs.c */
 const char *alerting_region(alerting *a, const char *site);  /* "_" when unknown */

@@ -56,7 +56,7 @@ apply_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
 }
 
 static const char raise_sql[] =
-    "SELECT alert_raise($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11, $12, $13)";
+    "SELECT alert_raise($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11, $12, $13, $14)";
 static const char clear_sql[] = "SELECT alert_clear($1, $2, $3, $4, $5, $6, $7, $8)";
 
 gp_err
@@ -65,7 +65,7 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
     const al_diag *d = x->diag;
     applied       *ap = calloc(1, sizeof(*ap));
     char           for_ms[16];
-    const char    *p[13];
+    const char    *p[14];
     al_scope       scope = al_signal_scope(x->rule->signal);
     gp_err         rc;
 
@@ -92,7 +92,8 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
         p[10] = d->evidence;
         p[11] = d->action;
         p[12] = msg_alert_dispatch_names[d->dispatch];
-        rc = gp_db_query(gp_app_db(a->app), raise_sql, 13, p, 0, apply_done, ap);
+        p[13] = al_signal_telemetry(x->rule->signal) ? "telemetry" : "state";
+        rc = gp_db_query(gp_app_db(a->app), raise_sql, 14, p, 0, apply_done, ap);
     } else {
         p[0] = x->rule->name;
         p[1] = x->site;
@@ -109,6 +110,49 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
     return rc;
 }
 
+/* ---- notes: a fact about a node on its telemetry alerts ------------------------- */
+
+typedef struct noted {
+    alerting *a;
+    void    (*done)(void *, gp_err);
+    void     *arg;
+} noted;
+
+static void
+note_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    noted *nt = arg;
+
+    if (err != GP_EOK) {
+        (*nt->a->m_db_errors)++;
+        GP_WARN("alert_note_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    } else if (nres == 1 && PQntuples(res[0]) == 1 && atoi(PQgetvalue(res[0], 0, 0)) > 0) {
+        (*nt->a->m_notes)++;
+        gp_task_kick(nt->a->publish_task);
+    }
+    nt->done(nt->arg, err);
+    free(nt);
+}
+
+gp_err
+alerting_note(alerting *a, const char *site, const char *node, const char *note,
+              void (*done)(void *, gp_err), void *arg)
+{
+    noted      *nt = calloc(1, sizeof(*nt));
+    const char *p[3] = {site, node, note};
+    gp_err      rc;
+
+    if (nt == NULL)
+        return GP_ENOMEM;
+    nt->a = a;
+    nt->done = done;
+    nt->arg = arg;
+    rc = gp_db_query(gp_app_db(a->app), "SELECT alert_note($1, $2, $3)", 3, p, 0, note_done, nt);
+    if (rc != GP_EOK)
+        free(nt);
+    return rc;
+}
+
 /* ---- eval: pending -> firing ------------------------------------------------------- */
 
 static const char eval_sql[] =
@@ -116,7 +160,7 @@ static const char eval_sql[] =
     "  UPDATE alerts x SET state = 'firing', seq = x.seq + 1, fired_ms = alert_now_ms(),\n"
     "    updated_ms = alert_now_ms()\n"
     "  WHERE x.state = 'pending' AND x.due_ms <= alert_now_ms()\n"
-    "    AND NOT alert_inhibited(x.scope, x.site)\n"
+    "    AND NOT alert_inhibited2(x.scope, x.site, x.node, x.kind)\n"
     "  RETURNING x.*),\n"
     "e AS (INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node,\n"
     "    labels, summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms,\n"

@@ -123,3 +123,54 @@ al_diag_node(const msg_node_state *e, al_diag *d)
         break;
     }
 }
+
+void
+al_diag_telemetry(al_signal s, const char *reason, al_diag *d)
+{
+    const gp_xid_info *x79 = gp_xid_lookup(79), *x48 = gp_xid_lookup(48);
+    char               act[256];
+
+    memset(d, 0, sizeof(*d));
+    snprintf(d->evidence, sizeof(d->evidence), "%s", reason);
+    switch (s) {
+    case AL_SIG_GPU_STATE:
+        snprintf(act, sizeof(act), "XID 79 (%s): %s. Reboot the node (remote hands); if the GPU "
+                 "falls off again, reseat or replace it (a field technician)",
+                 x79 ? x79->name : "?", x79 ? x79->what : "the GPU fell off the bus");
+        set(d, "gpu_fallen_off_bus", MSG_ALERT_DISPATCH_REMOTE_HANDS, act);
+        break;
+    case AL_SIG_GPU_ECC_DBE:
+        snprintf(act, sizeof(act), "Uncorrectable ECC errors (XID 48, %s): drain the node and "
+                 "reset the GPU; if they come back, replace the GPU (RMA)",
+                 x48 ? x48->name : "DBE");
+        set(d, "gpu_ecc_uncorrectable", MSG_ALERT_DISPATCH_FIELD_TECHNICIAN, act);
+        break;
+    case AL_SIG_GPU_TEMP:
+        set(d, "gpu_hot", MSG_ALERT_DISPATCH_REMOTE_HANDS,
+            "Check the node's cooling: fans, filters, airflow; several nodes of a site hot at "
+            "once means the site's cooling (HVAC), ask the site partner");
+        break;
+    case AL_SIG_GPU_THROTTLE:
+        if (strstr(reason, "brake") != NULL || strstr(reason, "slowdown") != NULL)
+            set(d, "gpu_power_brake", MSG_ALERT_DISPATCH_SITE_PARTNER,
+                "The GPUs are braked for power: check the node's PSU and the PDU; across a "
+                "site it is the site's power quality, ask the site partner");
+        else
+            set(d, "gpu_thermal_throttle", MSG_ALERT_DISPATCH_REMOTE_HANDS,
+                "The GPUs slow down for heat: check fans, filters and airflow; across a site "
+                "it is the site's cooling");
+        break;
+    case AL_SIG_NODE_DISK:
+        set(d, "disk", MSG_ALERT_DISPATCH_FIELD_TECHNICIAN,
+            "The node's disk reports SMART trouble: drain the node and replace the disk");
+        break;
+    case AL_SIG_NODE_RTT:
+        set(d, "uplink_slow", MSG_ALERT_DISPATCH_NETWORK_PROVIDER,
+            "The node's uplink is slow: if its whole site is, call the site's network "
+            "provider; else check the node's cable and port");
+        break;
+    default:
+        set(d, "telemetry", MSG_ALERT_DISPATCH_NONE, "See the evidence");
+        break;
+    }
+}

@@ -11,11 +11,16 @@
  *     network provider; isolation: our own on-call; a lost node of a
  *     site that is up: remote hands; a quarantined node: the catalog's
  *     action for its XID, a field technician for GPU and ECC faults and
- *     for flapping. */
+ *     for flapping; a GPU fallen off the bus: a reboot by remote hands
+ *     (XID 79 in the catalog), a technician if it repeats; uncorrectable
+ *     ECC errors: drain and reset, RMA if they return; heat: cooling; a
+ *     power brake: the site's power; a failing disk: a technician; a slow
+ *     uplink: the network provider. */
 #ifndef ALERTING_DIAG_H
 #define ALERTING_DIAG_H
 
 #include "msg_gen.h"
+#include "rules.h"
 
 typedef struct al_diag {
     char cause[64];
@@ -27,5 +32,8 @@ typedef struct al_diag {
 void al_diag_site(const msg_site_event *e, al_diag *d);
 void al_diag_isolation(const msg_control_plane_event *e, al_diag *d);
 void al_diag_node(const msg_node_state *e, al_diag *d);
+/* A telemetry signal of one heartbeat; reason: what it read (the summary's
+ * {reason}, the evidence). */
+void al_diag_telemetry(al_signal s, const char *reason, al_diag *d);
 
 #endif

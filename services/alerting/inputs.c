@@ -134,7 +134,8 @@ one_done(void *arg, gp_err err)
 
 static gp_err
 evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char *region,
-         const char *site, const char *node, const al_vars *v0, const al_diag *d)
+         const char *site, const char *node, const al_vars *v0, const al_diag *d,
+         const char *note)
 {
     pending_in *p = calloc(1, sizeof(*p));
     unsigned    n = 0;
@@ -161,6 +162,13 @@ evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char 
         }
         n++;
     }
+    if (note != NULL) {               /* the quarantine, on the node's telemetry alerts */
+        p->left++;
+        if (alerting_note(a, site, node, note, one_done, p) != GP_EOK) {
+            p->left--;
+            p->err = GP_EUNAVAIL;
+        }
+    }
     (void)n;
     if (--p->left == 0) {
         gp_err rc = p->err;
@@ -185,7 +193,8 @@ on_site(gp_req *req, const void *in, void *out)
     v.reason = e->evidence;
     alerting_region_put(a, e->site, e->region);
     return evaluate(a, req, AL_SIG_SITE, msg_site_event_kind_names[e->kind],
-                    e->region[0] ? e->region : alerting_region(a, e->site), e->site, "", &v, &d);
+                    e->region[0] ? e->region : alerting_region(a, e->site), e->site, "", &v, &d,
+                    NULL);
 }
 
 static gp_err
@@ -201,7 +210,7 @@ on_isolation(gp_req *req, const void *in, void *out)
     al_diag_isolation(e, &d);
     v.cause = d.cause;
     return evaluate(a, req, AL_SIG_ISOLATION, msg_control_plane_event_state_names[e->state], "_",
-                    "_", "", &v, &d);
+                    "_", "", &v, &d, NULL);
 }
 
 static gp_err
@@ -214,11 +223,15 @@ on_node(gp_req *req, const void *in, void *out)
     al_vars               v = {.site = e->site, .region = region, .node = e->node,
                                .reason = e->reason};
 
+    char                  note[160];
+
     (void)out;
     al_diag_node(e, &d);
     v.cause = d.cause;
+    snprintf(note, sizeof(note), "node quarantined by the registry (no new work, its "
+             "interruptible jobs moved): %.80s", e->reason);
     return evaluate(a, req, AL_SIG_NODE, msg_node_state_state_names[e->state], region, e->site,
-                    e->node, &v, &d);
+                    e->node, &v, &d, e->state == MSG_NODE_STATE_STATE_QUARANTINED ? note : NULL);
 }
 
 static const gp_durable site_durable = {.stream = "FLEET", .name = "alerting-sites",

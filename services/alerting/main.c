@@ -32,6 +32,9 @@ const gp_cfg_opt alerting_cfg_opts[] = {
                 "periods without a post)"),
     GP_CFG_UINT("alertmanager-resolved-ms", alerting_cfg, am_resolved_ms, 900000, 1000,
                 86400000, "how long a resolve is posted again"),
+    GP_CFG_UINT("forget-ms", alerting_cfg, forget_ms, 60000, 1000, 3600000,
+                "how often an instance forgets which telemetry rules held per node and tells "
+                "PostgreSQL again (a node's beats go to any instance)"),
     GP_CFG_END
 };
 
@@ -102,6 +105,10 @@ add_metrics(alerting *a)
                                              "Alert events not stored (tried again)");
     a->m_db_errors = gp_metrics_counter(mx, "gp_alerting_db_errors_total", NULL,
                                         "PostgreSQL statements that failed");
+    a->m_beats = gp_metrics_counter(mx, "gp_alerting_beats_total", NULL,
+                                    "Heartbeats read for the telemetry rules");
+    a->m_notes = gp_metrics_counter(mx, "gp_alerting_notes_total", NULL,
+                                    "Quarantines noted on a node's telemetry alerts");
     a->m_am_posts = gp_metrics_counter(mx, "gp_alerting_alertmanager_posts_total", NULL,
                                        "Posts of the alert set Alertmanager accepted");
     a->m_am_errors = gp_metrics_counter(mx, "gp_alerting_alertmanager_errors_total", NULL,
@@ -134,7 +141,8 @@ main(int argc, char **argv)
         }
         a.am_on = true;
     }
-    if ((a.sites = calloc(AL_SITES_CAP, sizeof(*a.sites))) == NULL)
+    if ((a.sites = calloc(AL_SITES_CAP, sizeof(*a.sites))) == NULL ||
+        alerting_telemetry_init(&a) != GP_EOK)
         return 1;
     rc = gp_app_new("alerting", ALERTING_VERSION, &cfg.common, GP_NEED_PG | GP_NEED_JS,
                     alerting_migrations, &app);
@@ -148,19 +156,21 @@ main(int argc, char **argv)
                                       alerting_publish_run, &a);
         a.am_task = gp_app_every(app, "alertmanager", cfg.am_ms / 1000.0, alerting_am_run, &a);
         if (a.eval_task == NULL || a.publish_task == NULL || a.am_task == NULL ||
-            gp_app_every(app, "sites", cfg.sites_ms / 1000.0, alerting_sites_run, &a) == NULL)
+            gp_app_every(app, "sites", cfg.sites_ms / 1000.0, alerting_sites_run, &a) == NULL ||
+            gp_app_every(app, "forget", cfg.forget_ms / 1000.0, alerting_forget_run, &a) == NULL)
             rc = GP_ENOMEM;
     }
     if (rc == GP_EOK)
         rc = gp_app_streams(app, alerting_streams);
     if (rc == GP_EOK) {
         alerting_sites_run(app, &a);
-        rc = gp_app_serve(app, &a, alerting_input_routes, NULL);
+        rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes, NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);
     free(a.sites);
+    alerting_telemetry_free(&a);
     gp_lib_close();
     return rc == GP_EOK ? 0 : 1;
 }

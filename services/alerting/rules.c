@@ -16,7 +16,10 @@
  * isolation (many sites at once) is declared within the recovery
  * service's isolation window, and muting the sites' alerts needs it
  * before they fire; NodeDown waits 20 s so that a site outage, which
- * recovery calls within its site window, mutes its nodes instead. */
+ * recovery calls within its site window, mutes its nodes instead;
+ * NodeQuarantined waits 15 s so that the GPU fault that caused it (read
+ * from the same heartbeat, but on another path) is raised first and mutes
+ * it: one alert, the cause, with the quarantine in its diagnosis. */
 const char al_rules_default[] =
     "# name                signal           op  values       for  severity labels        summary\n"
     "SiteUnreachable       site.state       ==  unreachable  30s  page     -             "
@@ -26,20 +29,57 @@ const char al_rules_default[] =
     "rescheduling frozen\"\n"
     "NodeDown              node.state       ==  lost         20s  ticket   -             "
     "\"Node {node} at {site} lost: {reason}\"\n"
-    "NodeQuarantined       node.state       ==  quarantined  0s   ticket   -             "
-    "\"Node {node} at {site} quarantined: {reason}\"\n";
+    "NodeQuarantined       node.state       ==  quarantined  15s  ticket   -             "
+    "\"Node {node} at {site} quarantined: {reason}\"\n"
+    "GpuFallenOffBus       gpu.state        ==  lost         0s   page     -             "
+    "\"A GPU of {node} at {site} fell off the bus: {reason}\"\n"
+    "GpuEccUncorrectable   gpu.ecc_dbe      >   0            0s   page     -             "
+    "\"Uncorrectable ECC errors on {node} at {site}: {reason}\"\n"
+    "GpuOverheating        gpu.temp_c       >=  90           2m   ticket   -             "
+    "\"A GPU of {node} at {site} runs hot: {reason}\"\n"
+    "GpuThermalThrottling  gpu.throttle     in  thermal,hw_thermal,sw_thermal 5m ticket -  "
+    "\"GPUs of {node} at {site} throttle for heat: {reason}\"\n"
+    "GpuPowerBrake         gpu.throttle     in  hw_power_brake,hw_slowdown 1m ticket -     "
+    "\"GPUs of {node} at {site} are power-braked: {reason}\"\n"
+    "DiskFailing           node.disk        in  degraded,failing 10m ticket -          "
+    "\"The disk of {node} at {site} is {reason}\"\n"
+    "UplinkSlow            node.uplink_rtt_ms > 1000         5m   ticket   -             "
+    "\"The uplink of {node} at {site} is slow: {reason}\"\n";
 
 static const struct {
     const char *name;
     al_scope    scope;
+    bool        numeric, telemetry;
     const char *values[8];
 } signals[AL_SIG_COUNT] = {
-    [AL_SIG_SITE] = {"site.state", AL_SCOPE_SITE, {"unreachable", "returned", NULL}},
-    [AL_SIG_ISOLATION] = {"isolation.state", AL_SCOPE_FLEET, {"frozen", "thawing", NULL}},
-    [AL_SIG_NODE] = {"node.state", AL_SCOPE_NODE,
+    [AL_SIG_SITE] = {"site.state", AL_SCOPE_SITE, false, false, {"unreachable", "returned", NULL}},
+    [AL_SIG_ISOLATION] = {"isolation.state", AL_SCOPE_FLEET, false, false,
+                          {"frozen", "thawing", NULL}},
+    [AL_SIG_NODE] = {"node.state", AL_SCOPE_NODE, false, false,
                      {"unknown", "healthy", "suspect", "draining", "quarantined", "lost",
                       "cordoned", NULL}},
+    [AL_SIG_GPU_STATE] = {"gpu.state", AL_SCOPE_NODE, false, true, {"ok", "lost", NULL}},
+    [AL_SIG_GPU_ECC_DBE] = {"gpu.ecc_dbe", AL_SCOPE_NODE, true, true, {NULL}},
+    [AL_SIG_GPU_TEMP] = {"gpu.temp_c", AL_SCOPE_NODE, true, true, {NULL}},
+    [AL_SIG_GPU_THROTTLE] = {"gpu.throttle", AL_SCOPE_NODE, false, true,
+                             {"thermal", "power", "hw_slowdown", "sw_thermal", "hw_thermal",
+                              "hw_power_brake", NULL}},
+    [AL_SIG_NODE_DISK] = {"node.disk", AL_SCOPE_NODE, false, true,
+                          {"ok", "degraded", "failing", NULL}},
+    [AL_SIG_NODE_RTT] = {"node.uplink_rtt_ms", AL_SCOPE_NODE, true, true, {NULL}},
 };
+
+bool
+al_signal_numeric(al_signal s)
+{
+    return s < AL_SIG_COUNT && signals[s].numeric;
+}
+
+bool
+al_signal_telemetry(al_signal s)
+{
+    return s < AL_SIG_COUNT && signals[s].telemetry;
+}
 
 static const char *const placeholders[] = {"site", "region", "node", "cause", "reason",
                                            "sites_silent", "sites", NULL};
@@ -203,6 +243,40 @@ parse_values(al_rule *r, char *list, char *err, size_t errlen)
 }
 
 static gp_err
+parse_condition(al_rule *r, const char *op, char *vals, char *err, size_t errlen)
+{
+    static const char *const ops[] = {"==", "!=", ">", ">=", "<", "<="};
+    char                    *end;
+    int                      o = -1;
+
+    for (int i = 0; i < 6; i++)
+        if (strcmp(op, ops[i]) == 0)
+            o = i;
+    if (strcmp(op, "in") == 0 && !al_signal_numeric(r->signal))
+        o = AL_OP_EQ;
+    if (!al_signal_numeric(r->signal)) {
+        if (o != AL_OP_EQ && o != AL_OP_NE)
+            return bad(err, errlen, r->line, "unknown operator '%s' for %s (==, !=, in)", op,
+                       al_signal_name(r->signal));
+        r->op = (al_op)o;
+        r->negate = o == AL_OP_NE;
+        return parse_values(r, vals, err, errlen);
+    }
+    if (o < 0)
+        return bad(err, errlen, r->line, "unknown operator '%s' for %s (== != > >= < <=)", op,
+                   al_signal_name(r->signal));
+    r->op = (al_op)o;
+    errno = 0;
+    r->num = strtod(vals, &end);
+    if (errno != 0 || end == vals || *end != '\0')
+        return bad(err, errlen, r->line, "%s compares with a number, not '%s'",
+                   al_signal_name(r->signal), vals);
+    snprintf(r->values[0], sizeof(r->values[0]), "%s", vals);
+    r->nvalues = 1;
+    return GP_EOK;
+}
+
+static gp_err
 parse_line(char *line, int lineno, al_rule *r, char *err, size_t errlen)
 {
     char *f[7], *q, *save = NULL, which[64];
@@ -233,15 +307,10 @@ parse_line(char *line, int lineno, al_rule *r, char *err, size_t errlen)
     snprintf(r->name, sizeof(r->name), "%s", f[0]);
     if ((sig = find_signal(f[1])) < 0)
         return bad(err, errlen, lineno, "unknown signal '%s' (site.state, isolation.state, "
-                                        "node.state)", f[1]);
+                                        "node.state, gpu.state, gpu.ecc_dbe, gpu.temp_c, "
+                                        "gpu.throttle, node.disk, node.uplink_rtt_ms)", f[1]);
     r->signal = (al_signal)sig;
-    if (strcmp(f[2], "==") == 0 || strcmp(f[2], "in") == 0)
-        r->negate = false;
-    else if (strcmp(f[2], "!=") == 0)
-        r->negate = true;
-    else
-        return bad(err, errlen, lineno, "unknown operator '%s' (==, !=, in)", f[2]);
-    if (parse_values(r, f[3], err, errlen) != GP_EOK)
+    if (parse_condition(r, f[2], f[3], err, errlen) != GP_EOK)
         return GP_EINVAL;
     if (!parse_duration(f[4], &r->for_ms))
         return bad(err, errlen, lineno, "for '%s': a duration such as 0s, 500ms, 30s, 5m, 1h "
@@ -334,7 +403,9 @@ al_rules_load(const char *path, al_rules *out, char *err, size_t errlen)
 void
 al_rules_print(const al_rules *r, FILE *f)
 {
-    fprintf(f, "# %u rule(s)\n# %-22s %-16s %-3s %-24s %-7s %-8s %-14s %s\n", r->n, "name",
+    static const char *const opname[] = {"==", "!=", ">", ">=", "<", "<="};
+
+    fprintf(f, "# %u rule(s)\n# %-22s %-18s %-3s %-24s %-7s %-8s %-14s %s\n", r->n, "name",
             "signal", "op", "values", "for", "severity", "labels", "summary");
     for (unsigned i = 0; i < r->n; i++) {
         const al_rule *x = &r->rule[i];
@@ -347,11 +418,36 @@ al_rules_print(const al_rules *r, FILE *f)
             snprintf(dur, sizeof(dur), "%ums", (unsigned)x->for_ms);
         else
             snprintf(dur, sizeof(dur), "%us", (unsigned)(x->for_ms / 1000));
-        fprintf(f, "%-24s %-16s %-3s %-24s %-7s %-8s %-14s \"%s\"\n", x->name,
-                al_signal_name(x->signal), x->negate ? "!=" : "==", vals, dur,
+        fprintf(f, "%-24s %-18s %-3s %-24s %-7s %-8s %-14s \"%s\"\n", x->name,
+                al_signal_name(x->signal), opname[x->op], vals, dur,
                 msg_alert_severity_names[x->severity], x->labels[0] ? x->labels : "-",
                 x->summary);
     }
+}
+
+bool
+al_rule_holds_num(const al_rule *r, double v)
+{
+    switch (r->op) {
+    case AL_OP_EQ: return v == r->num;
+    case AL_OP_NE: return v != r->num;
+    case AL_OP_GT: return v > r->num;
+    case AL_OP_GE: return v >= r->num;
+    case AL_OP_LT: return v < r->num;
+    case AL_OP_LE: return v <= r->num;
+    }
+    return false;
+}
+
+bool
+al_rule_holds_set(const al_rule *r, const char *const *values, unsigned n)
+{
+    bool any = false;
+
+    for (unsigned i = 0; i < n && !any; i++)
+        for (unsigned k = 0; k < r->nvalues && !any; k++)
+            any = strcmp(r->values[k], values[i]) == 0;
+    return r->negate ? !any : any;
 }
 
 bool

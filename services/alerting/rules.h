@@ -5,6 +5,9 @@
  *   # name              signal           op  values        for  severity labels         "summary"
  *   SiteUnreachable     site.state       ==  unreachable   30s  page     -              "Site {site} ({region}) unreachable: {cause}"
  *
+ * Signals: site.state isolation.state node.state (events); gpu.state
+ * gpu.ecc_dbe gpu.temp_c gpu.throttle node.disk node.uplink_rtt_ms (each
+ * heartbeat: the worst GPU, or all GPUs' throttle reasons).
  * A signal is a state the fleet reports about one entity (a site, a node,
  * the fleet); its scope decides the alert's labels (site: region and
  * site; node: region, site and node; fleet: none).  A rule holds for an
@@ -35,13 +38,26 @@
 #define AL_RULES_MAX  64
 #define AL_VALUES_MAX 8
 
-typedef enum al_signal { AL_SIG_SITE, AL_SIG_ISOLATION, AL_SIG_NODE, AL_SIG_COUNT } al_signal;
+/* State signals come from events (recovery's, the registry's); telemetry
+ * signals from every heartbeat (node scope).  A numeric signal compares
+ * (== != > >= < <=) with a number; a set-valued one (gpu.throttle: the
+ * reasons of all GPUs) holds for == / in when any member is one of the
+ * values, for != when none is. */
+typedef enum al_signal {
+    AL_SIG_SITE, AL_SIG_ISOLATION, AL_SIG_NODE,         /* state */
+    AL_SIG_GPU_STATE, AL_SIG_GPU_ECC_DBE, AL_SIG_GPU_TEMP, AL_SIG_GPU_THROTTLE,
+    AL_SIG_NODE_DISK, AL_SIG_NODE_RTT,                  /* telemetry */
+    AL_SIG_COUNT
+} al_signal;
+typedef enum al_op { AL_OP_EQ, AL_OP_NE, AL_OP_GT, AL_OP_GE, AL_OP_LT, AL_OP_LE } al_op;
 typedef enum al_scope { AL_SCOPE_FLEET, AL_SCOPE_SITE, AL_SCOPE_NODE } al_scope;
 
 typedef struct al_rule {
     char      name[64];
     al_signal signal;
-    bool      negate;                       /* != */
+    al_op     op;
+    bool      negate;                       /* != (enum signals) */
+    double    num;                          /* numeric signals: the threshold */
     char      values[AL_VALUES_MAX][24];
     unsigned  nvalues;
     uint32_t  for_ms;
@@ -69,6 +85,11 @@ gp_err      al_rules_parse(const char *text, al_rules *out, char *err, size_t er
 gp_err      al_rules_load(const char *path, al_rules *out, char *err, size_t errlen);
 void        al_rules_print(const al_rules *r, FILE *f);
 bool        al_rule_holds(const al_rule *r, const char *value);
+/* a set: values[0..n) (any member matches) */
+bool        al_rule_holds_set(const al_rule *r, const char *const *values, unsigned n);
+bool        al_rule_holds_num(const al_rule *r, double v);
+bool        al_signal_numeric(al_signal s);
+bool        al_signal_telemetry(al_signal s);
 al_scope    al_signal_scope(al_signal s);
 const char *al_signal_name(al_signal s);
 const char *al_scope_name(al_scope s);

@@ -19,8 +19,12 @@
 #   4. control-plane isolation (3 of 6 sites cut at once): one
 #      ControlPlaneIsolation alert (platform on-call), no site or node
 #      alert; resolved when contact returns;
-#   5. two instances: every event id published once;
-#   6. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
+#   5. an XID 79 (a GPU fallen off the bus) and an ECC double-bit burst on
+#      one node: one alert each (GpuFallenOffBus, GpuEccUncorrectable) with
+#      the catalog's action and the node's quarantine in the diagnosis;
+#      the NodeQuarantined alert itself is muted by them;
+#   6. two instances: every event id published once;
+#   7. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
 #      on a loopback port, fed by both instances: it holds the site alert
 #      once, with its labels and diagnosis, and its webhook (a small
 #      receiver here) is notified of the firing and of the resolve.
@@ -43,19 +47,24 @@ on_fail() {
 tap_on_fail=on_fail
 
 cat >"$tmp/rules.conf" <<'RULES'
-# the shipped rules with short for-durations, for a test
+# the shipped rules with short for-durations, for a test (NodeQuarantined
+# waits for the GPU alert that explains it, as the shipped one does)
 SiteUnreachable       site.state       ==  unreachable  5s   page     -             "Site {site} ({region}) unreachable: {cause}"
 ControlPlaneIsolation isolation.state  ==  frozen       0s   page     team=platform "{sites_silent} of {sites} sites went silent at once"
 NodeDown              node.state       ==  lost         4s   ticket   -             "Node {node} at {site} lost: {reason}"
-NodeQuarantined       node.state       ==  quarantined  0s   ticket   -             "Node {node} at {site} quarantined: {reason}"
+NodeQuarantined       node.state       ==  quarantined  3s   ticket   -             "Node {node} at {site} quarantined: {reason}"
+GpuFallenOffBus       gpu.state        ==  lost         0s   page     -             "A GPU of {node} at {site} fell off the bus: {reason}"
+GpuEccUncorrectable   gpu.ecc_dbe      >   0            0s   page     -             "Uncorrectable ECC errors on {node} at {site}: {reason}"
+GpuOverheating        gpu.temp_c       >=  90           2m   ticket   -             "A GPU of {node} at {site} runs hot: {reason}"
 RULES
 
 # ---- 1. rules as data --------------------------------------------------------------
 
 out=$("$B/bin/gridpool-alerting" --config "$D/gp.env" --rules "$tmp/rules.conf" --check-config 2>&1)
 st_=$?
-[ $st_ -eq 0 ] && echo "$out" | grep -q '^# 4 rule(s)' && echo "$out" | grep -q '^NodeDown  *node.state  *==  *lost  *4s  *ticket'
-ok "--check-config prints the 4 rules in force" $?
+[ $st_ -eq 0 ] && echo "$out" | grep -q '^# 7 rule(s)' && echo "$out" | grep -q '^NodeDown  *node.state  *==  *lost  *4s  *ticket' &&
+    echo "$out" | grep -q '^GpuOverheating  *gpu.temp_c  *>=  *90  *120s  *ticket'
+ok "--check-config prints the 7 rules in force" $?
 printf 'NodeDown node.state == lost 4s ticket - "ok"\nSiteDown site.state == gone 5s page - "x"\n' >"$tmp/bad.conf"
 "$B/bin/gridpool-alerting" --config "$D/gp.env" --rules "$tmp/bad.conf" --http-port -1 >/dev/null 2>"$tmp/bad.err"
 st_=$?
@@ -247,7 +256,47 @@ after=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | grep -cv '"ControlPlaneIsol
 [ "$(count ControlPlaneIsolation firing _)" -eq 1 ] && [ "$after" -eq 0 ]
 ok "one isolation alert and its resolve; no site or node alert meanwhile ($after)" $?
 
-# ---- 5. two instances, no duplicate ---------------------------------------------------
+# ---- 5. a GPU fallen off the bus, ECC errors ------------------------------------------
+
+# a node with two GPUs or more: GPU 0 falls off the bus, GPU 1 takes the ECC burst
+gn=$($G get nodes -o json | $PY -c "
+import json, sys
+ns = [n for n in json.load(sys.stdin) if len(n.get('gpus', [])) >= 2 and n['site'] != 's0004']
+print(sorted(ns, key=lambda n: n['id'])[0]['id'] if ns else '')")
+gs=${gn%-n*}
+mark=$(wc -l <"$D/alerts.jsonl")
+$G fault gpu_xid --node "$gn" --gpu 0 --code 79 >/dev/null
+wait_for 200 GpuFallenOffBus firing "$gs" "$gn"
+ok "XID 79 on $gn: GpuFallenOffBus fires" $?
+$G fault ecc_burst --node "$gn" --gpu 1 --count 500 >/dev/null
+wait_for 200 GpuEccUncorrectable firing "$gs" "$gn"
+ok "an ECC double-bit burst on its GPU 1: GpuEccUncorrectable fires" $?
+# the quarantine in their diagnosis: at once, or as an update of the alert
+for _ in $(seq 1 100); do
+    [ "$(field GpuFallenOffBus firing "$gs" evidence | grep -c 'node quarantined')" = 1 ] &&
+        [ "$(field GpuEccUncorrectable firing "$gs" evidence | grep -c 'node quarantined')" = 1 ] && break
+    sleep 0.1
+done
+echo "# $(grep '"GpuFallenOffBus"' "$D/alerts.jsonl" | tail -n 1 | cut -c1-700)"
+field GpuFallenOffBus firing "$gs" action | grep -q 'XID 79' &&
+    [ "$(field GpuFallenOffBus firing "$gs" severity)" = page ] &&
+    [ "$(field GpuFallenOffBus firing "$gs" dispatch)" = remote_hands ] &&
+    field GpuFallenOffBus firing "$gs" evidence | grep -q 'node quarantined by the registry'
+ok "... XID 79: the catalog's action (reboot, reseat or replace), remote hands, the quarantine in the evidence" $?
+field GpuEccUncorrectable firing "$gs" action | grep -q 'RMA' &&
+    [ "$(field GpuEccUncorrectable firing "$gs" dispatch)" = field_technician ] &&
+    field GpuEccUncorrectable firing "$gs" evidence | grep -q 'uncorrectable' &&
+    field GpuEccUncorrectable firing "$gs" evidence | grep -q 'node quarantined by the registry'
+ok "... ECC: drain, reset, RMA if they return; a field technician; the quarantine in the evidence" $?
+sleep 3
+ids=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | $PY -c "
+import json, sys
+a = [json.loads(l) for l in sys.stdin]
+print(len({x['id'] for x in a}), ' '.join(sorted({x['alertname'] for x in a})))")
+[ "$ids" = "2 GpuEccUncorrectable GpuFallenOffBus" ]
+ok "one alert each, and nothing else: the node's NodeQuarantined is muted by them ($ids)" $?
+
+# ---- 6. two instances, no duplicate ---------------------------------------------------
 
 dups=$($PY -c "
 import json, collections

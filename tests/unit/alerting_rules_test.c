@@ -28,7 +28,7 @@ test_parse(void)
     static al_rules r;
     char            err[256] = "";
 
-    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 4,
+    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 11,
           "the shipped rules parse (%u rules) %s", r.n, err);
     T_OKM(strcmp(r.rule[0].name, "SiteUnreachable") == 0 && r.rule[0].signal == AL_SIG_SITE &&
           r.rule[0].for_ms == 30000 && r.rule[0].severity == MSG_ALERT_SEVERITY_PAGE,
@@ -62,6 +62,14 @@ test_parse(void)
           "words after the summary");
     T_OKM(refused("A node.state == lost 5s - \"x\"", "got 6 field(s)"), "a field missing");
     T_OKM(refused("A.b node.state == lost 5s page - \"x\"", "name 'A.b'"), "a dotted name");
+    T_OKM(refused("A gpu.temp_c in 90 5s page - \"x\"", "unknown operator 'in' for gpu.temp_c"),
+          "a numeric signal takes comparisons only");
+    T_OKM(refused("A gpu.temp_c >= hot 5s page - \"x\"", "compares with a number, not 'hot'"),
+          "a numeric signal compares with a number");
+    T_OKM(refused("A gpu.state > lost 5s page - \"x\"", "unknown operator '>' for gpu.state"),
+          "an enum signal takes no order");
+    T_OKM(refused("A gpu.throttle in thermal,cold 5s page - \"x\"",
+                  "gpu.throttle has no value 'cold'"), "a throttle reason it lacks");
 }
 
 static void
@@ -78,6 +86,24 @@ test_holds_expand(void)
     T_OK(al_rule_holds(&r.rule[0], "lost") && al_rule_holds(&r.rule[0], "suspect") &&
          !al_rule_holds(&r.rule[0], "healthy"));
     T_OK(al_rule_holds(&r.rule[1], "cordoned") && !al_rule_holds(&r.rule[1], "healthy"));
+    T_OK(al_rules_parse("T gpu.temp_c >= 90 0s page - \"x\"\n"
+                        "E gpu.ecc_dbe > 0 0s page - \"x\"\n"
+                        "H gpu.throttle in thermal,hw_thermal 0s page - \"x\"\n"
+                        "N gpu.throttle != hw_power_brake 0s page - \"x\"",
+                        &r, err, sizeof(err)) == GP_EOK);
+    T_OK(al_rule_holds_num(&r.rule[0], 90) && al_rule_holds_num(&r.rule[0], 93.5) &&
+         !al_rule_holds_num(&r.rule[0], 89.9));
+    T_OK(!al_rule_holds_num(&r.rule[1], 0) && al_rule_holds_num(&r.rule[1], 1));
+    {
+        const char *some[] = {"power", "hw_thermal"}, *none[] = {"power"};
+
+        T_OKM(al_rule_holds_set(&r.rule[2], some, 2) && !al_rule_holds_set(&r.rule[2], none, 1) &&
+              !al_rule_holds_set(&r.rule[2], NULL, 0), "a set: any member among the values");
+        T_OKM(al_rule_holds_set(&r.rule[3], some, 2) && al_rule_holds_set(&r.rule[3], NULL, 0),
+              "!= on a set: no member among the values");
+    }
+    T_OK(al_signal_telemetry(r.rule[0].signal) && al_signal_numeric(r.rule[0].signal) &&
+         !al_signal_numeric(r.rule[2].signal));
     al_expand("{node} at {site} ({region}): {cause}, {sites_silent}/{sites} {reason}", &v, out,
               sizeof(out));
     T_OKM(strcmp(out, "s1-n1 at s1 (eu): power, 7/12 ?") == 0, "expand: \"%s\"", out);
@@ -129,6 +155,19 @@ test_diag(void)
     snprintf(ns.reason, sizeof(ns.reason), "quarantine: GPU 1 lost (stopped answering)");
     al_diag_node(&ns, &d);
     T_OK(strcmp(d.cause, "gpu_lost") == 0);
+    al_diag_telemetry(AL_SIG_GPU_STATE, "GPU 0 stopped answering", &d);
+    T_OKM(strcmp(d.cause, "gpu_fallen_off_bus") == 0 && strstr(d.action, "XID 79") &&
+          d.dispatch == MSG_ALERT_DISPATCH_REMOTE_HANDS && strcmp(d.evidence, "GPU 0 stopped answering") == 0,
+          "a GPU lost: XID 79's action, remote hands to reboot (%s)", d.action);
+    al_diag_telemetry(AL_SIG_GPU_ECC_DBE, "GPU 1: 5 uncorrectable", &d);
+    T_OK(strcmp(d.cause, "gpu_ecc_uncorrectable") == 0 && strstr(d.action, "RMA") &&
+         d.dispatch == MSG_ALERT_DISPATCH_FIELD_TECHNICIAN);
+    al_diag_telemetry(AL_SIG_GPU_THROTTLE, "GPU 0 hw_power_brake", &d);
+    T_OK(strcmp(d.cause, "gpu_power_brake") == 0 && d.dispatch == MSG_ALERT_DISPATCH_SITE_PARTNER);
+    al_diag_telemetry(AL_SIG_GPU_THROTTLE, "GPU 0 thermal", &d);
+    T_OK(strcmp(d.cause, "gpu_thermal_throttle") == 0);
+    al_diag_telemetry(AL_SIG_NODE_RTT, "uplink RTT 1500 ms", &d);
+    T_OK(d.dispatch == MSG_ALERT_DISPATCH_NETWORK_PROVIDER);
 }
 
 int

@@ -100,6 +100,9 @@ gp_err alerting_telemetry_init(alerting *a);
 void   alerting_telemetry_free(alerting *a);
 void   alerting_forget_run(gp_app *app, void *arg);
 
+/* api.c: gp.admin.alert.* (list, ack, silences) */
+extern const gp_route alerting_api_routes[];
+
 /* inputs.c */
 const char *alerting_region(alerting *a, const char *site);  /* "_" when unknown */
 void        alerting_region_put(alerting *a, const char *site, const char *region);

@@ -182,27 +182,47 @@ eval_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         GP_WARN("alert_eval_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
         return;
     }
-    for (int i = 0; nres == 1 && i < PQntuples(res[0]); i++) {
+    for (int i = 0; nres >= 1 && i < PQntuples(res[0]); i++) {
         (*a->m_fired)++;
         GP_INFO("alert_firing", "alert=%s site=%s node=%s", PQgetvalue(res[0], i, 0),
                 PQgetvalue(res[0], i, 1), PQgetvalue(res[0], i, 2)[0] ? PQgetvalue(res[0], i, 2)
                                                                      : "-");
     }
-    if (nres == 1 && PQntuples(res[0]) > 0) {
+    if (nres == 2 && PQntuples(res[1]) > 0)
+        GP_INFO("alerts_unsilenced", "alerts=%d", PQntuples(res[1]));
+    if (nres == 2 && (PQntuples(res[0]) > 0 || PQntuples(res[1]) > 0)) {
         gp_task_kick(a->publish_task);
         gp_task_kick(a->am_task);
     }
 }
 
+/* A firing alert whose last event was silenced, no silence matching it
+ * any more: told again. */
+static const char unsilence_sql[] =
+    "WITH u AS (\n"
+    "  UPDATE alerts x SET seq = x.seq + 1, silenced_seq = 0, updated_ms = alert_now_ms()\n"
+    "  WHERE x.state = 'firing' AND x.silenced_seq > 0 AND x.silenced_seq = x.seq\n"
+    "    AND alert_silence_of(x.alertname, x.severity, x.region, x.site, x.node, x.labels) IS NULL\n"
+    "  RETURNING x.*)\n"
+    "INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node, labels,\n"
+    "  summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms, updated_ms)\n"
+    "SELECT u.id, u.seq, 'firing', u.alertname, u.severity, u.region, u.site, u.node, u.labels,\n"
+    "  u.summary, u.cause, u.evidence, u.action, u.dispatch, alert_muted(u.scope, u.site),\n"
+    "  u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
+    "ON CONFLICT DO NOTHING RETURNING id";
+
 void
 alerting_eval_run(gp_app *app, void *arg)
 {
     alerting *a = arg;
+    gp_db_tx *tx;
 
-    if (a->eval_busy)
+    if (a->eval_busy || (tx = gp_db_tx_new(gp_app_db(app))) == NULL)
         return;
     a->eval_busy = true;
-    if (gp_db_query(gp_app_db(app), eval_sql, 0, NULL, 0, eval_done, a) != GP_EOK)
+    if (gp_db_tx_add(tx, eval_sql, 0, NULL) != GP_EOK ||
+        gp_db_tx_add(tx, unsilence_sql, 0, NULL) != GP_EOK ||
+        gp_db_tx_run(tx, 0, eval_done, a) != GP_EOK)
         a->eval_busy = false;
 }
 
@@ -217,7 +237,31 @@ static const char claim_sql[] =
     "  e.severity, e.region, e.site, e.node, e.labels, e.summary, e.cause, e.evidence,\n"
     "  e.action, e.dispatch, e.muted, e.starts_ms, e.ends_ms, e.updated_ms";
 static const char mark_sql[] =
-    "UPDATE alert_events SET published = true WHERE id = $1 AND seq = $2::int";
+    "WITH e AS (UPDATE alert_events SET published = true WHERE id = $1 AND seq = $2::int\n"
+    "  RETURNING id, status)\n"
+    "UPDATE alerts a SET told = true FROM e WHERE a.id = e.id AND e.status = 'firing'";
+
+/* Before a claim: events not to send.  A firing one of a silenced alert
+ * (remembered in silenced_seq, told when the silence ends); a resolve of
+ * an alert never told (its firing was silenced), unless an earlier event
+ * of it is still to go. */
+static const char screen_sql[] =
+    "WITH c AS (\n"
+    "  SELECT e.id, e.seq, e.status, a.told,\n"
+    "    alert_silence_of(e.alertname, e.severity, e.region, e.site, e.node, e.labels) AS sil,\n"
+    "    EXISTS (SELECT 1 FROM alert_events f WHERE f.id = e.id AND f.seq < e.seq\n"
+    "            AND NOT f.published) AS earlier\n"
+    "  FROM alert_events e JOIN alerts a ON a.id = e.id\n"
+    "  WHERE NOT e.published AND e.claim_until < alert_now_ms()\n"
+    "  ORDER BY e.updated_ms, e.seq LIMIT 64 FOR UPDATE OF e SKIP LOCKED),\n"
+    "m AS (UPDATE alert_events e SET published = true,\n"
+    "    silenced_by = coalesce(c.sil, 'never told')\n"
+    "  FROM c WHERE e.id = c.id AND e.seq = c.seq\n"
+    "    AND ((c.status = 'firing' AND c.sil IS NOT NULL)\n"
+    "      OR (c.status = 'resolved' AND NOT c.told AND NOT c.earlier))\n"
+    "  RETURNING e.id, e.seq, e.status)\n"
+    "UPDATE alerts a SET silenced_seq = m.seq FROM m WHERE a.id = m.id AND m.status = 'firing'\n"
+    "  AND a.seq = m.seq";
 
 typedef struct pubjob {
     alerting *a;
@@ -311,8 +355,8 @@ claimed(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         GP_WARN("alert_claim_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
         return;
     }
-    for (int i = 0; nres == 1 && i < PQntuples(res[0]); i++)
-        publish_one(a, res[0], i);
+    for (int i = 0; nres == 2 && i < PQntuples(res[1]); i++)
+        publish_one(a, res[1], i);
 }
 
 void
@@ -321,11 +365,14 @@ alerting_publish_run(gp_app *app, void *arg)
     alerting   *a = arg;
     char        claim[16];
     const char *p[1] = {claim};
+    gp_db_tx   *tx;
 
-    if (a->publish_busy || a->publishing > 0)
+    if (a->publish_busy || a->publishing > 0 || (tx = gp_db_tx_new(gp_app_db(app))) == NULL)
         return;
     a->publish_busy = true;
     snprintf(claim, sizeof(claim), "%u", a->cfg->claim_ms);
-    if (gp_db_query(gp_app_db(app), claim_sql, 1, p, 0, claimed, a) != GP_EOK)
+    if (gp_db_tx_add(tx, screen_sql, 0, NULL) != GP_EOK ||
+        gp_db_tx_add(tx, claim_sql, 1, p) != GP_EOK ||
+        gp_db_tx_run(tx, 0, claimed, a) != GP_EOK)
         a->publish_busy = false;
 }

@@ -7,7 +7,9 @@
  * reaches it in the next.  Alertmanager keys an alert by its labels: two
  * instances posting the same set make one alert there, not two.
  * Labels: alertname, severity, region, site, node (if any) and the rule's
- * own; the diagnosis goes in annotations. */
+ * own; the diagnosis goes in annotations.  A silenced alert is not sent
+ * (Alertmanager resolves it by itself after its endsAt), nor the resolve
+ * of one never told. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +23,9 @@
 static const char am_sql[] =
     "SELECT id, alertname, severity, region, site, node, labels, summary, cause, evidence,\n"
     "  action, dispatch, state, starts_ms, ends_ms, alert_now_ms()\n"
-    "FROM alerts WHERE state = 'firing'\n"
-    "  OR (state = 'resolved' AND fired_ms IS NOT NULL AND ends_ms > alert_now_ms() - $1::bigint)\n"
+    "FROM alerts WHERE (state = 'firing'\n"
+    "    AND alert_silence_of(alertname, severity, region, site, node, labels) IS NULL)\n"
+    "  OR (state = 'resolved' AND told AND ends_ms > alert_now_ms() - $1::bigint)\n"
     "ORDER BY id";
 
 static void

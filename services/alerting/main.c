@@ -164,7 +164,8 @@ main(int argc, char **argv)
         rc = gp_app_streams(app, alerting_streams);
     if (rc == GP_EOK) {
         alerting_sites_run(app, &a);
-        rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes, NULL);
+        rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes,
+                          alerting_api_routes, NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);

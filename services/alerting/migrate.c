@@ -273,8 +273,65 @@ static const char step2_sql[] =
     "  RETURN 'resolved';\n"
     "END $f$";
 
+/* Step 3: silences and acknowledgements.  A silence's matchers
+ * (label=value,...) are checked when an event is about to be published:
+ * a firing event of a silenced alert is marked published without being
+ * sent (silenced_by) and the alert remembers it (silenced_seq); when no
+ * silence matches any more, the eval task tells it again (a new seq); a
+ * resolve of an alert that was never told (its firing silenced) is not
+ * sent either.  An ack is on the alert until it fires again. */
+static const char step3_sql[] =
+    "ALTER TABLE alerts ADD COLUMN IF NOT EXISTS acked_by text NOT NULL DEFAULT '',\n"
+    "  ADD COLUMN IF NOT EXISTS acked_ms bigint NOT NULL DEFAULT 0,\n"
+    "  ADD COLUMN IF NOT EXISTS ack_comment text NOT NULL DEFAULT '',\n"
+    "  ADD COLUMN IF NOT EXISTS told boolean NOT NULL DEFAULT false,\n"
+    "  ADD COLUMN IF NOT EXISTS silenced_seq int NOT NULL DEFAULT 0;\n"
+    "ALTER TABLE alert_events ADD COLUMN IF NOT EXISTS silenced_by text NOT NULL DEFAULT '';\n"
+    "CREATE TABLE IF NOT EXISTS silences (\n"
+    "  id text PRIMARY KEY,\n"
+    "  matchers text NOT NULL CHECK (matchers ~ '^[A-Za-z0-9_.-]+=[^,]+(,[A-Za-z0-9_.-]+=[^,]+)*$'),\n"
+    "  comment text NOT NULL DEFAULT '', created_by text NOT NULL DEFAULT '',\n"
+    "  starts_ms bigint NOT NULL, ends_ms bigint NOT NULL, CHECK (ends_ms > starts_ms)\n"
+    ");\n"
+    "CREATE OR REPLACE FUNCTION alert_matches(p_matchers text, a_name text, a_sev text,\n"
+    "  a_region text, a_site text, a_node text, a_labels text)\n"
+    "RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$\n"
+    "DECLARE m text; k text; v text; have text;\n"
+    "BEGIN\n"
+    "  FOREACH m IN ARRAY string_to_array(p_matchers, ',') LOOP\n"
+    "    k := split_part(m, '=', 1);\n"
+    "    v := substr(m, length(k) + 2);\n"
+    "    have := CASE k WHEN 'alertname' THEN a_name WHEN 'severity' THEN a_sev\n"
+    "      WHEN 'region' THEN a_region WHEN 'site' THEN a_site WHEN 'node' THEN a_node\n"
+    "      ELSE (SELECT substr(l, length(k) + 2) FROM unnest(string_to_array(a_labels, ',')) l\n"
+    "            WHERE split_part(l, '=', 1) = k LIMIT 1) END;\n"
+    "    IF have IS DISTINCT FROM v THEN\n"
+    "      RETURN false;\n"
+    "    END IF;\n"
+    "  END LOOP;\n"
+    "  RETURN true;\n"
+    "END $f$;\n"
+    "CREATE OR REPLACE FUNCTION alert_silence_of(a_name text, a_sev text, a_region text,\n"
+    "  a_site text, a_node text, a_labels text) RETURNS text LANGUAGE sql STABLE AS $$\n"
+    "  SELECT id FROM silences WHERE starts_ms <= alert_now_ms() AND ends_ms > alert_now_ms()\n"
+    "    AND alert_matches(matchers, a_name, a_sev, a_region, a_site, a_node, a_labels)\n"
+    "  ORDER BY id LIMIT 1 $$;\n"
+    /* a new episode: not told, not acked */
+    "CREATE OR REPLACE FUNCTION alerts_new_episode() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+    "BEGIN\n"
+    "  IF NEW.state = 'pending' AND OLD.state = 'resolved' THEN\n"
+    "    NEW.told := false; NEW.silenced_seq := 0;\n"
+    "    NEW.acked_by := ''; NEW.acked_ms := 0; NEW.ack_comment := '';\n"
+    "  END IF;\n"
+    "  RETURN NEW;\n"
+    "END $f$;\n"
+    "DROP TRIGGER IF EXISTS alerts_new_episode ON alerts;\n"
+    "CREATE TRIGGER alerts_new_episode BEFORE UPDATE ON alerts\n"
+    "  FOR EACH ROW EXECUTE FUNCTION alerts_new_episode()";
+
 const gp_migration alerting_migrations[] = {
     {1, "alerts, their events (the outbox), raise, clear, inhibition", step1_sql},
     {2, "telemetry alerts: the cause mutes the node's state alerts, notes", step2_sql},
+    {3, "silences and acknowledgements", step3_sql},
     GP_MIGRATION_END
 };

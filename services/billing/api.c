@@ -19,28 +19,6 @@
 
 
 /* rows -> an array field of out (element descriptor from the field) */
-static gp_err
-rows_to(const gp_msg_desc *d, const char *field, const PGresult *res, void *out)
-{
-    int             idx = gp_msg_field_index(d, field);
-    const gp_field *f = &d->fields[idx];
-    gp_arr         *a = (gp_arr *)((char *)out + f->offset);
-    int             n = PQntuples(res);
-    gp_err          rc = GP_EOK;
-
-    if (n == 0)
-        return GP_EOK;
-    if ((uint32_t)n > f->limit)
-        n = (int)f->limit;
-    if ((a->v = calloc((size_t)n, f->sub->size)) == NULL)
-        return GP_ENOMEM;
-    a->n = (uint32_t)n;
-    for (int i = 0; i < n && rc == GP_EOK; i++)
-        rc = gp_dbrow_named_to_msg(f->sub, res, i, (char *)a->v + (size_t)i * f->sub->size,
-                                   NULL);
-    GP_SET_HAS((msg_usage_list *)out, idx);
-    return rc;
-}
 
 static bool
 period_ok(const char *p)
@@ -250,7 +228,7 @@ list_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "database: %s", detail));
         return;
     }
-    err = rows_to(d, field, res[nres - 1], gp_req_out(req));
+    err = gp_dbrow_named_to_array(d, field, res[nres - 1], gp_req_out(req));
     if (err == GP_EOK && d == &msg_usage_list_desc) {
         msg_usage_list *u = gp_req_out(req);
         const msg_billing_query *q = gp_req_in(req);

@@ -520,6 +520,8 @@ cmd_describe(gpctl *c, int argc, char **argv)
         return cmd_describe_job(c, argc - 1, argv + 1);
     if (strcmp(argv[0], "statement") == 0)
         return cmd_describe_statement(c, argc - 1, argv + 1);
+    if (strcmp(argv[0], "alert") == 0)
+        return cmd_describe_alert(c, argc - 1, argv + 1);
     if (e == NULL || (e->desc != &msg_node_desc && e->desc != &msg_site_desc))
         return usage_error("describe", "cannot describe \"%s\" (site, node or job)", argv[0]);
     if (argc < 2)

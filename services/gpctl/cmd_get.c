@@ -499,6 +499,10 @@ cmd_get(gpctl *c, int argc, char **argv)
         return cmd_get_balances(c, argc - 1, argv + 1);
     if (argc > 0 && (strcmp(argv[0], "prices") == 0 || strcmp(argv[0], "price") == 0))
         return cmd_get_prices(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "alerts") == 0 || strcmp(argv[0], "alert") == 0))
+        return cmd_get_alerts(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "silences") == 0 || strcmp(argv[0], "silence") == 0))
+        return cmd_get_silences(c, argc - 1, argv + 1);
     rc = parse_get(argc, argv, &a);
 
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)

@@ -57,7 +57,14 @@ static const verb verbs[] = {
      "  From billing (gp.api.<T>.billing.*): the usage records billed (a customer's\n"
      "  own; a site partner's sites' too), the tenant's issued statements, the\n"
      "  balances of its ledger accounts.  Money in the currency's minor unit,\n"
-     "  rounded half to even; -o json gives the exact nanos.\n"},
+     "  rounded half to even; -o json gives the exact nanos.\n"
+     "\n"
+     "       gpctl get alerts [--severity S] [--region R] [--site S]\n"
+     "                        [--state active|pending|firing|resolved|all]\n"
+     "       gpctl get silences\n"
+     "\n"
+     "  From alerting (gp.admin.alert.*): the alerts (default: active, pending or\n"
+     "  firing), each with whom to send, its silence and its ack; the silences.\n"},
     {"describe", cmd_describe,
      "Usage: gpctl describe site|node NAME\n"
      "       gpctl describe job ID [--tenant T]\n"
@@ -155,6 +162,23 @@ static const verb verbs[] = {
      "  rated at the version in force when its GPU time was delivered).  A version\n"
      "  never changes: another price at the same time is CONFLICT.  gpctl get\n"
      "  prices lists the book.\n"},
+    {"ack", cmd_ack,
+     "Usage: gpctl ack alert ID --by NAME [--comment TEXT]\n"
+     "\n"
+     "  Someone has taken the alert on: shown on it (get alerts, describe alert)\n"
+     "  until it fires again.\n"},
+    {"silence", cmd_silence,
+     "Usage: gpctl silence --match label=value[,label=value...] (--for 2h | --until-ms MS)\n"
+     "                     [--comment TEXT] [--by NAME]\n"
+     "\n"
+     "  Alerts whose labels (alertname, severity, region, site, node, a rule's own)\n"
+     "  match every matcher are not published (NATS, Alertmanager) while it lasts;\n"
+     "  an alert still firing when it ends is published then.  gpctl get silences\n"
+     "  lists them, gpctl expire silence ID ends one now.\n"},
+    {"expire", cmd_expire,
+     "Usage: gpctl expire silence ID\n"
+     "\n"
+     "  Ends a silence now.\n"},
     {"watch", cmd_watch,
      "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
      "       gpctl watch alerts [--severity page|ticket|info] [--region R] [--site S] [-o json]\n"
@@ -195,6 +219,10 @@ static const char overview[] =
     "  describe job ID        a job: spec, why it waits, attempts, events\n"
     "  cancel job ID          cancel a job\n"
     "  watch jobs|alerts      live job events or alerts until Ctrl-C\n"
+    "  get alerts|silences    alerts now (whom to send), silences\n"
+    "  describe alert ID      an alert's diagnosis and timeline\n"
+    "  ack alert ID --by N    take an alert on\n"
+    "  silence --match ...    mute matching alerts for a while; expire silence ID\n"
     "  fault KIND ...         inject a fault into the fleet simulator\n"
     "\n"
     "Global options (anywhere on the line):\n"

@@ -326,3 +326,28 @@ gp_dbrow_named_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row
     }
     return GP_EOK;
 }
+
+gp_err
+gp_dbrow_named_to_array(const gp_msg_desc *d, const char *field, const PGresult *res, void *msg)
+{
+    int             idx = gp_msg_field_index(d, field);
+    const gp_field *f;
+    gp_arr         *a;
+    int             n = PQntuples(res);
+    gp_err          rc = GP_EOK;
+
+    if (idx < 0 || d->fields[idx].type != GP_T_ARR || d->fields[idx].elem != GP_T_OBJ ||
+        d->fields[idx].sub == NULL)
+        return GP_ENOTFOUND;
+    f = &d->fields[idx];
+    a = (gp_arr *)((char *)msg + f->offset);
+    if ((uint32_t)n > f->limit)
+        n = (int)f->limit;
+    if (n > 0 && (a->v = calloc((size_t)n, f->sub->size)) == NULL)
+        return GP_ENOMEM;
+    a->n = (uint32_t)n;
+    for (int i = 0; i < n && rc == GP_EOK; i++)
+        rc = gp_dbrow_named_to_msg(f->sub, res, i, (char *)a->v + (size_t)i * f->sub->size, NULL);
+    *(uint64_t *)msg |= (uint64_t)1 << idx;        /* every message starts with its has-bits */
+    return rc;
+}

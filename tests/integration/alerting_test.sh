@@ -23,8 +23,12 @@
 #      one node: one alert each (GpuFallenOffBus, GpuEccUncorrectable) with
 #      the catalog's action and the node's quarantine in the diagnosis;
 #      the NodeQuarantined alert itself is muted by them;
-#   6. two instances: every event id published once;
-#   7. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
+#   6. gpctl get alerts / describe alert / ack alert; a silence mutes what
+#      it matches (a node down at one site) and nothing else (a node down
+#      at another), and ends at its expiry (the muted alert is published
+#      then);
+#   7. two instances: every event id published once;
+#   8. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
 #      on a loopback port, fed by both instances: it holds the site alert
 #      once, with its labels and diagnosis, and its webhook (a small
 #      receiver here) is notified of the firing and of the resolve.
@@ -296,7 +300,60 @@ print(len({x['id'] for x in a}), ' '.join(sorted({x['alertname'] for x in a})))"
 [ "$ids" = "2 GpuEccUncorrectable GpuFallenOffBus" ]
 ok "one alert each, and nothing else: the node's NodeQuarantined is muted by them ($ids)" $?
 
-# ---- 6. two instances, no duplicate ---------------------------------------------------
+# ---- 6. get, describe, ack; a silence ---------------------------------------------------
+
+$G get alerts -o json >"$tmp/active.json" 2>&1
+gid=$($PY -c "
+import json
+a = json.load(open('$tmp/active.json'))['items']
+m = {(x['alertname'], x['node']): x for x in a}
+g, e, q = m.get(('GpuFallenOffBus', '$gn')), m.get(('GpuEccUncorrectable', '$gn')), m.get(('NodeQuarantined', '$gn'))
+ok = g and e and q and g['state'] == 'firing' and e['state'] == 'firing' and q['state'] == 'pending'
+print(g['id'] if ok else '')")
+[ -n "$gid" ]
+ok "get alerts: the two GPU alerts firing, the node's NodeQuarantined pending (muted)" $?
+$G ack alert "$gid" --by ops-anna --comment "remote hands rebooting it" >"$tmp/ack.out" 2>&1 &&
+    $G get alerts --site "$gs" -o json | grep -q '"acked_by":"ops-anna"'
+st_=$?; ok "ack alert: $(cat "$tmp/ack.out"); get alerts shows who" $st_
+$G describe alert "$gid" >"$tmp/desc.out" 2>&1
+grep -q '^Acked: *by ops-anna' "$tmp/desc.out" && grep -q '^Timeline:' "$tmp/desc.out" &&
+    grep -q 'firing *seq 1 ' "$tmp/desc.out" && grep -q '^Dispatch: *remote_hands' "$tmp/desc.out"
+ok "describe alert: diagnosis, ack and timeline" $?
+sed 's/^/#   /' "$tmp/desc.out" | head -n 16
+$G silence --match alertname=NodeDown,site=s0006 --for 20s --comment "planned work at s0006" \
+    --by ops-anna -o json >"$tmp/sil.json" 2>&1
+sid=$($PY -c "import json; print(json.load(open('$tmp/sil.json'))['id'])" 2>/dev/null)
+sil_at=$(date +%s)
+[ -n "$sid" ] && $G get silences | grep -q "^$sid *active"
+ok "silence --match alertname=NodeDown,site=s0006 --for 20s: $sid, active" $?
+mark=$(wc -l <"$D/alerts.jsonl")
+$G fault node_stop --node s0006-n01 >/dev/null
+$G fault node_stop --node s0002-n01 >/dev/null
+wait_for 200 NodeDown firing s0002 s0002-n01
+ok "a node down elsewhere (s0002-n01) is not matched: its NodeDown is published" $?
+for _ in $(seq 1 100); do
+    $G get alerts --site s0006 -o json 2>/dev/null | grep -q "\"silenced_by\":\"$sid\"" && break
+    sleep 0.1
+done
+$G get alerts --site s0006 -o json | $PY -c "
+import json, sys
+a = [x for x in json.load(sys.stdin)['items'] if x['alertname'] == 'NodeDown' and x['node'] == 's0006-n01']
+sys.exit(not (a and a[0]['state'] == 'firing' and a[0]['silenced_by'] == '$sid'))"
+st_=$?
+early=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | grep -c '"node":"s0006-n01"')
+[ $st_ -eq 0 ] && [ "$early" -eq 0 ]
+ok "the matched one (s0006-n01) fires but is not published while silenced ($early seen), get alerts shows the silence" $?
+wait_for 300 NodeDown firing s0006 s0006-n01
+st_=$?
+late=$(( $(date +%s) - sil_at ))
+[ $st_ -eq 0 ] && [ "$late" -ge 19 ]
+ok "the silence ends at its expiry: the alert is published then (${late} s after the silence began)" $?
+$G fault node_resume --node s0006-n01 >/dev/null
+$G fault node_resume --node s0002-n01 >/dev/null
+wait_for 100 NodeDown resolved s0006 s0006-n01 && wait_for 100 NodeDown resolved s0002 s0002-n01
+ok "both nodes back: both resolved" $?
+
+# ---- 7. two instances, no duplicate ---------------------------------------------------
 
 dups=$($PY -c "
 import json, collections

@@ -278,10 +278,31 @@ t_named(void)
     PQclear(r);
 }
 
+/* every row into an array of messages, by name; capped at maxItems */
+static void
+t_array(void)
+{
+    msg_usage_list  l;
+    msg_price_list  pl;
+    PGresult       *r = named_result("42");
+
+    memset(&l, 0, sizeof(l));
+    T_EQ_INT(gp_dbrow_named_to_array(&msg_usage_list_desc, "records", r, &l), GP_EOK);
+    T_OKM(l.records.n == 1 && ((msg_billed_usage *)l.records.v)[0].gpu_ms == 42 &&
+          GP_HAS(&l, gp_msg_field_index(&msg_usage_list_desc, "records")),
+          "rows into an array field, its has-bit set");
+    gp_msg_clear(&msg_usage_list_desc, &l);
+    memset(&pl, 0, sizeof(pl));
+    T_EQ_INT(gp_dbrow_named_to_array(&msg_usage_list_desc, "next", r, &l), GP_ENOTFOUND);
+    T_EQ_INT(gp_dbrow_named_to_array(&msg_price_list_desc, "nothing", r, &pl), GP_ENOTFOUND);
+    PQclear(r);
+}
+
 int
 main(void)
 {
     t_text();
+    t_array();
     t_sql();
     t_rows();
     t_named();

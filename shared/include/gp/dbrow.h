@@ -110,4 +110,11 @@ typedef gp_err gp_dbrow_col_fn(const gp_msg_desc *d, const gp_field *f, void *ms
 gp_err gp_dbrow_named_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row,
                              void *msg, gp_dbrow_col_fn *set);
 
+/* Fills the array field `field` of msg (its items messages) from every
+ * row of res by column name (gp_dbrow_named_to_msg each), at most the
+ * field's maxItems rows; sets the field's has-bit.  NOTFOUND: msg's type
+ * has no such array of messages. */
+gp_err gp_dbrow_named_to_array(const gp_msg_desc *d, const char *field,
+                               const struct pg_result *res, void *msg);
+
 #endif

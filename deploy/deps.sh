@@ -15,6 +15,7 @@ pkgs=(
     faketime                         # libfaketime: clock_step_test steps the agent's date
     libyaml-dev                      # gpctl submit -f job.yaml (and job.json)
     prometheus-alertmanager curl     # alerting_test: a real Alertmanager, read over its API
+    prometheus                       # prometheus_test: it scrapes every service; promtool
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -88,7 +88,7 @@ run_until(gpctl *c, volatile int *flag, unsigned timeout_ms)
 int
 ctl_connect(gpctl *c)
 {
-    gp_bus_opts o = {.url = c->url, .name = "gpctl"};
+    gp_bus_opts o = {.url = c->url, .name = "gpctl", .jetstream = c->jetstream};
     char        inbox[GP_MAX_SUBJECT];
     gp_err      rc;
 

@@ -4,10 +4,14 @@
  * firing and resolved, from gp.alerts.<S|*>.<R|*>.<S|*>.*.  One line each
  * (-o json: one JSON object a line), until SIGINT or SIGTERM; exits 0
  * then.  A core NATS subscription: it shows what happens from now on (the
- * JOBS and ALERTS streams keep the past for durable consumers). */
+ * JOBS and ALERTS streams keep the past for durable consumers).  watch
+ * alerts --durable NAME reads ALERTS through the durable consumer NAME
+ * instead, acking what it printed: run again with the same NAME after a
+ * disconnection, it prints what came meanwhile, and nothing twice. */
 #include <ev.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gp/id.h"
 #include "gp/limits.h"
@@ -54,15 +58,30 @@ on_event(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_job_event_desc, &e);
 }
 
+static void print_alert(watch *w, const char *subject, const void *data, size_t len);
+
 static void
 on_alert(void *arg, const gp_bus_msg *m)
 {
-    watch    *w = arg;
+    print_alert(arg, m->subject, m->data, m->len);
+}
+
+/* from the durable consumer: printed, then acked */
+static void
+on_alert_js(void *arg, gp_jsmsg *m)
+{
+    print_alert(arg, gp_jsmsg_subject(m), gp_jsmsg_data(m), gp_jsmsg_len(m));
+    gp_jsmsg_ack(m);
+}
+
+static void
+print_alert(watch *w, const char *subject, const void *data, size_t len)
+{
     msg_alert a;
     char      err[GP_ERRBUF_LEN];
 
-    if (gp_msg_decode(&msg_alert_desc, m->data, m->len, &a, err, sizeof(err)) != GP_EOK) {
-        fprintf(stderr, "gpctl: %s: not an Alert: %s\n", m->subject, err);
+    if (gp_msg_decode(&msg_alert_desc, data, len, &a, err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "gpctl: %s: not an Alert: %s\n", subject, err);
         w->bad++;
         return;
     }
@@ -91,13 +110,14 @@ on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 
 typedef struct watch_args {
     bool        alerts;
+    const char *durable;                      /* alerts: read ALERTS through this consumer */
     const char *tenant, *job;                 /* jobs */
     const char *severity, *region, *site;     /* alerts */
 } watch_args;
 
 static const char watch_usage[] =
     "expected: watch jobs [--tenant T] [--job ID] | watch alerts [--severity S] [--region R] "
-    "[--site S]";
+    "[--site S] [--durable NAME]";
 
 static int
 parse_watch(int argc, char **argv, watch_args *wa)
@@ -116,9 +136,10 @@ parse_watch(int argc, char **argv, watch_args *wa)
             slot = strcmp(argv[i], "--tenant") == 0 ? &wa->tenant
                    : strcmp(argv[i], "--job") == 0  ? &wa->job : NULL;
         else
-            slot = strcmp(argv[i], "--severity") == 0 ? &wa->severity
+            slot = strcmp(argv[i], "--severity") == 0  ? &wa->severity
                    : strcmp(argv[i], "--region") == 0 ? &wa->region
-                   : strcmp(argv[i], "--site") == 0   ? &wa->site : NULL;
+                   : strcmp(argv[i], "--site") == 0   ? &wa->site
+                   : strcmp(argv[i], "--durable") == 0 ? &wa->durable : NULL;
         if (slot == NULL)
             return usage_error("watch", "unknown option or argument \"%s\"", argv[i]);
         if (i + 1 >= argc)
@@ -148,6 +169,45 @@ run_watch(watch *w, const char *pattern)
     ev_signal_stop(w->c->loop, &sterm);
 }
 
+/* watch alerts --durable NAME: a pull consumer of ALERTS, filtered on the
+ * pattern of the flags (the server keeps its position: a second run with
+ * the same NAME and filter goes on where the first stopped). */
+static int
+watch_durable(gpctl *c, const watch_args *wa)
+{
+    char         pattern[GP_MAX_SUBJECT + 1];
+    watch        w = {.c = c};
+    gp_bus_pull *pull = NULL;
+    gp_pull_cfg  cfg = {.stream = "ALERTS", .durable = wa->durable, .batch = 64};
+    gp_err       err;
+    int          rc;
+
+    if (!wa->alerts)
+        return usage_error("watch", "--durable is for watch alerts");
+    c->jetstream = true;
+    if ((rc = ctl_connect(c)) != GPCTL_OK)
+        return rc;
+    err = gp_op_pattern(GP_OP_ALERT, pattern, sizeof(pattern),
+                        (const char *const[]){wa->severity, wa->region, wa->site, NULL, NULL});
+    cfg.filter_subject = pattern;
+    if (err == GP_EOK)
+        err = gp_bus_js_pull_new(c->bus, &cfg, on_alert_js, &w, &pull);
+    if (err != GP_EOK) {
+        fprintf(stderr, "gpctl: cannot read ALERTS through %s: %s\n", wa->durable,
+                gp_err_str(err));
+        return ctl_exit_code(err, true);
+    }
+    gp_buf_init(&w.b, 0);
+    run_watch(&w, pattern);
+    gp_bus_js_pull_free(pull);
+    /* the worker ends within its fetch (<= 1 s): let it, so the acks go out */
+    for (int i = 0; i < 15; i++)
+        ev_run(c->loop, EVRUN_NOWAIT), usleep(100000);
+    gp_buf_fini(&w.b);
+    fprintf(stderr, "%llu alerts\n", (unsigned long long)w.shown);
+    return GPCTL_OK;
+}
+
 int
 cmd_watch(gpctl *c, int argc, char **argv)
 {
@@ -158,7 +218,11 @@ cmd_watch(gpctl *c, int argc, char **argv)
     gp_err      err;
     int         rc = parse_watch(argc, argv, &wa);
 
-    if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)
+    if (rc != GPCTL_OK)
+        return rc;
+    if (wa.durable != NULL)
+        return watch_durable(c, &wa);
+    if ((rc = ctl_connect(c)) != GPCTL_OK)
         return rc;
     if (wa.alerts)
         err = gp_op_pattern(GP_OP_ALERT, pattern, sizeof(pattern),

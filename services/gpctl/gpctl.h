@@ -50,6 +50,7 @@ typedef struct gpctl {
     struct ev_loop *loop;
     gp_bus         *bus;
     volatile int    connected;
+    bool            jetstream;         /* ctl_connect opens a JetStream context */
 } gpctl;
 
 /* ---- client.c ------------------------------------------------------------ */

@@ -181,12 +181,15 @@ static const verb verbs[] = {
      "  Ends a silence now.\n"},
     {"watch", cmd_watch,
      "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
-     "       gpctl watch alerts [--severity page|ticket|info] [--region R] [--site S] [-o json]\n"
+     "       gpctl watch alerts [--severity page|ticket|info] [--region R] [--site S]\n"
+     "                          [--durable NAME] [-o json]\n"
      "\n"
      "  Prints job events as they happen (gp.events.<T|*>.job.<ID|*>.*), or\n"
      "  alerts, firing and resolved (gp.alerts.<severity>.<region>.<site>.<name>;\n"
      "  fleet-wide alerts have region and site _), one a line, until Ctrl-C\n"
-     "  (exit 0).\n"},
+     "  (exit 0).  --durable NAME reads the ALERTS stream through a durable\n"
+     "  consumer of that name: run again with the same NAME after a disconnection,\n"
+     "  it prints every alert that came meanwhile, none twice.\n"},
     {"fault", cmd_fault,
      "Usage: gpctl fault KIND [--node N] [--site S] [--gpu I] [--code C] [--count N]\n"
      "                   [--duration-ms MS] [--delay-ms MS] [--jitter-ms MS] [--period-ms MS]\n"

@@ -27,7 +27,11 @@
 #      it matches (a node down at one site) and nothing else (a node down
 #      at another), and ends at its expiry (the muted alert is published
 #      then);
-#   7. two instances: every event id published once;
+#   7. two instances: every event id published once; an operator reading
+#      ALERTS through a durable consumer (gpctl watch alerts --durable),
+#      away for the site power cut and the isolation (over a minute),
+#      gets every firing and resolve of that time when it comes back, and
+#      none twice;
 #   8. a real Prometheus Alertmanager (Debian's prometheus-alertmanager)
 #      on a loopback port, fed by both instances: it holds the site alert
 #      once, with its labels and diagnosis, and its webhook (a small
@@ -130,6 +134,10 @@ for _ in $(seq 1 100); do grep -q 'sites_loaded sites=6' "$D/recovery.log" && br
 grep -q '^sim: registered' "$D/sim.log" && grep -q 'Watching gp.alerts' "$D/watch.err"
 st_=$?; ok "the 6-site fleet registered ($(grep -o 'registered [0-9]* nodes' "$D/sim.log" | head -n 1)), an operator watches gp.alerts.>" $st_
 sleep 2                          # the registrations' node states, evaluated
+# an operator on a durable consumer of ALERTS
+$G watch alerts --durable ops -o json >"$D/durable1.jsonl" 2>"$D/durable1.err" &
+dw1=$!
+pids+=("$dw1")
 
 # count NAME STATUS [SITE [NODE]]: alerts seen with that name and status
 count() {
@@ -189,6 +197,9 @@ ok "... resolved when it comes back" $?
 ok "... and its site raised nothing" $?
 
 # ---- 3. a site power cut --------------------------------------------------------------
+
+kill -TERM "$dw1"; wait "$dw1"           # the durable operator goes away
+away_at=$(date +%s)
 
 $G fault site_power_cut --site s0004 --duration-ms 20000 >/dev/null
 cut_at=$(date +%s)
@@ -259,6 +270,12 @@ sleep 7
 after=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | grep -cv '"ControlPlaneIsolation"')
 [ "$(count ControlPlaneIsolation firing _)" -eq 1 ] && [ "$after" -eq 0 ]
 ok "one isolation alert and its resolve; no site or node alert meanwhile ($after)" $?
+
+while [ $(( $(date +%s) - away_at )) -lt 61 ]; do sleep 1; done   # away a minute at least
+$G watch alerts --durable ops -o json >"$D/durable2.jsonl" 2>"$D/durable2.err" &
+dw2=$!
+pids+=("$dw2")
+away=$(( $(date +%s) - away_at ))
 
 # ---- 5. a GPU fallen off the bus, ECC errors ------------------------------------------
 
@@ -354,6 +371,23 @@ wait_for 100 NodeDown resolved s0006 s0006-n01 && wait_for 100 NodeDown resolved
 ok "both nodes back: both resolved" $?
 
 # ---- 7. two instances, no duplicate ---------------------------------------------------
+
+same() {
+    $PY - "$D/alerts.jsonl" "$D/durable1.jsonl" "$D/durable2.jsonl" <<'PY'
+import json, sys, collections
+ids = lambda f: [json.loads(l)['event_id'] for l in open(f) if l.strip()]
+core = set(ids(sys.argv[1]))
+dur = ids(sys.argv[2]) + ids(sys.argv[3])
+c = collections.Counter(dur)
+print(len(core), len(dur), sum(1 for v in c.values() if v > 1), len(core - set(dur)))
+sys.exit(0 if core == set(dur) and len(dur) == len(set(dur)) else 1)
+PY
+}
+for _ in $(seq 1 50); do same >/dev/null && break; sleep 0.2; done
+got=$(same)
+st_=$?
+[ "$away" -ge 60 ] || st_=1
+ok "the durable operator, away ${away} s (the power cut, the isolation), got every event once: (published, received, twice, missing) = ($got)" $st_
 
 dups=$($PY -c "
 import json, collections

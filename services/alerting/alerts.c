@@ -160,7 +160,7 @@ static const char eval_sql[] =
     "  UPDATE alerts x SET state = 'firing', seq = x.seq + 1, fired_ms = alert_now_ms(),\n"
     "    updated_ms = alert_now_ms()\n"
     "  WHERE x.state = 'pending' AND x.due_ms <= alert_now_ms()\n"
-    "    AND NOT alert_inhibited2(x.scope, x.site, x.node, x.kind)\n"
+    "    AND NOT alert_inhibited(x.scope, x.site, x.node, x.kind)\n"
     "  RETURNING x.*),\n"
     "e AS (INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node,\n"
     "    labels, summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms,\n"

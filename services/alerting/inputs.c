@@ -230,8 +230,9 @@ on_node(gp_req *req, const void *in, void *out)
     v.cause = d.cause;
     snprintf(note, sizeof(note), "node quarantined by the registry (no new work, its "
              "interruptible jobs moved): %.80s", e->reason);
+    /* the quarantine noted for the node's telemetry alerts, or its end */
     return evaluate(a, req, AL_SIG_NODE, msg_node_state_state_names[e->state], region, e->site,
-                    e->node, &v, &d, e->state == MSG_NODE_STATE_STATE_QUARANTINED ? note : NULL);
+                    e->node, &v, &d, e->state == MSG_NODE_STATE_STATE_QUARANTINED ? note : "");
 }
 
 static const gp_durable site_durable = {.stream = "FLEET", .name = "alerting-sites",

@@ -4,7 +4,9 @@
  * (firing, resolved), the outbox the publisher reads; a row is never
  * changed but for its published mark.  Times are the database's clock
  * (alert_now_ms), the one clock every instance shares, so for-durations
- * hold across instances without synchronised hosts. */
+ * hold across instances without synchronised hosts.  silences: their
+ * matchers and time span; an alert's ack is on its row until it fires
+ * again. */
 #include "alerting.h"
 
 static const char step1_sql[] =
@@ -15,6 +17,7 @@ static const char step1_sql[] =
     "  alertname text NOT NULL,\n"
     "  severity text NOT NULL CHECK (severity IN ('page', 'ticket', 'info')),\n"
     "  scope text NOT NULL CHECK (scope IN ('fleet', 'site', 'node')),\n"
+    "  kind text NOT NULL DEFAULT 'state' CHECK (kind IN ('state', 'telemetry')),\n"
     "  region text NOT NULL, site text NOT NULL, node text NOT NULL DEFAULT '',\n"
     "  labels text NOT NULL DEFAULT '',\n"
     "  state text NOT NULL CHECK (state IN ('pending', 'firing', 'resolved')),\n"
@@ -24,9 +27,14 @@ static const char step1_sql[] =
     "  due_ms bigint NOT NULL,\n"
     "  summary text NOT NULL, cause text NOT NULL, evidence text NOT NULL,\n"
     "  action text NOT NULL, dispatch text NOT NULL,\n"
+    "  acked_by text NOT NULL DEFAULT '', acked_ms bigint NOT NULL DEFAULT 0,\n"
+    "  ack_comment text NOT NULL DEFAULT '',\n"
+    "  told boolean NOT NULL DEFAULT false,\n"
+    "  silenced_seq int NOT NULL DEFAULT 0,\n"
     "  updated_ms bigint NOT NULL\n"
     ");\n"
     "CREATE INDEX IF NOT EXISTS alerts_active ON alerts (scope, site) WHERE state <> 'resolved';\n"
+    "CREATE INDEX IF NOT EXISTS alerts_active_node ON alerts (site, node) WHERE state <> 'resolved';\n"
     "CREATE TABLE IF NOT EXISTS alert_events (\n"
     "  id text NOT NULL, seq int NOT NULL,\n"
     "  status text NOT NULL CHECK (status IN ('firing', 'resolved')),\n"
@@ -37,20 +45,29 @@ static const char step1_sql[] =
     "  starts_ms bigint NOT NULL, ends_ms bigint NOT NULL, updated_ms bigint NOT NULL,\n"
     "  published boolean NOT NULL DEFAULT false,\n"
     "  claim_until bigint NOT NULL DEFAULT 0,\n"
+    "  silenced_by text NOT NULL DEFAULT '',\n"
     "  PRIMARY KEY (id, seq)\n"
     ");\n"
     "CREATE INDEX IF NOT EXISTS alert_events_outbox ON alert_events (updated_ms, seq)\n"
     "  WHERE NOT published;\n"
-    /* Inhibition: a fleet alert (control-plane isolation) mutes every site
-     * and node alert; a site alert mutes its nodes' alerts.  Pending or
-     * firing parents both mute: a site outage's node alerts never fire. */
-    "CREATE OR REPLACE FUNCTION alert_inhibited(p_scope text, p_site text) RETURNS boolean\n"
-    "LANGUAGE sql STABLE AS $$\n"
+    "CREATE TABLE IF NOT EXISTS silences (\n"
+    "  id text PRIMARY KEY,\n"
+    "  matchers text NOT NULL CHECK (matchers ~ '^[A-Za-z0-9_.-]+=[^,]+(,[A-Za-z0-9_.-]+=[^,]+)*$'),\n"
+    "  comment text NOT NULL DEFAULT '', created_by text NOT NULL DEFAULT '',\n"
+    "  starts_ms bigint NOT NULL, ends_ms bigint NOT NULL, CHECK (ends_ms > starts_ms)\n"
+    ");\n"
+    /* Inhibition: a fleet alert (control-plane isolation) mutes every site and
+     * node alert; a site alert (pending or firing) mutes its nodes' alerts; a
+     * node's telemetry alert (the cause) mutes its state alerts (the
+     * consequence: NodeQuarantined, NodeDown).  A muted alert stays pending. */
+    "CREATE OR REPLACE FUNCTION alert_inhibited(p_scope text, p_site text, p_node text, p_kind text)\n"
+    "RETURNS boolean LANGUAGE sql STABLE AS $$\n"
     "  SELECT CASE p_scope WHEN 'fleet' THEN false\n"
-    "    WHEN 'site' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet'\n"
-    "      AND state <> 'resolved')\n"
+    "    WHEN 'site' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
     "    ELSE EXISTS (SELECT 1 FROM alerts WHERE state <> 'resolved'\n"
-    "      AND (scope = 'fleet' OR (scope = 'site' AND site = p_site))) END $$;\n"
+    "      AND (scope = 'fleet' OR (scope = 'site' AND site = p_site)\n"
+    "        OR (p_kind = 'state' AND kind = 'telemetry' AND site = p_site AND node = p_node)))\n"
+    "  END $$;\n"
     "CREATE OR REPLACE FUNCTION alert_muted(p_scope text, p_site text) RETURNS int\n"
     "LANGUAGE sql STABLE AS $$\n"
     "  SELECT CASE p_scope WHEN 'node' THEN 0\n"
@@ -64,118 +81,39 @@ static const char step1_sql[] =
     "    a.summary, a.cause, a.evidence, a.action, a.dispatch, alert_muted(a.scope, a.site),\n"
     "    a.starts_ms, a.ends_ms, a.updated_ms)\n"
     "  ON CONFLICT DO NOTHING $$;\n"
-    /* The condition holds: a new alert is pending; a resolved one starts
-     * a new episode; an active one takes the newer diagnosis, and a
-     * firing one whose diagnosis changed is told again (a new seq). */
-    "CREATE OR REPLACE FUNCTION alert_raise(p_name text, p_sev text, p_scope text,\n"
-    "  p_region text, p_site text, p_node text, p_labels text, p_for bigint, p_summary text,\n"
-    "  p_cause text, p_evidence text, p_action text, p_dispatch text)\n"
-    "RETURNS text LANGUAGE plpgsql AS $f$\n"
-    "DECLARE k text := left(md5(p_name || '|' || p_site || '|' || p_node), 16);\n"
-    "  t bigint := alert_now_ms(); a alerts;\n"
-    "BEGIN\n"
-    "  SELECT * INTO a FROM alerts WHERE id = k FOR UPDATE;\n"
-    "  IF NOT FOUND THEN\n"
-    "    INSERT INTO alerts (id, alertname, severity, scope, region, site, node, labels, state,\n"
-    "      seq, for_ms, starts_ms, due_ms, summary, cause, evidence, action, dispatch,\n"
-    "      updated_ms)\n"
-    "    VALUES (k, p_name, p_sev, p_scope, p_region, p_site, p_node, p_labels, 'pending', 0,\n"
-    "      p_for, t, t + p_for, p_summary, p_cause, p_evidence, p_action, p_dispatch, t)\n"
-    "    ON CONFLICT (id) DO NOTHING;\n"
-    "    RETURN 'pending';\n"
-    "  END IF;\n"
-    "  IF a.state = 'resolved' THEN\n"
-    "    UPDATE alerts SET state = 'pending', severity = p_sev, region = p_region,\n"
-    "      labels = p_labels, for_ms = p_for, starts_ms = t, due_ms = t + p_for, ends_ms = 0,\n"
-    "      fired_ms = NULL,\n"
-    "      summary = p_summary, cause = p_cause, evidence = p_evidence, action = p_action,\n"
-    "      dispatch = p_dispatch, updated_ms = t WHERE id = k;\n"
-    "    RETURN 'pending';\n"
-    "  END IF;\n"
-    "  IF a.state = 'firing' AND (a.summary, a.cause, a.action, a.dispatch)\n"
-    "      IS DISTINCT FROM (p_summary, p_cause, p_action, p_dispatch) THEN\n"
-    "    UPDATE alerts SET seq = seq + 1, summary = p_summary, cause = p_cause,\n"
-    "      evidence = p_evidence, action = p_action, dispatch = p_dispatch, updated_ms = t\n"
-    "      WHERE id = k RETURNING * INTO a;\n"
-    "    PERFORM alert_event(a, 'firing');\n"
-    "    RETURN 'updated';\n"
-    "  END IF;\n"
-    "  UPDATE alerts SET region = p_region, summary = p_summary, cause = p_cause,\n"
-    "    evidence = p_evidence, action = p_action, dispatch = p_dispatch, updated_ms = t\n"
-    "    WHERE id = k;\n"
-    "  RETURN a.state;\n"
-    "END $f$;\n"
-    /* A parent that clears lets its children fire, but not at once: their
-     * for-duration starts again from now (a settle window), so the nodes
-     * of a site that just came back have it to return before any of them
-     * is called down. */
-    "CREATE OR REPLACE FUNCTION alert_settle(p_scope text, p_site text, t bigint)\n"
-    "RETURNS void LANGUAGE sql AS $$\n"
+    /* A parent that clears lets its children fire, but not at once: their due
+     * time starts again from now (a settle window: the nodes of a site that
+     * just came back have their for-duration to return; a node whose GPU
+     * fault cleared, to be released).  starts_ms stays when the condition
+     * began. */
+    "CREATE OR REPLACE FUNCTION alert_settle(p_scope text, p_kind text, p_site text, p_node text,\n"
+    "  t bigint) RETURNS void LANGUAGE sql AS $$\n"
     "  UPDATE alerts SET due_ms = greatest(due_ms, t + for_ms) WHERE state = 'pending'\n"
-    "    AND p_scope <> 'node'\n"
     "    AND ((p_scope = 'site' AND scope = 'node' AND site = p_site)\n"
-    "      OR (p_scope = 'fleet' AND scope <> 'fleet')) $$;\n"
-    /* The condition cleared: a pending alert ends unseen; a firing one is
-     * resolved, with what the clearing event says (a site's returned
-     * event names the cause the outage had). */
-    "CREATE OR REPLACE FUNCTION alert_clear(p_name text, p_site text, p_node text,\n"
-    "  p_summary text, p_cause text, p_evidence text, p_action text, p_dispatch text)\n"
-    "RETURNS text LANGUAGE plpgsql AS $f$\n"
-    "DECLARE k text := left(md5(p_name || '|' || p_site || '|' || p_node), 16);\n"
-    "  t bigint := alert_now_ms(); a alerts;\n"
-    "BEGIN\n"
-    "  SELECT * INTO a FROM alerts WHERE id = k FOR UPDATE;\n"
-    "  IF NOT FOUND OR a.state = 'resolved' THEN\n"
-    "    RETURN 'none';\n"
-    "  END IF;\n"
-    "  PERFORM alert_settle(a.scope, a.site, t);\n"
-    "  IF a.state = 'pending' THEN\n"
-    "    UPDATE alerts SET state = 'resolved', ends_ms = t, updated_ms = t WHERE id = k;\n"
-    "    RETURN 'dropped';\n"
-    "  END IF;\n"
-    "  UPDATE alerts SET state = 'resolved', seq = seq + 1, ends_ms = t, updated_ms = t,\n"
-    "    summary = coalesce(nullif(p_summary, ''), summary),\n"
-    "    cause = coalesce(nullif(p_cause, ''), cause),\n"
-    "    evidence = coalesce(nullif(p_evidence, ''), evidence),\n"
-    "    action = coalesce(nullif(p_action, ''), action),\n"
-    "    dispatch = coalesce(nullif(p_dispatch, ''), dispatch)\n"
-    "    WHERE id = k RETURNING * INTO a;\n"
-    "  PERFORM alert_event(a, 'resolved');\n"
-    "  RETURN 'resolved';\n"
-    "END $f$";
-
-/* Step 2: telemetry alerts (a GPU fallen off the bus, ECC errors, heat,
- * a failing disk...: kind 'telemetry', raised from heartbeats).  They
- * are the cause where a node's state is the consequence: a node alert of
- * kind 'state' (NodeQuarantined, NodeDown) is muted while the same node
- * has an active telemetry alert, whose diagnosis takes the quarantine
- * instead (alert_note).  Site and fleet alerts mute both kinds. */
-static const char step2_sql[] =
-    "ALTER TABLE alerts ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'state'\n"
-    "  CHECK (kind IN ('state', 'telemetry'));\n"
-    "CREATE INDEX IF NOT EXISTS alerts_active_node ON alerts (site, node)\n"
-    "  WHERE state <> 'resolved';\n"
-    "CREATE OR REPLACE FUNCTION alert_inhibited2(p_scope text, p_site text, p_node text,\n"
-    "  p_kind text) RETURNS boolean LANGUAGE sql STABLE AS $$\n"
-    "  SELECT alert_inhibited(p_scope, p_site) OR (p_scope = 'node' AND p_kind = 'state'\n"
-    "    AND EXISTS (SELECT 1 FROM alerts WHERE state <> 'resolved' AND kind = 'telemetry'\n"
-    "      AND site = p_site AND node = p_node)) $$;\n"
-    "CREATE OR REPLACE FUNCTION alert_settle(p_scope text, p_site text, t bigint)\n"
-    "RETURNS void LANGUAGE sql AS $$\n"
-    "  UPDATE alerts SET due_ms = greatest(due_ms, t + for_ms) WHERE state = 'pending'\n"
-    "    AND p_scope <> 'node'\n"
-    "    AND ((p_scope = 'site' AND scope = 'node' AND site = p_site)\n"
-    "      OR (p_scope = 'fleet' AND scope <> 'fleet')) $$;\n"
-    "CREATE OR REPLACE FUNCTION alert_settle_node(p_site text, p_node text, t bigint)\n"
-    "RETURNS void LANGUAGE sql AS $$\n"
-    "  UPDATE alerts SET due_ms = greatest(due_ms, t + for_ms) WHERE state = 'pending'\n"
-    "    AND kind = 'state' AND site = p_site AND node = p_node $$;\n"
-    /* a fact about the node (its quarantine) on its active telemetry
-     * alerts: a firing one is told again with it */
+    "      OR (p_scope = 'fleet' AND scope <> 'fleet')\n"
+    "      OR (p_kind = 'telemetry' AND kind = 'state' AND site = p_site AND node = p_node)) $$;\n"
+    /* A fact about a node (its quarantine; '' when it ends), kept for the
+     * node's telemetry alerts: the active ones take it now (a firing one is
+     * told again with it), the ones raised later when they are.  The node's
+     * lock orders a note and a telemetry raise that run at once, so the one
+     * that commits second always sees the other. */
+    "CREATE TABLE IF NOT EXISTS alert_node_notes (\n"
+    "  site text NOT NULL, node text NOT NULL, note text NOT NULL,\n"
+    "  PRIMARY KEY (site, node)\n"
+    ");\n"
+    "CREATE OR REPLACE FUNCTION alert_node_lock(p_site text, p_node text) RETURNS void\n"
+    "LANGUAGE sql AS $$ SELECT pg_advisory_xact_lock(hashtext('alert-node|' || p_site || '|' || p_node)) $$;\n"
     "CREATE OR REPLACE FUNCTION alert_note(p_site text, p_node text, p_note text)\n"
     "RETURNS int LANGUAGE plpgsql AS $f$\n"
     "DECLARE a alerts; n int := 0; t bigint := alert_now_ms();\n"
     "BEGIN\n"
+    "  PERFORM alert_node_lock(p_site, p_node);\n"
+    "  IF p_note = '' THEN\n"
+    "    DELETE FROM alert_node_notes WHERE site = p_site AND node = p_node;\n"
+    "    RETURN 0;\n"
+    "  END IF;\n"
+    "  INSERT INTO alert_node_notes VALUES (p_site, p_node, p_note)\n"
+    "    ON CONFLICT (site, node) DO UPDATE SET note = EXCLUDED.note;\n"
     "  FOR a IN SELECT * FROM alerts WHERE state <> 'resolved' AND kind = 'telemetry'\n"
     "      AND site = p_site AND node = p_node AND position(p_note IN evidence) = 0\n"
     "      ORDER BY id FOR UPDATE LOOP\n"
@@ -187,8 +125,11 @@ static const char step2_sql[] =
     "  END LOOP;\n"
     "  RETURN n;\n"
     "END $f$;\n"
-    "DROP FUNCTION IF EXISTS alert_raise(text, text, text, text, text, text, text, bigint,\n"
-    "  text, text, text, text, text);\n"
+    /* The condition holds: a new alert is pending, due after its for-duration;
+     * a resolved one starts a new episode; an active one takes the newer
+     * diagnosis, and a firing one whose diagnosis changed is told again (a new
+     * seq).  A telemetry alert keeps its evidence (its notes), and takes the
+     * node's note (a quarantine that came first). */
     "CREATE OR REPLACE FUNCTION alert_raise(p_name text, p_sev text, p_scope text,\n"
     "  p_region text, p_site text, p_node text, p_labels text, p_for bigint, p_summary text,\n"
     "  p_cause text, p_evidence text, p_action text, p_dispatch text, p_kind text)\n"
@@ -196,13 +137,9 @@ static const char step2_sql[] =
     "DECLARE k text := left(md5(p_name || '|' || p_site || '|' || p_node), 16);\n"
     "  t bigint := alert_now_ms(); a alerts; q text;\n"
     "BEGIN\n"
-    /* a quarantine that came first goes into a new telemetry alert (the
-     * same words as alert_note's, so it is not noted twice) */
     "  IF p_kind = 'telemetry' THEN\n"
-    "    SELECT 'node quarantined by the registry (no new work, its interruptible jobs moved): '\n"
-    "      || left(split_part(evidence, ' -> quarantined: ', 2), 80) INTO q FROM alerts\n"
-    "      WHERE kind = 'state' AND site = p_site AND node = p_node AND state <> 'resolved'\n"
-    "        AND position(' -> quarantined: ' IN evidence) > 0 LIMIT 1;\n"
+    "    PERFORM alert_node_lock(p_site, p_node);\n"
+    "    SELECT note INTO q FROM alert_node_notes WHERE site = p_site AND node = p_node;\n"
     "    IF q IS NOT NULL AND position(q IN p_evidence) = 0 THEN\n"
     "      p_evidence := left(p_evidence || '; ' || q, 511);\n"
     "    END IF;\n"
@@ -223,18 +160,20 @@ static const char step2_sql[] =
     "      region = p_region, labels = p_labels, for_ms = p_for, starts_ms = t,\n"
     "      due_ms = t + p_for, ends_ms = 0, fired_ms = NULL, summary = p_summary,\n"
     "      cause = p_cause, evidence = p_evidence, action = p_action, dispatch = p_dispatch,\n"
+    "      told = false, silenced_seq = 0, acked_by = '', acked_ms = 0, ack_comment = '',\n"
     "      updated_ms = t WHERE id = k;\n"
     "    RETURN 'pending';\n"
     "  END IF;\n"
     "  IF a.state = 'firing' AND (a.summary, a.cause, a.action, a.dispatch)\n"
     "      IS DISTINCT FROM (p_summary, p_cause, p_action, p_dispatch) THEN\n"
     "    UPDATE alerts SET seq = seq + 1, summary = p_summary, cause = p_cause,\n"
-    "      evidence = p_evidence, action = p_action, dispatch = p_dispatch, updated_ms = t\n"
+    "      evidence = CASE WHEN kind = 'telemetry' THEN evidence ELSE p_evidence END,\n"
+    "      action = p_action, dispatch = p_dispatch, updated_ms = t\n"
     "      WHERE id = k RETURNING * INTO a;\n"
     "    PERFORM alert_event(a, 'firing');\n"
     "    RETURN 'updated';\n"
     "  END IF;\n"
-    "  IF a.kind = 'telemetry' THEN\n"          /* keep its notes (the quarantine) */
+    "  IF a.kind = 'telemetry' THEN\n"
     "    RETURN a.state;\n"
     "  END IF;\n"
     "  UPDATE alerts SET region = p_region, summary = p_summary, cause = p_cause,\n"
@@ -242,7 +181,9 @@ static const char step2_sql[] =
     "    WHERE id = k;\n"
     "  RETURN a.state;\n"
     "END $f$;\n"
-    /* clearing a telemetry alert settles the node's state alerts */
+    /* The condition cleared: a pending alert ends unseen; a firing one is
+     * resolved, with what the clearing event says (a site's returned event
+     * names the cause the outage had); either way its children settle. */
     "CREATE OR REPLACE FUNCTION alert_clear(p_name text, p_site text, p_node text,\n"
     "  p_summary text, p_cause text, p_evidence text, p_action text, p_dispatch text)\n"
     "RETURNS text LANGUAGE plpgsql AS $f$\n"
@@ -253,10 +194,7 @@ static const char step2_sql[] =
     "  IF NOT FOUND OR a.state = 'resolved' THEN\n"
     "    RETURN 'none';\n"
     "  END IF;\n"
-    "  PERFORM alert_settle(a.scope, a.site, t);\n"
-    "  IF a.kind = 'telemetry' THEN\n"
-    "    PERFORM alert_settle_node(a.site, a.node, t);\n"
-    "  END IF;\n"
+    "  PERFORM alert_settle(a.scope, a.kind, a.site, a.node, t);\n"
     "  IF a.state = 'pending' THEN\n"
     "    UPDATE alerts SET state = 'resolved', ends_ms = t, updated_ms = t WHERE id = k;\n"
     "    RETURN 'dropped';\n"
@@ -271,28 +209,9 @@ static const char step2_sql[] =
     "    WHERE id = k RETURNING * INTO a;\n"
     "  PERFORM alert_event(a, 'resolved');\n"
     "  RETURN 'resolved';\n"
-    "END $f$";
-
-/* Step 3: silences and acknowledgements.  A silence's matchers
- * (label=value,...) are checked when an event is about to be published:
- * a firing event of a silenced alert is marked published without being
- * sent (silenced_by) and the alert remembers it (silenced_seq); when no
- * silence matches any more, the eval task tells it again (a new seq); a
- * resolve of an alert that was never told (its firing silenced) is not
- * sent either.  An ack is on the alert until it fires again. */
-static const char step3_sql[] =
-    "ALTER TABLE alerts ADD COLUMN IF NOT EXISTS acked_by text NOT NULL DEFAULT '',\n"
-    "  ADD COLUMN IF NOT EXISTS acked_ms bigint NOT NULL DEFAULT 0,\n"
-    "  ADD COLUMN IF NOT EXISTS ack_comment text NOT NULL DEFAULT '',\n"
-    "  ADD COLUMN IF NOT EXISTS told boolean NOT NULL DEFAULT false,\n"
-    "  ADD COLUMN IF NOT EXISTS silenced_seq int NOT NULL DEFAULT 0;\n"
-    "ALTER TABLE alert_events ADD COLUMN IF NOT EXISTS silenced_by text NOT NULL DEFAULT '';\n"
-    "CREATE TABLE IF NOT EXISTS silences (\n"
-    "  id text PRIMARY KEY,\n"
-    "  matchers text NOT NULL CHECK (matchers ~ '^[A-Za-z0-9_.-]+=[^,]+(,[A-Za-z0-9_.-]+=[^,]+)*$'),\n"
-    "  comment text NOT NULL DEFAULT '', created_by text NOT NULL DEFAULT '',\n"
-    "  starts_ms bigint NOT NULL, ends_ms bigint NOT NULL, CHECK (ends_ms > starts_ms)\n"
-    ");\n"
+    "END $f$;\n"
+    /* Silences: matchers label=value,... (alertname, severity, region, site,
+     * node or a rule's own label), every one must match. */
     "CREATE OR REPLACE FUNCTION alert_matches(p_matchers text, a_name text, a_sev text,\n"
     "  a_region text, a_site text, a_node text, a_labels text)\n"
     "RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$\n"
@@ -315,23 +234,9 @@ static const char step3_sql[] =
     "  a_site text, a_node text, a_labels text) RETURNS text LANGUAGE sql STABLE AS $$\n"
     "  SELECT id FROM silences WHERE starts_ms <= alert_now_ms() AND ends_ms > alert_now_ms()\n"
     "    AND alert_matches(matchers, a_name, a_sev, a_region, a_site, a_node, a_labels)\n"
-    "  ORDER BY id LIMIT 1 $$;\n"
-    /* a new episode: not told, not acked */
-    "CREATE OR REPLACE FUNCTION alerts_new_episode() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
-    "BEGIN\n"
-    "  IF NEW.state = 'pending' AND OLD.state = 'resolved' THEN\n"
-    "    NEW.told := false; NEW.silenced_seq := 0;\n"
-    "    NEW.acked_by := ''; NEW.acked_ms := 0; NEW.ack_comment := '';\n"
-    "  END IF;\n"
-    "  RETURN NEW;\n"
-    "END $f$;\n"
-    "DROP TRIGGER IF EXISTS alerts_new_episode ON alerts;\n"
-    "CREATE TRIGGER alerts_new_episode BEFORE UPDATE ON alerts\n"
-    "  FOR EACH ROW EXECUTE FUNCTION alerts_new_episode()";
+    "  ORDER BY id LIMIT 1 $$";
 
 const gp_migration alerting_migrations[] = {
-    {1, "alerts, their events (the outbox), raise, clear, inhibition", step1_sql},
-    {2, "telemetry alerts: the cause mutes the node's state alerts, notes", step2_sql},
-    {3, "silences and acknowledgements", step3_sql},
+    {1, "alerts, their events (the outbox), silences; raise, clear, inhibition, notes", step1_sql},
     GP_MIGRATION_END
 };

@@ -324,3 +324,17 @@ ctl_get(gpctl *c, const entity *e, const char *id, void *out)
     snprintf(req.id, sizeof(req.id), "%s", id);
     return ctl_call(c, e->get->address, &msg_id_request_desc, &req, e->desc, out);
 }
+
+int
+ctl_print_json(const gp_msg_desc *d, const void *m)
+{
+    gp_buf b;
+    int    rc;
+
+    gp_buf_init(&b, 0);
+    rc = gp_msg_to_json(d, m, &b) == GP_EOK ? GPCTL_OK : GPCTL_FAIL;
+    if (rc == GPCTL_OK)
+        printf("%s\n", b.p);
+    gp_buf_fini(&b);
+    return rc;
+}

@@ -40,20 +40,6 @@ flags(const char *verb, int argc, char **argv, const char *const *names, const c
     return GPCTL_OK;
 }
 
-static int
-json_print(const gp_msg_desc *d, const void *m)
-{
-    gp_buf b;
-    int    rc;
-
-    gp_buf_init(&b, 0);
-    rc = gp_msg_to_json(d, m, &b) == GP_EOK ? GPCTL_OK : GPCTL_FAIL;
-    if (rc == GPCTL_OK)
-        printf("%s\n", b.p);
-    gp_buf_fini(&b);
-    return rc;
-}
-
 static void
 copy(char *dst, size_t n, const char *src)
 {
@@ -93,7 +79,7 @@ cmd_get_alerts(gpctl *c, int argc, char **argv)
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_LIST, &msg_alert_query_desc, &q, &msg_alert_list_desc,
                   &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON) {
-        rc = json_print(&msg_alert_list_desc, &l);
+        rc = ctl_print_json(&msg_alert_list_desc, &l);
     } else if (rc == GPCTL_OK) {
         table_init(&t, alert_heads);
         for (uint32_t i = 0; i < l.items.n; i++) {
@@ -134,7 +120,7 @@ cmd_describe_alert(gpctl *c, int argc, char **argv)
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_LIST, &msg_alert_query_desc, &q, &msg_alert_list_desc,
                   &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON) {
-        rc = json_print(&msg_alert_list_desc, &l);
+        rc = ctl_print_json(&msg_alert_list_desc, &l);
     } else if (rc == GPCTL_OK && l.items.n == 1) {
         const msg_alert *a = l.items.v;
         char             since[32], ended[32], acked[32];
@@ -197,7 +183,7 @@ cmd_ack(gpctl *c, int argc, char **argv)
         return rc;
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_ACK, &msg_alert_ack_desc, &k, &msg_alert_desc, &a);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_print(&msg_alert_desc, &a);
+        rc = ctl_print_json(&msg_alert_desc, &a);
     else if (rc == GPCTL_OK)
         printf("alert %s (%s) acknowledged by %s\n", a.id, a.alertname, a.acked_by);
     gp_msg_clear(&msg_alert_desc, &a);
@@ -268,7 +254,7 @@ cmd_silence(gpctl *c, int argc, char **argv)
         return rc;
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_SILENCE, &msg_silence_desc, &q, &msg_silence_desc, &s);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_print(&msg_silence_desc, &s);
+        rc = ctl_print_json(&msg_silence_desc, &s);
     else if (rc == GPCTL_OK)
         silence_line(&s);
     gp_msg_clear(&msg_silence_desc, &s);
@@ -289,7 +275,7 @@ cmd_get_silences(gpctl *c, int argc, char **argv)
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_SILENCES, &msg_list_request_desc, &q,
                   &msg_silence_list_desc, &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_print(&msg_silence_list_desc, &l);
+        rc = ctl_print_json(&msg_silence_list_desc, &l);
     else if (rc == GPCTL_OK && l.items.n == 0)
         fprintf(stderr, "No silences found.\n");
     for (uint32_t i = 0; rc == GPCTL_OK && c->out != OUT_JSON && i < l.items.n; i++)
@@ -312,7 +298,7 @@ cmd_expire(gpctl *c, int argc, char **argv)
         return rc;
     rc = ctl_call(c, GP_SUBJ_ADMIN_ALERT_EXPIRE, &msg_id_request_desc, &q, &msg_silence_desc, &s);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_print(&msg_silence_desc, &s);
+        rc = ctl_print_json(&msg_silence_desc, &s);
     else if (rc == GPCTL_OK)
         silence_line(&s);
     gp_msg_clear(&msg_silence_desc, &s);

@@ -86,20 +86,6 @@ call(gpctl *c, const gp_op *op, const char *tenant, const msg_billing_query *q,
     return ctl_call(c, subj, &msg_billing_query_desc, q, rd, out);
 }
 
-static int
-json_out(const gp_msg_desc *d, const void *m)
-{
-    gp_buf b;
-    int    rc;
-
-    gp_buf_init(&b, 0);
-    rc = gp_msg_to_json(d, m, &b) == GP_EOK ? GPCTL_OK : GPCTL_FAIL;
-    if (rc == GPCTL_OK)
-        printf("%s\n", b.p);
-    gp_buf_fini(&b);
-    return rc;
-}
-
 static void
 done_table(table *t, const char *what)
 {
@@ -184,7 +170,7 @@ cmd_get_statements(gpctl *c, int argc, char **argv)
         return rc;
     rc = call(c, GP_OP_API_BILLING_STATEMENTS, o.tenant, &o.q, &msg_statement_list_desc, &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_out(&msg_statement_list_desc, &l);
+        rc = ctl_print_json(&msg_statement_list_desc, &l);
     else if (rc == GPCTL_OK) {
         table_init(&t, stmt_heads);
         for (uint32_t i = 0; i < l.statements.n; i++) {
@@ -216,7 +202,7 @@ cmd_get_balances(gpctl *c, int argc, char **argv)
         return rc;
     rc = call(c, GP_OP_API_BILLING_BALANCES, o.tenant, &o.q, &msg_balance_list_desc, &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_out(&msg_balance_list_desc, &l);
+        rc = ctl_print_json(&msg_balance_list_desc, &l);
     else if (rc == GPCTL_OK) {
         table_init(&t, bal_heads);
         for (uint32_t i = 0; i < l.balances.n; i++) {
@@ -272,7 +258,7 @@ statement_cmd(gpctl *c, const char *verb, int argc, char **argv, bool close)
     rc = call(c, close ? GP_OP_ADMIN_BILLING_CLOSE : GP_OP_API_BILLING_STATEMENT,
               close ? NULL : o.tenant, &o.q, &msg_statement_desc, s);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_out(&msg_statement_desc, s);
+        rc = ctl_print_json(&msg_statement_desc, s);
     else if (rc == GPCTL_OK)
         statement_print(s);
     gp_msg_clear(&msg_statement_desc, s);
@@ -313,7 +299,7 @@ cmd_get_prices(gpctl *c, int argc, char **argv)
     rc = ctl_call(c, GP_SUBJ_ADMIN_BILLING_PRICE_LIST, &msg_list_request_desc, &q,
                   &msg_price_list_desc, &l);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_out(&msg_price_list_desc, &l);
+        rc = ctl_print_json(&msg_price_list_desc, &l);
     else if (rc == GPCTL_OK) {
         table_init(&t, price_heads);
         for (uint32_t i = 0; i < l.prices.n; i++) {
@@ -398,7 +384,7 @@ cmd_set(gpctl *c, int argc, char **argv)
         return rc;
     rc = ctl_call(c, GP_SUBJ_ADMIN_BILLING_PRICE_SET, &msg_price_desc, &p, &msg_price_desc, &out);
     if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = json_out(&msg_price_desc, &out);
+        rc = ctl_print_json(&msg_price_desc, &out);
     else if (rc == GPCTL_OK) {
         char m[48], when[32];
 

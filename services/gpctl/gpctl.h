@@ -75,6 +75,8 @@ int    ctl_call(gpctl *c, const char *subject, const gp_msg_desc *ind, const voi
                 const gp_msg_desc *outd, void *out);
 /* The exit code of an error from ctl_call_raw (transport errors are 3). */
 int    ctl_exit_code(gp_err err, bool transport);
+/* One message as a JSON line on stdout (-o json); an exit code. */
+int    ctl_print_json(const gp_msg_desc *d, const void *m);
 /* Prints "gpctl: CODE: detail" or the transport problem; returns the exit code. */
 int    ctl_report(gpctl *c, const char *subject, gp_err err, bool transport, const char *detail);
 

@@ -348,14 +348,14 @@ $G fault node_stop --node s0006-n01 >/dev/null
 $G fault node_stop --node s0002-n01 >/dev/null
 wait_for 200 NodeDown firing s0002 s0002-n01
 ok "a node down elsewhere (s0002-n01) is not matched: its NodeDown is published" $?
-for _ in $(seq 1 100); do
-    $G get alerts --site s0006 -o json 2>/dev/null | grep -q "\"silenced_by\":\"$sid\"" && break
-    sleep 0.1
-done
-$G get alerts --site s0006 -o json | $PY -c "
+silenced_firing() {   # NodeDown of s0006-n01 firing, silenced by $sid
+    $G get alerts --site s0006 -o json 2>/dev/null | $PY -c "
 import json, sys
 a = [x for x in json.load(sys.stdin)['items'] if x['alertname'] == 'NodeDown' and x['node'] == 's0006-n01']
 sys.exit(not (a and a[0]['state'] == 'firing' and a[0]['silenced_by'] == '$sid'))"
+}
+for _ in $(seq 1 100); do silenced_firing && break; sleep 0.1; done
+silenced_firing
 st_=$?
 early=$(tail -n +"$((mark + 1))" "$D/alerts.jsonl" | grep -c '"node":"s0006-n01"')
 [ $st_ -eq 0 ] && [ "$early" -eq 0 ]

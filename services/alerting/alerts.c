@@ -228,10 +228,18 @@ alerting_eval_run(gp_app *app, void *arg)
 
 /* ---- publish: the outbox ---------------------------------------------------------- */
 
+/* The claim checks what the screen checked too: an event committed
+ * between the two statements (another instance's eval) is left for the
+ * next screen instead of being sent unscreened. */
 static const char claim_sql[] =
     "UPDATE alert_events e SET claim_until = alert_now_ms() + $1::bigint\n"
-    "FROM (SELECT id, seq FROM alert_events WHERE NOT published AND claim_until < alert_now_ms()\n"
-    "      ORDER BY updated_ms, seq LIMIT 64 FOR UPDATE SKIP LOCKED) c\n"
+    "FROM (SELECT x.id, x.seq FROM alert_events x JOIN alerts a ON a.id = x.id\n"
+    "      WHERE NOT x.published AND x.claim_until < alert_now_ms()\n"
+    "        AND NOT (x.status = 'firing' AND alert_silence_of(x.alertname, x.severity,\n"
+    "          x.region, x.site, x.node, x.labels) IS NOT NULL)\n"
+    "        AND NOT (x.status = 'resolved' AND NOT a.told AND NOT EXISTS (SELECT 1\n"
+    "          FROM alert_events f WHERE f.id = x.id AND f.seq < x.seq AND NOT f.published))\n"
+    "      ORDER BY x.updated_ms, x.seq LIMIT 64 FOR UPDATE OF x SKIP LOCKED) c\n"
     "WHERE e.id = c.id AND e.seq = c.seq\n"
     "RETURNING e.id, e.id || '.' || e.seq AS event_id, e.seq, e.status, e.alertname,\n"
     "  e.severity, e.region, e.site, e.node, e.labels, e.summary, e.cause, e.evidence,\n"

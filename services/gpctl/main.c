@@ -196,7 +196,7 @@ static const verb verbs[] = {
      "\n"
      "  Asks the fleet simulator (gridpool-sim) to inject a fault: site_power_cut,\n"
      "  uplink_cut, node_crash, node_slow, node_jitter, node_flap, gpu_xid,\n"
-     "  ecc_burst, thermal_throttle, gpu_lost, node_stop, node_resume.\n"},
+     "  ecc_burst, thermal_throttle, gpu_lost, node_stop, node_resume, reply_lost.\n"},
 };
 
 static const char overview[] =

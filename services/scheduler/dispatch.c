@@ -10,8 +10,18 @@
  * 'requeued' -- or 'failed' once attempts_made - preemptions reaches
  * max_attempts (preempted attempts are not charged).
  *
+ * No answer is not a refusal: a RunAttempt that timed out may have
+ * started on its node, and freeing its GPUs and requeueing its job at once
+ * ran two attempts of the job, and two jobs on one GPU, until the node's
+ * next renewal killed the old one (sched_fleet_test saw 6.5 s of it).  So
+ * when any node of the attempt may have it, the attempt is retired there
+ * (fence.c: its renewals kill it, its GPUs stay booked) and its rows end
+ * and its job is requeued only once its lease has surely run out on every
+ * such node; a stop signal goes to each of them meanwhile.  The rounds
+ * waiting for that are on s->retiring, re-tried by sched_retire_sweep.
+ *
  * At most dispatch-max attempts are in flight (s->dispatching); the
- * placement pass waits above it. */
+ * placement pass waits above it (a retiring round no longer counts). */
 #include <ev.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -36,10 +46,18 @@ struct dround {
     sched_placed *p;
     unsigned      pending;
     bool          acked[8];
+    bool          sent[8];       /* the RunAttempt left: no answer does not say it did not start */
+    bool          unsure[8];     /* ... and no answer came */
+    bool          retired[8];    /* its reservation on the node removed past the fence */
     dnode         dn[8];
     int           fail;
     char          why[256];
     char          bad_node[GP_MAX_ID + 1];
+    /* retiring (see above) */
+    bool          retiring, busy;
+    uint32_t      wait_ms;
+    uint64_t      retry_at;      /* monotonic ms */
+    dround       *next;
 };
 
 /* ---- signals and releases (also used by preempt_run.c) -------------------- */
@@ -137,9 +155,11 @@ sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
 /* ---- failed to start ------------------------------------------------------- */
 
 static const char fts_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
+/* a node whose 'started' came meanwhile was stopped (signal, lease kill) */
 static const char fts_attempt_sql[] =
-    "UPDATE attempts SET state = 'failed_to_start', reason = $3, ended_ms = $4::bigint\n"
-    "WHERE job_id = $1 AND attempt = $2::int AND state IN ('reserved','starting')";
+    "UPDATE attempts SET reason = $3, ended_ms = $4::bigint,\n"
+    "  state = CASE WHEN state = 'running' THEN 'killed' ELSE 'failed_to_start' END\n"
+    "WHERE job_id = $1 AND attempt = $2::int AND state IN ('reserved','starting','running')";
 /* the job goes back to pending (or fails, when its own failures used up
  * max_attempts) only if this attempt is still its latest */
 static const char fts_job_sql[] =
@@ -160,7 +180,8 @@ static const char fts_job_sql[] =
 static void
 round_free(dround *d)
 {
-    d->s->dispatching--;
+    if (!d->retiring)
+        d->s->dispatching--;
     gp_msg_clear(&msg_job_spec_desc, &d->p->spec);
     free(d->p);
     free(d);
@@ -181,21 +202,13 @@ fts_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *d
 }
 
 static void
-failed_to_start(dround *d)
+write_failed_start(dround *d)
 {
     sched_placed *p = d->p;
     char          a[16], now[24];
     const char   *v[] = {p->job, a, d->why, now, p->site, d->bad_node};
     gp_db_tx     *tx;
 
-    GP_WARN("attempt_failed_to_start", "job=%s attempt=%u node=%s why=\"%s\"", p->job, p->attempt,
-            d->bad_node, d->why);
-    sched_count(d->s->m_failed_start[d->fail]);
-    snap_node_fault(&d->s->snap, d->bad_node, gp_mono_ms());
-    for (uint32_t i = 0; i < p->nnodes; i++)
-        if (d->acked[i])
-            sched_signal(d->s, p->site, p->node[i], p->job, p->attempt,
-                         MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
     snprintf(a, sizeof(a), "%u", p->attempt);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     tx = gp_db_tx_new(gp_app_db(d->s->app));
@@ -204,6 +217,130 @@ failed_to_start(dround *d)
     gp_db_tx_add(tx, fts_job_sql, 6, v);
     if (gp_db_tx_run(tx, 0, fts_written, d) != GP_EOK)
         fts_written(d, GP_EUNAVAIL, NULL, 0, "not sent");
+}
+
+/* ---- retiring an attempt its nodes may run ----------------------------------- */
+
+#define RETIRE_RETRY_MS 1000        /* after Redis failed to answer */
+
+static void retire_all(dround *d);
+
+static void
+retire_unlink(dround *d)
+{
+    for (dround **pp = &d->s->retiring; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == d) {
+            *pp = d->next;
+            return;
+        }
+}
+
+static void
+retire_step(dround *d)
+{
+    if (--d->pending > 0)
+        return;
+    d->busy = false;
+    for (uint32_t i = 0; i < d->p->nnodes; i++)
+        if (!d->retired[i]) {
+            d->retry_at = gp_mono_ms() + d->wait_ms + 20;
+            return;
+        }
+    retire_unlink(d);
+    GP_INFO("attempt_retired", "job=%s attempt=%u", d->p->job, d->p->attempt);
+    write_failed_start(d);
+}
+
+static void
+retire_answered(void *arg, gp_err err, uint32_t wait_ms)
+{
+    dnode  *dn = arg;
+    dround *d = dn->d;
+
+    if (err == GP_EOK && wait_ms == 0)
+        d->retired[dn->rank] = true;
+    else if ((err != GP_EOK ? RETIRE_RETRY_MS : wait_ms) > d->wait_ms)
+        d->wait_ms = err != GP_EOK ? RETIRE_RETRY_MS : wait_ms;
+    retire_step(d);
+}
+
+/* Every node of the attempt, so none of its GPUs is freed before the
+ * rest: the rows end together and the job goes back once. */
+static void
+retire_all(dround *d)
+{
+    sched_placed *p = d->p;
+
+    d->busy = true;
+    d->wait_ms = 0;
+    d->pending = 1;
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        if (d->retired[i])
+            continue;
+        d->pending++;
+        if (sched_fence_retire(d->s, p->site, p->node[i], p->job, p->attempt, retire_answered,
+                               &d->dn[i]) != GP_EOK)
+            retire_answered(&d->dn[i], GP_EUNAVAIL, 0);
+    }
+    retire_step(d);
+}
+
+void
+sched_retire_sweep(gp_app *app, void *arg)
+{
+    sched   *s = arg;
+    uint64_t now = gp_mono_ms();
+    dround  *next;
+
+    (void)app;
+    for (dround *d = s->retiring; d != NULL; d = next) {
+        next = d->next;
+        if (!d->busy && now >= d->retry_at)
+            retire_all(d);
+    }
+}
+
+void
+sched_dispatch_free(sched *s)
+{
+    while (s->retiring != NULL) {
+        dround *d = s->retiring;
+
+        s->retiring = d->next;
+        gp_msg_clear(&msg_job_spec_desc, &d->p->spec);
+        free(d->p);
+        free(d);
+    }
+}
+
+static void
+failed_to_start(dround *d)
+{
+    sched_placed *p = d->p;
+    bool          unsure = false;
+
+    GP_WARN("attempt_failed_to_start", "job=%s attempt=%u node=%s why=\"%s\"", p->job, p->attempt,
+            d->bad_node, d->why);
+    sched_count(d->s->m_failed_start[d->fail]);
+    snap_node_fault(&d->s->snap, d->bad_node, gp_mono_ms());
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        if (d->acked[i] || d->unsure[i])
+            sched_signal(d->s, p->site, p->node[i], p->job, p->attempt,
+                         MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
+        unsure = unsure || d->unsure[i];
+    }
+    if (!unsure) {
+        write_failed_start(d);
+        return;
+    }
+    GP_WARN("attempt_retiring", "job=%s attempt=%u why=\"a node may run it unanswered: its GPUs "
+            "stay booked and its job waits until its lease has surely run out there\"",
+            p->job, p->attempt);
+    d->retiring = true;
+    d->s->dispatching--;
+    d->next = d->s->retiring;
+    d->s->retiring = d;
+    retire_all(d);
 }
 
 /* ---- RunAttempt ------------------------------------------------------------ */
@@ -317,7 +454,10 @@ ran(void *arg, gp_err err, bool transport, const void *reply, const char *detail
     if (err == GP_EOK) {
         d->acked[dn->rank] = true;
         mark_starting(d, dn->rank);
-    } else if (d->fail == FAIL_NONE) {
+    } else if (transport && d->sent[dn->rank] && err != GP_ENOROUTE) {
+        d->unsure[dn->rank] = true;    /* NOROUTE: no agent took it; a timeout says nothing */
+    }
+    if (err != GP_EOK && d->fail == FAIL_NONE) {
         d->fail = !transport ? FAIL_REFUSED
                 : err == GP_ETIMEOUT || err == GP_ENOROUTE ? FAIL_TIMEOUT : FAIL_ERROR;
         snprintf(d->why, sizeof(d->why), "failed to start on %s: %s %s", d->p->node[dn->rank],
@@ -356,6 +496,7 @@ send_run_now(dround *d, uint32_t rank)
     if (rc == GP_EOK)
         rc = gp_call2(gp_app_bus(d->s->app), subj, &msg_run_attempt_desc, &m,
                       &msg_attempt_ack_desc, d->s->cfg->dispatch_timeout_ms, ran, &d->dn[rank]);
+    d->sent[rank] = rc == GP_EOK;
     return rc;
 }
 

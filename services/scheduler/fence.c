@@ -61,10 +61,11 @@ static const char stamp_lua[] =
     "if at > cur then redis.call('SET', KEYS[1], string.format('%.0f', at), 'PX', " GRANT_TTL_MS ") end\n"
     "return 1\n";
 
-/* KEYS live hash (the registry's), reservations, grant; ARGV the reported
- * attempts "<job>:<attempt>".  'notfound' without the registry's 'reg'
- * mark; else one 1 (keep) or 0 (kill) per reported attempt, and the grant
- * is stamped when anything is kept. */
+/* KEYS live hash (the registry's), reservations, grant, retired; ARGV the
+ * reported attempts "<job>:<attempt>".  'notfound' without the registry's
+ * 'reg' mark; else one 1 (keep) or 0 (kill) per reported attempt, and the
+ * grant is stamped when anything is kept.  A retired attempt (below) is
+ * killed though it still holds its GPUs. */
 static const char lease_lua[] =
     "if not redis.call('HGET', KEYS[1], 'reg') then return 'notfound' end\n"
     "local held = {}\n"
@@ -74,7 +75,9 @@ static const char lease_lua[] =
     "end\n"
     "local out, any = {}, false\n"
     "for i = 1, #ARGV do\n"
-    "  if held[ARGV[i]] then out[i] = 1; any = true else out[i] = 0 end\n"
+    "  if held[ARGV[i]] and redis.call('HEXISTS', KEYS[4], ARGV[i]) == 0 then\n"
+    "    out[i] = 1; any = true\n"
+    "  else out[i] = 0 end\n"
     "end\n"
     "if any then\n"
     FENCE_LUA_NOW
@@ -105,8 +108,36 @@ static const char replace_lua[] =
     "if redis.call('HLEN', KEYS[2]) == 0 then redis.call('SREM', KEYS[4], ARGV[2]) end\n"
     "return {1, n}\n";
 
+/* KEYS retired, reservations, grant, the shard's reservation index; ARGV
+ * window, node id, "<job>:<attempt>".  The first call retires the attempt
+ * on the node at max(now, the node's grant): no renewal keeps it from
+ * then on (lease_lua), so it surely stopped there a window later.  Until
+ * then {0, ms to wait}; after, its reservations on the node are removed
+ * with its mark and {1, GPUs removed}. */
+static const char retire_lua[] =
+    FENCE_LUA_NOW
+    "local at = tonumber(redis.call('HGET', KEYS[1], ARGV[3]) or '')\n"
+    "if not at then\n"
+    "  at = tonumber(redis.call('GET', KEYS[3]) or '0') or 0\n"
+    "  if now > at then at = now end\n"
+    "  redis.call('HSET', KEYS[1], ARGV[3], string.format('%.0f', at))\n"
+    "  redis.call('PEXPIRE', KEYS[1], " GRANT_TTL_MS ")\n"
+    "end\n"
+    "local open = at + tonumber(ARGV[1])\n"
+    "if now < open then return {0, open - now} end\n"
+    "local h = redis.call('HGETALL', KEYS[2])\n"
+    "local n = 0\n"
+    "for i = 1, #h, 2 do\n"
+    "  if string.match(h[i + 1], '^(.*):%d+$') == ARGV[3] then\n"
+    "    redis.call('HDEL', KEYS[2], h[i]); n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "if redis.call('HLEN', KEYS[2]) == 0 then redis.call('SREM', KEYS[4], ARGV[2]) end\n"
+    "redis.call('HDEL', KEYS[1], ARGV[3])\n"
+    "return {1, n}\n";
+
 static struct {
-    gp_kvscript stamp, lease, replace;
+    gp_kvscript stamp, lease, replace, retire;
     bool        init;
 } fs;
 
@@ -118,6 +149,7 @@ fence_init(void)
     gp_kvscript_init(&fs.stamp, stamp_lua);
     gp_kvscript_init(&fs.lease, lease_lua);
     gp_kvscript_init(&fs.replace, replace_lua);
+    gp_kvscript_init(&fs.retire, retire_lua);
     fs.init = true;
 }
 
@@ -125,6 +157,14 @@ static void
 grant_key(char *out, const char *site, const char *node)
 {
     snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:grant:%s", gp_shard_of(site), node);
+}
+
+/*     gp:{N}:retired:<node>  hash: "<job>:<attempt>" -> when it was retired
+ *                            (Redis's clock; expires a day after the last) */
+static void
+retired_key(char *out, const char *site, const char *node)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:retired:%s", gp_shard_of(site), node);
 }
 
 /* The window after the last grant: the longest lease an agent may hold
@@ -209,8 +249,9 @@ sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_
                   sched_lease_cb *cb, void *arg)
 {
     char                   kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN], kg[SCHED_RES_KEY_LEN];
+    char                   kd[SCHED_RES_KEY_LEN];
     char                   held[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS][GP_MAX_ID + 16];
-    const char            *keys[3] = {kn, kr, kg}, *args[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS];
+    const char            *keys[4] = {kn, kr, kg, kd}, *args[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS];
     const msg_attempt_ref *a = q->attempts.v;
     lease_call            *c;
     unsigned               shard = gp_shard_of(site);
@@ -225,12 +266,64 @@ sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_
     sched_res_live_key(kn, shard, node);
     sched_res_key(kr, shard, node);
     grant_key(kg, site, node);
+    retired_key(kd, site, node);
     for (uint32_t i = 0; i < q->attempts.n; i++) {
         snprintf(held[i], sizeof(held[i]), "%s:%u", a[i].job_id, a[i].attempt);
         args[i] = held[i];
     }
-    rc = gp_kvscript_call(&fs.lease, gp_app_kv(s->app), leased, c, 3, keys, (int)q->attempts.n,
+    rc = gp_kvscript_call(&fs.lease, gp_app_kv(s->app), leased, c, 4, keys, (int)q->attempts.n,
                           args, NULL);
+    if (rc != GP_EOK)
+        free(c);
+    return rc;
+}
+
+/* ---- retiring an attempt a node may run unknown to us ----------------------------- */
+
+typedef struct retire_call {
+    sched_retire_cb *cb;
+    void            *arg;
+} retire_call;
+
+static void
+retire_answered(void *arg, const redisReply *rep, gp_err err)
+{
+    retire_call *c = arg;
+    long long    wait = 0;
+
+    if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+                          rep->element[0]->type != REDIS_REPLY_INTEGER ||
+                          rep->element[1]->type != REDIS_REPLY_INTEGER))
+        err = GP_EUNAVAIL;
+    if (err == GP_EOK && rep->element[0]->integer == 0)
+        wait = rep->element[1]->integer > 0 ? rep->element[1]->integer : 1;
+    c->cb(c->arg, err, (uint32_t)(wait > UINT32_MAX ? UINT32_MAX : wait));
+    free(c);
+}
+
+gp_err
+sched_fence_retire(sched *s, const char *site, const char *node, const char *job,
+                   uint32_t attempt, sched_retire_cb *cb, void *arg)
+{
+    char         kd[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN], kg[SCHED_RES_KEY_LEN];
+    char         ki[SCHED_RES_KEY_LEN], window[16], held[GP_MAX_ID + 16];
+    const char  *keys[4] = {kd, kr, kg, ki}, *args[3] = {window, node, held};
+    unsigned     shard = gp_shard_of(site);
+    retire_call *c = malloc(sizeof(*c));
+    gp_err       rc;
+
+    if (c == NULL)
+        return GP_ENOMEM;
+    fence_init();
+    *c = (retire_call){cb, arg};
+    retired_key(kd, site, node);
+    sched_res_key(kr, shard, node);
+    grant_key(kg, site, node);
+    sched_res_index_key(ki, shard);
+    snprintf(window, sizeof(window), "%u", fence_window_ms(s));
+    snprintf(held, sizeof(held), "%s:%u", job, attempt);
+    rc = gp_kvscript_call(&fs.retire, gp_app_kv(s->app), retire_answered, c, 4, keys, 3, args,
+                          NULL);
     if (rc != GP_EOK)
         free(c);
     return rc;

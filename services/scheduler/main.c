@@ -109,6 +109,7 @@ main(int argc, char **argv)
         if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
             gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL ||
             gp_app_every(app, "maxrun", cfg.maxrun_ms / 1000.0, sched_maxrun_run, &s) == NULL ||
+            gp_app_every(app, "retire", 0.25, sched_retire_sweep, &s) == NULL ||
             gp_app_every(app, "reconcile", cfg.reconcile_ms / 1000.0, sched_reconcile_run, &s) ==
                 NULL)
             rc = GP_ENOMEM;
@@ -132,6 +133,7 @@ main(int argc, char **argv)
     if (rc == GP_EOK)
         rc = gp_app_run(app);
     gp_app_free(app);
+    sched_dispatch_free(&s);
     sched_reserve_free(s.res);
     gp_buf_fini(&s.recon_jobs);
     gp_buf_fini(&s.recon_attempts);

@@ -13,14 +13,18 @@
  * Before that, an attempt still 'reserved' (placed, never acknowledged by
  * its node) longer than dispatch-timeout-ms + reconcile-grace-ms after its
  * placement was never dispatched: the instance that placed it stopped
- * between its commit and its RunAttempt (kill -9: sched_fleet_test).  A
- * live instance ends such an attempt itself within dispatch-timeout-ms
- * (acked -> 'starting', refused or no answer -> 'failed_to_start'), so
- * nobody else would ever end it: its job stayed 'starting' for good and
- * its GPUs booked.  It ends here as failed_to_start (its other nodes'
- * rows killed), its GPUs are released, and its job goes back to pending
- * (attempt_failed, requeued) or fails as a failed start does
- * (dispatch.c).  The job rows are locked first, as every writer does.
+ * between its commit and its RunAttempt (kill -9: sched_fleet_test), or
+ * it was sent and no answer came.  A live instance ends such an attempt
+ * itself (acked -> 'starting', refused -> 'failed_to_start', no answer ->
+ * retired, dispatch.c), so after a kill -9 nobody else would ever end it:
+ * its job stayed 'starting' for good and its GPUs booked.  Whether it was
+ * sent is unknown, so it is retired on each of its nodes (fence.c: its
+ * renewals kill it, its GPUs stay booked) and once every node's fence is
+ * open -- a later pass, the mark is kept in Redis -- it ends here as
+ * failed_to_start (its other nodes' rows killed), its GPUs are released,
+ * and its job goes back to pending (attempt_failed, requeued) or fails as
+ * a failed start does.  The job rows are locked first, as every writer
+ * does.
  *
  * The truth is read before Redis is changed, so an attempt that ends in
  * between (its row ended, its release done) is booked again by the
@@ -201,39 +205,46 @@ live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
 }
 
 #define NEVER_DISPATCHED "never dispatched: the scheduler instance that placed it stopped"
-#define STALE_RESERVED "state = 'reserved' AND created_ms < $1::bigint - $2::bigint"
 
+/* every live row of the stale attempts: each is retired on its node */
+static const char stale_rows_sql[] =
+    "SELECT a.job_id, a.attempt, a.site, a.node FROM attempts a\n"
+    "JOIN (SELECT DISTINCT job_id, attempt FROM attempts WHERE state = 'reserved'\n"
+    "      AND created_ms < $1::bigint - $2::bigint ORDER BY job_id, attempt LIMIT 64) st  -- the rest next pass\n"
+    "  ON a.job_id = st.job_id AND a.attempt = st.attempt\n"
+    "WHERE a.state IN ('reserved','starting','running')\n"
+    "ORDER BY a.job_id, a.attempt";
+#define PAIRS "SELECT * FROM unnest($1::text[], $2::int[]) AS p(job_id, attempt)"
 static const char stale_lock_sql[] =
-    "SELECT id FROM jobs WHERE id IN (SELECT job_id FROM attempts WHERE " STALE_RESERVED ")\n"
-    "ORDER BY id FOR UPDATE";
+    "SELECT id FROM jobs WHERE id IN (SELECT job_id FROM (" PAIRS ") x) ORDER BY id FOR UPDATE";
 /* every live row of such an attempt ends; the rows to release come back */
 static const char stale_end_sql[] =
-    "WITH st AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE " STALE_RESERVED ")\n"
-    "UPDATE attempts a SET ended_ms = $1::bigint,\n"
+    "UPDATE attempts a SET ended_ms = $3::bigint,\n"
     "  state = CASE WHEN a.state = 'reserved' THEN 'failed_to_start' ELSE 'killed' END,\n"
-    "  reason = CASE WHEN a.state = 'reserved' THEN $3::text\n"
-    "    ELSE 'another node of the attempt was ' || $3::text END\n"
-    "FROM st WHERE a.job_id = st.job_id AND a.attempt = st.attempt\n"
+    "  reason = CASE WHEN a.state = 'reserved' THEN $4::text\n"
+    "    ELSE 'another node of the attempt was ' || $4::text END\n"
+    "FROM (" PAIRS ") st WHERE a.job_id = st.job_id AND a.attempt = st.attempt\n"
     "  AND a.state IN ('reserved','starting','running')\n"
     "RETURNING a.job_id, a.attempt, a.site, a.node";
 /* the job, if that attempt is still its latest: as dispatch.c's fts_job_sql */
 static const char stale_job_sql[] =
-    "WITH c AS (SELECT DISTINCT job_id, attempt FROM attempts WHERE state = 'failed_to_start'\n"
-    "    AND ended_ms = $1::bigint AND reason = $3 AND $2::bigint >= 0),\n"
+    "WITH c AS (SELECT DISTINCT a.job_id, a.attempt FROM attempts a JOIN (" PAIRS ") st\n"
+    "    ON a.job_id = st.job_id AND a.attempt = st.attempt\n"
+    "    WHERE a.state = 'failed_to_start' AND a.ended_ms = $3::bigint AND a.reason = $4),\n"
     "u AS (UPDATE jobs j SET\n"
     "    state = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN 'failed'\n"
     "                 ELSE 'pending' END,\n"
-    "    reason = 'attempt ' || c.attempt || ' ' || $3::text, updated_ms = $1::bigint,\n"
+    "    reason = 'attempt ' || c.attempt || ' ' || $4::text, updated_ms = $3::bigint,\n"
     "    event_seq = j.event_seq + 2, claimed_by = NULL, claim_until = NULL,\n"
-    "    ended_ms = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN $1::bigint END\n"
+    "    ended_ms = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN $3::bigint END\n"
     "  FROM c WHERE j.id = c.job_id AND j.attempts_made = c.attempt\n"
     "    AND j.state IN ('starting','running')\n"
     "  RETURNING j.id, j.event_seq, j.state, c.attempt)\n"
     "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
-    "  SELECT id, event_seq - 1, 'attempt_failed', state, attempt, $3, $1::bigint FROM u\n"
+    "  SELECT id, event_seq - 1, 'attempt_failed', state, attempt, $4, $3::bigint FROM u\n"
     "  UNION ALL\n"
     "  SELECT id, event_seq, CASE WHEN state = 'failed' THEN 'failed' ELSE 'requeued' END,\n"
-    "    state, attempt, $3, $1::bigint FROM u\n"
+    "    state, attempt, $4, $3::bigint FROM u\n"
     "  RETURNING (SELECT tenant FROM jobs WHERE id = job_id) AS tenant, job_id, seq, event,\n"
     "    state, attempt, site, node, reason, exit_code, at_ms";
 
@@ -261,13 +272,117 @@ stale_ended(void *arg, gp_err err, PGresult *const *res, int nres, const char *d
     read_live(s);
 }
 
+/* One pass's stale rows and how their retire calls answered. */
+typedef struct stale_row {
+    struct stale_pass *sp;
+    char               job[GP_MAX_ID + 1];
+    uint32_t           attempt;
+    bool               open;          /* its reservation on the node removed: fence open */
+} stale_row;
+
+typedef struct stale_pass {
+    sched    *s;
+    int       n, pending;
+    stale_row row[];
+} stale_pass;
+
+/* The attempts whose every row's fence is open end in one transaction. */
+static void
+stale_end(stale_pass *sp)
+{
+    sched      *s = sp->s;
+    gp_buf      jobs, atts;
+    char        now[24], num[16];
+    const char *p[] = {NULL, NULL, now, NEVER_DISPATCHED};
+    int         ready = 0;
+    gp_err      rc;
+    gp_db_tx   *tx;
+
+    gp_buf_init(&jobs, 0);
+    gp_buf_init(&atts, 0);
+    rc = gp_pgarr_begin(&jobs);
+    rc = rc ? rc : gp_pgarr_begin(&atts);
+    for (int i = 0, j; i < sp->n && rc == GP_EOK; i = j) {
+        bool open = true;
+
+        for (j = i; j < sp->n && strcmp(sp->row[j].job, sp->row[i].job) == 0 &&
+                    sp->row[j].attempt == sp->row[i].attempt; j++)
+            open = open && sp->row[j].open;
+        if (!open)
+            continue;
+        snprintf(num, sizeof(num), "%u", sp->row[i].attempt);
+        rc = gp_pgarr_add(&jobs, sp->row[i].job);
+        rc = rc ? rc : gp_pgarr_add(&atts, num);
+        ready++;
+    }
+    rc = rc ? rc : gp_pgarr_end(&jobs);
+    rc = rc ? rc : gp_pgarr_end(&atts);
+    free(sp);
+    if (rc != GP_EOK || ready == 0) {
+        gp_buf_fini(&jobs);
+        gp_buf_fini(&atts);
+        read_live(s);
+        return;
+    }
+    p[0] = jobs.p;
+    p[1] = atts.p;
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
+    tx = gp_db_tx_new(gp_app_db(s->app));
+    gp_db_tx_add(tx, stale_lock_sql, 2, p);
+    gp_db_tx_add(tx, stale_end_sql, 4, p);
+    gp_db_tx_add(tx, stale_job_sql, 4, p);
+    if (gp_db_tx_run(tx, 0, stale_ended, s) != GP_EOK)
+        read_live(s);
+    gp_buf_fini(&jobs);
+    gp_buf_fini(&atts);
+}
+
+static void
+stale_retired(void *arg, gp_err err, uint32_t wait_ms)
+{
+    stale_row  *r = arg;
+    stale_pass *sp = r->sp;
+
+    r->open = err == GP_EOK && wait_ms == 0;
+    if (--sp->pending == 0)
+        stale_end(sp);
+}
+
+static void
+stale_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    sched      *s = arg;
+    int         n = err == GP_EOK && nres == 1 ? PQntuples(res[0]) : 0;
+    stale_pass *sp;
+
+    if (err != GP_EOK)
+        GP_WARN("reconcile_stale_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    if (n == 0 || (sp = calloc(1, sizeof(*sp) + (size_t)n * sizeof(stale_row))) == NULL) {
+        read_live(s);
+        return;
+    }
+    sp->s = s;
+    sp->n = n;
+    sp->pending = n + 1;          /* +1: held while sending */
+    for (int i = 0; i < n; i++) {
+        stale_row *r = &sp->row[i];
+
+        *r = (stale_row){.sp = sp, .attempt = (uint32_t)strtoul(PQgetvalue(res[0], i, 1), NULL, 10)};
+        snprintf(r->job, sizeof(r->job), "%s", PQgetvalue(res[0], i, 0));
+        if (sched_fence_retire(s, PQgetvalue(res[0], i, 2), PQgetvalue(res[0], i, 3), r->job,
+                               r->attempt, stale_retired, r) != GP_EOK)
+            sp->pending--;        /* not open: the next pass tries again */
+    }
+    if (--sp->pending == 0)
+        stale_end(sp);
+}
+
 static void
 locked(void *arg, const redisReply *rep, gp_err err)
 {
-    sched    *s = arg;
-    char      now[24], age[24];
-    const char *p[] = {now, age, NEVER_DISPATCHED};
-    gp_db_tx *tx;
+    sched      *s = arg;
+    char        now[24], age[24];
+    const char *p[] = {now, age};
 
     if (err != GP_EOK || rep->type != REDIS_REPLY_STATUS) {   /* nil: another instance has it */
         s->reconcile_busy = false;
@@ -277,11 +392,7 @@ locked(void *arg, const redisReply *rep, gp_err err)
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(age, sizeof(age), "%llu",
              (unsigned long long)s->cfg->dispatch_timeout_ms + s->cfg->reconcile_grace_ms);
-    tx = gp_db_tx_new(gp_app_db(s->app));
-    gp_db_tx_add(tx, stale_lock_sql, 2, p);
-    gp_db_tx_add(tx, stale_end_sql, 3, p);
-    gp_db_tx_add(tx, stale_job_sql, 3, p);
-    if (gp_db_tx_run(tx, 0, stale_ended, s) != GP_EOK)
+    if (gp_db_query(gp_app_db(s->app), stale_rows_sql, 2, p, 0, stale_read, s) != GP_EOK)
         read_live(s);
 }
 

@@ -89,6 +89,7 @@ typedef struct sched {
     gp_task             *place_task;
     bool                 fed;             /* the first full inventory load is done */
     unsigned             dispatching;     /* RunAttempt rounds in flight */
+    struct dround       *retiring;        /* dispatch.c: failed starts waiting for their fence */
     uint64_t            *m_placements, *m_unplaced, *m_preemptions, *m_claim_lost,
                         *m_evacuations;
     uint64_t            *m_failed_start[3];   /* refused, timeout, other (dispatch.c) */
@@ -128,6 +129,17 @@ gp_err sched_fence_stamp(sched *s, const char *site, const char *node, unsigned 
                          sched_fence_cb *cb, void *arg);
 gp_err sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_renew *q,
                          sched_lease_cb *cb, void *arg);
+/* sched_fence_retire: an attempt a node may run though no answer said so
+ * (its RunAttempt timed out; its placer died before sending it) ends on
+ * that node without its reservation being freed first: the first call
+ * marks it retired (every later renewal kills it, its GPUs stay booked),
+ * and once its lease has surely run out on the node -- a fence window
+ * after the mark, which comes after its last grant -- a call removes its
+ * reservations there.  cb: wait_ms 0 when removed, else how long until
+ * the fence opens.  Idempotent; any instance may call it. */
+typedef void sched_retire_cb(void *arg, gp_err err, uint32_t wait_ms);
+gp_err sched_fence_retire(sched *s, const char *site, const char *node, const char *job,
+                          uint32_t attempt, sched_retire_cb *cb, void *arg);
 extern const gp_route sched_replace_routes[];
 /* gp.int.sched.attempt: an attempt's tenant, product and state (facts.c). */
 extern const gp_route sched_facts_routes[];
@@ -228,6 +240,10 @@ typedef struct sched_placed {
     msg_job_spec spec;            /* owned: cleared by dispatch */
 } sched_placed;
 void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */
+/* The periodic task that re-tries the retiring rounds whose fence may be
+ * open, and their memory at exit (dispatch.c). */
+void   sched_retire_sweep(gp_app *app, void *arg);
+void   sched_dispatch_free(sched *s);
 /* Releases an attempt's GPUs (Redis and snapshot) on every node given. */
 void   sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
                      char (*node)[GP_MAX_ID + 1], uint32_t n);

@@ -240,6 +240,7 @@ node_resume(sim *s, int i)
     ev_timer_stop(s->loop, &n->flap);
     n->delay_ms = n->jitter_ms = 0;
     n->flap_down = false;
+    n->replies_lost = false;
     if (n->ag == NULL) {
         sim_node_up(s, i, 0);
         return;
@@ -270,6 +271,9 @@ undo_one(sim *s, int kind, int i)
         ev_timer_stop(s->loop, &n->flap);
         n->flap_down = false;
         set_uplink(s, i, true);
+        break;
+    case MSG_SIM_FAULT_KIND_REPLY_LOST:
+        n->replies_lost = false;
         break;
     default:                           /* slow, jitter */
         n->delay_ms = kind == MSG_SIM_FAULT_KIND_NODE_SLOW ? 0 : n->delay_ms;
@@ -382,6 +386,9 @@ apply_node(sim *s, int i, const msg_sim_fault *f)
     case MSG_SIM_FAULT_KIND_NODE_RESUME:
         node_resume(s, i);
         return;
+    case MSG_SIM_FAULT_KIND_REPLY_LOST:
+        n->replies_lost = true;
+        break;
     case MSG_SIM_FAULT_KIND_NODE_SLOW:
     case MSG_SIM_FAULT_KIND_NODE_JITTER:
         if (f->kind == MSG_SIM_FAULT_KIND_NODE_SLOW)

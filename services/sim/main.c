@@ -150,37 +150,42 @@ sim_node_down(sim *s, int i)
 /* ---- each node's command routes --------------------------------------------- */
 
 /* What reaches a node that hangs is lost: the requester waits for its own
- * deadline, as with a real agent that stopped. */
+ * deadline, as with a real agent that stopped.  Under reply_lost the node
+ * does it and its answer is lost on the way back. */
 static gp_err
 on_node_run(gp_req *req, const void *in, void *out)
 {
-    agent *a = gp_req_data(req);
-    char   detail[GP_ERRBUF_LEN] = "";
-    gp_err rc;
+    sim_node *n = gp_req_data(req);
+    char      detail[GP_ERRBUF_LEN] = "";
+    gp_err    rc;
 
-    if (!agent_is_reachable(a))
+    if (!agent_is_reachable(n->ag))
         return gp_req_drop(req);
-    rc = agent_cmd_run(a, in, out, detail, sizeof(detail));
+    rc = agent_cmd_run(n->ag, in, out, detail, sizeof(detail));
+    if (n->replies_lost)
+        return gp_req_drop(req);
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
 
 static gp_err
 on_node_signal(gp_req *req, const void *in, void *out)
 {
-    agent *a = gp_req_data(req);
-    char   detail[GP_ERRBUF_LEN] = "";
-    gp_err rc;
+    sim_node *n = gp_req_data(req);
+    char      detail[GP_ERRBUF_LEN] = "";
+    gp_err    rc;
 
-    if (!agent_is_reachable(a))
+    if (!agent_is_reachable(n->ag))
         return gp_req_drop(req);
-    rc = agent_cmd_signal(a, in, out, detail, sizeof(detail));
+    rc = agent_cmd_signal(n->ag, in, out, detail, sizeof(detail));
+    if (n->replies_lost)
+        return gp_req_drop(req);
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
 
 static gp_err
 on_node_health(gp_req *req, const void *in, void *out)
 {
-    agent      *a = gp_req_data(req);
+    agent      *a = ((sim_node *)gp_req_data(req))->ag;
     msg_health *h = out;
 
     (void)in;
@@ -211,7 +216,7 @@ sim_node_link(sim *s, int i, bool up)
     if (up && n->ag != NULL && n->cmds == NULL) {
         const gp_param p[] = {{"site", s->f.sites[n->site].id}, {"node", n->id}, {NULL, NULL}};
 
-        if (gp_app_bind(s->app, node_routes, p, n->ag, &n->cmds) != GP_EOK)
+        if (gp_app_bind(s->app, node_routes, p, n, &n->cmds) != GP_EOK)
             GP_ERROR("sim_node_bind_failed", "node=%s", n->id);
     } else if (!up && n->cmds != NULL) {
         gp_app_unbind(n->cmds);

@@ -47,6 +47,7 @@ typedef struct sim_node {
     bool         ever_registered;
     unsigned     delay_ms, jitter_ms;
     bool         flap_down;
+    bool         replies_lost;         /* reply_lost: commands run, their answers dropped */
     ev_timer     flap;
 } sim_node;
 

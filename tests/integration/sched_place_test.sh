@@ -12,8 +12,10 @@
 #      'pending' event however many passes; placed on n4 once n4 registers;
 #   3. a refused dispatch (sim:start_fail, max_attempts 2) -> two attempts
 #      failed_to_start on two different nodes, GPUs released, job failed;
-#   3b. a node that does not answer (its agent SIGSTOPped) -> failed_to_start
-#      with TIMEOUT after dispatch-timeout-ms, GPU released;
+#   3b. a node that does not answer (its agent SIGSTOPped): the attempt is
+#      retired, its GPU booked, its job 'starting' until the fence opens, then
+#      failed_to_start with TIMEOUT, GPU released; resumed, the node does not
+#      go on running it;
 #   4. two instances racing on a batch of jobs never place one job twice;
 #   5. with the fleet full of interruptible low-priority work, a
 #      high-priority job preempts one victim (checkpoint then stop), the
@@ -119,7 +121,10 @@ done
 [ "$held" -eq 0 ]
 ok "... its GPUs are released in Redis" $?
 
-# ---- 3b. a node that does not answer: failed to start on the deadline ---------------
+# ---- 3b. a node that does not answer: retired, then failed past its fence ----------
+# No answer does not say the agent did not start it (the RunAttempt waits in
+# n5's socket): its GPU stays booked and its job waits until its lease has
+# surely run out on n5 (dispatch.c, fence.c), and n5 runs none of it after.
 
 agent n5 A100-80G
 n5pid=${pids[-1]}
@@ -131,20 +136,45 @@ sleep 0.5                                   # the NodeState event reached both i
 kill -STOP "$n5pid"
 t0=$(date +%s%N)
 j5=$(submit --command 'sim:run=600s' --gpus 1 --model A100-80G --max-attempts 1)
+held5() {
+    for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
+        redis-cli -p "$GP_REDIS_PORT" hgetall "$k" | grep -q "^$j5:" && return 0
+    done
+    return 1
+}
+retired5() {
+    for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:retired:n5'); do
+        [ "$(redis-cli -p "$GP_REDIS_PORT" hexists "$k" "$j5:1")" = 1 ] && return 0
+    done
+    return 1
+}
+wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$j5'" 1 50
+sleep 4                                     # the 2 s deadline has passed
+[ "$(sql "SELECT j.state || ':' || a.node || ':' || a.state FROM jobs j JOIN attempts a
+          ON a.job_id = j.id WHERE j.id = '$j5'")" = 'starting:n5:reserved' ] && held5 && retired5
+st_=$?
+ok "no answer by the deadline: the job still waits 'starting', its GPU stays booked, the attempt is retired on n5" $st_
 wait_sql "SELECT state FROM jobs WHERE id = '$j5'" failed 60
 ok "a dispatch to a node that does not answer fails the attempt (max_attempts 1: job failed)" $?
 t1=$(date +%s%N)
+# the fence: 2 s deadline + lease 9 s + margin 1.5 s
 [ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5'")" = 'n5:failed_to_start' ] &&
     sql "SELECT reason FROM attempts WHERE job_id = '$j5'" | grep -q TIMEOUT &&
-    [ $(( (t1 - t0) / 1000000 )) -ge 1500 ]
-ok "... on n5, failed_to_start with TIMEOUT after the dispatch deadline ($(( (t1 - t0) / 1000000 )) ms)" $?
-held=0
-for k in $(redis-cli -p "$GP_REDIS_PORT" --scan --pattern 'gp:*:res:*'); do
-    redis-cli -p "$GP_REDIS_PORT" hgetall "$k" | grep -q "^$j5:" && held=1
-done
-[ "$held" -eq 0 ]
-ok "... its GPU is released" $?
+    [ $(( (t1 - t0) / 1000000 )) -ge 12000 ]
+ok "... on n5, failed_to_start with TIMEOUT once the fence opened ($(( (t1 - t0) / 1000000 )) ms, the deadline 2 s + lease 9 s + margin 1.5 s)" $?
+! held5 && ! retired5
+ok "... its GPU is released and its retired mark gone" $?
 kill -CONT "$n5pid"
+# what waited in n5's socket now runs: a start of the attempt is stopped
+# (the stop signal, or its first renewal's kill list)
+ran5() {
+    [ "$(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log")" = \
+      "$(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log")" ]
+}
+sleep 3
+for _ in $(seq 1 50); do ran5 && break; sleep 0.2; done
+ran5
+ok "... n5, resumed, does not go on running it ($(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") started, $(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") ended)" $?
 
 # ---- 4. two instances, a batch of jobs: never placed twice ------------------------
 

@@ -225,6 +225,36 @@ test_unreachable(void)
           took * 1e3);
 }
 
+/* reply_lost: the node does what it is told, its answer never comes back
+ * (what a scheduler must not read as "it did not start"). */
+static void
+test_reply_lost(void)
+{
+    msg_run_attempt r = {0};
+    msg_attempt_ack ack = {0};
+    char            detail[GP_ERRBUF_LEN] = "";
+    const char     *subject = "gp.node.s0006.s0006-n01.cmd.run";
+    uint32_t        applied = 0;
+    gp_err          rc;
+
+    snprintf(r.job_id, sizeof(r.job_id), "replylost");
+    r.attempt = 1;
+    snprintf(r.command, sizeof(r.command), "sleep 30");
+    T_EQ_INT(fault("reply_lost", "", "s0006-n01", 2000, &applied), GP_EOK);
+    rc = tl_call(loop, bus, subject, &msg_run_attempt_desc, &r, &msg_attempt_ack_desc, &ack, 800,
+                 detail, sizeof(detail));
+    T_OKM(rc == GP_ETIMEOUT, "reply_lost: the RunAttempt gets no answer (%s)", gp_err_name(rc));
+    tl_spin(loop, 2.5);                    /* the fault is over: the same command is a retry */
+    rc = tl_call(loop, bus, subject, &msg_run_attempt_desc, &r, &msg_attempt_ack_desc, &ack, 3000,
+                 detail, sizeof(detail));
+    T_OKM(rc == GP_EOK && ack.pid > 0 && kill(ack.pid, 0) == 0,
+          "... yet the node started it: a retry is acked with its running pid (%s, pid %d)",
+          gp_err_name(rc), ack.pid);
+    if (rc == GP_EOK && ack.pid > 0)
+        kill(ack.pid, SIGKILL);
+    gp_msg_clear(&msg_attempt_ack_desc, &ack);
+}
+
 int
 main(void)
 {
@@ -269,6 +299,7 @@ main(void)
     test_faults();
     test_command();
     test_unreachable();
+    test_reply_lost();
     tl_spin(loop, 2.5);                         /* the script's crash ends by now */
     T_OKM(reg_s2n1 >= 2, "a crashed node registers again when it comes back (%d)", reg_s2n1);
     got = hb_s2n1;

@@ -2,7 +2,8 @@
  *
  * What it does: turns what the fleet reports (recovery's site events and
  * control-plane isolation, the registry's node states, all read from the
- * JetStream stream FLEET with durable consumers) into one alert per real
+ * JetStream stream FLEET with durable consumers; every heartbeat's
+ * telemetry; the scheduler's job events, from JOBS) into one alert per real
  * problem, by the rules of rules.h, with the diagnosis of diag.h; keeps
  * every alert's state in PostgreSQL (alerts.c: pending -> firing after
  * the rule's for-duration unless a wider alert inhibits it -> resolved
@@ -39,6 +40,7 @@ typedef struct alerting_cfg {
     unsigned      am_ms;
     unsigned      am_resolved_ms;
     unsigned      forget_ms;
+    unsigned      jobs_ms, jobs_window_ms, jobs_min_ended;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -65,6 +67,8 @@ typedef struct alerting {
     void               *tmem;           /* telemetry.c: per node, the rules that held */
     unsigned            ntmem;
     uint64_t           *m_beats, *m_notes;
+    bool                jobs_busy;      /* jobs.c: a rates pass is out */
+    uint64_t           *m_job_events;
 } alerting;
 
 #define AL_SITES_CAP 16384
@@ -78,6 +82,7 @@ extern const gp_route      alerting_input_routes[];
 typedef struct al_raise {
     const al_rule *rule;
     const char    *region, *site, *node;
+    const char    *labels;             /* NULL: the rule's (a tenant alert adds tenant=) */
     const char    *summary;
     const void    *diag;               /* const al_diag * */
     bool           holds;              /* false: clear */
@@ -99,6 +104,13 @@ extern const gp_route alerting_beat_routes[];
 gp_err alerting_telemetry_init(alerting *a);
 void   alerting_telemetry_free(alerting *a);
 void   alerting_forget_run(gp_app *app, void *arg);
+
+/* jobs.c: the JOBS stream (where attempts ran, how they ended) and the
+ * job failure rates every jobs-ms */
+extern const gp_route alerting_job_routes[];
+extern const char    *alerting_jobs_subjects[];
+void                  alerting_jobs_init(void);
+void                  alerting_jobs_run(gp_app *app, void *arg);
 
 /* api.c: gp.admin.alert.* (list, ack, silences) */
 extern const gp_route alerting_api_routes[];

@@ -57,7 +57,7 @@ apply_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
 
 static const char raise_sql[] =
     "SELECT alert_raise($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11, $12, $13, $14)";
-static const char clear_sql[] = "SELECT alert_clear($1, $2, $3, $4, $5, $6, $7, $8)";
+static const char clear_sql[] = "SELECT alert_clear($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 gp_err
 alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg)
@@ -66,6 +66,7 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
     applied       *ap = calloc(1, sizeof(*ap));
     char           for_ms[16];
     const char    *p[14];
+    const char    *labels = x->labels != NULL ? x->labels : x->rule->labels;
     al_scope       scope = al_signal_scope(x->rule->signal);
     gp_err         rc;
 
@@ -85,7 +86,7 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
         p[3] = x->region;
         p[4] = x->site;
         p[5] = x->node;
-        p[6] = x->rule->labels;
+        p[6] = labels;
         p[7] = for_ms;
         p[8] = x->summary;
         p[9] = d->cause;
@@ -98,12 +99,13 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
         p[0] = x->rule->name;
         p[1] = x->site;
         p[2] = x->node;
-        p[3] = x->summary;
-        p[4] = d->cause;
-        p[5] = d->evidence;
-        p[6] = d->action;
-        p[7] = msg_alert_dispatch_names[d->dispatch];
-        rc = gp_db_query(gp_app_db(a->app), clear_sql, 8, p, 0, apply_done, ap);
+        p[3] = labels;
+        p[4] = x->summary;
+        p[5] = d->cause;
+        p[6] = d->evidence;
+        p[7] = d->action;
+        p[8] = msg_alert_dispatch_names[d->dispatch];
+        rc = gp_db_query(gp_app_db(a->app), clear_sql, 9, p, 0, apply_done, ap);
     }
     if (rc != GP_EOK)
         free(ap);
@@ -155,19 +157,23 @@ alerting_note(alerting *a, const char *site, const char *node, const char *note,
 
 /* ---- eval: pending -> firing ------------------------------------------------------- */
 
+/* The jobs and customers concerned are taken as the alert fires: the
+ * attempts that ran where it points when its condition began (by then the
+ * JOBS stream has told of them, and a lost node's jobs have moved). */
 static const char eval_sql[] =
     "WITH u AS (\n"
     "  UPDATE alerts x SET state = 'firing', seq = x.seq + 1, fired_ms = alert_now_ms(),\n"
-    "    updated_ms = alert_now_ms()\n"
+    "    updated_ms = alert_now_ms(),\n"
+    "    affected = alert_affected(x.scope, x.site, x.node, x.starts_ms)\n"
     "  WHERE x.state = 'pending' AND x.due_ms <= alert_now_ms()\n"
     "    AND NOT alert_inhibited(x.scope, x.site, x.node, x.kind)\n"
     "  RETURNING x.*),\n"
     "e AS (INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node,\n"
-    "    labels, summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms,\n"
-    "    updated_ms)\n"
+    "    labels, summary, cause, evidence, action, dispatch, muted, affected, starts_ms,\n"
+    "    ends_ms, updated_ms)\n"
     "  SELECT u.id, u.seq, 'firing', u.alertname, u.severity, u.region, u.site, u.node,\n"
     "    u.labels, u.summary, u.cause, u.evidence, u.action, u.dispatch,\n"
-    "    alert_muted(u.scope, u.site), u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
+    "    alert_muted(u.scope, u.site), u.affected, u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
     "  ON CONFLICT DO NOTHING)\n"
     "SELECT u.alertname, u.site, u.node FROM u";
 
@@ -205,10 +211,11 @@ static const char unsilence_sql[] =
     "    AND alert_silence_of(x.alertname, x.severity, x.region, x.site, x.node, x.labels) IS NULL\n"
     "  RETURNING x.*)\n"
     "INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node, labels,\n"
-    "  summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms, updated_ms)\n"
+    "  summary, cause, evidence, action, dispatch, muted, affected, starts_ms, ends_ms,\n"
+    "  updated_ms)\n"
     "SELECT u.id, u.seq, 'firing', u.alertname, u.severity, u.region, u.site, u.node, u.labels,\n"
     "  u.summary, u.cause, u.evidence, u.action, u.dispatch, alert_muted(u.scope, u.site),\n"
-    "  u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
+    "  u.affected, u.starts_ms, u.ends_ms, u.updated_ms FROM u\n"
     "ON CONFLICT DO NOTHING RETURNING id";
 
 void
@@ -243,7 +250,7 @@ static const char claim_sql[] =
     "WHERE e.id = c.id AND e.seq = c.seq\n"
     "RETURNING e.id, e.id || '.' || e.seq AS event_id, e.seq, e.status, e.alertname,\n"
     "  e.severity, e.region, e.site, e.node, e.labels, e.summary, e.cause, e.evidence,\n"
-    "  e.action, e.dispatch, e.muted, e.starts_ms, e.ends_ms, e.updated_ms";
+    "  e.action, e.dispatch, e.muted, e.affected, e.starts_ms, e.ends_ms, e.updated_ms";
 static const char mark_sql[] =
     "WITH e AS (UPDATE alert_events SET published = true WHERE id = $1 AND seq = $2::int\n"
     "  RETURNING id, status)\n"

@@ -22,7 +22,7 @@
 
 static const char am_sql[] =
     "SELECT id, alertname, severity, region, site, node, labels, summary, cause, evidence,\n"
-    "  action, dispatch, state, starts_ms, ends_ms, alert_now_ms()\n"
+    "  action, dispatch, state, starts_ms, ends_ms, alert_now_ms(), affected\n"
     "FROM alerts WHERE (state = 'firing'\n"
     "    AND alert_silence_of(alertname, severity, region, site, node, labels) IS NULL)\n"
     "  OR (state = 'resolved' AND told AND ends_ms > alert_now_ms() - $1::bigint)\n"
@@ -72,11 +72,11 @@ rule_labels(gp_buf *b, bool *first, const char *labels)
 static void
 one_alert(alerting *a, gp_buf *b, const PGresult *res, int i)
 {
-    const char *v[16];
+    const char *v[17];
     bool        first = true;
     long long   now;
 
-    for (int c = 0; c < 16; c++)
+    for (int c = 0; c < 17; c++)
         v[c] = PQgetvalue(res, i, c);
     now = atoll(v[15]);
     gp_buf_puts(b, i ? ",{\"labels\":{" : "{\"labels\":{");
@@ -93,6 +93,8 @@ one_alert(alerting *a, gp_buf *b, const PGresult *res, int i)
     kv(b, &first, "evidence", v[9]);
     kv(b, &first, "action", v[10]);
     kv(b, &first, "dispatch", v[11]);
+    if (v[16][0] != '\0')
+        kv(b, &first, "affected", v[16]);
     kv(b, &first, "gridpool_id", v[0]);
     gp_buf_puts(b, "},\"startsAt\":");
     rfc3339(b, atoll(v[13]));

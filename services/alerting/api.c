@@ -19,7 +19,7 @@ static const char alert_cols[] =
     "id, id || '.' || seq AS event_id, seq,\n"
     "  CASE WHEN state = 'resolved' THEN 'resolved' ELSE 'firing' END AS status, state,\n"
     "  alertname, severity, region, site, node, labels, summary, cause, evidence, action,\n"
-    "  dispatch, alert_muted(scope, site) AS muted, starts_ms, ends_ms, updated_ms,\n"
+    "  dispatch, alert_muted(scope, site) AS muted, affected, starts_ms, ends_ms, updated_ms,\n"
     "  coalesce(alert_silence_of(alertname, severity, region, site, node, labels), '')\n"
     "    AS silenced_by, acked_by, acked_ms, ack_comment";
 
@@ -79,7 +79,8 @@ on_list(gp_req *req, const void *in, void *out)
         (q->id[0] != '\0' &&
          gp_db_tx_add(tx, "SELECT id, id || '.' || seq AS event_id, seq, status, alertname,\n"
                           "  severity, region, site, node, labels, summary, cause, evidence,\n"
-                          "  action, dispatch, muted, starts_ms, ends_ms, updated_ms, silenced_by\n"
+                          "  action, dispatch, muted, affected, starts_ms, ends_ms, updated_ms,\n"
+                          "  silenced_by\n"
                           "FROM alert_events WHERE id = $1 ORDER BY seq LIMIT 100",
                       1, p) != GP_EOK) ||
         gp_db_tx_run(tx, 0, listed, req) != GP_EOK)

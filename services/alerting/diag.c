@@ -174,3 +174,27 @@ al_diag_telemetry(al_signal s, const char *reason, al_diag *d)
         break;
     }
 }
+
+void
+al_diag_jobs(al_signal s, const char *evidence, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->cause, sizeof(d->cause), "jobs_failing");
+    snprintf(d->evidence, sizeof(d->evidence), "%s", evidence);
+    if (s == AL_SIG_NODE_JOBS) {
+        snprintf(d->action, sizeof(d->action),
+                 "cordon the node and run its GPU diagnostics (the failed attempts' exit codes: "
+                 "gpctl get jobs); a technician if they fail");
+        d->dispatch = MSG_ALERT_DISPATCH_REMOTE_HANDS;
+    } else if (s == AL_SIG_SITE_JOBS) {
+        snprintf(d->action, sizeof(d->action),
+                 "check what the site's nodes share (network, storage, power quality) with the "
+                 "site partner");
+        d->dispatch = MSG_ALERT_DISPATCH_SITE_PARTNER;
+    } else {
+        snprintf(d->action, sizeof(d->action),
+                 "tell the customer: their attempts fail wherever they run (their code, image or "
+                 "data), not one node or site");
+        d->dispatch = MSG_ALERT_DISPATCH_NONE;
+    }
+}

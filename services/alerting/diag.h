@@ -35,5 +35,9 @@ void al_diag_node(const msg_node_state *e, al_diag *d);
 /* A telemetry signal of one heartbeat; reason: what it read (the summary's
  * {reason}, the evidence). */
 void al_diag_telemetry(al_signal s, const char *reason, al_diag *d);
+/* A job failure rate (node, site or tenant signal); evidence: the counts.
+ * A node: remote hands (cordon, diagnostics); a site: the site partner
+ * (what its nodes share); a tenant: nobody in the field, the customer. */
+void al_diag_jobs(al_signal s, const char *evidence, al_diag *d);
 
 #endif

@@ -35,6 +35,12 @@ const gp_cfg_opt alerting_cfg_opts[] = {
     GP_CFG_UINT("forget-ms", alerting_cfg, forget_ms, 60000, 1000, 3600000,
                 "how often an instance forgets which telemetry rules held per node and tells "
                 "PostgreSQL again (a node's beats go to any instance)"),
+    GP_CFG_UINT("jobs-ms", alerting_cfg, jobs_ms, 10000, 500, 600000,
+                "how often the job failure rates per node, site and tenant are evaluated"),
+    GP_CFG_UINT("jobs-window-ms", alerting_cfg, jobs_window_ms, 900000, 10000, 86400000,
+                "the window of a job failure rate: the attempts that ended in it"),
+    GP_CFG_UINT("jobs-min-ended", alerting_cfg, jobs_min_ended, 4, 1, 1000000,
+                "a failure rate is judged only over at least this many ended attempts"),
     GP_CFG_END
 };
 
@@ -53,6 +59,9 @@ const gp_stream_cfg alerting_streams[] = {
      .duplicate_window_s = 120, .memory = false},
     {.name = "ALERTS", .subjects = (const char **)alerts_subjects, .max_age_s = 30 * 24 * 3600,
      .duplicate_window_s = 600, .memory = false},
+    /* the scheduler's (its sched_streams entry, the same) */
+    {.name = "JOBS", .subjects = (const char **)alerting_jobs_subjects,
+     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 120, .memory = false},
     {.name = NULL},
 };
 
@@ -113,6 +122,8 @@ add_metrics(alerting *a)
                                        "Posts of the alert set Alertmanager accepted");
     a->m_am_errors = gp_metrics_counter(mx, "gp_alerting_alertmanager_errors_total", NULL,
                                         "Posts to Alertmanager that failed (sent again)");
+    a->m_job_events = gp_metrics_counter(mx, "gp_alerting_job_events_total", NULL,
+                                         "Job events read from JOBS");
 }
 
 int
@@ -157,15 +168,17 @@ main(int argc, char **argv)
         a.am_task = gp_app_every(app, "alertmanager", cfg.am_ms / 1000.0, alerting_am_run, &a);
         if (a.eval_task == NULL || a.publish_task == NULL || a.am_task == NULL ||
             gp_app_every(app, "sites", cfg.sites_ms / 1000.0, alerting_sites_run, &a) == NULL ||
-            gp_app_every(app, "forget", cfg.forget_ms / 1000.0, alerting_forget_run, &a) == NULL)
+            gp_app_every(app, "forget", cfg.forget_ms / 1000.0, alerting_forget_run, &a) == NULL ||
+            gp_app_every(app, "jobs", cfg.jobs_ms / 1000.0, alerting_jobs_run, &a) == NULL)
             rc = GP_ENOMEM;
     }
+    alerting_jobs_init();
     if (rc == GP_EOK)
         rc = gp_app_streams(app, alerting_streams);
     if (rc == GP_EOK) {
         alerting_sites_run(app, &a);
         rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes,
-                          alerting_api_routes, NULL);
+                          alerting_job_routes, alerting_api_routes, NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);

@@ -16,7 +16,7 @@ static const char step1_sql[] =
     "  id text PRIMARY KEY,\n"
     "  alertname text NOT NULL,\n"
     "  severity text NOT NULL CHECK (severity IN ('page', 'ticket', 'info')),\n"
-    "  scope text NOT NULL CHECK (scope IN ('fleet', 'site', 'node')),\n"
+    "  scope text NOT NULL CHECK (scope IN ('fleet', 'site', 'node', 'tenant')),\n"
     "  kind text NOT NULL DEFAULT 'state' CHECK (kind IN ('state', 'telemetry')),\n"
     "  region text NOT NULL, site text NOT NULL, node text NOT NULL DEFAULT '',\n"
     "  labels text NOT NULL DEFAULT '',\n"
@@ -27,6 +27,7 @@ static const char step1_sql[] =
     "  due_ms bigint NOT NULL,\n"
     "  summary text NOT NULL, cause text NOT NULL, evidence text NOT NULL,\n"
     "  action text NOT NULL, dispatch text NOT NULL,\n"
+    "  affected text NOT NULL DEFAULT '',\n"
     "  acked_by text NOT NULL DEFAULT '', acked_ms bigint NOT NULL DEFAULT 0,\n"
     "  ack_comment text NOT NULL DEFAULT '',\n"
     "  told boolean NOT NULL DEFAULT false,\n"
@@ -42,6 +43,7 @@ static const char step1_sql[] =
     "  site text NOT NULL, node text NOT NULL, labels text NOT NULL,\n"
     "  summary text NOT NULL, cause text NOT NULL, evidence text NOT NULL,\n"
     "  action text NOT NULL, dispatch text NOT NULL, muted int NOT NULL,\n"
+    "  affected text NOT NULL DEFAULT '',\n"
     "  starts_ms bigint NOT NULL, ends_ms bigint NOT NULL, updated_ms bigint NOT NULL,\n"
     "  published boolean NOT NULL DEFAULT false,\n"
     "  claim_until bigint NOT NULL DEFAULT 0,\n"
@@ -64,22 +66,24 @@ static const char step1_sql[] =
     "RETURNS boolean LANGUAGE sql STABLE AS $$\n"
     "  SELECT CASE p_scope WHEN 'fleet' THEN false\n"
     "    WHEN 'site' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
+    "    WHEN 'tenant' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
     "    ELSE EXISTS (SELECT 1 FROM alerts WHERE state <> 'resolved'\n"
     "      AND (scope = 'fleet' OR (scope = 'site' AND site = p_site)\n"
     "        OR (p_kind = 'state' AND kind = 'telemetry' AND site = p_site AND node = p_node)))\n"
     "  END $$;\n"
     "CREATE OR REPLACE FUNCTION alert_muted(p_scope text, p_site text) RETURNS int\n"
     "LANGUAGE sql STABLE AS $$\n"
-    "  SELECT CASE p_scope WHEN 'node' THEN 0\n"
+    "  SELECT CASE p_scope WHEN 'node' THEN 0 WHEN 'tenant' THEN 0\n"
     "    WHEN 'site' THEN (SELECT count(*)::int FROM alerts WHERE state = 'pending'\n"
     "      AND scope = 'node' AND site = p_site)\n"
     "    ELSE (SELECT count(*)::int FROM alerts WHERE state = 'pending' AND scope <> 'fleet') END $$;\n"
     "CREATE OR REPLACE FUNCTION alert_event(a alerts, st text) RETURNS void LANGUAGE sql AS $$\n"
     "  INSERT INTO alert_events (id, seq, status, alertname, severity, region, site, node,\n"
-    "    labels, summary, cause, evidence, action, dispatch, muted, starts_ms, ends_ms, updated_ms)\n"
+    "    labels, summary, cause, evidence, action, dispatch, muted, affected, starts_ms, ends_ms,\n"
+    "    updated_ms)\n"
     "  VALUES (a.id, a.seq, st, a.alertname, a.severity, a.region, a.site, a.node, a.labels,\n"
     "    a.summary, a.cause, a.evidence, a.action, a.dispatch, alert_muted(a.scope, a.site),\n"
-    "    a.starts_ms, a.ends_ms, a.updated_ms)\n"
+    "    a.affected, a.starts_ms, a.ends_ms, a.updated_ms)\n"
     "  ON CONFLICT DO NOTHING $$;\n"
     /* A parent that clears lets its children fire, but not at once: their due
      * time starts again from now (a settle window: the nodes of a site that
@@ -125,6 +129,41 @@ static const char step1_sql[] =
     "  END LOOP;\n"
     "  RETURN n;\n"
     "END $f$;\n"
+    /* An alert's identity is its labels: the rule's name, site, node and
+     * its own labels (a tenant alert's tenant= among them). */
+    "CREATE OR REPLACE FUNCTION alert_key(p_name text, p_site text, p_node text, p_labels text)\n"
+    "RETURNS text LANGUAGE sql IMMUTABLE AS\n"
+    "  $$ SELECT left(md5(p_name || '|' || p_site || '|' || p_node || '|' || p_labels), 16) $$;\n"
+    /* The attempts the JOBS stream told of (jobs.c): where each ran, from
+     * when to when, and whether it failed by itself (exited non-zero,
+     * failed to start; NULL: it succeeded is false, and lost, killed,
+     * preempted or cancelled ones are not counted). */
+    "CREATE TABLE IF NOT EXISTS alert_job_runs (\n"
+    "  job_id text NOT NULL, attempt int NOT NULL,\n"
+    "  tenant text NOT NULL, site text NOT NULL, node text NOT NULL,\n"
+    "  started_ms bigint NOT NULL, ended_ms bigint, failed boolean,\n"
+    "  PRIMARY KEY (job_id, attempt)\n"
+    ");\n"
+    "CREATE INDEX IF NOT EXISTS alert_job_runs_where ON alert_job_runs (site, node, started_ms);\n"
+    "CREATE INDEX IF NOT EXISTS alert_job_runs_ended ON alert_job_runs (ended_ms);\n"
+    /* The jobs and customers an alert concerns: the attempts running where
+     * it points when its condition began, and those that ended there in the
+     * 15 s before other than by succeeding (a job the fault killed before
+     * the heartbeat that told of it), per customer, a few job ids each. */
+    "CREATE OR REPLACE FUNCTION alert_affected(p_scope text, p_site text, p_node text,\n"
+    "  p_at bigint) RETURNS text LANGUAGE sql STABLE AS $$\n"
+    "  WITH r AS (SELECT job_id, tenant FROM alert_job_runs\n"
+    "    WHERE p_scope <> 'tenant' AND started_ms <= p_at\n"
+    "      AND (ended_ms IS NULL OR ended_ms >= p_at\n"
+    "        OR (ended_ms >= p_at - 15000 AND failed IS DISTINCT FROM false))\n"
+    "      AND (p_scope = 'fleet' OR (site = p_site AND (p_scope = 'site' OR node = p_node)))),\n"
+    "  t AS (SELECT tenant, count(*) AS n,\n"
+    "      array_to_string((array_agg(job_id ORDER BY job_id))[1:5], ' ') AS jobs\n"
+    "    FROM r GROUP BY tenant)\n"
+    "  SELECT coalesce(left((SELECT count(*) FROM r) || ' job(s) of ' || count(*) ||\n"
+    "    ' customer(s): ' || string_agg(tenant || ' ' || n || ' (' || jobs ||\n"
+    "      CASE WHEN n > 5 THEN ' ...' ELSE '' END || ')', ', ' ORDER BY n DESC, tenant), 500), '')\n"
+    "  FROM t $$;\n"
     /* The condition holds: a new alert is pending, due after its for-duration;
      * a resolved one starts a new episode; an active one takes the newer
      * diagnosis, and a firing one whose diagnosis changed is told again (a new
@@ -134,7 +173,7 @@ static const char step1_sql[] =
     "  p_region text, p_site text, p_node text, p_labels text, p_for bigint, p_summary text,\n"
     "  p_cause text, p_evidence text, p_action text, p_dispatch text, p_kind text)\n"
     "RETURNS text LANGUAGE plpgsql AS $f$\n"
-    "DECLARE k text := left(md5(p_name || '|' || p_site || '|' || p_node), 16);\n"
+    "DECLARE k text := alert_key(p_name, p_site, p_node, p_labels);\n"
     "  t bigint := alert_now_ms(); a alerts; q text;\n"
     "BEGIN\n"
     "  IF p_kind = 'telemetry' THEN\n"
@@ -185,9 +224,10 @@ static const char step1_sql[] =
      * resolved, with what the clearing event says (a site's returned event
      * names the cause the outage had); either way its children settle. */
     "CREATE OR REPLACE FUNCTION alert_clear(p_name text, p_site text, p_node text,\n"
-    "  p_summary text, p_cause text, p_evidence text, p_action text, p_dispatch text)\n"
+    "  p_labels text, p_summary text, p_cause text, p_evidence text, p_action text,\n"
+    "  p_dispatch text)\n"
     "RETURNS text LANGUAGE plpgsql AS $f$\n"
-    "DECLARE k text := left(md5(p_name || '|' || p_site || '|' || p_node), 16);\n"
+    "DECLARE k text := alert_key(p_name, p_site, p_node, p_labels);\n"
     "  t bigint := alert_now_ms(); a alerts;\n"
     "BEGIN\n"
     "  SELECT * INTO a FROM alerts WHERE id = k FOR UPDATE;\n"

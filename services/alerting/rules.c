@@ -19,7 +19,9 @@
  * recovery calls within its site window, mutes its nodes instead;
  * NodeQuarantined waits 15 s so that the GPU fault that caused it (read
  * from the same heartbeat, but on another path) is raised first and mutes
- * it: one alert, the cause, with the quarantine in its diagnosis. */
+ * it: one alert, the cause, with the quarantine in its diagnosis.  The job
+ * failure rates (jobs.c) keep their counts in the evidence: a summary that
+ * changed would tell a firing alert again every pass. */
 const char al_rules_default[] =
     "# name                signal           op  values       for  severity labels        summary\n"
     "SiteUnreachable       site.state       ==  unreachable  30s  page     -             "
@@ -44,7 +46,13 @@ const char al_rules_default[] =
     "DiskFailing           node.disk        in  degraded,failing 10m ticket -          "
     "\"The disk of {node} at {site} is {reason}\"\n"
     "UplinkSlow            node.uplink_rtt_ms > 1000         5m   ticket   -             "
-    "\"The uplink of {node} at {site} is slow: {reason}\"\n";
+    "\"The uplink of {node} at {site} is slow: {reason}\"\n"
+    "JobsFailingOnNode     node.job_fail_pct >= 50          0s   ticket   -             "
+    "\"Jobs fail on {node} at {site}\"\n"
+    "JobsFailingAtSite     site.job_fail_pct >= 50          0s   ticket   -             "
+    "\"Jobs fail at {site} ({region})\"\n"
+    "JobsFailingForTenant  tenant.job_fail_pct >= 50        0s   ticket   -             "
+    "\"Jobs of customer {tenant} fail wherever they run\"\n";
 
 static const struct {
     const char *name;
@@ -67,6 +75,9 @@ static const struct {
     [AL_SIG_NODE_DISK] = {"node.disk", AL_SCOPE_NODE, false, true,
                           {"ok", "degraded", "failing", NULL}},
     [AL_SIG_NODE_RTT] = {"node.uplink_rtt_ms", AL_SCOPE_NODE, true, true, {NULL}},
+    [AL_SIG_NODE_JOBS] = {"node.job_fail_pct", AL_SCOPE_NODE, true, false, {NULL}},
+    [AL_SIG_SITE_JOBS] = {"site.job_fail_pct", AL_SCOPE_SITE, true, false, {NULL}},
+    [AL_SIG_TENANT_JOBS] = {"tenant.job_fail_pct", AL_SCOPE_TENANT, true, false, {NULL}},
 };
 
 bool
@@ -81,8 +92,8 @@ al_signal_telemetry(al_signal s)
     return s < AL_SIG_COUNT && signals[s].telemetry;
 }
 
-static const char *const placeholders[] = {"site", "region", "node", "cause", "reason",
-                                           "sites_silent", "sites", NULL};
+static const char *const placeholders[] = {"site", "region", "node", "tenant", "cause",
+                                           "reason", "sites_silent", "sites", NULL};
 
 const char *
 al_signal_name(al_signal s)
@@ -99,7 +110,10 @@ al_signal_scope(al_signal s)
 const char *
 al_scope_name(al_scope s)
 {
-    return s == AL_SCOPE_NODE ? "node" : s == AL_SCOPE_SITE ? "site" : "fleet";
+    return s == AL_SCOPE_NODE     ? "node"
+           : s == AL_SCOPE_SITE   ? "site"
+           : s == AL_SCOPE_TENANT ? "tenant"
+                                  : "fleet";
 }
 
 static gp_err
@@ -491,6 +505,8 @@ al_expand(const char *tmpl, const al_vars *v, char *out, size_t n)
             val = or_q(v->region);
         else if (strcmp(name, "node") == 0)
             val = or_q(v->node);
+        else if (strcmp(name, "tenant") == 0)
+            val = or_q(v->tenant);
         else if (strcmp(name, "cause") == 0)
             val = or_q(v->cause);
         else if (strcmp(name, "reason") == 0)

@@ -136,6 +136,8 @@ cmd_describe_alert(gpctl *c, int argc, char **argv)
                a->node[0] ? " node=" : "", a->node, a->labels[0] ? " " : "", a->labels,
                a->summary, a->cause, a->evidence, a->action,
                msg_alert_dispatch_names[a->dispatch], since);
+        if (a->affected[0])
+            printf("Affected:   %s\n", a->affected);
         if (a->ends_ms)
             printf("Ended:      %s\n", ended);
         if (a->muted)

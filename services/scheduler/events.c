@@ -284,27 +284,13 @@ sched_outbox_run(gp_app *app, void *arg)
         s->outbox_busy = true;
 }
 
-/* The jobEvent pattern cut at the job parameter's token, ending in ">"
- * (every job and event of every tenant). */
-static void
-jobs_stream_subject(void)
-{
-    int   tok = GP_OP_JOB_EVENT->param_tok[gp_op_param_index(GP_OP_JOB_EVENT, "job")];
-    char *p = jobs_subject;
-
-    snprintf(jobs_subject, sizeof(jobs_subject), "%s", GP_OP_JOB_EVENT->pattern);
-    for (int i = 0; i < tok && p != NULL; i++)
-        p = strchr(p, '.') != NULL ? strchr(p, '.') + 1 : NULL;
-    if (p != NULL)
-        snprintf(p, sizeof(jobs_subject) - (size_t)(p - jobs_subject), ">");
-}
-
 void
 sched_events_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
 
-    jobs_stream_subject();
+    /* every job and event of every tenant (gridpool-alerting declares JOBS too) */
+    gp_op_stream_subject(GP_OP_JOB_EVENT, "job", jobs_subject, sizeof(jobs_subject));
     GP_INFO("jobs_stream", "subjects=%s", jobs_subject);
     {
         const char *any[] = {NULL, NULL, NULL};   /* every site and node */

@@ -103,6 +103,28 @@ gp_op_param_index(const gp_op *op, const char *name)
     return -1;
 }
 
+gp_err
+gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n)
+{
+    int         i = gp_op_param_index(op, from);
+    const char *p = op->pattern;
+    size_t      len;
+
+    if (i < 0)
+        return GP_EINVAL;
+    for (int t = 0; t < op->param_tok[i]; t++)
+        if ((p = strchr(p, '.')) == NULL)
+            return GP_EINVAL;
+        else
+            p++;
+    len = (size_t)(p - op->pattern);
+    if (len + 2 > n)
+        return GP_ETOOBIG;
+    memcpy(buf, op->pattern, len);
+    memcpy(buf + len, ">", 2);
+    return GP_EOK;
+}
+
 bool
 gp_op_matches(const gp_op *op, const char *subject)
 {

@@ -24,6 +24,10 @@
 #   recover  tests/bench/recover_bench.sh  last heartbeat -> replacement running
 #                                       over 1,000 node crashes on the 1,000-site
 #                                       fleet (registry, scheduler, recovery, sim)
+#   alert    tests/bench/alert_bench.sh  fault injected -> alert published (XID 79,
+#                                       node crash, site power cut) on the 1,000-site
+#                                       fleet, and alerting's CPU per heartbeat vs
+#                                       the registry's
 #   ledger   tests/bench/ledger_bench   gridpool-billing draining a backlog of
 #                                       100,000 usage records from USAGE, rated
 #                                       and posted double-entry with durable
@@ -55,7 +59,7 @@ logs=$build/bench-logs
 
 for f in test/bench/codec_bench test/bench/chassis_bench test/bench/hb_bench test/bench/pub_bench \
          test/bench/place_bench test/bench/detect_bench bin/gridpool-registry bin/gridpool-scheduler bin/gridpool-sim \
-         bin/gridpool-recovery bin/gridpool-billing test/bench/ledger_bench \
+         bin/gridpool-recovery bin/gridpool-billing bin/gridpool-alerting test/bench/ledger_bench \
          test/bin/testsvc; do
     [ -x "$build/$f" ] || { echo "bench: $build/$f missing (build it first)" >&2; exit 2; }
 done
@@ -111,6 +115,7 @@ run_bench chassis 120
 run_bench hb 220
 run_bench place 600
 run_bench recover 900
+run_bench alert 600
 # last: PostgreSQL restarted with fsync and synchronous_commit on (durable
 # commits), as the ledger's figure must be
 if [ -z "${GP_BENCH_ONLY:-}" ] || [[ ",$GP_BENCH_ONLY," == *",ledger,"* ]]; then
@@ -159,6 +164,10 @@ row "last heartbeat -> lost p99 (ms)" "$(num detect_lost_p99_ms)" "fixed 3 misse
     "$(num detect_lost_fixed_ms)" "-" "(<= 17 s to running)"
 row "heartbeat -> running elsewhere p99" "$(num recover_p99_ms)" "p50 (ms)" \
     "$(num recover_p50_ms)" "-" "<= 17000 ms"
+row "XID 79 -> alert published p99 (ms)" "$(num alert_gpu_p99_ms)" "-> condition known p99" \
+    "$(num alert_gpu_detect_p99_ms)" "-" "(measured)"
+row "alerting CPU per heartbeat (us)" "$(num alert_cpu_us_per_beat 1)" "registry CPU per beat (us)" \
+    "$(num alert_registry_cpu_us_per_beat 1)" "$(num alert_cost_ratio 3)" "(measured)"
 row "usage records posted (/s)" "$(num ledger_per_s)" "COPY of the same rows (/s)" \
     "$(num ledger_copy_rows_per_s)" "$(num ledger_copy_ratio 3)" ">= 20000/s"
 row "usage records posted (/s)" "$(num ledger_per_s)" "one row per commit (/s)" \
@@ -208,6 +217,16 @@ echo "           scheduler $(num place_one_cpu_us_scheduler) postgres $(num plac
      "nats $(num place_one_cpu_us_nats) redis $(num place_one_cpu_us_redis)" \
      "registry $(num place_one_cpu_us_registry) sim $(num place_one_cpu_us_sim)" \
      "bench $(num place_one_cpu_us_bench)"
+for k in gpu node site; do
+    case $k in gpu) what="XID 79 (GpuFallenOffBus, for 0 s)" ;; node) what="node crash (NodeDown, for 20 s)" ;;
+               site) what="site power cut (SiteUnreachable, for 30 s)" ;; esac
+    echo "  alert: $what: $(num alert_${k}_alerted) of $(num alert_${k}_faults) alerted;" \
+         "fault -> alert received p50 $(num alert_${k}_p50_ms) ms, p99 $(num alert_${k}_p99_ms) ms;" \
+         "fault -> condition known (starts_ms) p50 $(num alert_${k}_detect_p50_ms), p99 $(num alert_${k}_detect_p99_ms);" \
+         "alerting's own share (minus the for) p50 $(num alert_${k}_own_p50_ms), p99 $(num alert_${k}_own_p99_ms)"
+done
+echo "  alert: $(num alert_sites) sites, $(num alert_beats_per_s) beats/s evaluated, alerting at $(num alert_cpu_pct 1)% of a core;" \
+     "other firing alerts (muted ones must not fire) $(num alert_other_firing)"
 echo "  recover: $(num recover_losses) node losses on $(num recover_sites) sites (9 s lease, 5 s beats):" \
      "last heartbeat -> every job of the node running elsewhere p50 $(num recover_p50_ms) ms," \
      "p99 $(num recover_p99_ms) ms, max $(num recover_max_ms) ms, over 17 s $(num recover_over_17s);" \

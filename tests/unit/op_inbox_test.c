@@ -1,5 +1,6 @@
 /* op_inbox_test.c -- gp_op_inbox_prefix: a client's reply inbox prefix
- * from the contract's inbox channels (the agent's and a tenant's). */
+ * from the contract's inbox channels (the agent's and a tenant's); and
+ * gp_op_stream_subject: a stream's subjects from an operation. */
 #include <string.h>
 
 #include "gp/limits.h"
@@ -29,5 +30,14 @@ main(void)
     rc = gp_op_inbox_prefix(GP_OP_HEALTH, buf, sizeof(buf), (const char *const[]){"registry"});
     T_OKM(rc == GP_EINVAL, "an address that does not end in <nuid>.<n> is refused (%s)",
           gp_err_name(rc));
+    rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "job", buf, sizeof(buf));
+    T_OKM(rc == GP_EOK && strcmp(buf, "gp.events.*.job.>") == 0,
+          "the JOBS stream's subject: the job event's pattern cut at its job (%s)", buf);
+    rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "tenant", buf, sizeof(buf));
+    T_OKM(rc == GP_EOK && strcmp(buf, "gp.events.>") == 0, "cut at the tenant (%s)", buf);
+    rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "nope", buf, sizeof(buf));
+    T_OKM(rc == GP_EINVAL, "an unknown parameter is INVAL (%s)", gp_err_name(rc));
+    rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "job", buf, 12);
+    T_OKM(rc == GP_ETOOBIG, "a buffer too small is TOOBIG (%s)", gp_err_name(rc));
     return T_DONE();
 }

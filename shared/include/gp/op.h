@@ -49,6 +49,13 @@ gp_err gp_op_inbox_prefix(const gp_op *inbox, char *buf, size_t n, const char *c
 /* The same as gp_op_subject with the arguments inline: gp_op_subjectf(op, buf, n, site, node). */
 gp_err gp_op_subjectf(const gp_op *op, char *buf, size_t n, ...);
 
+/* A stream's subject for op: its pattern cut at parameter `from` and ended
+ * with ">" (gp.events.*.job.*.* from "job" -> gp.events.*.job.>), so a
+ * consumer may filter on anything below it.  INVAL when op has no such
+ * parameter; TOOBIG past n.  Two services that declare one stream get the
+ * same subjects from it. */
+gp_err gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n);
+
 /* Index of parameter name in op, or -1. */
 int    gp_op_param_index(const gp_op *op, const char *name);
 

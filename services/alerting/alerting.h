@@ -3,7 +3,8 @@
  * What it does: turns what the fleet reports (recovery's site events and
  * control-plane isolation, the registry's node states, all read from the
  * JetStream stream FLEET with durable consumers; every heartbeat's
- * telemetry; the scheduler's job events, from JOBS) into one alert per real
+ * telemetry; the scheduler's job events, from JOBS; every service
+ * instance's word that it is there) into one alert per real
  * problem, by the rules of rules.h, with the diagnosis of diag.h; keeps
  * every alert's state in PostgreSQL (alerts.c: pending -> firing after
  * the rule's for-duration unless a wider alert inhibits it -> resolved
@@ -41,6 +42,7 @@ typedef struct alerting_cfg {
     unsigned      am_resolved_ms;
     unsigned      forget_ms;
     unsigned      jobs_ms, jobs_window_ms, jobs_min_ended;
+    unsigned      presence_check_ms;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -68,6 +70,7 @@ typedef struct alerting {
     unsigned            ntmem;
     uint64_t           *m_beats, *m_notes;
     bool                jobs_busy;      /* jobs.c: a rates pass is out */
+    bool                presence_busy;  /* presence.c: a check is out */
     uint64_t           *m_job_events;
 } alerting;
 
@@ -93,6 +96,9 @@ gp_err alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_er
  * firing one is published again with it). */
 gp_err alerting_note(alerting *a, const char *site, const char *node, const char *note,
                      void (*done)(void *, gp_err), void *arg);
+/* The node went silent (lost): its pending telemetry alerts are dropped. */
+gp_err alerting_node_silent(alerting *a, const char *site, const char *node,
+                            void (*done)(void *, gp_err), void *arg);
 void   alerting_eval_run(gp_app *app, void *arg);
 void   alerting_publish_run(gp_app *app, void *arg);
 
@@ -111,6 +117,11 @@ extern const gp_route alerting_job_routes[];
 extern const char    *alerting_jobs_subjects[];
 void                  alerting_jobs_init(void);
 void                  alerting_jobs_run(gp_app *app, void *arg);
+
+/* presence.c: gp.int.presence.* (every instance of every service) and the
+ * check for silent ones every presence-check-ms */
+extern const gp_route alerting_presence_routes[];
+void                  alerting_presence_run(gp_app *app, void *arg);
 
 /* api.c: gp.admin.alert.* (list, ack, silences) */
 extern const gp_route alerting_api_routes[];

@@ -38,8 +38,10 @@ apply_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
         (*ap->a->m_db_errors)++;
         GP_WARN("alert_apply_failed", "%s code=%s detail=\"%s\"", ap->what, gp_err_name(err),
                 detail);
-    } else if (strcmp(st, "none") != 0) {
+    } else if (strcmp(st, "none") != 0 && strcmp(st, "firing") != 0) {
         GP_INFO(ap->holds ? "alert_raised" : "alert_cleared", "%s state=%s", ap->what, st);
+    } else {                           /* nothing changed: the periodic rules say it again */
+        GP_DEBUG(ap->holds ? "alert_raised" : "alert_cleared", "%s state=%s", ap->what, st);
     }
     if (err == GP_EOK && ap->holds)
         (*ap->a->m_raised)++;
@@ -136,23 +138,66 @@ note_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     free(nt);
 }
 
+/* One statement about a node; cb gets the noted and calls done. */
+static gp_err
+node_query(alerting *a, const char *sql, int np, const char *const *p, gp_db_cb *cb,
+           void (*done)(void *, gp_err), void *arg)
+{
+    noted *nt = calloc(1, sizeof(*nt));
+    gp_err rc;
+
+    if (nt == NULL)
+        return GP_ENOMEM;
+    *nt = (noted){a, done, arg};
+    rc = gp_db_query(gp_app_db(a->app), sql, np, p, 0, cb, nt);
+    if (rc != GP_EOK)
+        free(nt);
+    return rc;
+}
+
 gp_err
 alerting_note(alerting *a, const char *site, const char *node, const char *note,
               void (*done)(void *, gp_err), void *arg)
 {
-    noted      *nt = calloc(1, sizeof(*nt));
     const char *p[3] = {site, node, note};
-    gp_err      rc;
 
-    if (nt == NULL)
-        return GP_ENOMEM;
-    nt->a = a;
-    nt->done = done;
-    nt->arg = arg;
-    rc = gp_db_query(gp_app_db(a->app), "SELECT alert_note($1, $2, $3)", 3, p, 0, note_done, nt);
-    if (rc != GP_EOK)
-        free(nt);
-    return rc;
+    return node_query(a, "SELECT alert_note($1, $2, $3)", 3, p, note_done, done, arg);
+}
+
+/* ---- a node gone silent --------------------------------------------------------------- */
+
+/* Its pending telemetry alerts are dropped unseen: no beat can confirm them
+ * any more, and firing after their for-duration on old data they would mute
+ * the NodeDown that explains the silence.  Firing ones stay (what they
+ * said was true); its beats judge them again when it returns. */
+static void
+silent_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+{
+    noted *nt = arg;
+
+    if (err != GP_EOK) {
+        (*nt->a->m_db_errors)++;
+        GP_WARN("alert_node_silent_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    } else if (nres == 1 && PQntuples(res[0]) > 0) {
+        GP_INFO("alerts_dropped", "node=%s pending_telemetry=%d", PQgetvalue(res[0], 0, 0),
+                PQntuples(res[0]));
+    }
+    nt->done(nt->arg, err);
+    free(nt);
+}
+
+gp_err
+alerting_node_silent(alerting *a, const char *site, const char *node,
+                     void (*done)(void *, gp_err), void *arg)
+{
+    const char *p[] = {site, node};
+
+    return node_query(a,
+                      "UPDATE alerts SET state = 'resolved', ends_ms = alert_now_ms(),\n"
+                      "  updated_ms = alert_now_ms()\n"
+                      "WHERE site = $1 AND node = $2 AND kind = 'telemetry' AND state = 'pending'\n"
+                      "RETURNING node",
+                      2, p, silent_done, done, arg);
 }
 
 /* ---- eval: pending -> firing ------------------------------------------------------- */

@@ -198,3 +198,15 @@ al_diag_jobs(al_signal s, const char *evidence, al_diag *d)
         d->dispatch = MSG_ALERT_DISPATCH_NONE;
     }
 }
+
+void
+al_diag_service(const char *evidence, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->cause, sizeof(d->cause), "service_silent");
+    snprintf(d->evidence, sizeof(d->evidence), "%s", evidence);
+    snprintf(d->action, sizeof(d->action),
+             "Check the instance's host or pod and restart it (kill -9, OOM, a hung loop?); the "
+             "service's other instances take its work meanwhile, if it has any");
+    d->dispatch = MSG_ALERT_DISPATCH_PLATFORM_ONCALL;
+}

@@ -39,5 +39,7 @@ void al_diag_telemetry(al_signal s, const char *reason, al_diag *d);
  * A node: remote hands (cordon, diagnostics); a site: the site partner
  * (what its nodes share); a tenant: nobody in the field, the customer. */
 void al_diag_jobs(al_signal s, const char *evidence, al_diag *d);
+/* A silent service instance: our own on-call (its host or pod). */
+void al_diag_service(const char *evidence, al_diag *d);
 
 #endif

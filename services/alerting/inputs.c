@@ -138,7 +138,6 @@ evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char 
          const char *note)
 {
     pending_in *p = calloc(1, sizeof(*p));
-    unsigned    n = 0;
 
     (*a->m_inputs)++;
     if (p == NULL)
@@ -160,7 +159,6 @@ evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char 
             p->left--;
             p->err = GP_EUNAVAIL;
         }
-        n++;
     }
     if (note != NULL) {               /* the quarantine, on the node's telemetry alerts */
         p->left++;
@@ -169,7 +167,13 @@ evaluate(alerting *a, gp_req *req, al_signal sig, const char *value, const char 
             p->err = GP_EUNAVAIL;
         }
     }
-    (void)n;
+    if (sig == AL_SIG_NODE && strcmp(value, "lost") == 0) {
+        p->left++;
+        if (alerting_node_silent(a, site, node, one_done, p) != GP_EOK) {
+            p->left--;
+            p->err = GP_EUNAVAIL;
+        }
+    }
     if (--p->left == 0) {
         gp_err rc = p->err;
 

@@ -41,6 +41,8 @@ const gp_cfg_opt alerting_cfg_opts[] = {
                 "the window of a job failure rate: the attempts that ended in it"),
     GP_CFG_UINT("jobs-min-ended", alerting_cfg, jobs_min_ended, 4, 1, 1000000,
                 "a failure rate is judged only over at least this many ended attempts"),
+    GP_CFG_UINT("presence-check-ms", alerting_cfg, presence_check_ms, 2000, 100, 600000,
+                "how often service instances silent for 3 of their intervals + 2 s are looked for"),
     GP_CFG_END
 };
 
@@ -169,7 +171,9 @@ main(int argc, char **argv)
         if (a.eval_task == NULL || a.publish_task == NULL || a.am_task == NULL ||
             gp_app_every(app, "sites", cfg.sites_ms / 1000.0, alerting_sites_run, &a) == NULL ||
             gp_app_every(app, "forget", cfg.forget_ms / 1000.0, alerting_forget_run, &a) == NULL ||
-            gp_app_every(app, "jobs", cfg.jobs_ms / 1000.0, alerting_jobs_run, &a) == NULL)
+            gp_app_every(app, "jobs", cfg.jobs_ms / 1000.0, alerting_jobs_run, &a) == NULL ||
+            gp_app_every(app, "presence_check", cfg.presence_check_ms / 1000.0,
+                         alerting_presence_run, &a) == NULL)
             rc = GP_ENOMEM;
     }
     alerting_jobs_init();
@@ -178,7 +182,8 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         alerting_sites_run(app, &a);
         rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes,
-                          alerting_job_routes, alerting_api_routes, NULL);
+                          alerting_job_routes, alerting_presence_routes, alerting_api_routes,
+                          NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);

@@ -16,7 +16,7 @@ static const char step1_sql[] =
     "  id text PRIMARY KEY,\n"
     "  alertname text NOT NULL,\n"
     "  severity text NOT NULL CHECK (severity IN ('page', 'ticket', 'info')),\n"
-    "  scope text NOT NULL CHECK (scope IN ('fleet', 'site', 'node', 'tenant')),\n"
+    "  scope text NOT NULL CHECK (scope IN ('fleet', 'site', 'node', 'tenant', 'service')),\n"
     "  kind text NOT NULL DEFAULT 'state' CHECK (kind IN ('state', 'telemetry')),\n"
     "  region text NOT NULL, site text NOT NULL, node text NOT NULL DEFAULT '',\n"
     "  labels text NOT NULL DEFAULT '',\n"
@@ -67,13 +67,14 @@ static const char step1_sql[] =
     "  SELECT CASE p_scope WHEN 'fleet' THEN false\n"
     "    WHEN 'site' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
     "    WHEN 'tenant' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
+    "    WHEN 'service' THEN EXISTS (SELECT 1 FROM alerts WHERE scope = 'fleet' AND state <> 'resolved')\n"
     "    ELSE EXISTS (SELECT 1 FROM alerts WHERE state <> 'resolved'\n"
     "      AND (scope = 'fleet' OR (scope = 'site' AND site = p_site)\n"
     "        OR (p_kind = 'state' AND kind = 'telemetry' AND site = p_site AND node = p_node)))\n"
     "  END $$;\n"
     "CREATE OR REPLACE FUNCTION alert_muted(p_scope text, p_site text) RETURNS int\n"
     "LANGUAGE sql STABLE AS $$\n"
-    "  SELECT CASE p_scope WHEN 'node' THEN 0 WHEN 'tenant' THEN 0\n"
+    "  SELECT CASE p_scope WHEN 'node' THEN 0 WHEN 'tenant' THEN 0 WHEN 'service' THEN 0\n"
     "    WHEN 'site' THEN (SELECT count(*)::int FROM alerts WHERE state = 'pending'\n"
     "      AND scope = 'node' AND site = p_site)\n"
     "    ELSE (SELECT count(*)::int FROM alerts WHERE state = 'pending' AND scope <> 'fleet') END $$;\n"
@@ -146,6 +147,15 @@ static const char step1_sql[] =
     ");\n"
     "CREATE INDEX IF NOT EXISTS alert_job_runs_where ON alert_job_runs (site, node, started_ms);\n"
     "CREATE INDEX IF NOT EXISTS alert_job_runs_ended ON alert_job_runs (ended_ms);\n"
+    /* The last word of every service instance (presence.c): when, how
+     * often it speaks, when it started (the database's clock), and whether
+     * it said it was stopping. */
+    "CREATE TABLE IF NOT EXISTS alert_presence (\n"
+    "  service text NOT NULL, instance text NOT NULL, version text NOT NULL,\n"
+    "  last_ms bigint NOT NULL, interval_ms bigint NOT NULL CHECK (interval_ms > 0),\n"
+    "  started_ms bigint NOT NULL, stopping boolean NOT NULL DEFAULT false,\n"
+    "  PRIMARY KEY (service, instance)\n"
+    ");\n"
     /* The jobs and customers an alert concerns: the attempts running where
      * it points when its condition began, and those that ended there in the
      * 15 s before other than by succeeding (a job the fault killed before

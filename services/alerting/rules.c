@@ -52,7 +52,9 @@ const char al_rules_default[] =
     "JobsFailingAtSite     site.job_fail_pct >= 50          0s   ticket   -             "
     "\"Jobs fail at {site} ({region})\"\n"
     "JobsFailingForTenant  tenant.job_fail_pct >= 50        0s   ticket   -             "
-    "\"Jobs of customer {tenant} fail wherever they run\"\n";
+    "\"Jobs of customer {tenant} fail wherever they run\"\n"
+    "ServiceInstanceSilent service.state    ==  silent       0s   page     team=platform "
+    "\"Instance {instance} of gridpool-{service} went silent\"\n";
 
 static const struct {
     const char *name;
@@ -78,6 +80,7 @@ static const struct {
     [AL_SIG_NODE_JOBS] = {"node.job_fail_pct", AL_SCOPE_NODE, true, false, {NULL}},
     [AL_SIG_SITE_JOBS] = {"site.job_fail_pct", AL_SCOPE_SITE, true, false, {NULL}},
     [AL_SIG_TENANT_JOBS] = {"tenant.job_fail_pct", AL_SCOPE_TENANT, true, false, {NULL}},
+    [AL_SIG_SERVICE] = {"service.state", AL_SCOPE_SERVICE, false, false, {"up", "silent", NULL}},
 };
 
 bool
@@ -92,8 +95,9 @@ al_signal_telemetry(al_signal s)
     return s < AL_SIG_COUNT && signals[s].telemetry;
 }
 
-static const char *const placeholders[] = {"site", "region", "node", "tenant", "cause",
-                                           "reason", "sites_silent", "sites", NULL};
+static const char *const placeholders[] = {"site", "region", "node", "tenant", "service",
+                                           "instance", "cause", "reason", "sites_silent",
+                                           "sites", NULL};
 
 const char *
 al_signal_name(al_signal s)
@@ -113,6 +117,7 @@ al_scope_name(al_scope s)
     return s == AL_SCOPE_NODE     ? "node"
            : s == AL_SCOPE_SITE   ? "site"
            : s == AL_SCOPE_TENANT ? "tenant"
+           : s == AL_SCOPE_SERVICE ? "service"
                                   : "fleet";
 }
 
@@ -507,6 +512,10 @@ al_expand(const char *tmpl, const al_vars *v, char *out, size_t n)
             val = or_q(v->node);
         else if (strcmp(name, "tenant") == 0)
             val = or_q(v->tenant);
+        else if (strcmp(name, "service") == 0)
+            val = or_q(v->service);
+        else if (strcmp(name, "instance") == 0)
+            val = or_q(v->instance);
         else if (strcmp(name, "cause") == 0)
             val = or_q(v->cause);
         else if (strcmp(name, "reason") == 0)

@@ -9,16 +9,18 @@
  * gpu.ecc_dbe gpu.temp_c gpu.throttle node.disk node.uplink_rtt_ms (each
  * heartbeat: the worst GPU, or all GPUs' throttle reasons);
  * node.job_fail_pct site.job_fail_pct tenant.job_fail_pct (the share of
- * attempts that ended failed over a window, from the JOBS stream: jobs.c).
+ * attempts that ended failed over a window, from the JOBS stream: jobs.c);
+ * service.state (up, silent: an instance of a service that stopped saying
+ * it is there without saying it was stopping: presence.c).
  * A signal is a state the fleet reports about one entity (a site, a node,
  * the fleet); its scope decides the alert's labels (site: region and
- * site; node: region, site and node; tenant: the label tenant=; fleet:
- * none).  A rule holds for an
+ * site; node: region, site and node; tenant: the label tenant=; service:
+ * the labels service= and instance=; fleet: none).  A rule holds for an
  * entity while the entity's last reported value matches (== one of the
  * values, != none of them); it fires once it has held for `for`.
  * Durations: 500ms, 30s, 5m, 1h.  Labels: "-" or k=v,k=v.  A summary's
- * {placeholders}: site, region, node, tenant, cause, reason, sites_silent,
- * sites.
+ * {placeholders}: site, region, node, tenant, service, instance, cause,
+ * reason, sites_silent, sites.
  *
  * Contract:
  *   - al_rules_parse(text): every line checked; the first error is INVAL
@@ -52,10 +54,13 @@ typedef enum al_signal {
     AL_SIG_GPU_STATE, AL_SIG_GPU_ECC_DBE, AL_SIG_GPU_TEMP, AL_SIG_GPU_THROTTLE,
     AL_SIG_NODE_DISK, AL_SIG_NODE_RTT,                  /* telemetry */
     AL_SIG_NODE_JOBS, AL_SIG_SITE_JOBS, AL_SIG_TENANT_JOBS,   /* job failure rates */
+    AL_SIG_SERVICE,                                     /* presence.c */
     AL_SIG_COUNT
 } al_signal;
 typedef enum al_op { AL_OP_EQ, AL_OP_NE, AL_OP_GT, AL_OP_GE, AL_OP_LT, AL_OP_LE } al_op;
-typedef enum al_scope { AL_SCOPE_FLEET, AL_SCOPE_SITE, AL_SCOPE_NODE, AL_SCOPE_TENANT } al_scope;
+typedef enum al_scope {
+    AL_SCOPE_FLEET, AL_SCOPE_SITE, AL_SCOPE_NODE, AL_SCOPE_TENANT, AL_SCOPE_SERVICE
+} al_scope;
 
 typedef struct al_rule {
     char      name[64];
@@ -79,7 +84,7 @@ typedef struct al_rules {
 
 /* The variables a summary may name; NULL or "" prints as "?". */
 typedef struct al_vars {
-    const char *site, *region, *node, *cause, *reason, *tenant;
+    const char *site, *region, *node, *cause, *reason, *tenant, *service, *instance;
     unsigned    sites_silent, sites;
 } al_vars;
 

@@ -129,6 +129,7 @@ struct gp_app {
     char                 instance[64];
     const gp_op         *health_op;
     gp_param             health_params[GP_MAX_TOKENS + 1];
+    bool                 present;        /* ServicePresence sent: say goodbye at stop */
     gp_common_cfg        cfg;
     unsigned             needs;
     struct ev_loop      *loop;
@@ -197,6 +198,7 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_UINT("pg-timeout-ms", gp_common_cfg, pg_timeout_ms, 5000, 10, 600000, "deadline of one PostgreSQL query"),
     GP_CFG_UINT("pg-pool", gp_common_cfg, pg_pool, 4, 1, 64, "PostgreSQL connections per service"),
     GP_CFG_UINT("drain-ms", gp_common_cfg, drain_ms, 5000, 0, 600000, "shutdown waits this long for in-flight requests"),
+    GP_CFG_UINT("presence-ms", gp_common_cfg, presence_ms, 5000, 0, 600000, "the instance says it is there (gp.int.presence.<service>) this often; 0: never"),
     GP_CFG_BOOL("print-routes", gp_common_cfg, print_routes, 0, "print the operations this service serves (service, operation id, subject pattern) and exit"),
     GP_CFG_END
 };
@@ -1309,6 +1311,46 @@ gp_app_set_health(gp_app *app, const gp_op *op, const gp_param *params)
     app->health_params[n] = (gp_param){NULL, NULL};
 }
 
+/* ---- presence: "I am here", and "I am going" at a clean stop ----------------- */
+
+static void
+presence_send(gp_app *app, int state)
+{
+    msg_service_presence m = {.state = state, .interval_ms = app->cfg.presence_ms,
+                              .uptime_ms = (uint64_t)((gp_mono_s() - app->started) * 1000)};
+    const char          *args[] = {app->service};
+    gp_err               rc;
+
+    snprintf(m.service, sizeof(m.service), "%s", app->service);
+    snprintf(m.instance, sizeof(m.instance), "%s", app->instance);
+    snprintf(m.version, sizeof(m.version), "%s", app->version);
+    rc = gp_app_publish(app, GP_OP_PRESENCE, args, &m);
+    if (rc != GP_EOK)
+        GP_DEBUG("presence_failed", "code=%s", gp_err_name(rc));
+}
+
+static void
+presence_run(gp_app *app, void *arg)
+{
+    (void)arg;
+    presence_send(app, MSG_SERVICE_PRESENCE_STATE_UP);
+}
+
+/* Services on the control plane's health channel (not the agent, whose
+ * heartbeats say it): every presence-ms, and a first one now. */
+static gp_err
+presence_start(gp_app *app)
+{
+    if (app->health_op != GP_OP_HEALTH || app->cfg.presence_ms == 0 || app->cfg.print_routes ||
+        app->bus == NULL)
+        return GP_EOK;
+    if (gp_app_every(app, "presence", app->cfg.presence_ms / 1000.0, presence_run, NULL) == NULL)
+        return GP_ENOMEM;
+    app->present = true;
+    presence_send(app, MSG_SERVICE_PRESENCE_STATE_UP);
+    return GP_EOK;
+}
+
 gp_err
 gp_app_serve(gp_app *app, void *state, ...)
 {
@@ -1327,6 +1369,8 @@ gp_app_serve(gp_app *app, void *state, ...)
         app->health_route.op = app->health_op;
         rc = serve_one(app, &app->health_route, app->health_params, NULL);
     }
+    if (rc == GP_EOK)
+        rc = presence_start(app);
     if (rc != GP_EOK)
         GP_ERROR("serve_failed", "code=%s", gp_err_name(rc));
     else if (app->need_dlq)
@@ -1481,6 +1525,8 @@ gp_app_stop(gp_app *app)
     if (app->stopping)
         return;
     app->stopping = true;
+    if (app->present)                       /* no ServiceInstanceSilent for a clean stop */
+        presence_send(app, MSG_SERVICE_PRESENCE_STATE_STOPPING);
     if (app->stop_fn != NULL)
         app->stop_fn(app, app->stop_arg);
     tasks_stop(app);

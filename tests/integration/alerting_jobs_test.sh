@@ -14,7 +14,9 @@
 #      (40 s here) holds no failures;
 #   2. the jobs and customers an alert concerns: a node running two jobs of
 #      good stops (SIGSTOP): its NodeDown alert names them ("2 job(s) of 1
-#      customer(s): good 2 (...)") in gpctl describe alert.
+#      customer(s): good 2 (...)") in gpctl describe alert; a heat alert
+#      pending on it is dropped unseen when it is lost (no beat can confirm
+#      it), so it neither fires on old data nor mutes the NodeDown.
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
@@ -68,7 +70,8 @@ done
 [ "$(wc -l <"$tmp/bad.ids")" = 16 ] && [ "$(wc -l <"$tmp/good.ids")" = 4 ]
 ok "16 failing jobs of bad and 4 succeeding jobs of good are submitted" $?
 wait_sql "SELECT count(*) FROM jobs WHERE state IN ('succeeded','failed')" 20 300
-ok "all 20 ended ($(sql "SELECT string_agg(tenant || ':' || state || ':' || n, ' ') FROM (SELECT tenant, state, count(*) n FROM jobs GROUP BY 1, 2) x"))" $?
+st_=$?
+ok "all 20 ended ($(sql "SELECT string_agg(tenant || ':' || state || ':' || n, ' ') FROM (SELECT tenant, state, count(*) n FROM jobs GROUP BY 1, 2) x"))" $st_
 active() { sql "SELECT count(*) FROM alerts WHERE alertname = '$1' AND state = 'firing' ${2:-}"; }
 wait_sql "SELECT count(*) FROM alerts WHERE alertname = 'JobsFailingForTenant' AND state = 'firing'" 1 50
 ok "one JobsFailingForTenant alert fires" $?
@@ -78,7 +81,8 @@ row=$(sql "SELECT labels || '|' || site || '|' || node || '|' || dispatch || '|'
 ok "... for customer bad (labels tenant=bad), nobody dispatched, cause jobs_failing ($row)" $?
 sql "SELECT evidence FROM alerts WHERE alertname = 'JobsFailingForTenant'" |
     grep -Eq '^([4-9]|1[0-6]) of \1 attempts that ended in the last 40 s failed'
-ok "... its evidence counts the attempts, all failed ($(sql "SELECT evidence FROM alerts WHERE alertname = 'JobsFailingForTenant'"))" $?
+st_=$?
+ok "... its evidence counts the attempts, all failed ($(sql "SELECT evidence FROM alerts WHERE alertname = 'JobsFailingForTenant'"))" $st_
 sleep 2                                      # two more passes
 [ "$(active JobsFailingAtSite)" = 0 ] && [ "$(active JobsFailingForTenant "AND labels = 'tenant=good'")" = 0 ]
 ok "no JobsFailingAtSite (16 of 20 failed at s1, under this test's 90%) and none for good" $?
@@ -105,15 +109,25 @@ ok "two long jobs of good run" $?
 node=$(sql "SELECT node FROM attempts WHERE job_id = '$j1' AND state = 'running'")
 on_node=$(sql "SELECT string_agg(job_id, ' ' ORDER BY job_id) FROM attempts WHERE node = '$node' AND state = 'running'")
 n_on=$(echo "$on_node" | wc -w)
+# a heat alert pending on the node, as a beat of a hot GPU raises it (a
+# 2-minute for-duration): the node going silent must drop it, not let it
+# fire on old data and mute the NodeDown that explains the silence
+sql "SELECT alert_raise('GpuOverheating', 'ticket', 'node', 'r1', 's1', '$node', '', 120000,
+     'A GPU of $node runs hot', 'heat', 'GPU 0 at 95 C', 'check cooling', 'site_partner',
+     'telemetry')" >/dev/null
 kill -STOP "$(cat "$D/pids/agent-$node.pid")"
 wait_sql "SELECT state FROM alerts WHERE alertname = 'NodeDown' AND node = '$node'" firing 200
-ok "NodeDown fires for $node (stopped)" $?
+ok "NodeDown fires for $node (stopped), not muted by the heat alert pending there" $?
+[ "$(sql "SELECT state || ':' || (SELECT count(*) FROM alert_events e WHERE e.id = a.id) FROM alerts a
+          WHERE alertname = 'GpuOverheating' AND node = '$node'")" = 'resolved:0' ]
+ok "... the pending heat alert was dropped unseen when the node was lost" $?
 aff=$(sql "SELECT affected FROM alerts WHERE alertname = 'NodeDown' AND node = '$node'")
 [[ "$aff" == "$n_on job(s) of 1 customer(s): good $n_on ("*")" ]] &&
     for j in $on_node; do [[ "$aff" == *"$j"* ]] || false; done
 ok "... it names the jobs it concerns and their customer: $aff" $?
 $G describe alert "$(sql "SELECT id FROM alerts WHERE alertname = 'NodeDown' AND node = '$node'")" >"$tmp/desc" 2>&1
 grep -q "^Affected:   $n_on job(s) of 1 customer(s): good" "$tmp/desc"
-ok "... and gpctl describe alert shows them ($(grep '^Affected' "$tmp/desc"))" $?
+st_=$?
+ok "... and gpctl describe alert shows them ($(grep '^Affected' "$tmp/desc"))" $st_
 kill -CONT "$(cat "$D/pids/agent-$node.pid")"
 tap_end

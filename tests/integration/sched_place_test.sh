@@ -161,7 +161,8 @@ t1=$(date +%s%N)
 [ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5'")" = 'n5:failed_to_start' ] &&
     sql "SELECT reason FROM attempts WHERE job_id = '$j5'" | grep -q TIMEOUT &&
     [ $(( (t1 - t0) / 1000000 )) -ge 12000 ]
-ok "... on n5, failed_to_start with TIMEOUT once the fence opened ($(( (t1 - t0) / 1000000 )) ms, the deadline 2 s + lease 9 s + margin 1.5 s)" $?
+st_=$?
+ok "... on n5, failed_to_start with TIMEOUT once the fence opened ($(( (t1 - t0) / 1000000 )) ms, the deadline 2 s + lease 9 s + margin 1.5 s)" $st_
 ! held5 && ! retired5
 ok "... its GPU is released and its retired mark gone" $?
 kill -CONT "$n5pid"
@@ -174,7 +175,8 @@ ran5() {
 sleep 3
 for _ in $(seq 1 50); do ran5 && break; sleep 0.2; done
 ran5
-ok "... n5, resumed, does not go on running it ($(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") started, $(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") ended)" $?
+st_=$?
+ok "... n5, resumed, does not go on running it ($(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") started, $(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") ended)" $st_
 
 # ---- 4. two instances, a batch of jobs: never placed twice ------------------------
 

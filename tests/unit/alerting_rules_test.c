@@ -28,7 +28,7 @@ test_parse(void)
     static al_rules r;
     char            err[256] = "";
 
-    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 14,
+    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 15,
           "the shipped rules parse (%u rules) %s", r.n, err);
     T_OKM(strcmp(r.rule[0].name, "SiteUnreachable") == 0 && r.rule[0].signal == AL_SIG_SITE &&
           r.rule[0].for_ms == 30000 && r.rule[0].severity == MSG_ALERT_SEVERITY_PAGE,

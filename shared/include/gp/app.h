@@ -51,6 +51,7 @@ typedef struct gp_common_cfg {
     unsigned pg_timeout_ms;
     unsigned pg_pool;
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
+    unsigned presence_ms;            /* ServicePresence every this often; 0 = none */
     bool     print_routes;           /* print the operations served, then exit */
 } gp_common_cfg;
 

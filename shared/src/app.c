@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gp/backoff.h"
 #include "gp/clock.h"
 #include "gp/http.h"
 #include "gp/limits.h"
@@ -482,10 +483,9 @@ durable_end(gp_req *req, gp_err rc)
         return;
     }
     if (transient(rc) && req->deliveries < max_deliver(d)) {
-        unsigned base = d->backoff_ms ? d->backoff_ms : 500;
-        uint64_t shift = req->deliveries > 10 ? 10 : req->deliveries - 1;
-
-        gp_jsmsg_nak(jm, (unsigned)(base << shift));
+        gp_jsmsg_nak(jm, gp_backoff_nak_ms(d->backoff_ms ? d->backoff_ms : 500,
+                                           d->backoff_max_ms ? d->backoff_max_ms : 60000,
+                                           req->deliveries));
         return;
     }
     req->jm = jm;

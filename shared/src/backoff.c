@@ -61,3 +61,13 @@ gp_backoff_for_attempt(int attempt, uint64_t seed)
         d = d >= GP_BACKOFF_MAX_MS / 2 ? GP_BACKOFF_MAX_MS : d * 2;
     return jitter(d, mix(seed ^ (uint64_t)attempt));
 }
+
+unsigned
+gp_backoff_nak_ms(unsigned base_ms, unsigned max_ms, uint64_t deliveries)
+{
+    uint64_t d = base_ms;
+
+    for (uint64_t i = 1; i < deliveries && d < max_ms; i++)
+        d *= 2;
+    return d < max_ms ? (unsigned)d : max_ms;
+}

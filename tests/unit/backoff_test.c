@@ -34,5 +34,12 @@ main(void)
     T_OK(d >= GP_BACKOFF_MIN_MS * 3 && d <= GP_BACKOFF_MIN_MS * 5);
     d = gp_backoff_for_attempt(1000, 42);
     T_OK(d >= GP_BACKOFF_MAX_MS * 3 / 4 && d <= GP_BACKOFF_MAX_MS * 5 / 4);
+    /* a nak'ed message's redelivery delay: doubling per delivery, capped */
+    T_EQ_INT(gp_backoff_nak_ms(500, 60000, 1), 500);
+    T_EQ_INT(gp_backoff_nak_ms(500, 60000, 4), 4000);
+    T_EQ_INT(gp_backoff_nak_ms(500, 60000, 8), 60000);
+    T_EQ_INT(gp_backoff_nak_ms(250, 2000, 20), 2000);
+    T_EQ_INT(gp_backoff_nak_ms(1000, 60000, UINT64_MAX), 60000);
+    T_EQ_INT(gp_backoff_nak_ms(500, 300, 1), 300);
     return T_DONE();
 }

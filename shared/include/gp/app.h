@@ -86,6 +86,10 @@ typedef struct gp_durable {
     unsigned    max_deliver;         /* 0 = 5 */
     unsigned    ack_wait_ms;         /* redelivery when neither acked nor nak'ed; 0 = 30000 */
     unsigned    backoff_ms;          /* first nak delay, doubling per delivery; 0 = 500 */
+    unsigned    backoff_max_ms;      /* the longest nak delay; 0 = 60000.  A nak'ed message
+                                      * keeps its place under max_inflight until it is
+                                      * delivered again (nats-server counts it pending), so a
+                                      * consumer of max_inflight 1 waits out every delay */
     int         max_inflight;        /* un-ended messages; 0 = 256 */
 } gp_durable;
 

@@ -23,5 +23,9 @@ unsigned gp_backoff_next_ms(gp_backoff *b);
 /* The same schedule for callers that only know the attempt number (1 =
  * first retry), e.g. cnats' reconnect-delay callback. */
 unsigned gp_backoff_for_attempt(int attempt, uint64_t seed);
+/* The redelivery delay of a JetStream message nak'ed after its
+ * deliveries-th delivery (1 = the first): base_ms, doubling per delivery,
+ * never above max_ms.  Not jittered: one message, one consumer. */
+unsigned gp_backoff_nak_ms(unsigned base_ms, unsigned max_ms, uint64_t deliveries);
 
 #endif

@@ -4,7 +4,8 @@
  * control-plane isolation, the registry's node states, all read from the
  * JetStream stream FLEET with durable consumers; every heartbeat's
  * telemetry; the scheduler's job events, from JOBS; every service
- * instance's word that it is there) into one alert per real
+ * instance's word that it is there; the numbers of the usage records in
+ * USAGE) into one alert per real
  * problem, by the rules of rules.h, with the diagnosis of diag.h; keeps
  * every alert's state in PostgreSQL (alerts.c: pending -> firing after
  * the rule's for-duration unless a wider alert inhibits it -> resolved
@@ -43,6 +44,7 @@ typedef struct alerting_cfg {
     unsigned      forget_ms;
     unsigned      jobs_ms, jobs_window_ms, jobs_min_ended;
     unsigned      presence_check_ms;
+    unsigned      usage_gap_ms, usage_grace_ms;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -71,7 +73,8 @@ typedef struct alerting {
     uint64_t           *m_beats, *m_notes;
     bool                jobs_busy;      /* jobs.c: a rates pass is out */
     bool                presence_busy;  /* presence.c: a check is out */
-    uint64_t           *m_job_events;
+    bool                usage_busy;     /* usage.c: a check is out */
+    uint64_t           *m_job_events, *m_usage_records;
 } alerting;
 
 #define AL_SITES_CAP 16384
@@ -122,6 +125,11 @@ void                  alerting_jobs_run(gp_app *app, void *arg);
  * check for silent ones every presence-check-ms */
 extern const gp_route alerting_presence_routes[];
 void                  alerting_presence_run(gp_app *app, void *arg);
+
+/* usage.c: the USAGE stream (each site's record numbers) and the check
+ * for holes every usage-gap-ms */
+extern const gp_route alerting_usage_routes[];
+void                  alerting_usage_run(gp_app *app, void *arg);
 
 /* api.c: gp.admin.alert.* (list, ack, silences) */
 extern const gp_route alerting_api_routes[];

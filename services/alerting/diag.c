@@ -210,3 +210,16 @@ al_diag_service(const char *evidence, al_diag *d)
              "service's other instances take its work meanwhile, if it has any");
     d->dispatch = MSG_ALERT_DISPATCH_PLATFORM_ONCALL;
 }
+
+void
+al_diag_usage_gap(const char *evidence, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->cause, sizeof(d->cause), "metering_gap");
+    snprintf(d->evidence, sizeof(d->evidence), "%s", evidence);
+    snprintf(d->action, sizeof(d->action),
+             "Find the missing records in metering's outbox (gp:{N}:m:recs) or review queue "
+             "(gp:{N}:m:review) and its logs, and run gridpool-audit: the site's bills lack "
+             "them until they are published");
+    d->dispatch = MSG_ALERT_DISPATCH_PLATFORM_ONCALL;
+}

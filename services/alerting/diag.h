@@ -41,5 +41,8 @@ void al_diag_telemetry(al_signal s, const char *reason, al_diag *d);
 void al_diag_jobs(al_signal s, const char *evidence, al_diag *d);
 /* A silent service instance: our own on-call (its host or pod). */
 void al_diag_service(const char *evidence, al_diag *d);
+/* Usage records of a site missing from the USAGE stream: our own on-call
+ * (metering's outbox and review queue, then the bill). */
+void al_diag_usage_gap(const char *evidence, al_diag *d);
 
 #endif

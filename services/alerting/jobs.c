@@ -156,13 +156,6 @@ signal_of(const char *scope)
                                         : AL_SIG_TENANT_JOBS;
 }
 
-/* A tenant alert's labels: the rule's, then tenant=<id>. */
-static void
-tenant_labels(const al_rule *r, const char *tenant, char *out, size_t n)
-{
-    snprintf(out, n, "%s%stenant=%s", r->labels, r->labels[0] ? "," : "", tenant);
-}
-
 /* "15 min", "20 s" */
 static void
 window(unsigned ms, char *out, size_t n)
@@ -200,8 +193,11 @@ rate_one(alerting *a, rates_pass *rp, const char *scope, const char *site, const
 
         if (r->signal != sig)
             continue;
-        if (sig == AL_SIG_TENANT_JOBS) {
-            tenant_labels(r, tenant, labels, sizeof(labels));
+        if (sig == AL_SIG_TENANT_JOBS) {         /* the rule's labels, then tenant=<id> */
+            char extra[96];
+
+            snprintf(extra, sizeof(extra), "tenant=%s", tenant);
+            al_rule_labels(r, extra, labels, sizeof(labels));
             x.labels = labels;
         }
         x.holds = known && al_rule_holds_num(r, pct);
@@ -260,20 +256,16 @@ alerting_jobs_run(gp_app *app, void *arg)
 {
     alerting   *a = arg;
     rates_pass *rp;
-    char        window[16], min[16], names[AL_RULES_MAX * 65] = "";
+    char        window[16], min[16], names[AL_RULES_MAX * 65];
     const char *p[] = {window, min};
     const char *q[] = {names};
     gp_db_tx   *tx;
 
+    static const al_signal sigs[] = {AL_SIG_NODE_JOBS, AL_SIG_SITE_JOBS, AL_SIG_TENANT_JOBS};
+
     if (a->jobs_busy || (rp = calloc(1, sizeof(*rp))) == NULL)
         return;
-    for (unsigned i = 0; i < a->rules.n; i++) {
-        al_signal s = a->rules.rule[i].signal;
-
-        if (s == AL_SIG_NODE_JOBS || s == AL_SIG_SITE_JOBS || s == AL_SIG_TENANT_JOBS)
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
-                     names[0] ? "," : "", a->rules.rule[i].name);
-    }
+    al_rule_names(&a->rules, sigs, 3, names, sizeof(names));
     rp->a = a;
     rp->left = 1;
     snprintf(window, sizeof(window), "%u", a->cfg->jobs_window_ms);

@@ -43,6 +43,10 @@ const gp_cfg_opt alerting_cfg_opts[] = {
                 "a failure rate is judged only over at least this many ended attempts"),
     GP_CFG_UINT("presence-check-ms", alerting_cfg, presence_check_ms, 2000, 100, 600000,
                 "how often service instances silent for 3 of their intervals + 2 s are looked for"),
+    GP_CFG_UINT("usage-gap-ms", alerting_cfg, usage_gap_ms, 10000, 100, 600000,
+                "how often sites are checked for usage records missing from the USAGE stream"),
+    GP_CFG_UINT("usage-grace-ms", alerting_cfg, usage_grace_ms, 600000, 0, 86400000,
+                "a usage record may come this late (out of order) before it counts as missing"),
     GP_CFG_END
 };
 
@@ -50,6 +54,8 @@ static char        fleet_site[GP_MAX_SUBJECT] = GP_PAT_RECOVERY_SITE;
 static char        fleet_iso[GP_MAX_SUBJECT] = GP_PAT_RECOVERY_ISOLATION;
 static char        fleet_node[GP_MAX_SUBJECT] = GP_PAT_NODE_STATE;
 static const char *fleet_subjects[] = {fleet_site, fleet_iso, fleet_node, NULL};
+static char        usage_subject[GP_MAX_SUBJECT] = GP_PAT_USAGE_RECORD;
+static const char *usage_subjects[] = {usage_subject, NULL};
 static char        alerts_subject[GP_MAX_SUBJECT] = GP_PAT_ALERT;
 static const char *alerts_subjects[] = {alerts_subject, NULL};
 
@@ -64,6 +70,9 @@ const gp_stream_cfg alerting_streams[] = {
     /* the scheduler's (its sched_streams entry, the same) */
     {.name = "JOBS", .subjects = (const char **)alerting_jobs_subjects,
      .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 120, .memory = false},
+    /* metering's (its metering_streams entry, the same) */
+    {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
+     .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
 
@@ -116,6 +125,8 @@ add_metrics(alerting *a)
                                              "Alert events not stored (tried again)");
     a->m_db_errors = gp_metrics_counter(mx, "gp_alerting_db_errors_total", NULL,
                                         "PostgreSQL statements that failed");
+    a->m_usage_records = gp_metrics_counter(mx, "gp_alerting_usage_records_total", NULL,
+                                            "Usage records read for the metering gaps");
     a->m_beats = gp_metrics_counter(mx, "gp_alerting_beats_total", NULL,
                                     "Heartbeats read for the telemetry rules");
     a->m_notes = gp_metrics_counter(mx, "gp_alerting_notes_total", NULL,
@@ -173,7 +184,9 @@ main(int argc, char **argv)
             gp_app_every(app, "forget", cfg.forget_ms / 1000.0, alerting_forget_run, &a) == NULL ||
             gp_app_every(app, "jobs", cfg.jobs_ms / 1000.0, alerting_jobs_run, &a) == NULL ||
             gp_app_every(app, "presence_check", cfg.presence_check_ms / 1000.0,
-                         alerting_presence_run, &a) == NULL)
+                         alerting_presence_run, &a) == NULL ||
+            gp_app_every(app, "usage_gaps", cfg.usage_gap_ms / 1000.0, alerting_usage_run,
+                         &a) == NULL)
             rc = GP_ENOMEM;
     }
     alerting_jobs_init();
@@ -182,8 +195,8 @@ main(int argc, char **argv)
     if (rc == GP_EOK) {
         alerting_sites_run(app, &a);
         rc = gp_app_serve(app, &a, alerting_input_routes, alerting_beat_routes,
-                          alerting_job_routes, alerting_presence_routes, alerting_api_routes,
-                          NULL);
+                          alerting_job_routes, alerting_presence_routes, alerting_usage_routes,
+                          alerting_api_routes, NULL);
     }
     if (rc == GP_EOK)
         rc = gp_app_run(app);

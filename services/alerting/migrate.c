@@ -156,6 +156,38 @@ static const char step1_sql[] =
     "  started_ms bigint NOT NULL, stopping boolean NOT NULL DEFAULT false,\n"
     "  PRIMARY KEY (service, instance)\n"
     ");\n"
+    /* Which usage records of each site the USAGE stream carried (usage.c):
+     * every number up to upto, and those above it that came early
+     * (alert_usage_ahead): a number missing under an early one is a hole.
+     * alert_usage_seen takes one record under its site's row lock, so two
+     * instances and redeliveries agree; a run of early numbers that
+     * continues upto is folded in. */
+    "CREATE TABLE IF NOT EXISTS alert_usage_sites (\n"
+    "  site text PRIMARY KEY, upto bigint NOT NULL, last bigint NOT NULL,\n"
+    "  records bigint NOT NULL, updated_ms bigint NOT NULL\n"
+    ");\n"
+    "CREATE TABLE IF NOT EXISTS alert_usage_ahead (\n"
+    "  site text NOT NULL, seq bigint NOT NULL, seen_ms bigint NOT NULL,\n"
+    "  PRIMARY KEY (site, seq)\n"
+    ");\n"
+    "CREATE OR REPLACE FUNCTION alert_usage_seen(p_site text, p_seq bigint) RETURNS void\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE u bigint; n bigint;\n"
+    "BEGIN\n"
+    "  INSERT INTO alert_usage_sites VALUES (p_site, 0, 0, 0, alert_now_ms())\n"
+    "    ON CONFLICT (site) DO NOTHING;\n"
+    "  SELECT upto INTO u FROM alert_usage_sites WHERE site = p_site FOR UPDATE;\n"
+    "  IF p_seq <= u THEN RETURN; END IF;\n"
+    "  INSERT INTO alert_usage_ahead VALUES (p_site, p_seq, alert_now_ms())\n"
+    "    ON CONFLICT (site, seq) DO NOTHING;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    "  SELECT coalesce(max(seq), u) INTO n FROM (SELECT seq,\n"
+    "      seq - row_number() OVER (ORDER BY seq) AS g\n"
+    "    FROM alert_usage_ahead WHERE site = p_site) r WHERE g = u;\n"
+    "  DELETE FROM alert_usage_ahead WHERE site = p_site AND seq <= n;\n"
+    "  UPDATE alert_usage_sites SET upto = n, last = greatest(last, p_seq),\n"
+    "    records = records + 1, updated_ms = alert_now_ms() WHERE site = p_site;\n"
+    "END $f$;\n"
     /* The jobs and customers an alert concerns: the attempts running where
      * it points when its condition began, and those that ended there in the
      * 15 s before other than by succeeding (a job the fault killed before

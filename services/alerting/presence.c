@@ -107,22 +107,15 @@ applied(void *arg, gp_err err)
     free(c);
 }
 
-/* labels "team=platform,service=x,instance=y" (the rule's first) */
-static void
-labels_of(const al_rule *r, const char *service, const char *instance, char *out, size_t n)
-{
-    snprintf(out, n, "%s%sservice=%s,instance=%s", r->labels, r->labels[0] ? "," : "", service,
-             instance);
-}
-
 static void
 one(alerting *a, check *c, const char *service, const char *instance, bool silent,
     const char *evidence)
 {
-    char    summary[256], labels[200];
+    char    summary[256], labels[200], extra[160];
     al_diag d;
     al_vars v = {.service = service, .instance = instance, .reason = evidence};
 
+    snprintf(extra, sizeof(extra), "service=%s,instance=%s", service, instance);
     al_diag_service(evidence, &d);
     v.cause = d.cause;
     for (unsigned i = 0; i < a->rules.n; i++) {
@@ -132,7 +125,7 @@ one(alerting *a, check *c, const char *service, const char *instance, bool silen
 
         if (r->signal != AL_SIG_SERVICE)
             continue;
-        labels_of(r, service, instance, labels, sizeof(labels));
+        al_rule_labels(r, extra, labels, sizeof(labels));
         x.holds = al_rule_holds(r, silent ? "silent" : "up");
         al_expand(r->summary, &v, summary, sizeof(summary));
         c->left++;
@@ -193,16 +186,14 @@ alerting_presence_run(gp_app *app, void *arg)
 {
     alerting   *a = arg;
     check      *c;
-    char        names[AL_RULES_MAX * 65] = "";
+    char        names[AL_RULES_MAX * 65];
     const char *q[] = {names};
     gp_db_tx   *tx;
+    al_signal   sig = AL_SIG_SERVICE;
 
     if (a->presence_busy || (c = calloc(1, sizeof(*c))) == NULL)
         return;
-    for (unsigned i = 0; i < a->rules.n; i++)
-        if (a->rules.rule[i].signal == AL_SIG_SERVICE)
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
-                     names[0] ? "," : "", a->rules.rule[i].name);
+    al_rule_names(&a->rules, &sig, 1, names, sizeof(names));
     c->a = a;
     c->left = 1;
     /* the replaced ones are read before they are forgotten, in one snapshot */

@@ -54,7 +54,9 @@ const char al_rules_default[] =
     "JobsFailingForTenant  tenant.job_fail_pct >= 50        0s   ticket   -             "
     "\"Jobs of customer {tenant} fail wherever they run\"\n"
     "ServiceInstanceSilent service.state    ==  silent       0s   page     team=platform "
-    "\"Instance {instance} of gridpool-{service} went silent\"\n";
+    "\"Instance {instance} of gridpool-{service} went silent\"\n"
+    "MeteringGap           site.usage_gap   >   0            0s   ticket   team=platform "
+    "\"Usage records of {site} ({region}) never reached billing\"\n";
 
 static const struct {
     const char *name;
@@ -81,6 +83,7 @@ static const struct {
     [AL_SIG_SITE_JOBS] = {"site.job_fail_pct", AL_SCOPE_SITE, true, false, {NULL}},
     [AL_SIG_TENANT_JOBS] = {"tenant.job_fail_pct", AL_SCOPE_TENANT, true, false, {NULL}},
     [AL_SIG_SERVICE] = {"service.state", AL_SCOPE_SERVICE, false, false, {"up", "silent", NULL}},
+    [AL_SIG_SITE_USAGE_GAP] = {"site.usage_gap", AL_SCOPE_SITE, true, false, {NULL}},
 };
 
 bool
@@ -533,4 +536,32 @@ al_expand(const char *tmpl, const al_vars *v, char *out, size_t n)
         p = q;
     }
     out[k] = '\0';
+}
+
+void
+al_rule_names(const al_rules *rs, const al_signal *sigs, unsigned nsigs, char *out, size_t n)
+{
+    size_t k = 0;
+
+    if (n == 0)
+        return;
+    out[0] = '\0';
+    for (unsigned i = 0; i < rs->n; i++)
+        for (unsigned j = 0; j < nsigs; j++) {
+            if (rs->rule[i].signal != sigs[j])
+                continue;
+            int w = snprintf(out + k, n - k, "%s%s", k ? "," : "", rs->rule[i].name);
+
+            if (w < 0 || (size_t)w >= n - k) {      /* cut at the last whole name */
+                out[k] = '\0';
+                return;
+            }
+            k += (size_t)w;
+        }
+}
+
+void
+al_rule_labels(const al_rule *r, const char *extra, char *out, size_t n)
+{
+    snprintf(out, n, "%s%s%s", r->labels, r->labels[0] && extra[0] ? "," : "", extra);
 }

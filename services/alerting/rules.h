@@ -11,7 +11,9 @@
  * node.job_fail_pct site.job_fail_pct tenant.job_fail_pct (the share of
  * attempts that ended failed over a window, from the JOBS stream: jobs.c);
  * service.state (up, silent: an instance of a service that stopped saying
- * it is there without saying it was stopping: presence.c).
+ * it is there without saying it was stopping: presence.c);
+ * site.usage_gap (usage records of a site missing from the USAGE stream
+ * past a grace: usage.c).
  * A signal is a state the fleet reports about one entity (a site, a node,
  * the fleet); its scope decides the alert's labels (site: region and
  * site; node: region, site and node; tenant: the label tenant=; service:
@@ -55,6 +57,7 @@ typedef enum al_signal {
     AL_SIG_NODE_DISK, AL_SIG_NODE_RTT,                  /* telemetry */
     AL_SIG_NODE_JOBS, AL_SIG_SITE_JOBS, AL_SIG_TENANT_JOBS,   /* job failure rates */
     AL_SIG_SERVICE,                                     /* presence.c */
+    AL_SIG_SITE_USAGE_GAP,                              /* usage.c */
     AL_SIG_COUNT
 } al_signal;
 typedef enum al_op { AL_OP_EQ, AL_OP_NE, AL_OP_GT, AL_OP_GE, AL_OP_LT, AL_OP_LE } al_op;
@@ -104,5 +107,11 @@ al_scope    al_signal_scope(al_signal s);
 const char *al_signal_name(al_signal s);
 const char *al_scope_name(al_scope s);
 void        al_expand(const char *tmpl, const al_vars *v, char *out, size_t n);
+/* The names of the rules on any of sigs[0..nsigs), comma-separated (an
+ * SQL string_to_array argument); "" when none. */
+void        al_rule_names(const al_rules *rs, const al_signal *sigs, unsigned nsigs, char *out,
+                          size_t n);
+/* An alert's labels: the rule's, then extra ("k=v,k=v"). */
+void        al_rule_labels(const al_rule *r, const char *extra, char *out, size_t n);
 
 #endif

@@ -28,8 +28,40 @@ test_parse(void)
     static al_rules r;
     char            err[256] = "";
 
-    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 15,
+    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 16,
           "the shipped rules parse (%u rules) %s", r.n, err);
+    {   /* the names of a signal's rules (an SQL list), an alert's labels */
+        static const al_signal jobs[] = {AL_SIG_NODE_JOBS, AL_SIG_TENANT_JOBS};
+        al_signal              gap = AL_SIG_SITE_USAGE_GAP;
+        char                   names[128], small[24], labels[64];
+        const al_rule         *g = &r.rule[r.n - 1];
+
+        al_rule_names(&r, jobs, 2, names, sizeof(names));
+        T_OKM(strcmp(names, "JobsFailingOnNode,JobsFailingForTenant") == 0, "%s: %s", "JobsFailingOnNode,JobsFailingForTenant", names);
+        al_rule_names(&r, jobs, 2, small, sizeof(small));
+        T_OKM(strcmp(small, "JobsFailingOnNode") == 0, "%s: %s", "JobsFailingOnNode", small);        /* cut at the last whole name */
+        al_rule_names(&r, &gap, 1, names, sizeof(names));
+        T_OKM(strcmp(names, "MeteringGap") == 0, "%s: %s", "MeteringGap", names);
+        T_OKM(g->signal == AL_SIG_SITE_USAGE_GAP && al_signal_numeric(g->signal) &&
+              al_signal_scope(g->signal) == AL_SCOPE_SITE && al_rule_holds_num(g, 1) &&
+              !al_rule_holds_num(g, 0), "MeteringGap: site.usage_gap > 0, a site alert");
+        al_rule_labels(g, "service=x,instance=y", labels, sizeof(labels));
+        T_OKM(strcmp(labels, "team=platform,service=x,instance=y") == 0, "%s: %s", "team=platform,service=x,instance=y", labels);
+        al_rule_labels(&r.rule[0], "tenant=acme", labels, sizeof(labels));
+        T_OKM(strcmp(labels, "tenant=acme") == 0, "%s: %s", "tenant=acme", labels);
+        al_rule_labels(g, "", labels, sizeof(labels));
+        T_OKM(strcmp(labels, "team=platform") == 0, "%s: %s", "team=platform", labels);
+    }
+    {
+        al_diag d;
+
+        al_diag_usage_gap("1 usage record(s) missing", &d);
+        T_OKM(strcmp(d.cause, "metering_gap") == 0 &&
+              d.dispatch == MSG_ALERT_DISPATCH_PLATFORM_ONCALL &&
+              strstr(d.action, "gridpool-audit") != NULL &&
+              strcmp(d.evidence, "1 usage record(s) missing") == 0,
+              "a metering gap: our own on-call, metering's outbox and the audit (%s)", d.action);
+    }
     T_OKM(strcmp(r.rule[0].name, "SiteUnreachable") == 0 && r.rule[0].signal == AL_SIG_SITE &&
           r.rule[0].for_ms == 30000 && r.rule[0].severity == MSG_ALERT_SEVERITY_PAGE,
           "SiteUnreachable: site.state, 30 s, page");

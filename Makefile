@@ -59,7 +59,7 @@ TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 
-.PHONY: all deps test test-unit test-integration up down demo bench clean lint format
+.PHONY: all deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
 all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
@@ -156,6 +156,10 @@ down:
 
 demo: up
 	@deploy/demo.sh $(BUILD)
+
+# The node agent's Debian package (deploy/deb/build.sh): build/deb/*.deb
+deb: all
+	@bash deploy/deb/build.sh $(BUILD) $(BUILD)/deb
 
 bench: deps all
 	@tests/bench/run.sh $(BUILD)

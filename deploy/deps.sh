@@ -16,6 +16,7 @@ pkgs=(
     libyaml-dev                      # gpctl submit -f job.yaml (and job.json)
     prometheus-alertmanager curl     # alerting_test: a real Alertmanager, read over its API
     prometheus                       # prometheus_test: it scrapes every service; promtool
+    systemd binutils passwd          # make deb and agent_deb_test: systemd-analyze, objdump, useradd
 )
 missing=()
 for p in "${pkgs[@]}"; do

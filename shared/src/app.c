@@ -815,7 +815,11 @@ on_http(void *arg, const char *path, gp_buf *body, const char **ctype)
         gp_msg_clear(&msg_health_desc, &h);
         if (rc != GP_EOK)
             return rc;
-        return deps_up(app) ? GP_EOK : GP_EUNAVAIL;
+        /* /healthz: the loop answers (a liveness probe restarts a process
+         * only for that); /readyz: and NATS, Redis, PostgreSQL are up (a
+         * readiness probe takes it out of service meanwhile, no restart
+         * storm when a dependency is down). */
+        return path[1] == 'h' || deps_up(app) ? GP_EOK : GP_EUNAVAIL;
     }
     return GP_ENOTFOUND;
 }

@@ -283,6 +283,53 @@ test_stop_hold(void)
           "a hold past drain-ms ends at the drain (status %d, %.2f s)", st, took);
 }
 
+/* "HTTP/1.0 200 ..." -> 200 */
+static int
+http_status(int port, const char *path)
+{
+    char *body = NULL;
+    int   st = -1;
+
+    if (tl_http_get(port, path, &body) > 0 && strncmp(body, "HTTP/1.", 7) == 0)
+        st = atoi(body + 9);
+    free(body);
+    return st;
+}
+
+/* Liveness and readiness: a service whose Redis is unreachable answers
+ * /healthz (its loop runs) but not /readyz. */
+static void
+test_probes(void)
+{
+    char        port[16], redis[16], bin[512];
+    const char *argv[8];
+    int         p2 = tl_free_port(), live = -1;
+    pid_t       pid;
+
+    T_EQ_INT(http_status(http_port, "/healthz"), 200);
+    T_EQ_INT(http_status(http_port, "/readyz"), 200);
+    snprintf(port, sizeof(port), "%d", p2);
+    snprintf(redis, sizeof(redis), "%d", tl_free_port());     /* nobody listens there */
+    snprintf(bin, sizeof(bin), "%s/test/bin/testsvc", tl_env("GP_BUILD"));
+    argv[0] = bin;
+    argv[1] = "--http-port";
+    argv[2] = port;
+    argv[3] = "--redis-port";
+    argv[4] = redis;
+    argv[5] = "--instance";
+    argv[6] = "no-redis";
+    argv[7] = NULL;
+    pid = tl_spawn((char *const *)argv);
+    for (int i = 0; i < 100 && live != 200; i++) {
+        usleep(100000);
+        live = http_status(p2, "/healthz");
+    }
+    T_OKM(live == 200, "Redis unreachable: /healthz still 200 (%d)", live);
+    T_OKM(http_status(p2, "/readyz") == 503, "... and /readyz 503: not ready");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 int
 main(void)
 {
@@ -294,6 +341,7 @@ main(void)
     http_port = tl_free_port();
     pid = start_service("300");
     T_OKM(up(30), "test service up");
+    test_probes();
     test_tasks();
     test_durable();
     test_shutdown_under_call(pid);

@@ -59,10 +59,13 @@ TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 
-.PHONY: all deps test test-unit test-integration up down demo bench deb clean lint format
+.PHONY: all bins deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
 all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
+
+# The programs alone (no tests, no benchmarks): what an image is built from.
+bins: $(BINS)
 
 deps:
 	@deploy/deps.sh

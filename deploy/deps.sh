@@ -18,6 +18,19 @@ pkgs=(
     prometheus                       # prometheus_test: it scrapes every service; promtool
     systemd binutils passwd          # make deb and agent_deb_test: systemd-analyze, objdump, useradd
 )
+# deploy/k8s/validate: the Kubernetes API's types and validators for the
+# offline manifest check (tests/unit/k8s_test.sh), from the npm registry,
+# pinned by its package-lock.json.  Without npm or the registry the test
+# says SKIP with the reason.
+k8s_validate() {
+    local d
+    d=$(cd "$(dirname "$0")" && pwd)/k8s/validate
+    [ -d "$d/node_modules" ] && return 0
+    command -v npm >/dev/null || { echo "make deps: no npm: k8s_test will skip" >&2; return 0; }
+    npm ci --prefix "$d" --no-audit --no-fund --loglevel=error >/dev/null 2>&1 ||
+        echo "make deps: npm ci in $d failed: k8s_test will skip" >&2
+}
+k8s_validate
 missing=()
 for p in "${pkgs[@]}"; do
     [ "${p#\#}" = "$p" ] || continue

@@ -59,7 +59,7 @@ TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 
-.PHONY: all bins deps test test-unit test-integration up down demo bench deb clean lint format
+.PHONY: all bins image deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
 all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
@@ -159,6 +159,20 @@ down:
 
 demo: up
 	@deploy/demo.sh $(BUILD)
+
+# The images docker-compose.yml names.  gridpool:0.1.0 from deploy/Dockerfile
+# where a registry is reached (FROM debian:12); on machines that reach none
+# (these, CI) every image is assembled from the built programs and this
+# machine's engines instead (deploy/compose/images.sh).  podman settings:
+# deploy/compose/podman.conf unless CONTAINERS_CONF says otherwise.
+image: bins
+	@export CONTAINERS_CONF=$${CONTAINERS_CONF:-$(CURDIR)/deploy/compose/podman.conf}; \
+	if podman build -f deploy/Dockerfile --target gridpool -t gridpool:0.1.0 . >$(BUILD)/image.log 2>&1; then \
+	    echo "make image: gridpool:0.1.0 built from deploy/Dockerfile"; \
+	else \
+	    echo "make image: deploy/Dockerfile could not be built ($$(grep -m1 -o 'pinging container registry[^:]*' $(BUILD)/image.log || tail -n 1 $(BUILD)/image.log)): assembling the images from $(BUILD)/bin"; \
+	    deploy/compose/images.sh $(BUILD); \
+	fi
 
 # The node agent's Debian package (deploy/deb/build.sh): build/deb/*.deb
 deb: all

@@ -17,6 +17,7 @@ pkgs=(
     prometheus-alertmanager curl     # alerting_test: a real Alertmanager, read over its API
     prometheus                       # prometheus_test: it scrapes every service; promtool
     systemd binutils passwd          # make deb and agent_deb_test: systemd-analyze, objdump, useradd
+    podman runc docker-compose       # make image, compose_test: docker-compose.yml validated and run
 )
 # deploy/k8s/validate: the Kubernetes API's types and validators for the
 # offline manifest check (tests/unit/k8s_test.sh), from the npm registry,

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# deploy/compose/init.sh [DIR] -- the compose stack's NATS identities
+# (deploy/nats-auth), once, before `docker-compose up`: DIR/auth/ (default
+# build/compose/auth) holds auth.conf (the server's authorization block,
+# mounted into the nats container), service-<name>.env (each service's
+# identity, its env_file) and sim.env; DIR/gpctl.env is the operator's, for
+# gpctl on this host (NATS published on 127.0.0.1:4222).  Run again, it
+# keeps the identities it made (nats-auth keeps its list).
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${1:-$top/build/compose}
+mkdir -p "$dir"
+"$top/deploy/nats-auth" init "$dir/auth" --url nats://nats:4222 >/dev/null
+"$top/deploy/nats-auth" sim "$dir/auth" >/dev/null
+chmod 0644 "$dir/auth/auth.conf"       # read by the nats container's user
+sed 's|^GP_NATS_URL=.*|GP_NATS_URL=nats://127.0.0.1:4222|' "$dir/auth/admin.env" >"$dir/gpctl.env"
+chmod 0600 "$dir/gpctl.env"
+echo "$dir/auth"

@@ -59,7 +59,7 @@ TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 
-.PHONY: all bins image deps test test-unit test-integration up down demo bench deb clean lint format
+.PHONY: all bins image pilot deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
 all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
@@ -173,6 +173,13 @@ image: bins
 	    echo "make image: deploy/Dockerfile could not be built ($$(grep -m1 -o 'pinging container registry[^:]*' $(BUILD)/image.log || tail -n 1 $(BUILD)/image.log)): assembling the images from $(BUILD)/bin"; \
 	    deploy/compose/images.sh $(BUILD); \
 	fi
+
+# The pilot rehearsal: the control plane deployed with docker-compose.yml,
+# a 10-site simulated pilot through a day of work and faults in
+# fast-forward (GP_PILOT_HOUR_S seconds an hour, default 10), and the
+# operator's checklist (deploy/pilot.sh).  About 6 minutes.
+pilot: deps all
+	@deploy/pilot.sh $(BUILD)
 
 # The node agent's Debian package (deploy/deb/build.sh): build/deb/*.deb
 deb: all

@@ -468,9 +468,8 @@ apply_lists(agent *a, const msg_node_registered *r, uint64_t sent_ms)
     attempt               *t;
 
     for (uint32_t i = 0; i < r->keep.n; i++)
-        if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL &&
-            sent_ms > t->granted_ms)
-            t->granted_ms = sent_ms;
+        if ((t = find_attempt(a, keep[i].job_id, keep[i].attempt)) != NULL)
+            attempt_granted(t, sent_ms);      /* and its guard's deadline */
     for (uint32_t i = 0; i < r->kill.n; i++)
         if ((t = find_attempt(a, kill[i].job_id, kill[i].attempt)) != NULL) {
             GP_INFO("attempt_revoked", "node=%s job=%s attempt=%u", a->o.node, t->job_id, t->num);
@@ -970,7 +969,9 @@ lease_fire(struct ev_loop *loop, ev_timer *w, int revents)
             continue;
         GP_WARN("attempt_lease_expired", "node=%s job=%s attempt=%u since_grant_s=%.1f",
                 a->o.node, t->job_id, t->num, (now - t->granted_ms) / 1000.0);
-        attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED, a->o.stop_grace_ms);
+        /* no grace: past its lease it may have a replacement already (its
+         * guard kills it now too) */
+        attempt_stop(t, MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED, 0);
     }
 }
 
@@ -1091,10 +1092,15 @@ agent_set_connected(agent *a, bool connected)
     GP_INFO(connected ? "agent_uplink_up" : "agent_uplink_down", "node=%s", a->o.node);
     /* Back after a cut: renew now (spread over 0.5 s, a whole site comes
      * back at once) rather than at the next hedge, up to lease/6 away: a
-     * cut shorter than about 2/3 of the lease then costs no attempt. */
+     * cut shorter than about 2/3 of the lease then costs no attempt.  In
+     * the lease's last 1.5 s there is no spreading: a renewal sent after
+     * the lease ends comes too late for what runs. */
     if (connected && a->registered && !a->paused && !a->stopped &&
-        gp_mono_ms() - a->lease_base_ms > hedge_ms(a))
-        schedule_req(a, 0.5 * gp_rng_unit(&a->rng));
+        gp_mono_ms() - a->lease_base_ms > hedge_ms(a)) {
+        uint64_t since = gp_mono_ms() - a->lease_base_ms;
+
+        schedule_req(a, since + 1500 >= a->lease_ms ? 0.0 : 0.5 * gp_rng_unit(&a->rng));
+    }
 }
 
 void

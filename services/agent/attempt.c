@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +182,166 @@ spawn(const char *cmd, char **envp)
     return pid;
 }
 
+/* ---- the lease guard -------------------------------------------------------
+ *
+ * The agent ends an attempt whose lease ran out from its loop (lease_fire).
+ * A hung agent -- its loop stuck, its process stopped -- ends nothing, and
+ * its jobs would run on past their lease while the control plane, its
+ * fence open, runs their replacements: two attempts of a job at once.  So
+ * the lease is also held outside the loop.  Each command has a guard: a
+ * child forked beside it that knows only the deadline, on CLOCK_MONOTONIC
+ * (the clock of gp_mono_ms, system-wide), and kills the job's process
+ * group with SIGKILL when it passes.  The agent moves the deadline on each
+ * renewal over a socket pair (one 8-byte datagram: the new deadline; 0:
+ * the attempt is over, the guard leaves).  If the agent dies, the guard
+ * keeps the last deadline: the job still ends with its lease.  A sim: job
+ * has a timer of the simulator's loop in its place, which a paused agent
+ * (the simulator's hung node) does not stop. */
+
+static uint64_t
+guard_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* In the guard, a fork of the agent (which has cnats threads): async-signal-
+ * safe calls only, and no exec. */
+static void
+guard_main(int fd, pid_t pgid, uint64_t deadline)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    sigset_t      none;
+
+    for (int s = 1; s < 32; s++)        /* not the agent's handlers (libev's pipe) */
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int i = 3; i < 4096; i++)      /* the agent's sockets are not the guard's */
+        if (i != fd)
+            close(i);
+    while (deadline != 0) {
+        uint64_t now = guard_now_ms(), v;
+        ssize_t  k;
+
+        if (now >= deadline) {
+            kill(-pgid, SIGKILL);
+            break;
+        }
+        if (poll(&p, 1, deadline - now > 60000 ? 60000 : (int)(deadline - now)) <= 0)
+            continue;
+        k = recv(p.fd, &v, sizeof(v), 0);
+        if (k == (ssize_t)sizeof(v))
+            deadline = v;
+        else if (k == 0 || (k < 0 && errno != EINTR))
+            p.fd = -1;                 /* the agent is gone: the last deadline holds */
+    }
+    _exit(0);
+}
+
+/* 0 if the guard runs; -1 with errno. */
+static int
+guard_start(attempt *t)
+{
+    int   sv[2];
+    pid_t pid;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0)
+        guard_main(sv[1], t->pid, attempt_deadline(t));
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return -1;
+    }
+    t->guard_pid = pid;
+    t->guard_fd = sv[0];
+    return 0;
+}
+
+/* Tells the guard its new deadline (0: leave).  A datagram that cannot be
+ * sent leaves the older, earlier deadline: the job ends sooner, never later. */
+static void
+guard_tell(attempt *t, uint64_t deadline)
+{
+    if (t->guard_fd < 0)
+        return;
+    /* EPIPE: the guard left already, its deadline passed (it killed) */
+    if (send(t->guard_fd, &deadline, sizeof(deadline), MSG_DONTWAIT | MSG_NOSIGNAL) < 0 &&
+        errno != EPIPE)
+        GP_WARN("attempt_guard_unreachable", "job=%s attempt=%u guard=%d errno=%d", t->job_id,
+                t->num, (int)t->guard_pid, errno);
+}
+
+/* The attempt is over: its guard leaves (the loop reaps it). */
+static void
+guard_end(attempt *t)
+{
+    ev_timer_stop(ev_default_loop(0), &t->guard_t);
+    if (t->guard_fd < 0)
+        return;
+    guard_tell(t, 0);
+    close(t->guard_fd);
+    t->guard_fd = -1;
+}
+
+static void
+guard_arm(attempt *t)
+{
+    struct ev_loop *loop = ev_default_loop(0);
+    uint64_t        now = agent_now_ms(t->ag), dl = attempt_deadline(t);
+
+    ev_timer_stop(loop, &t->guard_t);
+    ev_timer_set(&t->guard_t, dl > now ? (dl - now) / 1000.0 : 0, 0);
+    ev_timer_start(loop, &t->guard_t);
+}
+
+uint64_t
+attempt_deadline(const attempt *t)
+{
+    return t->granted_ms + t->lease_ms;
+}
+
+void
+attempt_granted(attempt *t, uint64_t granted_ms)
+{
+    if (t->done || granted_ms <= t->granted_ms)
+        return;
+    t->granted_ms = granted_ms;
+    if (t->sim)
+        guard_arm(t);
+    else
+        guard_tell(t, attempt_deadline(t));
+}
+
+static void sim_finish(attempt *t, int exit_code);
+
+/* The sim: job's guard: its lease ran out, whatever the agent does. */
+static void
+guard_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    attempt *t = GP_CONTAINER_OF(w, attempt, guard_t);
+
+    (void)loop;
+    (void)revents;
+    if (t->done)
+        return;
+    if (agent_now_ms(t->ag) < attempt_deadline(t)) {     /* early by a tick */
+        guard_arm(t);
+        return;
+    }
+    GP_WARN("attempt_guard_killed", "node=%s job=%s attempt=%u since_grant_s=%.1f",
+            agent_node(t->ag), t->job_id, t->num, (agent_now_ms(t->ag) - t->granted_ms) / 1000.0);
+    if (t->end_event < 0)
+        t->end_event = MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED;
+    sim_finish(t, 128 + SIGKILL);
+}
+
 static void
 child_cb(struct ev_loop *loop, ev_child *w, int revents)
 {
@@ -187,17 +349,26 @@ child_cb(struct ev_loop *loop, ev_child *w, int revents)
     int      st = w->rstatus;
 
     (void)revents;
+    uint64_t now = agent_now_ms(t->ag), dl = attempt_deadline(t);
+
     ev_child_stop(loop, w);
     ev_timer_stop(loop, &t->kill_timer);
     ev_stat_stop(loop, &t->ckpt_stat);
     kill(-t->pid, SIGKILL);            /* what the shell left behind goes with it */
+    guard_end(t);
     t->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    attempt_account(t, agent_now_ms(t->ag), agent_gpu_power(t->ag));
+    /* Reaped after its deadline (the loop hung; the guard killed it): it
+     * ran until the deadline at most, and that is all that counts. */
+    if (now >= dl) {
+        if (t->end_event < 0)
+            t->end_event = MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED;
+        now = dl;
+    }
+    attempt_account(t, now, agent_gpu_power(t->ag));
+    t->end_ms = now;
     t->done = true;
     agent_attempt_exited(t->ag, t);
 }
-
-static void sim_finish(attempt *t, int exit_code);
 
 static void
 kill_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -242,6 +413,7 @@ sim_finish(attempt *t, int exit_code)
     ev_timer_stop(loop, &t->sim_ckpt);
     ev_timer_stop(loop, &t->sim_sig);
     ev_timer_stop(loop, &t->kill_timer);
+    guard_end(t);
     t->exit_code = exit_code;
     t->ckpt_pending = false;
     attempt_account(t, now, agent_gpu_power(t->ag));
@@ -366,6 +538,7 @@ sim_start(attempt *t, struct ev_loop *loop)
         ev_timer_set(&t->sim_ckpt, t->spec.ckpt_ms / 1000.0, t->spec.ckpt_ms / 1000.0);
         ev_timer_start(loop, &t->sim_ckpt);
     }
+    guard_arm(t);
 }
 
 static bool
@@ -408,6 +581,8 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
     }
     if ((t = calloc(1, sizeof(*t))) == NULL)
         return GP_ENOMEM;
+    t->guard_fd = -1;
+    ev_timer_init(&t->guard_t, guard_cb, 0, 0);
     if (simjob_is(in->command)) {     /* no process, no folder: the loop runs it */
         rc = sim_prepare(ag, t, in, detail, dlen);
         if (rc != GP_EOK) {
@@ -449,6 +624,13 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
     ev_stat_init(&t->ckpt_stat, stat_cb, t->ckpt_file, 0.5);
     if (t->sim) {
         sim_start(t, loop);
+    } else if (guard_start(t) != 0) {
+        /* without its guard a hung agent could not end it in time */
+        snprintf(detail, dlen, "cannot start the lease guard: %s", strerror(errno));
+        kill(-t->pid, SIGKILL);
+        waitpid(t->pid, NULL, 0);
+        free(t);
+        return GP_EINTERNAL;
     } else {
         ev_child_init(&t->child, child_cb, t->pid, 0);
         ev_child_start(loop, &t->child);
@@ -501,6 +683,7 @@ attempt_kill_now(attempt *t)
     }
     ev_timer_stop(loop, &t->kill_timer);
     ev_stat_stop(loop, &t->ckpt_stat);
+    guard_end(t);
 }
 
 gp_err
@@ -549,5 +732,6 @@ attempt_account(attempt *t, uint64_t now_ms, const double *power_w)
 void
 attempt_free(attempt *t)
 {
+    guard_end(t);
     free(t);
 }

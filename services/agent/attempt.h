@@ -57,12 +57,22 @@ struct attempt {
     ev_timer        sim_end;             /* work done, fail_after, or the stop */
     ev_timer        sim_ckpt;            /* ckpt= period */
     ev_timer        sim_sig;             /* a checkpoint signal, answered after a delay */
+    /* The lease guard (attempt.c): a process for a command, a timer of the
+     * simulator's loop for a sim: job (a paused agent does not stop it). */
+    pid_t           guard_pid;
+    int             guard_fd;            /* -1: none (sim:, or ended) */
+    ev_timer        guard_t;
 };
 
 /* Starts the command; INVAL (bad env, GPU) or INTERNAL (fork, exec) with
  * detail.  On OK *out is running and watched. */
 gp_err attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ngpus_node,
                      unsigned lease_ms, attempt **out, char *detail, size_t dlen);
+/* The control plane renewed the lease as of granted_ms (monotonic): the
+ * deadline moves to granted_ms + lease, in the guard too. */
+void   attempt_granted(attempt *t, uint64_t granted_ms);
+/* The monotonic ms at which the lease ends and the guard kills. */
+uint64_t attempt_deadline(const attempt *t);
 /* SIGTERM to the group, SIGKILL after grace_ms; event is what will be
  * reported when it is gone (the first stop's reason wins). */
 void   attempt_stop(attempt *t, int event, unsigned grace_ms);

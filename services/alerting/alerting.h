@@ -95,6 +95,23 @@ typedef struct al_raise {
 } al_raise;
 /* Raises or clears one alert; done(arg, err) when PostgreSQL has it. */
 gp_err alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), void *arg);
+/* One pass of a periodic check over its rows (jobs.c, presence.c,
+ * usage.c): one at a time per check (*busy), over once the pass itself
+ * has ended (al_pass_end, after its rows, or when its query could not
+ * go) and every alert it applied has answered.  A failed apply is counted
+ * by alerting_apply; the next pass repeats it. */
+typedef struct al_pass {
+    alerting *a;
+    bool     *busy;
+    unsigned  left;
+} al_pass;
+/* An input's row is written (err GP_EOK) or not: the message is acked,
+ * or counted, logged as event and nak'ed to come again. */
+void     al_input_stored(gp_req *req, gp_err err, const char *event, const char *detail);
+/* NULL while the check's previous pass is out (or out of memory). */
+al_pass *al_pass_start(alerting *a, bool *busy);
+void     al_pass_apply(al_pass *p, const al_raise *x);
+void     al_pass_end(al_pass *p);
 /* Appends note to the evidence of the node's active telemetry alerts (a
  * firing one is published again with it). */
 gp_err alerting_note(alerting *a, const char *site, const char *node, const char *note,

@@ -114,6 +114,60 @@ alerting_apply(alerting *a, const al_raise *x, void (*done)(void *, gp_err), voi
     return rc;
 }
 
+void
+al_input_stored(gp_req *req, gp_err err, const char *event, const char *detail)
+{
+    alerting *a = gp_req_state(req);
+
+    if (err != GP_EOK) {
+        (*a->m_db_errors)++;
+        GP_WARN(event, "code=%s detail=\"%s\"", gp_err_name(err), detail);
+    }
+    gp_req_done(req, err != GP_EOK ? GP_EUNAVAIL : GP_EOK);   /* nak: delivered again */
+}
+
+/* ---- a check's pass -------------------------------------------------------------- */
+
+static void
+pass_applied(void *arg, gp_err err)
+{
+    al_pass *p = arg;
+
+    (void)err;
+    if (--p->left > 0)
+        return;
+    *p->busy = false;
+    free(p);
+}
+
+al_pass *
+al_pass_start(alerting *a, bool *busy)
+{
+    al_pass *p;
+
+    if (*busy || (p = calloc(1, sizeof(*p))) == NULL)
+        return NULL;
+    p->a = a;
+    p->busy = busy;
+    p->left = 1;                       /* the pass's own hold */
+    *busy = true;
+    return p;
+}
+
+void
+al_pass_apply(al_pass *p, const al_raise *x)
+{
+    p->left++;
+    if (alerting_apply(p->a, x, pass_applied, p) != GP_EOK)
+        p->left--;
+}
+
+void
+al_pass_end(al_pass *p)
+{
+    pass_applied(p, GP_EOK);
+}
+
 /* ---- notes: a fact about a node on its telemetry alerts ------------------------- */
 
 typedef struct noted {

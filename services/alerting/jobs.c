@@ -52,15 +52,8 @@ static const char end_sql[] =
 static void
 written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    gp_req   *req = arg;
-    alerting *a = gp_req_state(req);
-
     (void)res, (void)nres;
-    if (err != GP_EOK) {
-        (*a->m_db_errors)++;
-        GP_WARN("job_run_write_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-    }
-    gp_req_done(req, err != GP_EOK ? GP_EUNAVAIL : GP_EOK);   /* nak: delivered again */
+    al_input_stored(arg, err, "job_run_write_failed", detail);
 }
 
 /* "true": the attempt failed by itself; "false": it succeeded; "": an end
@@ -131,23 +124,6 @@ static const char active_sql[] =
 static const char purge_sql[] =
     "DELETE FROM alert_job_runs WHERE ended_ms < alert_now_ms() - 86400000";
 
-typedef struct rates_pass {
-    alerting *a;
-    unsigned  left;
-} rates_pass;
-
-static void
-applied(void *arg, gp_err err)
-{
-    rates_pass *rp = arg;
-
-    (void)err;                         /* counted by alerts.c; the next pass repeats it */
-    if (--rp->left > 0)
-        return;
-    rp->a->jobs_busy = false;
-    free(rp);
-}
-
 static al_signal
 signal_of(const char *scope)
 {
@@ -168,7 +144,7 @@ window(unsigned ms, char *out, size_t n)
 
 /* One entity's rate against every rule of its signal; holds false clears. */
 static void
-rate_one(alerting *a, rates_pass *rp, const char *scope, const char *site, const char *node,
+rate_one(alerting *a, al_pass *rp, const char *scope, const char *site, const char *node,
          const char *tenant, long failed, long ended, bool known)
 {
     al_signal sig = signal_of(scope);
@@ -202,9 +178,7 @@ rate_one(alerting *a, rates_pass *rp, const char *scope, const char *site, const
         }
         x.holds = known && al_rule_holds_num(r, pct);
         al_expand(r->summary, &v, summary, sizeof(summary));
-        rp->left++;
-        if (alerting_apply(a, &x, applied, rp) != GP_EOK)
-            rp->left--;
+        al_pass_apply(rp, &x);
     }
 }
 
@@ -220,8 +194,8 @@ tenant_of(const char *labels)
 static void
 rates_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    rates_pass *rp = arg;
-    alerting   *a = rp->a;
+    al_pass  *rp = arg;
+    alerting *a = rp->a;
 
     if (err != GP_EOK || nres != 3) {
         (*a->m_db_errors)++;
@@ -248,14 +222,14 @@ rates_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
                 rate_one(a, rp, scope, site, node, tenant, 0, 0, false);
         }
     }
-    applied(rp, GP_EOK);               /* the pass's own hold */
+    al_pass_end(rp);
 }
 
 void
 alerting_jobs_run(gp_app *app, void *arg)
 {
     alerting   *a = arg;
-    rates_pass *rp;
+    al_pass    *rp;
     char        window[16], min[16], names[AL_RULES_MAX * 65];
     const char *p[] = {window, min};
     const char *q[] = {names};
@@ -263,22 +237,17 @@ alerting_jobs_run(gp_app *app, void *arg)
 
     static const al_signal sigs[] = {AL_SIG_NODE_JOBS, AL_SIG_SITE_JOBS, AL_SIG_TENANT_JOBS};
 
-    if (a->jobs_busy || (rp = calloc(1, sizeof(*rp))) == NULL)
+    if ((rp = al_pass_start(a, &a->jobs_busy)) == NULL)
         return;
     al_rule_names(&a->rules, sigs, 3, names, sizeof(names));
-    rp->a = a;
-    rp->left = 1;
     snprintf(window, sizeof(window), "%u", a->cfg->jobs_window_ms);
     snprintf(min, sizeof(min), "%u", a->cfg->jobs_min_ended);
     tx = gp_db_tx_new(gp_app_db(app));
     gp_db_tx_add(tx, rates_sql, 2, p);
     gp_db_tx_add(tx, active_sql, 1, q);
     gp_db_tx_add(tx, purge_sql, 0, NULL);
-    a->jobs_busy = true;
-    if (gp_db_tx_run(tx, 0, rates_read, rp) != GP_EOK) {
-        a->jobs_busy = false;
-        free(rp);
-    }
+    if (gp_db_tx_run(tx, 0, rates_read, rp) != GP_EOK)
+        al_pass_end(rp);
 }
 
 /* The scheduler's stream JOBS, declared here too with the same subjects

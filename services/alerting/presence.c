@@ -90,25 +90,8 @@ static const char forget_sql[] =
     "      AND r.started_ms > p.last_ms\n"
     "      AND r.last_ms >= alert_now_ms() - 3 * r.interval_ms - 2000))";
 
-typedef struct check {
-    alerting *a;
-    unsigned  left;
-} check;
-
 static void
-applied(void *arg, gp_err err)
-{
-    check *c = arg;
-
-    (void)err;                         /* the next check repeats it */
-    if (--c->left > 0)
-        return;
-    c->a->presence_busy = false;
-    free(c);
-}
-
-static void
-one(alerting *a, check *c, const char *service, const char *instance, bool silent,
+one(alerting *a, al_pass *c, const char *service, const char *instance, bool silent,
     const char *evidence)
 {
     char    summary[256], labels[200], extra[160];
@@ -128,9 +111,7 @@ one(alerting *a, check *c, const char *service, const char *instance, bool silen
         al_rule_labels(r, extra, labels, sizeof(labels));
         x.holds = al_rule_holds(r, silent ? "silent" : "up");
         al_expand(r->summary, &v, summary, sizeof(summary));
-        c->left++;
-        if (alerting_apply(a, &x, applied, c) != GP_EOK)
-            c->left--;
+        al_pass_apply(c, &x);
     }
 }
 
@@ -150,7 +131,7 @@ split_labels(const char *labels, char *service, char *instance, size_t n)
 static void
 checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    check *c = arg;
+    al_pass *c = arg;
 
     if (err != GP_EOK || nres != 3) {
         (*c->a->m_db_errors)++;
@@ -178,34 +159,29 @@ checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
                     PQgetvalue(res[1], i, 1)[0] == 't' ? "it stopped cleanly" : "it speaks again");
         }
     }
-    applied(c, GP_EOK);                /* the check's own hold */
+    al_pass_end(c);
 }
 
 void
 alerting_presence_run(gp_app *app, void *arg)
 {
     alerting   *a = arg;
-    check      *c;
+    al_pass    *c;
     char        names[AL_RULES_MAX * 65];
     const char *q[] = {names};
     gp_db_tx   *tx;
     al_signal   sig = AL_SIG_SERVICE;
 
-    if (a->presence_busy || (c = calloc(1, sizeof(*c))) == NULL)
+    if ((c = al_pass_start(a, &a->presence_busy)) == NULL)
         return;
     al_rule_names(&a->rules, &sig, 1, names, sizeof(names));
-    c->a = a;
-    c->left = 1;
     /* the replaced ones are read before they are forgotten, in one snapshot */
     tx = gp_db_tx_new(gp_app_db(app));
     gp_db_tx_add(tx, silent_sql, 0, NULL);
     gp_db_tx_add(tx, back_sql, 1, q);
     gp_db_tx_add(tx, forget_sql, 0, NULL);
-    a->presence_busy = true;
-    if (gp_db_tx_run(tx, 0, checked, c) != GP_EOK) {
-        a->presence_busy = false;
-        free(c);
-    }
+    if (gp_db_tx_run(tx, 0, checked, c) != GP_EOK)
+        al_pass_end(c);
 }
 
 const gp_route alerting_presence_routes[] = {

@@ -32,15 +32,8 @@ static const char seen_sql[] = "SELECT alert_usage_seen($1, $2::bigint)";
 static void
 seen(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    gp_req   *req = arg;
-    alerting *a = gp_req_state(req);
-
     (void)res, (void)nres;
-    if (err != GP_EOK) {
-        (*a->m_db_errors)++;
-        GP_WARN("usage_seen_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-    }
-    gp_req_done(req, err != GP_EOK ? GP_EUNAVAIL : GP_EOK);   /* nak: delivered again */
+    al_input_stored(arg, err, "usage_seen_failed", detail);
 }
 
 static gp_err
@@ -64,38 +57,22 @@ on_record(gp_req *req, const void *in, void *out)
 /* ---- the check --------------------------------------------------------------------- */
 
 /* per site with a hole known for the grace: the first number missing, how
- * many are missing, the highest seen, since when the hole is known (s) */
+ * many are missing, the highest seen, since when the hole is known (s).
+ * No LIMIT: an active alert whose site is not among these rows clears. */
 static const char holes_sql[] =
     "SELECT s.site, s.upto + 1, max(h.seq) - s.upto - count(*), max(h.seq),\n"
     "  (alert_now_ms() - min(h.seen_ms)) / 1000\n"
     "FROM alert_usage_sites s JOIN alert_usage_ahead h ON h.site = s.site\n"
     "GROUP BY s.site, s.upto HAVING min(h.seen_ms) <= alert_now_ms() - $1::bigint\n"
-    "ORDER BY 1 LIMIT 1024";
+    "ORDER BY 1";
 /* the active alerts of the gap rules, for the clears */
 static const char active_sql[] =
     "SELECT DISTINCT site FROM alerts WHERE state <> 'resolved'\n"
     "  AND alertname = ANY(string_to_array($1, ','))";
 
-typedef struct check {
-    alerting *a;
-    unsigned  left;
-} check;
-
-static void
-applied(void *arg, gp_err err)
-{
-    check *c = arg;
-
-    (void)err;                         /* counted by alerts.c; the next check repeats it */
-    if (--c->left > 0)
-        return;
-    c->a->usage_busy = false;
-    free(c);
-}
-
 /* One site's missing count against every rule on site.usage_gap. */
 static void
-one(alerting *a, check *c, const char *site, long missing, const char *evidence)
+one(alerting *a, al_pass *c, const char *site, long missing, const char *evidence)
 {
     char    summary[256];
     al_diag d;
@@ -112,16 +89,14 @@ one(alerting *a, check *c, const char *site, long missing, const char *evidence)
             continue;
         x.holds = al_rule_holds_num(r, (double)missing);
         al_expand(r->summary, &v, summary, sizeof(summary));
-        c->left++;
-        if (alerting_apply(a, &x, applied, c) != GP_EOK)
-            c->left--;
+        al_pass_apply(c, &x);
     }
 }
 
 static void
 checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    check *c = arg;
+    al_pass *c = arg;
 
     if (err != GP_EOK || nres != 2) {
         (*c->a->m_db_errors)++;
@@ -149,34 +124,29 @@ checked(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
                 one(c->a, c, site, 0, "every missing record arrived");
         }
     }
-    applied(c, GP_EOK);                /* the check's own hold */
+    al_pass_end(c);
 }
 
 void
 alerting_usage_run(gp_app *app, void *arg)
 {
     alerting   *a = arg;
-    check      *c;
+    al_pass    *c;
     char        grace[16], names[AL_RULES_MAX * 65];
     const char *p[] = {grace};
     const char *q[] = {names};
     al_signal   sig = AL_SIG_SITE_USAGE_GAP;
     gp_db_tx   *tx;
 
-    if (a->usage_busy || (c = calloc(1, sizeof(*c))) == NULL)
+    if ((c = al_pass_start(a, &a->usage_busy)) == NULL)
         return;
     al_rule_names(&a->rules, &sig, 1, names, sizeof(names));
     snprintf(grace, sizeof(grace), "%u", a->cfg->usage_grace_ms);
-    c->a = a;
-    c->left = 1;
     tx = gp_db_tx_new(gp_app_db(app));
     gp_db_tx_add(tx, holes_sql, 1, p);
     gp_db_tx_add(tx, active_sql, 1, q);
-    a->usage_busy = true;
-    if (gp_db_tx_run(tx, 0, checked, c) != GP_EOK) {
-        a->usage_busy = false;
-        free(c);
-    }
+    if (gp_db_tx_run(tx, 0, checked, c) != GP_EOK)
+        al_pass_end(c);
 }
 
 /* Metering's stream USAGE, declared here too with the same subjects

@@ -40,9 +40,14 @@ STACK="$GP_HARNESS/stack.sh"
 . "$(dirname "$0")/../harness/testlib.sh"
 
 on_fail() {
-    for f in meter-a bill-a bill-b; do
+    for f in meter-a meter-b bill-a bill-b sched rec; do
         echo "# $f log tail:"; grep -v 'level=debug' "$D/$f.log" | tail -n 6 | sed 's/^/#   /'
     done
+    echo "# the scheduler's warnings (first 10):"
+    grep 'level=warn\|level=error' "$D/sched.log" | head -n 10 | sed 's/^/#   /'
+    echo "# attempts by state: $(sql "SELECT string_agg(state || ':' || n, ' ') FROM
+        (SELECT state, count(*) n FROM attempts GROUP BY state) s")"
+    echo "# the simulator's attempt ends: $(grep -c 'event=attempt_ended' "$D/sim.log")"
     if [ -n "${GP_KEEP:-}" ]; then rm -rf "$GP_KEEP"; cp -r "$D" "$GP_KEEP"; fi
 }
 tap_on_fail=on_fail

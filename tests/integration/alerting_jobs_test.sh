@@ -30,6 +30,8 @@ on_fail() {
     echo "# alerts:"; sql "SELECT alertname, state, site, node, labels, evidence, affected FROM alerts" |
         cut -c1-250 | sed 's/^/#   /'
     echo "# alerting log:"; grep -E 'warn|error|job' "$D/alerting.log" | tail -n 10 | sed 's/^/#   /'
+    echo "# attempt ends alerting took from JOBS: $(sql "SELECT count(*) FROM alert_job_runs")," \
+        "ended: $(sql "SELECT count(*) FROM alert_job_runs WHERE ended_ms IS NOT NULL")"
 }
 tap_on_fail=on_fail
 

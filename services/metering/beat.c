@@ -19,24 +19,6 @@
 /* a counter Lua holds exactly (doubles): 2^53 ms is 285,000 years */
 #define COUNTER_MAX (1ull << 53)
 
-void
-metering_key(char *out, unsigned shard, const char *what)
-{
-    snprintf(out, METERING_KEY_LEN, "gp:{%u}:m:%s", shard, what);
-}
-
-void
-metering_att_key(char *out, unsigned shard, char kind, const char *member)
-{
-    snprintf(out, METERING_KEY_LEN, "gp:{%u}:m:%c:%s", shard, kind, member);
-}
-
-void
-metering_member(char *out, size_t n, const char *job, uint32_t att, const char *node)
-{
-    snprintf(out, n, "%s:%u:%s", job, att, node);
-}
-
 typedef struct beat_call {
     metering *m;
     gp_req   *req;

@@ -6,7 +6,9 @@
  * Files: beat.c (heartbeats, node states, the freeze), close.c (attempt
  * events: checkpoints and final counters; the sweep that closes windows
  * and attempts gone silent), outbox.c (records to the stream, with the
- * scheduler's facts of each attempt).  The running state lives in Redis
+ * scheduler's facts of each attempt), keys.c (the key names, below them
+ * all).  Calls go one way: beat.c and close.c call outbox.c, and every file
+ * calls keys.c.  The running state lives in Redis
  * (scripts.h), so an instance can die at any point and another one, or
  * the same one restarted, goes on from it. */
 #ifndef METERING_H
@@ -76,7 +78,7 @@ typedef void metering_facts_cb(void *arg, gp_err err, const msg_attempt_facts *f
 void   metering_facts_get(metering *m, const char *job, uint32_t att, const char *node,
                           bool need_ended, metering_facts_cb *cb, void *arg);
 
-/* Key names (scripts.h's layout). */
+/* keys.c: key names (scripts.h's layout). */
 #define METERING_KEY_LEN 256
 void metering_key(char *out, unsigned shard, const char *what);
 void metering_att_key(char *out, unsigned shard, char kind, const char *member);

@@ -181,15 +181,15 @@ verdicts(rleaf *l)
             continue;
         if (l->fresh_mono == 0 || now - l->fresh_mono > r->cfg->leaf_dead_ms) {
             if (waited >= r->cfg->leaf_dead_ms)
-                recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK,
+                r->up.site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK,
                                        "leaf link unknown (no complete /leafz read)");
         } else if (!s->leaf_up) {
-            recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
+            r->up.site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
         } else if (waited >= r->cfg->leaf_dead_ms) {
             snprintf(ev, sizeof(ev), "its leaf link is still up %.0f s after the first loss: "
                      "the site's network works, its nodes went down (their power, or the LAN "
                      "behind the leaf)", (double)waited / 1000.0);
-            recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER, ev);
+            r->up.site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER, ev);
         }
     }
 }

@@ -88,8 +88,27 @@ typedef struct rmap {
     uint32_t cap;
 } rmap;
 
+struct recovery;
+
+/* The calls up into sites.c from the files below it.  Calls go one way:
+ * main.c -> sites.c -> leaf.c, replace.c -> fleet.c -> map.c; where a
+ * lower file needs sites.c it calls through these, which
+ * recovery_sites_start sets before any task runs. */
+typedef struct recovery_up {
+    /* leaf.c: a site turned unreachable that waited for the leaf verdict
+     * gets its unreachable event (leaf_evidence: leaf.c's own words when
+     * it decided the cause, NULL: what the link says now) */
+    void (*site_announce)(struct recovery *r, rsite *s, int32_t cause,
+                          const char *leaf_evidence);
+    /* replace.c: a first load of the site inventory again (every second
+     * until one completes: the bus may not have been up at start);
+     * recovery_sites_run */
+    void (*sites_load)(gp_app *app, void *arg);
+} recovery_up;
+
 typedef struct recovery {
     gp_app             *app;
+    recovery_up         up;          /* set by recovery_sites_start */
     const recovery_cfg *cfg;
     rsite              *sites;
     uint32_t            nsites, capsites;
@@ -126,18 +145,25 @@ int     rmap_put(rmap *m, const void *base, size_t stride, const char *id, int32
 void    rmap_free(rmap *m);
 double  rbucket_take(rbucket *b, unsigned per_min, uint64_t now_ms);
 
-/* sites.c: the inventory of sites, node states, site events, isolation */
-gp_err recovery_sites_start(recovery *r);
-void   recovery_sites_run(gp_app *app, void *arg);
-void   recovery_sites_free(recovery *r);
+/* fleet.c: the in-memory view of sites and nodes */
 /* A site by id (NULL when the inventory lacks it), and its region's
  * bucket (NULL when it has none). */
 rsite   *recovery_site(recovery *r, const char *id);
 rbucket *recovery_region_bucket(recovery *r, const rsite *s);
+/* A site's record, a node's (at site index site), a region: added when
+ * new (the records: NULL without memory). */
+rsite   *recovery_site_get(recovery *r, const char *id);
+rnode   *recovery_node_get(recovery *r, const char *id, int32_t site);
+void     recovery_region_add(recovery *r, const char *region);
+/* A node PostgreSQL still has lost (at start): counted, no event. */
+void     recovery_mark_lost(recovery *r, const char *site, const char *node);
 
-/* sites.c: a site turned unreachable announces it now or, behind a leaf
- * link that is still up, once leaf.c can tell (recovery_leaf_verdict). */
-void recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence);
+/* sites.c: the inventory of sites, node states, site events, isolation.
+ * A site turned unreachable announces it now or, behind a leaf link that
+ * is still up, once leaf.c can tell (up.site_announce). */
+gp_err recovery_sites_start(recovery *r);
+void   recovery_sites_run(gp_app *app, void *arg);
+void   recovery_sites_free(recovery *r);
 
 /* leaf.c: the sites' NATS leaf links (nats-server's /leafz) as evidence */
 gp_err recovery_leaf_start(recovery *r);
@@ -158,6 +184,5 @@ void recovery_node_lost(recovery *r, const char *site, const char *node, uint64_
 void recovery_node_back(recovery *r, const char *node, uint64_t at_ms);
 /* At start: the nodes PostgreSQL still has lost, into the in-memory view. */
 void recovery_load_lost(recovery *r);
-void recovery_mark_lost(recovery *r, const char *site, const char *node);
 
 #endif

@@ -246,7 +246,7 @@ recovery_replace_run(gp_app *app, void *arg)
 
     if (!r->sites_loaded && !r->sites_busy && gp_mono_ms() >= r->sites_retry_ms) {
         r->sites_retry_ms = gp_mono_ms() + 1000;   /* the bus may not have been up at start */
-        recovery_sites_run(app, r);
+        r->up.sites_load(app, r);                 /* recovery_sites_run */
     }
     /* the gauge once a second, not every pass (replace-ms is 250) */
     if (gp_mono_ms() >= r->pending_next_ms) {

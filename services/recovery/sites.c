@@ -1,5 +1,7 @@
-/* sites.c -- what the recovery service knows of the fleet, and what it
- * concludes from nodes going lost together.
+/* sites.c -- what the recovery service learns of the fleet (kept in
+ * fleet.c's view), and what it concludes from nodes going lost together.
+ * It calls leaf.c and replace.c; they call back through r->up, which
+ * recovery_sites_start sets.
  *
  * Sites come from the registry's list (gp.admin.site.list, paged, every
  * sites-ms): id, region, and how many nodes each has.  Node states come
@@ -39,97 +41,6 @@
 #include "recovery.h"
 
 #define SITE_PAGE 1000
-
-rsite *
-recovery_site(recovery *r, const char *id)
-{
-    int32_t ix = rmap_find(&r->site_ix, r->sites, sizeof(*r->sites), id);
-
-    return ix < 0 ? NULL : &r->sites[ix];
-}
-
-rbucket *
-recovery_region_bucket(recovery *r, const rsite *s)
-{
-    for (uint32_t i = 0; s != NULL && s->region[0] != '\0' && i < r->nregions; i++)
-        if (strcmp(r->regions[i].id, s->region) == 0)
-            return &r->regions[i].bucket;
-    return NULL;
-}
-
-static void
-region_add(recovery *r, const char *region)
-{
-    struct rregion *v;
-
-    if (region[0] == '\0')
-        return;
-    for (uint32_t i = 0; i < r->nregions; i++)
-        if (strcmp(r->regions[i].id, region) == 0)
-            return;
-    if ((v = realloc(r->regions, (r->nregions + 1) * sizeof(*v))) == NULL)
-        return;
-    r->regions = v;
-    memset(&v[r->nregions], 0, sizeof(*v));
-    snprintf(v[r->nregions].id, sizeof(v[0].id), "%s", region);
-    r->nregions++;
-}
-
-/* The site's record, added when new (NULL without memory). */
-static rsite *
-site_get(recovery *r, const char *id)
-{
-    rsite *s = recovery_site(r, id);
-
-    if (s != NULL)
-        return s;
-    if (r->nsites == r->capsites) {
-        uint32_t cap = r->capsites ? r->capsites * 2 : 256;
-        rsite   *v = realloc(r->sites, cap * sizeof(*v));
-
-        if (v == NULL)
-            return NULL;
-        r->sites = v;
-        r->capsites = cap;
-    }
-    s = &r->sites[r->nsites];
-    memset(s, 0, sizeof(*s));
-    snprintf(s->id, sizeof(s->id), "%s", id);
-    if (rmap_put(&r->site_ix, r->sites, sizeof(*r->sites), id, (int32_t)r->nsites) != 0)
-        return NULL;
-    r->nsites++;
-    return s;
-}
-
-static rnode *
-node_get(recovery *r, const char *id, int32_t site)
-{
-    int32_t ix = rmap_find(&r->node_ix, r->nodes, sizeof(*r->nodes), id);
-    rnode  *n;
-
-    if (ix >= 0) {
-        r->nodes[ix].site = site;
-        return &r->nodes[ix];
-    }
-    if (r->nnodes == r->capnodes) {
-        uint32_t cap = r->capnodes ? r->capnodes * 2 : 1024;
-        rnode   *v = realloc(r->nodes, cap * sizeof(*v));
-
-        if (v == NULL)
-            return NULL;
-        r->nodes = v;
-        r->capnodes = cap;
-    }
-    n = &r->nodes[r->nnodes];
-    memset(n, 0, sizeof(*n));
-    snprintf(n->id, sizeof(n->id), "%s", id);
-    n->site = site;
-    r->sites[site].seen++;
-    if (rmap_put(&r->node_ix, r->nodes, sizeof(*r->nodes), id, (int32_t)r->nnodes) != 0)
-        return NULL;
-    r->nnodes++;
-    return n;
-}
 
 /* The site's size: the inventory's count, or the nodes seen since when
  * that is larger (a list read before the fleet registered says 0). */
@@ -316,8 +227,8 @@ site_share(const recovery *r, const rsite *s)
 
 /* The unreachable event: the losses, what the leaf link says (leaf.c;
  * its own words when it decided the cause), and what is still open. */
-void
-recovery_site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence)
+static void
+site_announce(recovery *r, rsite *s, int32_t cause, const char *leaf_evidence)
 {
     char ev[512], leaf[160] = "", rtt[64] = "";
 
@@ -383,7 +294,7 @@ went_lost(recovery *r, rsite *s)
         GP_INFO("site_unreachable_pending", "site=%s lost=%u reason=\"its leaf link is up: "
                 "waiting for the hub to tell a dead link from dead nodes\"", s->id, s->lost);
     else
-        recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
+        site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
     return true;
 }
 
@@ -412,7 +323,7 @@ came_back(recovery *r, rsite *s, int how)
     if (!s->unreachable)
         return false;
     if (!s->announced)                 /* back before the leaf verdict */
-        recovery_site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
+        site_announce(r, s, MSG_SITE_EVENT_CAUSE_POWER_OR_UPLINK, NULL);
     if (how == BACK_REBOOTED)
         s->rebooted++;
     else if (how == BACK_RESTARTED)
@@ -432,19 +343,6 @@ came_back(recovery *r, rsite *s, int how)
     return true;
 }
 
-/* A node PostgreSQL had lost at start: counted without an event. */
-void
-recovery_mark_lost(recovery *r, const char *site, const char *node)
-{
-    rsite *s = site_get(r, site);
-    rnode *n = s != NULL ? node_get(r, node, (int32_t)(s - r->sites)) : NULL;
-
-    if (n == NULL || n->lost)
-        return;
-    n->lost = true;
-    s->lost++;
-}
-
 static void
 on_node_state(void *arg, const gp_bus_msg *m)
 {
@@ -458,8 +356,8 @@ on_node_state(void *arg, const gp_bus_msg *m)
         !gp_id_ok(st.site) || !gp_id_ok(st.node))
         return;
     lost = st.state == MSG_NODE_STATE_STATE_LOST;
-    if ((s = site_get(r, st.site)) == NULL ||
-        (n = node_get(r, st.node, (int32_t)(s - r->sites))) == NULL)
+    if ((s = recovery_site_get(r, st.site)) == NULL ||
+        (n = recovery_node_get(r, st.node, (int32_t)(s - r->sites))) == NULL)
         return;
     if (lost && !n->lost) {
         n->lost = true;
@@ -496,13 +394,13 @@ page_answered(void *arg, gp_err err, const void *reply, const char *detail)
     }
     for (uint32_t i = 0; i < page->items.n; i++) {
         const msg_site *it = (const msg_site *)page->items.v + i;
-        rsite          *s = site_get(r, it->id);
+        rsite          *s = recovery_site_get(r, it->id);
 
         if (s == NULL)
             continue;
         snprintf(s->region, sizeof(s->region), "%s", it->region);
         s->nodes = (uint32_t)it->nodes;
-        region_add(r, it->region);
+        recovery_region_add(r, it->region);
         r->sites_seen++;
     }
     snprintf(r->sites_after, sizeof(r->sites_after), "%s", page->next);
@@ -555,6 +453,8 @@ recovery_sites_start(recovery *r)
     char        pat[GP_MAX_SUBJECT];
     gp_err      rc;
 
+    r->up.site_announce = site_announce;
+    r->up.sites_load = recovery_sites_run;
     gp_metrics_counters(m, "gp_recovery_site_events_total", "kind", msg_site_event_kind_names, 2,
                         "Site events raised by this instance (unreachable, returned)",
                         r->m_site_events);

@@ -106,14 +106,14 @@ static void call_now(agent *a, reqctx *ctx);
 
 /* Durations (usage, leases, uptime, RTT) are monotonic: a step of the date
  * must not bill an hour nor expire a lease. */
-uint64_t
+static uint64_t
 agent_now_ms(agent *a)
 {
     (void)a;
     return gp_mono_ms();
 }
 
-const double *agent_gpu_power(agent *a) { return a->power; }
+static const double *agent_gpu_power(agent *a) { return a->power; }
 const char *agent_site(const agent *a) { return a->o.site; }
 const char *agent_node(const agent *a) { return a->o.node; }
 gpu_backend *agent_gpu(agent *a) { return a->gpu; }
@@ -935,7 +935,9 @@ tell_end(agent *a, attempt *t, int event)
     a->o.on_attempt_end(a->o.cb_arg, a, &e);
 }
 
-void
+/* attempt.c's calls (agent_attempt_ops): the child is gone (t->done set),
+ * or it wrote its checkpoint marker. */
+static void
 agent_attempt_exited(agent *a, attempt *t)
 {
     int ev = t->end_event >= 0 ? t->end_event : MSG_ATTEMPT_EVENT_EVENT_EXITED;
@@ -949,12 +951,21 @@ agent_attempt_exited(agent *a, attempt *t)
         ev_timer_stop(a->loop, &a->lease_t);
 }
 
-void
+static void
 agent_attempt_checkpointed(agent *a, attempt *t)
 {
     t->ckpts++;
     emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED, t);
 }
+
+const attempt_ops agent_attempt_ops = {
+    .exited = agent_attempt_exited,
+    .checkpointed = agent_attempt_checkpointed,
+    .now_ms = agent_now_ms,
+    .gpu_power = agent_gpu_power,
+    .gpu = agent_gpu,
+    .node = agent_node,
+};
 
 static void
 lease_fire(struct ev_loop *loop, ev_timer *w, int revents)
@@ -1030,8 +1041,8 @@ agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *d
         snprintf(detail, dlen, "the node runs %d attempts already", a->natts);
         return GP_EUNAVAIL;
     }
-    rc = attempt_start(a, a->loop, in, gpu_count(a->gpu), in->lease_ms ? in->lease_ms : a->lease_ms,
-                       &t, detail, dlen);
+    rc = attempt_start(a, &agent_attempt_ops, a->loop, in, gpu_count(a->gpu),
+                       in->lease_ms ? in->lease_ms : a->lease_ms, &t, detail, dlen);
     if (rc != GP_EOK) {
         GP_WARN("attempt_failed_to_start", "node=%s job=%s attempt=%u detail=\"%s\"", a->o.node,
                 in->job_id, in->attempt, detail);

@@ -294,7 +294,7 @@ static void
 guard_arm(attempt *t)
 {
     struct ev_loop *loop = ev_default_loop(0);
-    uint64_t        now = agent_now_ms(t->ag), dl = attempt_deadline(t);
+    uint64_t        now = t->ops->now_ms(t->ag), dl = attempt_deadline(t);
 
     ev_timer_stop(loop, &t->guard_t);
     ev_timer_set(&t->guard_t, dl > now ? (dl - now) / 1000.0 : 0, 0);
@@ -331,12 +331,13 @@ guard_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     if (t->done)
         return;
-    if (agent_now_ms(t->ag) < attempt_deadline(t)) {     /* early by a tick */
+    if (t->ops->now_ms(t->ag) < attempt_deadline(t)) {     /* early by a tick */
         guard_arm(t);
         return;
     }
     GP_WARN("attempt_guard_killed", "node=%s job=%s attempt=%u since_grant_s=%.1f",
-            agent_node(t->ag), t->job_id, t->num, (agent_now_ms(t->ag) - t->granted_ms) / 1000.0);
+            t->ops->node(t->ag), t->job_id, t->num,
+            (t->ops->now_ms(t->ag) - t->granted_ms) / 1000.0);
     if (t->end_event < 0)
         t->end_event = MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED;
     sim_finish(t, 128 + SIGKILL);
@@ -349,7 +350,7 @@ child_cb(struct ev_loop *loop, ev_child *w, int revents)
     int      st = w->rstatus;
 
     (void)revents;
-    uint64_t now = agent_now_ms(t->ag), dl = attempt_deadline(t);
+    uint64_t now = t->ops->now_ms(t->ag), dl = attempt_deadline(t);
 
     ev_child_stop(loop, w);
     ev_timer_stop(loop, &t->kill_timer);
@@ -364,10 +365,10 @@ child_cb(struct ev_loop *loop, ev_child *w, int revents)
             t->end_event = MSG_ATTEMPT_EVENT_EVENT_LEASE_EXPIRED;
         now = dl;
     }
-    attempt_account(t, now, agent_gpu_power(t->ag));
+    attempt_account(t, now, t->ops->gpu_power(t->ag));
     t->end_ms = now;
     t->done = true;
-    agent_attempt_exited(t->ag, t);
+    t->ops->exited(t->ag, t);
 }
 
 static void
@@ -405,7 +406,7 @@ static void
 sim_finish(attempt *t, int exit_code)
 {
     struct ev_loop *loop = ev_default_loop(0);
-    uint64_t        now = agent_now_ms(t->ag);
+    uint64_t        now = t->ops->now_ms(t->ag);
 
     if (t->done)
         return;
@@ -416,10 +417,10 @@ sim_finish(attempt *t, int exit_code)
     guard_end(t);
     t->exit_code = exit_code;
     t->ckpt_pending = false;
-    attempt_account(t, now, agent_gpu_power(t->ag));
+    attempt_account(t, now, t->ops->gpu_power(t->ag));
     t->end_ms = now;
     t->done = true;
-    agent_attempt_exited(t->ag, t);
+    t->ops->exited(t->ag, t);
 }
 
 /* When the run ends on its own (run= done, or fail_after=), on the
@@ -448,7 +449,7 @@ static void
 sim_end_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     attempt *t = GP_CONTAINER_OF(w, attempt, sim_end);
-    uint64_t at = 0, now = agent_now_ms(t->ag);
+    uint64_t at = 0, now = t->ops->now_ms(t->ag);
     int      code = 0;
 
     (void)revents;
@@ -474,7 +475,7 @@ sim_ckpt_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (!t->done && !t->stopping)
-        agent_attempt_checkpointed(t->ag, t);
+        t->ops->checkpointed(t->ag, t);
 }
 
 static void
@@ -487,24 +488,25 @@ sim_sig_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (t->done)
         return;
     t->ckpt_pending = false;
-    agent_attempt_checkpointed(t->ag, t);
+    t->ops->checkpointed(t->ag, t);
 }
 
 static bool
-sim_backend(agent *ag)
+sim_backend(agent *ag, const attempt_ops *ops)
 {
-    gpu_backend *g = agent_gpu(ag);
+    gpu_backend *g = ops->gpu(ag);
 
     return g != NULL && strcmp(g->ops->name, "sim") == 0;
 }
 
 /* Checks and parses a "sim:" command; OK: t->spec is set. */
 static gp_err
-sim_prepare(agent *ag, attempt *t, const msg_run_attempt *in, char *detail, size_t dlen)
+sim_prepare(agent *ag, const attempt_ops *ops, attempt *t, const msg_run_attempt *in,
+            char *detail, size_t dlen)
 {
     gp_err rc;
 
-    if (!sim_backend(ag)) {
+    if (!sim_backend(ag, ops)) {
         snprintf(detail, dlen, "command: \"" SIMJOB_PREFIX "\" behaviours run on the simulated "
                  "GPU backend only; this node runs real commands");
         return GP_EINVAL;
@@ -560,12 +562,12 @@ stat_cb(struct ev_loop *loop, ev_stat *w, int revents)
         return;
     ev_stat_stop(loop, w);
     t->ckpt_pending = false;
-    agent_attempt_checkpointed(t->ag, t);
+    t->ops->checkpointed(t->ag, t);
 }
 
 gp_err
-attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ngpus_node,
-              unsigned lease_ms, attempt **out, char *detail, size_t dlen)
+attempt_start(agent *ag, const attempt_ops *ops, struct ev_loop *loop, const msg_run_attempt *in,
+              int ngpus_node, unsigned lease_ms, attempt **out, char *detail, size_t dlen)
 {
     attempt *t;
     envb     env = {0};
@@ -584,7 +586,7 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
     t->guard_fd = -1;
     ev_timer_init(&t->guard_t, guard_cb, 0, 0);
     if (simjob_is(in->command)) {     /* no process, no folder: the loop runs it */
-        rc = sim_prepare(ag, t, in, detail, dlen);
+        rc = sim_prepare(ag, ops, t, in, detail, dlen);
         if (rc != GP_EOK) {
             free(t);
             return rc;
@@ -605,13 +607,14 @@ attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ng
         return rc;
     }
     t->ag = ag;
+    t->ops = ops;
     snprintf(t->job_id, sizeof(t->job_id), "%s", in->job_id);
     t->num = in->attempt;
     t->ngpus = (int)in->gpus.n;
     for (int i = 0; i < t->ngpus; i++)
         t->gpus[i] = ((const int32_t *)in->gpus.v)[i];
-    t->acc_ms = agent_now_ms(ag);
-    t->granted_ms = agent_now_ms(ag);
+    t->acc_ms = ops->now_ms(ag);
+    t->granted_ms = ops->now_ms(ag);
     t->start_ms = t->acc_ms;
     t->start_wall_ms = gp_wall_ms();
     if (!t->sim)
@@ -675,7 +678,7 @@ attempt_kill_now(attempt *t)
         ev_timer_stop(loop, &t->sim_ckpt);
         ev_timer_stop(loop, &t->sim_sig);
         if (!t->done)
-            t->end_ms = agent_now_ms(t->ag);
+            t->end_ms = t->ops->now_ms(t->ag);
     } else {
         if (!t->done)
             kill(-t->pid, SIGKILL);  /* libev's SIGCHLD handler reaps it later */
@@ -704,7 +707,7 @@ attempt_checkpoint(attempt *t)
     if (kill(-t->pid, SIGUSR1) != 0)
         return GP_EINTERNAL;
     if (t->ckpt_dir[0] == '\0') {        /* nowhere to confirm: delivery is the event */
-        agent_attempt_checkpointed(t->ag, t);
+        t->ops->checkpointed(t->ag, t);
         return GP_EOK;
     }
     t->ckpt_pending = true;

@@ -21,9 +21,33 @@
 
 typedef struct attempt attempt;
 
+/* What an attempt needs of its agent: the calls up into agent.c.  Calls
+ * go one way (agent.c -> attempt.c): agent.c hands its table
+ * (agent_attempt_ops) to attempt_start, and attempt.c calls through it,
+ * never agent.c by name.  Each gets the attempt's agent (t->ag). */
+typedef struct attempt_ops {
+    /* the child is gone (t->done set) */
+    void          (*exited)(agent *a, attempt *t);
+    /* it wrote its checkpoint marker (see agent.h for when it counts) */
+    void          (*checkpointed)(agent *a, attempt *t);
+    /* monotonic ms of the loop, for accounting and the lease */
+    uint64_t      (*now_ms)(agent *a);
+    /* the last power of each node GPU (W), for accounting */
+    const double *(*gpu_power)(agent *a);
+    /* the node's GPU backend ("sim:" jobs run on the simulated one only) */
+    gpu_backend  *(*gpu)(agent *a);
+    /* the node's id, for logs */
+    const char   *(*node)(const agent *a);
+} attempt_ops;
+
+/* agent.c's table: agent_attempt_exited, agent_attempt_checkpointed,
+ * agent_now_ms, agent_gpu_power, agent_gpu, agent_node. */
+extern const attempt_ops agent_attempt_ops;
+
 struct attempt {
     attempt        *next;
     agent          *ag;
+    const attempt_ops *ops;              /* ag's calls (attempt_start's) */
     char            job_id[MSG_RUN_ATTEMPT_JOB_ID_MAXLEN + 1];
     uint32_t        num;
     pid_t           pid;                 /* = its process group */
@@ -65,9 +89,11 @@ struct attempt {
 };
 
 /* Starts the command; INVAL (bad env, GPU) or INTERNAL (fork, exec) with
- * detail.  On OK *out is running and watched. */
-gp_err attempt_start(agent *ag, struct ev_loop *loop, const msg_run_attempt *in, int ngpus_node,
-                     unsigned lease_ms, attempt **out, char *detail, size_t dlen);
+ * detail.  On OK *out is running and watched, and tells ag through ops
+ * (which must outlive it: agent_attempt_ops). */
+gp_err attempt_start(agent *ag, const attempt_ops *ops, struct ev_loop *loop,
+                     const msg_run_attempt *in, int ngpus_node, unsigned lease_ms, attempt **out,
+                     char *detail, size_t dlen);
 /* The control plane renewed the lease as of granted_ms (monotonic): the
  * deadline moves to granted_ms + lease, in the guard too. */
 void   attempt_granted(attempt *t, uint64_t granted_ms);
@@ -86,13 +112,5 @@ void   attempt_free(attempt *t);
 /* Work done as of now (resume_ms + time run), for a sim job; false for a
  * real process (it alone knows). */
 bool   attempt_progress(const attempt *t, uint64_t now_ms, uint64_t *out);
-
-/* Implemented by agent.c: the child is gone (t->done set), or it wrote
- * its checkpoint marker. */
-void   agent_attempt_exited(agent *a, attempt *t);
-void   agent_attempt_checkpointed(agent *a, attempt *t);
-/* Monotonic ms of the loop and the last GPU powers, for accounting. */
-uint64_t      agent_now_ms(agent *a);
-const double *agent_gpu_power(agent *a);
 
 #endif

@@ -146,7 +146,8 @@ test_process_renewed(void)
     pid_t           pid, gpid;
 
     request(&r, gpus, "j2", "sleep 30", 600);
-    T_EQ_INT(attempt_start(a, ev_default_loop(0), &r, 2, 600, &t, d, sizeof(d)), GP_EOK);
+    T_EQ_INT(attempt_start(a, &agent_attempt_ops, ev_default_loop(0), &r, 2, 600, &t, d,
+                           sizeof(d)), GP_EOK);
     if (t == NULL)
         return;
     pid = t->pid;
@@ -182,7 +183,8 @@ test_process_ends(void)
     pid_t           gpid;
 
     request(&r, gpus, "j3", "exit 3", 60000);
-    T_EQ_INT(attempt_start(a, ev_default_loop(0), &r, 2, 60000, &t, d, sizeof(d)), GP_EOK);
+    T_EQ_INT(attempt_start(a, &agent_attempt_ops, ev_default_loop(0), &r, 2, 60000, &t, d,
+                           sizeof(d)), GP_EOK);
     if (t == NULL)
         return;
     gpid = t->guard_pid;

@@ -439,7 +439,7 @@ job_events(const msg_job *j)
     }
 }
 
-void
+static void
 describe_job_print(const gpctl *c, const msg_job *j)
 {
     char created[96], updated[96], ended[96], gpu[32];
@@ -487,6 +487,21 @@ describe_json(const gp_msg_desc *d, const void *obj)
     return rc == GP_EOK ? GPCTL_OK : GPCTL_FAIL;
 }
 
+/* describe job: fetched by cmd_job.c, printed here. */
+static int
+describe_job(gpctl *c, int argc, char **argv)
+{
+    msg_job job = {0};
+    int     rc = job_describe_get(c, argc, argv, &job);
+
+    if (rc == GPCTL_OK && c->out == OUT_JSON)
+        rc = describe_json(&msg_job_desc, &job);
+    else if (rc == GPCTL_OK)
+        describe_job_print(c, &job);
+    gp_msg_clear(&msg_job_desc, &job);
+    return rc;
+}
+
 static int
 describe(gpctl *c, const entity *e, const char *name)
 {
@@ -517,7 +532,7 @@ cmd_describe(gpctl *c, int argc, char **argv)
     if (argc < 1)
         return usage_error("describe", "missing KIND (site, node or job)");
     if (strcmp(argv[0], "job") == 0 || strcmp(argv[0], "jobs") == 0)
-        return cmd_describe_job(c, argc - 1, argv + 1);
+        return describe_job(c, argc - 1, argv + 1);
     if (strcmp(argv[0], "statement") == 0)
         return cmd_describe_statement(c, argc - 1, argv + 1);
     if (strcmp(argv[0], "alert") == 0)

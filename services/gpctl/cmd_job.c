@@ -386,26 +386,22 @@ cmd_get_attempts(gpctl *c, int argc, char **argv)
     return rc;
 }
 
-/* ---- describe job / cancel job ------------------------------------------------------------------ */
+/* ---- describe job (the fetch) / cancel job ------------------------------------------------------------------ */
 
+/* The job only: cmd_describe.c prints it (it calls this file, never the
+ * other way). */
 int
-cmd_describe_job(gpctl *c, int argc, char **argv)
+job_describe_get(gpctl *c, int argc, char **argv, msg_job *out)
 {
     job_opts o;
-    msg_job  job = {0};
     int      rc = parse_job_opts("describe", argc, argv, &o);
 
+    memset(out, 0, sizeof(*out));
     if (rc == GPCTL_OK && o.job == NULL)
         rc = usage_error("describe", "missing job ID");
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)
         return rc;
-    rc = job_call(c, GP_OP_API_JOB_GET, o.tenant, o.job, &job);
-    if (rc == GPCTL_OK && c->out == OUT_JSON)
-        rc = print_json(&msg_job_desc, &job);
-    else if (rc == GPCTL_OK)
-        describe_job_print(c, &job);
-    gp_msg_clear(&msg_job_desc, &job);
-    return rc;
+    return job_call(c, GP_OP_API_JOB_GET, o.tenant, o.job, out);
 }
 
 int

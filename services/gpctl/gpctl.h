@@ -122,10 +122,9 @@ int cmd_fault(gpctl *c, int argc, char **argv);
 int cmd_submit(gpctl *c, int argc, char **argv);
 int cmd_cancel(gpctl *c, int argc, char **argv);
 int cmd_watch(gpctl *c, int argc, char **argv);
-/* get jobs / get attempts / describe job: argv after the kind word. */
+/* get jobs / get attempts: argv after the kind word. */
 int cmd_get_jobs(gpctl *c, int argc, char **argv);
 int cmd_get_attempts(gpctl *c, int argc, char **argv);
-int cmd_describe_job(gpctl *c, int argc, char **argv);
 int cmd_get_usage(gpctl *c, int argc, char **argv);
 int cmd_get_statements(gpctl *c, int argc, char **argv);
 int cmd_get_balances(gpctl *c, int argc, char **argv);
@@ -152,8 +151,11 @@ typedef int job_fn(void *arg, const msg_job *job);
 int job_list(gpctl *c, const char *tenant, const msg_job_list_request *filter, job_fn *fn,
              void *arg, char *why, size_t wlen);
 
-/* describe job's text (cmd_describe.c). */
-void describe_job_print(const gpctl *c, const msg_job *job);
+/* describe job's arguments (ID [--tenant T]) parsed, connected, and the
+ * job fetched into out (zeroed first; the caller clears it with
+ * gp_msg_clear), for cmd_describe.c to print.  Exit code; errors are
+ * printed. */
+int job_describe_get(gpctl *c, int argc, char **argv, msg_job *out);
 
 /* "8xH100" for a node's GPUs (cmd_get.c). */
 void node_models(const msg_node *n, char *buf, size_t len);

@@ -1,6 +1,8 @@
 /* gpctl.h -- the gridpool command-line tool: shared declarations.
  *
- *   main.c      global options, the stack's address, dispatch, usage
+ *   main.c      the command table and dispatch (it only dispatches)
+ *   options.c   global options, the stack's address
+ *   help.c      the help texts, usage errors
  *   client.c    the private loop, the bus, synchronous calls, paging
  *   output.c    tables, JSON arrays, formatting of times, sizes, money
  *   cmd_get.c   get (sites, nodes, gpus, pools, products, tenants)
@@ -13,6 +15,11 @@
  *   cmd_billing.c   get usage|statements|balances, describe statement, close period
  *   jobspec.c   a JobSpec from flags and JSON/YAML files (pure)
  *   jobview.c   job rows, "why it waits", event lines, job sums (pure)
+ *
+ * Calls go one way: main.c -> the cmd_ files -> client.c, output.c,
+ * help.c and the pure modules.  cmd_get.c and cmd_describe.c hand some
+ * kinds on to cmd_job.c, cmd_billing.c and cmd_alerts.c, which call
+ * neither back.
  *
  * Exit codes: 0 ok, 1 a request failed, 2 usage error, 3 the control
  * plane cannot be reached (NATS down, no responders, timeout). */
@@ -30,6 +37,11 @@
 #include "output.h"
 
 enum { GPCTL_OK = 0, GPCTL_FAIL = 1, GPCTL_USAGE = 2, GPCTL_UNREACHABLE = 3 };
+
+/* Where the stack's address is read last (written by `make up`). */
+#define GPCTL_DEFAULT_ENV_FILE "./build/run/gp.env"
+/* Arguments kept past the global options; more are dropped. */
+#define GPCTL_MAX_ARGS         256
 
 typedef enum out_fmt { OUT_TABLE, OUT_WIDE, OUT_JSON } out_fmt;
 
@@ -165,11 +177,32 @@ gp_err node_to_json(const msg_node *n, gp_buf *b);
 /* Lists the settable fields of every editable kind (create/update help). */
 void edit_print_fields(FILE *out);
 
-/* ---- main.c ---------------------------------------------------------------- */
+/* ---- options.c -------------------------------------------------------------- */
+
+/* The global options as given (pointers into argv; NULL: not given). */
+typedef struct gpctl_globals {
+    const char *output;
+    const char *timeout;
+    const char *env_file;
+    const char *nats_url;
+    bool        verbose;
+} gpctl_globals;
+
+/* Moves the global options out of argv into g; the rest goes to rest[]
+ * (GPCTL_MAX_ARGS).  After "--" nothing is taken as a global option.
+ * Returns an exit code (usage error printed). */
+int opts_split(int argc, char **argv, gpctl_globals *g, char **rest, int *nrest);
+/* Output format and timeout from g; the stack's address and the NATS
+ * identity from g, an env file or the environment.  Exit code. */
+int opts_apply(gpctl *c, const gpctl_globals *g);
+
+/* ---- help.c ------------------------------------------------------------------ */
 
 /* Prints "gpctl: <msg>" and the verb's usage on stderr; returns 2. */
 int usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints the verb's help on stdout (verb NULL: the overview). */
+/* Prints the verb's help text on stdout (verb NULL: the overview); the
+ * list a command's help ends with (create's fields, submit's flags) is
+ * main.c's to print after it. */
 void usage_print(const char *verb, FILE *out);
 /* True when argv holds -h or --help. */
 bool wants_help(int argc, char **argv);

@@ -200,9 +200,10 @@ CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with
 # NULL, which glibc defines as ((void *)0), a pointer: the UB cppcheck fears
-# (NULL as a plain int 0) cannot happen here.
+# (NULL as a plain int 0) cannot happen here.  Other false positives are
+# suppressed where they are, with the reason (// cppcheck-suppress ID ; why).
 lint:
-	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 \
+	cppcheck --quiet --error-exitcode=1 --inline-suppr --enable=warning,portability --std=c11 \
 	    --suppress=varFuncNullUB -Ishared/include -I$(BUILD)/gen shared/src services
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
 

@@ -464,6 +464,7 @@ find_attempt(agent *a, const char *job, uint32_t num)
 static void
 apply_lists(agent *a, const msg_node_registered *r, uint64_t sent_ms)
 {
+    // cppcheck-suppress ctunullpointer ; on_result calls it only with a reply (err GP_EOK)
     const msg_attempt_ref *keep = r->keep.v, *kill = r->kill.v;
     attempt               *t;
 

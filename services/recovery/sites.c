@@ -392,6 +392,7 @@ page_answered(void *arg, gp_err err, const void *reply, const char *detail)
         r->sites_busy = false;
         return;
     }
+    // cppcheck-suppress nullPointer ; reply is NULL only with an error, which returned above
     for (uint32_t i = 0; i < page->items.n; i++) {
         const msg_site *it = (const msg_site *)page->items.v + i;
         rsite          *s = recovery_site_get(r, it->id);

@@ -681,6 +681,7 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
         reseed_failed(r, gp_err_name(err), detail);
         free(order);
         free(start);
+        free(fill);
         return;
     }
     /* rows by shard (counting sort) */

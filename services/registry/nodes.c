@@ -569,6 +569,7 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     (void)nres;
     if (err != GP_EOK) {
         err = gp_req_fail(req, err, "%s", detail);
+    // cppcheck-suppress nullPointer ; res is NULL only with an error, the branch above
     } else if (PQntuples(res[0]) == 0) {
         err = gp_req_fail(req, GP_ENOTFOUND, "no node '%s'", q->id);
     } else {

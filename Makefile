@@ -202,10 +202,13 @@ CLANG_FORMAT ?= clang-format
 # NULL, which glibc defines as ((void *)0), a pointer: the UB cppcheck fears
 # (NULL as a plain int 0) cannot happen here.  Other false positives are
 # suppressed where they are, with the reason (// cppcheck-suppress ID ; why).
-lint:
+# tools/depcheck.py: no two files of a folder call each other in a circle,
+# read from the objects (so lint builds the programs first).
+lint: $(BINS)
 	cppcheck --quiet --error-exitcode=1 --inline-suppr --enable=warning,portability --std=c11 \
 	    --suppress=varFuncNullUB -Ishared/include -I$(BUILD)/gen shared/src services
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
+	$(PYTHON) tools/depcheck.py --src . $(BUILD)
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_FILES) $(FILES)

@@ -431,3 +431,22 @@ fault_apply(sim *s, const msg_sim_fault *f, uint32_t *applied, char *detail, siz
     *applied = 1;
     return GP_EOK;
 }
+
+/* ---- the control subject: gp.int.sim.fault ------------------------------------- */
+
+static gp_err
+on_fault(gp_req *req, const void *in, void *out)
+{
+    msg_sim_fault_ack *ack = out;
+    char               detail[GP_ERRBUF_LEN] = "";
+    gp_err             rc = fault_apply(gp_req_state(req), in, &ack->applied, detail,
+                                        sizeof(detail));
+
+    GP_SET_HAS(ack, MSG_SIM_FAULT_ACK__APPLIED);
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+const gp_route sim_fault_routes[] = {
+    {GP_OP_SIM_FAULT, on_fault, 0, 0, NULL, NULL},
+    {NULL},
+};

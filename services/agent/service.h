@@ -30,14 +30,13 @@ typedef struct agent_proc {
     gp_binding  *cmds;                 /* its command routes, bound to its node */
 } agent_proc;
 
-/* config.c: the options; prepare checks site and node (exit 78), opens
- * the GPU backend (exit 1 if none) and fills the agent's options (boot id,
- * the node's own reply inbox). */
-extern const gp_cfg_opt agent_cfg_opts[];
-int agent_prepare(void *cfg, void *state);
+extern const gp_cfg_opt agent_cfg_opts[];   /* config.c */
 
-/* start.c: gp_app_main's hooks (state: an agent_proc).  A node the
- * control plane refused for good stops the process with status 1. */
+/* start.c: gp_app_main's hooks (state: an agent_proc).  prepare checks
+ * site and node (exit 78), opens the GPU backend (exit 1 if none) and
+ * fills the agent's options (boot id, the node's own reply inbox).  A node
+ * the control plane refused for good stops the process with status 1. */
+int    agent_prepare(void *cfg, void *state);
 gp_err agent_init(gp_app *app, const void *cfg, void *state);
 void   agent_stop(gp_app *app, void *state);
 void   agent_proc_free(void *state);

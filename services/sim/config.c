@@ -1,13 +1,5 @@
-/* config.c -- gridpool-sim's options (the table gp_app_main loads) and
- * what they give before the chassis starts: the fault script, the
- * workload and the truth file, the fleet built from --sites and --seed
- * (printed, and written with --inventory-out); --dry-run ends there. */
-#include <stdio.h>
-#include <stdlib.h>
-
-#include "gp/clock.h"
+/* config.c -- gridpool-sim's options: the table gp_app_main loads. */
 #include "sim.h"
-#include "workload.h"
 
 const gp_cfg_opt sim_cfg_opts[] = {
     GP_CFG_TABLE(sim_cfg, common, gp_common_cfg_opts),
@@ -44,72 +36,3 @@ const gp_cfg_opt sim_cfg_opts[] = {
                 "run no agents (the workload generator alone); stop once the workload is done"),
     GP_CFG_END
 };
-
-/* The files the run reads and writes: 0, or 78 after saying why. */
-static int
-open_files(const sim_cfg *c, sim *s)
-{
-    char err[256];
-
-    if (c->faults[0] != '\0' && (s->script = faults_load(c->faults, err, sizeof(err))) == NULL) {
-        fprintf(stderr, "gridpool-sim: %s: %s\n", c->faults, err);
-        return 78;
-    }
-    if (c->workload[0] != '\0') {
-        if ((s->wl = calloc(1, sizeof(*s->wl))) == NULL) {
-            fprintf(stderr, "gridpool-sim: out of memory\n");
-            return 1;
-        }
-        workload_defaults(s->wl);
-        if (workload_load(c->workload, s->wl, err, sizeof(err)) != GP_EOK) {
-            fprintf(stderr, "gridpool-sim: %s: %s\n", c->workload, err);
-            return 78;
-        }
-    }
-    if (c->no_fleet && c->workload[0] == '\0') {
-        fprintf(stderr, "gridpool-sim: --no-fleet runs the workload generator alone: give --workload\n");
-        return 78;
-    }
-    if (c->truth[0] != '\0' && !c->dry_run && truth_open(s, c->truth) != 0) {
-        fprintf(stderr, "gridpool-sim: cannot write %s\n", c->truth);
-        return 78;
-    }
-    return 0;
-}
-
-/* The fleet's shape, printed: 0, or 1 after saying why. */
-static int
-build_fleet(const sim_cfg *c, sim *s)
-{
-    if (fleet_build(&s->f, (int)c->sites, c->seed) != 0) {
-        fprintf(stderr, "gridpool-sim: out of memory building the fleet\n");
-        return 1;
-    }
-    if (!c->hub_pools)                 /* build_pools puts the hubs' pools last */
-        while (s->f.npools > 0 && s->f.pools[s->f.npools - 1].scope == MSG_POOL_SCOPE_SITE)
-            s->f.npools--;
-    printf("sim: fleet seed %u: %d sites, %d nodes, %d GPUs, %d pools, %d products\n", c->seed,
-           s->f.nsites, s->f.nnodes, s->f.ngpus, s->f.npools, fleet_nproducts(&s->f));
-    fflush(stdout);
-    if (c->inventory_out[0] != '\0' && fleet_write_inventory(&s->f, c->inventory_out) != 0) {
-        fprintf(stderr, "gridpool-sim: cannot write %s\n", c->inventory_out);
-        return 1;
-    }
-    return 0;
-}
-
-int
-sim_prepare(void *cfg, void *state)
-{
-    const sim_cfg *c = cfg;
-    sim           *s = state;
-    int            code;
-
-    s->cfg = c;
-    s->t_start = gp_mono_s();
-    s->heartbeat_ms = c->heartbeat_ms;
-    s->spread_s = c->spread_ms / 1000.0;
-    if ((code = open_files(c, s)) != 0 || (code = build_fleet(c, s)) != 0)
-        return code;
-    return c->dry_run ? 0 : GP_CFG_CONTINUE;
-}

@@ -142,14 +142,13 @@ typedef struct sim {
     struct wl_run  *wl_run;            /* the workload being submitted */
 } sim;
 
-/* config.c: gp_app_main's prepare hook (state: a sim): the fault script,
- * the workload and the truth file opened, the fleet built and printed
- * (and written with --inventory-out); exit 78 for a bad file, 1 when the
- * fleet cannot be built or written, 0 after --dry-run. */
-int  sim_prepare(void *cfg, void *state);
-
-/* start.c: gp_app_main's other hooks.  start runs the admin phase, then
- * the agents and the workload; stop takes every node down. */
+/* start.c: gp_app_main's hooks (state: a sim).  prepare opens the fault
+ * script, the workload and the truth file, builds and prints the fleet
+ * (and writes it with --inventory-out): exit 78 for a bad file, 1 when
+ * the fleet cannot be built or written, 0 after --dry-run.  start runs
+ * the admin phase, then the agents and the workload; stop takes every
+ * node down. */
+int    sim_prepare(void *cfg, void *state);
 gp_err sim_init(gp_app *app, const void *cfg, void *state);
 void   sim_start(gp_app *app, void *state);
 void   sim_stop(gp_app *app, void *state);

@@ -246,8 +246,9 @@ typedef struct gp_svc_task {
  * checks (and prints) what the service derives from them.  Returns the
  * exit status: 0, or 78 (EX_CONFIG) after saying why on stderr. */
 typedef int    gp_svc_check_fn(void *cfg, void *state);
-/* Before the app exists (no connection yet): what the config alone
- * gives (files read, values derived and checked).  Returns
+/* Before the app exists (no connection yet): what the process needs
+ * first (files read, values derived and checked, a device opened, the
+ * agent's GPUs, the simulator's fleet).  Returns
  * GP_CFG_CONTINUE to go on, or the exit status to end with (78 after
  * saying why on stderr, 1 for a failure, 0 for a run that ends here). */
 typedef int    gp_svc_prepare_fn(void *cfg, void *state);

@@ -37,11 +37,13 @@ LIB_SRC   := $(wildcard shared/src/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 
 # Every folder in services/ is one program; its name maps to the binary.
-# services/agent/ is also a library: the simulator runs the agent's own code.
+# services/agent/ is also a library: the simulator runs the agent's own code
+# (all but the gridpool-agent process' own files: main.c config.c start.c).
 binname    = $(if $(filter gpctl,$(1)),gpctl,gridpool-$(1))
 SERVICES  := $(notdir $(wildcard services/*))
 BINS      := $(foreach s,$(SERVICES),$(BUILD)/bin/$(call binname,$(s)))
-AGENT_LIB_SRC := $(filter-out services/agent/main.c,$(wildcard services/agent/*.c))
+AGENT_PROC_SRC := $(addprefix services/agent/,main.c config.c start.c)
+AGENT_LIB_SRC := $(filter-out $(AGENT_PROC_SRC),$(wildcard services/agent/*.c))
 AGENT_LIB_OBJ := $(AGENT_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/scheduler/*.c))
 SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)

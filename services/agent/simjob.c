@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/duration.h"
 #include "simjob.h"
 
 bool
@@ -14,30 +15,7 @@ simjob_is(const char *command)
 bool
 simjob_dur(const char *s, size_t n, uint64_t *out_ms)
 {
-    char     buf[32], *end;
-    double   x, mul;
-
-    if (n == 0 || n >= sizeof(buf) || s[0] < '0' || s[0] > '9')
-        return false;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    x = strtod(buf, &end);
-    if (end == buf)
-        return false;
-    if (strcmp(end, "ms") == 0)
-        mul = 1;
-    else if (strcmp(end, "s") == 0)
-        mul = 1000;
-    else if (strcmp(end, "m") == 0)
-        mul = 60000;
-    else if (strcmp(end, "h") == 0)
-        mul = 3600000;
-    else
-        return false;
-    if (!(x >= 0) || x * mul > (double)SIMJOB_MAX_DUR_MS)
-        return false;
-    *out_ms = (uint64_t)(x * mul + 0.5);
-    return true;
+    return gp_duration_parse(s, n, 0, SIMJOB_MAX_DUR_MS, out_ms) == GP_EOK;
 }
 
 static bool

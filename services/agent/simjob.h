@@ -16,8 +16,8 @@
  *   load=P         GPU utilization in percent, 0..100 (default 95)
  *   hang           ignores the stop (SIGTERM-equivalent) until the grace kill
  *   start_fail     refuses to start (the attempt is failed_to_start)
- * DUR is a number with a unit: ms, s, m or h ("1500ms", "300s", "5m",
- * "2h"); a bare number is refused.  Anything else (unknown key, repeated
+ * DUR is a number with a unit: ms, s, m or h ("1500ms", "300s", "0.5s",
+ * "5m", "2h": gp/duration.h), at most a year; a bare number is refused.  Anything else (unknown key, repeated
  * key, bad value, nothing after "sim:" is fine: it runs until stopped) is
  * refused with INVAL and a detail that starts with "command:". */
 #ifndef GP_AGENT_SIMJOB_H
@@ -50,7 +50,8 @@ typedef struct simjob_spec {
 bool   simjob_is(const char *command);
 /* Parses a "sim:" command.  INVAL with detail ("command: ...") on bad input. */
 gp_err simjob_parse(const char *command, simjob_spec *out, char *detail, size_t dlen);
-/* "300s" -> 300000; false on junk or no unit. */
+/* "300s" -> 300000 (gp_duration_parse, units required, at most
+ * SIMJOB_MAX_DUR_MS); false on junk, no unit or too long. */
 bool   simjob_dur(const char *s, size_t n, uint64_t *out_ms);
 
 #endif

@@ -80,8 +80,21 @@ typedef struct alerting {
 #define AL_SITES_CAP 16384
 #define AL_NODES_CAP 65536
 
+/* config.c: the options; check (--check-config) prints the rules in
+ * force; prepare loads them, parses the Alertmanager URL and makes the
+ * site and telemetry tables (exit 78 for a bad rule or URL). */
+extern const gp_cfg_opt alerting_cfg_opts[];
+int alerting_check(void *cfg, void *state);
+int alerting_prepare(void *cfg, void *state);
+
+/* start.c: gp_app_main's hooks (state: an alerting).  start reads the
+ * site inventory once serving starts. */
+gp_err alerting_init(gp_app *app, const void *cfg, void *state);
+void   alerting_start(gp_app *app, void *state);
+void   alerting_free(void *state);
+
 extern const gp_migration alerting_migrations[];
-extern const gp_stream_cfg alerting_streams[];
+extern const gp_stream_cfg alerting_streams[];       /* inputs.c */
 extern const gp_route      alerting_input_routes[];
 
 /* alerts.c */

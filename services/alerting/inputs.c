@@ -19,6 +19,34 @@
 #include "alerting.h"
 #include "diag.h"
 
+/* ---- the streams the service declares ------------------------------------------- */
+
+static char        fleet_site[GP_MAX_SUBJECT] = GP_PAT_RECOVERY_SITE;
+static char        fleet_iso[GP_MAX_SUBJECT] = GP_PAT_RECOVERY_ISOLATION;
+static char        fleet_node[GP_MAX_SUBJECT] = GP_PAT_NODE_STATE;
+static const char *fleet_subjects[] = {fleet_site, fleet_iso, fleet_node, NULL};
+static char        usage_subject[GP_MAX_SUBJECT] = GP_PAT_USAGE_RECORD;
+static const char *usage_subjects[] = {usage_subject, NULL};
+static char        alerts_subject[GP_MAX_SUBJECT] = GP_PAT_ALERT;
+static const char *alerts_subjects[] = {alerts_subject, NULL};
+
+/* FLEET: a week of what the fleet reported (read here); ALERTS:
+ * a month of alert events, a republish within 10 minutes (a claim that
+ * lapsed mid-publish) stored once. */
+const gp_stream_cfg alerting_streams[] = {
+    {.name = "FLEET", .subjects = (const char **)fleet_subjects, .max_age_s = 7 * 24 * 3600,
+     .duplicate_window_s = 120, .memory = false},
+    {.name = "ALERTS", .subjects = (const char **)alerts_subjects, .max_age_s = 30 * 24 * 3600,
+     .duplicate_window_s = 600, .memory = false},
+    /* the scheduler's (its sched_streams entry, the same) */
+    {.name = "JOBS", .subjects = (const char **)alerting_jobs_subjects,
+     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 120, .memory = false},
+    /* metering's (its metering_streams entry, the same) */
+    {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
+     .duplicate_window_s = 600, .memory = false},
+    {.name = NULL},
+};
+
 /* ---- the site inventory: site -> region ------------------------------------------ */
 
 static al_site *

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/duration.h"
 #include "msg_gen.h"
 
 /* The rules shipped.  SiteUnreachable waits 30 s: a control-plane
@@ -137,32 +138,16 @@ bad(char *err, size_t n, int line, const char *fmt, ...)
     return GP_EINVAL;
 }
 
-/* "500ms" "30s" "5m" "1h" -> ms; false if malformed or over a day */
+/* "500ms" "30s" "5m" "1h" -> ms (gp/duration.h); false if malformed or
+ * over a day */
 static bool
 parse_duration(const char *s, uint32_t *ms)
 {
-    char              *end;
-    unsigned long long v, mul;
+    uint64_t v;
 
-    if (!isdigit((unsigned char)s[0]))
+    if (gp_duration_parse(s, strlen(s), 0, 86400000, &v) != GP_EOK)
         return false;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return false;
-    if (strcmp(end, "ms") == 0)
-        mul = 1;
-    else if (strcmp(end, "s") == 0)
-        mul = 1000;
-    else if (strcmp(end, "m") == 0)
-        mul = 60000;
-    else if (strcmp(end, "h") == 0)
-        mul = 3600000;
-    else
-        return false;
-    if (v > 86400000ull / mul)
-        return false;
-    *ms = (uint32_t)(v * mul);
+    *ms = (uint32_t)v;
     return true;
 }
 

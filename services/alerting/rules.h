@@ -20,7 +20,7 @@
  * the labels service= and instance=; fleet: none).  A rule holds for an
  * entity while the entity's last reported value matches (== one of the
  * values, != none of them); it fires once it has held for `for`.
- * Durations: 500ms, 30s, 5m, 1h.  Labels: "-" or k=v,k=v.  A summary's
+ * Durations (gp/duration.h): 500ms, 30s, 1.5m, 1h, at most a day.  Labels: "-" or k=v,k=v.  A summary's
  * {placeholders}: site, region, node, tenant, service, instance, cause,
  * reason, sites_silent, sites.
  *

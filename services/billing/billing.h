@@ -56,6 +56,15 @@ typedef struct billing {
     uint64_t          *m_transfers, *m_credits;
 } billing;
 
+/* config.c */
+extern const gp_cfg_opt billing_cfg_opts[];
+
+/* start.c: gp_app_main's hooks (state: a billing).  start reads the price
+ * book and the latency tiers once serving starts. */
+gp_err billing_init(gp_app *app, const void *cfg, void *state);
+void   billing_start(gp_app *app, void *state);
+void   billing_free(void *state);
+
 /* sites.c */
 typedef void billing_site_cb(void *arg, gp_err err, const bill_site *s, const char *detail);
 void   billing_site_get(billing *b, const char *site, billing_site_cb *cb, void *arg);

@@ -56,6 +56,13 @@ typedef struct metering {
     double             *m_frozen, *m_publishing;
 } metering;
 
+/* config.c */
+extern const gp_cfg_opt metering_cfg_opts[];
+
+/* start.c: gp_app_main's init and free hooks (state: a metering). */
+gp_err metering_init(gp_app *app, const void *cfg, void *state);
+void   metering_free(void *state);
+
 /* beat.c */
 extern const gp_route metering_beat_routes[];
 gp_err metering_beat_start(metering *m);

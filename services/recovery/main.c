@@ -1,101 +1,35 @@
-/* main.c -- gridpool-recovery: config table, tasks, run.  What it does:
- * recovery.h; the domain is in sites.c (site events, isolation) and
- * replace.c (lost nodes replaced through the scheduler). */
-#include <stdlib.h>
-
+/* main.c -- gridpool-recovery: the service as gp_app_main runs it.  What it
+ * does: recovery.h; the domain is in sites.c (site events, isolation),
+ * replace.c (lost nodes replaced through the scheduler) and leaf.c, its
+ * options in config.c, its state in start.c. */
 #include "gp/app.h"
 #include "recovery.h"
 
 #define RECOVERY_VERSION "0.1.0"
 
-const gp_cfg_opt recovery_cfg_opts[] = {
-    GP_CFG_TABLE(recovery_cfg, common, gp_common_cfg_opts),
-    GP_CFG_UINT("replace-ms", recovery_cfg, replace_ms, 250, 20, 60000,
-                "how often lost nodes due for replacement are looked for"),
-    GP_CFG_UINT("replace-batch", recovery_cfg, replace_batch, 32, 1, 1000,
-                "lost nodes claimed per pass"),
-    GP_CFG_UINT("site-rate", recovery_cfg, site_rate, 120, 1, 1000000,
-                "node replacements per site and minute, at most"),
-    GP_CFG_UINT("region-rate", recovery_cfg, region_rate, 1200, 1, 1000000,
-                "node replacements per region and minute, at most"),
-    GP_CFG_UINT("sites-ms", recovery_cfg, sites_ms, 60000, 1000, 3600000,
-                "how often the site inventory (regions, nodes per site) is reloaded"),
-    GP_CFG_UINT("site-window-ms", recovery_cfg, site_window_ms, 30000, 1000, 3600000,
-                "nodes of a site lost within this window make one site event"),
-    GP_CFG_UINT("site-share-pct", recovery_cfg, site_share_pct, 50, 1, 100,
-                "share of a site's nodes lost that makes it unreachable"),
-    GP_CFG_UINT("isolation-pct", recovery_cfg, isolation_pct, 30, 1, 100,
-                "share of all sites unreachable at once that freezes rescheduling"),
-    GP_CFG_UINT("isolation-window-ms", recovery_cfg, isolation_window_ms, 60000, 1000, 3600000,
-                "sites unreachable within this window count as at once"),
-    GP_CFG_UINT("isolation-min-sites", recovery_cfg, isolation_min_sites, 3, 1, 1000000,
-                "...and at least this many sites (in a small fleet one site is a large share)"),
-    GP_CFG_UINT("thaw-ms", recovery_cfg, thaw_ms, 120000, 0, 3600000,
-                "after a freeze, replacements stay rate-limited this long"),
-    GP_CFG_UINT("thaw-rate", recovery_cfg, thaw_rate, 300, 1, 1000000,
-                "node replacements a minute, fleet-wide, while thawing"),
-    GP_CFG_STR("leafz-urls", recovery_cfg, leafz_urls, "",
-               "the hub servers' monitoring URLs (http://host:8222, comma-separated): their "
-               "/leafz says which sites' leaf links are up; empty: no leaf evidence"),
-    GP_CFG_UINT("leafz-ms", recovery_cfg, leafz_ms, 2000, 200, 600000,
-                "how often /leafz is read"),
-    GP_CFG_UINT("leaf-dead-ms", recovery_cfg, leaf_dead_ms, 15000, 0, 600000,
-                "how long the hub may take to see a dead leaf link (its ping interval x "
-                "max pings out): a site whose nodes went silent with its link still up this "
-                "long lost its nodes, not its network"),
-    GP_CFG_END
+/* and "leafz" when leafz-urls is set (recovery_init) */
+static const gp_svc_task recovery_tasks[] = {
+    GP_SVC_TASK("sites", recovery_cfg, sites_ms, recovery_sites_run),
+    GP_SVC_TASK("replace", recovery_cfg, replace_ms, recovery_replace_run),
+    GP_SVC_TASKS_END,
 };
 
-/* Reads of /leafz still out hold watchers on the loop: cancelled before
- * it goes. */
-static void
-on_stop(gp_app *app, void *arg)
-{
-    (void)app;
-    recovery_leaf_free(arg);
-}
+static const gp_service recovery_service = {
+    .name = "recovery",
+    .version = RECOVERY_VERSION,
+    GP_SVC_CFG(recovery_cfg, common, recovery_cfg_opts),
+    .state_size = sizeof(recovery),
+    .needs = GP_NEED_REDIS | GP_NEED_PG,
+    .migrations = recovery_migrations,
+    .tasks = recovery_tasks,
+    .init = recovery_init,
+    .start = recovery_start,
+    .stop = recovery_stop,
+    .free = recovery_free,
+};
 
 int
 main(int argc, char **argv)
 {
-    recovery_cfg cfg;
-    recovery     r = {0};
-    gp_app      *app = NULL;
-    int          code;
-    gp_err       rc;
-
-    gp_cfg_load("gridpool-recovery", recovery_cfg_opts, &cfg, argc, argv, NULL, &code);
-    if (code != GP_CFG_CONTINUE)
-        return code;
-    rc = gp_app_new("recovery", RECOVERY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
-                    recovery_migrations, &app);
-    if (rc == GP_EOK) {
-        r.app = app;
-        r.cfg = &cfg;
-        recovery_replace_start(&r);
-        rc = recovery_sites_start(&r);
-    }
-    if (rc == GP_EOK)
-        rc = recovery_leaf_start(&r);
-    if (rc == GP_EOK)
-        gp_app_on_stop(app, on_stop, &r);
-    if (rc == GP_EOK && r.leaf != NULL &&
-        gp_app_every(app, "leafz", cfg.leafz_ms / 1000.0, recovery_leaf_run, &r) == NULL)
-        rc = GP_ENOMEM;
-    if (rc == GP_EOK &&
-        (gp_app_every(app, "sites", cfg.sites_ms / 1000.0, recovery_sites_run, &r) == NULL ||
-         gp_app_every(app, "replace", cfg.replace_ms / 1000.0, recovery_replace_run, &r) == NULL))
-        rc = GP_ENOMEM;
-    if (rc == GP_EOK) {
-        recovery_load_lost(&r);
-        recovery_sites_run(app, &r);
-        rc = gp_app_serve(app, &r, NULL);
-    }
-    if (rc == GP_EOK)
-        rc = gp_app_run(app);
-    gp_app_free(app);                      /* the bus frees its subscriptions */
-    recovery_leaf_free(&r);                /* no-op: the stop hook freed it */
-    recovery_sites_free(&r);
-    gp_lib_close();
-    return rc == GP_EOK ? 0 : 1;
+    return gp_app_main(&recovery_service, argc, argv);
 }

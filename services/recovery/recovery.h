@@ -42,7 +42,7 @@ typedef struct recovery_cfg {
     unsigned      leaf_dead_ms;        /* how long the hub may take to see a dead leaf link */
 } recovery_cfg;
 
-extern const gp_cfg_opt recovery_cfg_opts[];
+extern const gp_cfg_opt recovery_cfg_opts[];       /* config.c */
 extern const gp_migration recovery_migrations[];
 
 /* A leaf connection's key: "<hub>|<ip>|<port>". */
@@ -174,6 +174,14 @@ void   recovery_leaf_free(recovery *r);
 bool   recovery_leaf_wait(recovery *r, const rsite *s);
 /* The leaf evidence of s, for an event ("" when there is none). */
 void   recovery_leaf_evidence(recovery *r, const rsite *s, char *out, size_t n);
+
+/* start.c: gp_app_main's hooks (state: a recovery).  start loads the lost
+ * nodes and the site inventory once serving starts; stop cancels the
+ * /leafz reads. */
+gp_err recovery_init(gp_app *app, const void *cfg, void *state);
+void   recovery_start(gp_app *app, void *state);
+void   recovery_stop(gp_app *app, void *state);
+void   recovery_free(void *state);
 
 /* replace.c: lost nodes in PostgreSQL, replaced through the scheduler */
 void recovery_replace_start(recovery *r);

@@ -1,89 +1,38 @@
-/* main.c -- gridpool-registry: config table, routes, run. */
-#include <stdio.h>
-#include <stdlib.h>
-
+/* main.c -- gridpool-registry: the service as gp_app_main runs it.  What it
+ * does: registry.h; its options and the detector's settings config.c, its
+ * state start.c. */
 #include "gp/app.h"
 #include "registry.h"
 
 #define REGISTRY_VERSION "0.1.0"
 
-const gp_cfg_opt registry_cfg_opts[] = {
-    GP_CFG_TABLE(registry_cfg, common, gp_common_cfg_opts),
-    GP_CFG_UINT("heartbeat-ms", registry_cfg, heartbeat_ms, 5000, 100, 600000, "heartbeat interval handed to agents"),
-    GP_CFG_UINT("detect-floor-ms", registry_cfg, detect_floor_ms, 0, 0, 3600000, "a node is never suspect sooner after its last heartbeat (0: 2 x heartbeat-ms + 1 s)"),
-    GP_CFG_UINT("detect-ceiling-ms", registry_cfg, detect_ceiling_ms, 0, 0, 3600000, "...nor later, however jittery its history (0: 6 x heartbeat-ms)"),
-    GP_CFG_UINT("detect-k", registry_cfg, detect_k, 4, 1, 16, "deviations of a node's heartbeat interval above its mean before it is suspect"),
-    GP_CFG_UINT("lost-ms", registry_cfg, lost_ms, 0, 0, 3600000, "no contact (heartbeat or lease renewal) this long, and suspect: lost (0: 2 x heartbeat-ms + 500 ms)"),
-    GP_CFG_UINT("lease-ms", registry_cfg, lease_ms, 9000, 1000, 3600000, "attempt lease handed to agents (the scheduler's lease-ms)"),
-    GP_CFG_UINT("quarantine-xids", registry_cfg, q_xids, 3, 1, 1000, "bad-GPU XIDs (gp/xid.h) within quarantine-window-ms that quarantine a node (XID 79 or a lost GPU: at once)"),
-    GP_CFG_UINT("quarantine-window-ms", registry_cfg, q_window_ms, 600000, 1000, 86400000, "the window of quarantine-xids"),
-    GP_CFG_UINT("quarantine-dbe", registry_cfg, q_dbe, 1, 1, 1000000, "new uncorrectable (double-bit) ECC errors in one heartbeat that quarantine a node"),
-    GP_CFG_UINT("quarantine-flaps", registry_cfg, q_flaps, 3, 1, 1000, "returns from lost within quarantine-flap-window-ms that quarantine a flapping node"),
-    GP_CFG_UINT("quarantine-flap-window-ms", registry_cfg, q_flap_window_ms, 600000, 1000, 86400000, "the window of quarantine-flaps"),
-    GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
-    GP_CFG_UINT("history-days", registry_cfg, history_days, 90, 1, 36500, "node state history (node_transitions) kept this many days"),
-    GP_CFG_UINT("history-trim-ms", registry_cfg, history_ms, 600000, 100, 86400000, "how often older history is deleted (a batch of 20,000 rows each time)"),
-    GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
-    GP_CFG_END
+static const gp_svc_task registry_tasks[] = {
+    GP_SVC_TASK("sweep", registry_cfg, sweep_ms, registry_live_cron),
+    GP_SVC_TASK("history", registry_cfg, history_ms, registry_history_trim),
+    GP_SVC_TASKS_END,
 };
 
-/* The detector's settings: defaults scaled from the heartbeat interval
- * (gp/detect.h), each replaced by its option when set; NULL or why they
- * cannot work. */
-static const char *
-detect_setup(registry *r, const registry_cfg *cfg)
-{
-    gp_detect_cfg *d = &r->detect;
-    const char    *why;
+static const gp_route *const registry_routes[] = {
+    registry_admin_routes, registry_node_routes, NULL,
+};
 
-    gp_detect_cfg_default(d, cfg->heartbeat_ms);
-    d->floor_ms = cfg->detect_floor_ms ? cfg->detect_floor_ms : d->floor_ms;
-    d->ceiling_ms = cfg->detect_ceiling_ms ? cfg->detect_ceiling_ms : d->ceiling_ms;
-    d->k = cfg->detect_k;
-    d->lost_ms = cfg->lost_ms ? cfg->lost_ms : d->lost_ms;
-    if ((why = gp_detect_cfg_check(d)) != NULL)
-        return why;
-    snprintf(r->detect_args, sizeof(r->detect_args), "%u %u %u %u %u", d->interval_ms,
-             d->floor_ms, d->ceiling_ms, d->k, d->lost_ms);
-    snprintf(r->sweep_frozen_args, sizeof(r->sweep_frozen_args), "%s 1", r->detect_args);
-    snprintf(r->q_window, sizeof(r->q_window), "%u", cfg->q_window_ms);
-    snprintf(r->q_flap_window, sizeof(r->q_flap_window), "%u", cfg->q_flap_window_ms);
-    return NULL;
-}
+static const gp_service registry_service = {
+    .name = "registry",
+    .version = REGISTRY_VERSION,
+    GP_SVC_CFG(registry_cfg, common, registry_cfg_opts),
+    .state_size = sizeof(registry),
+    .needs = GP_NEED_REDIS | GP_NEED_PG,
+    .migrations = registry_migrations,
+    .routes = registry_routes,
+    .tasks = registry_tasks,
+    .prepare = registry_prepare,
+    .init = registry_init,
+    .stop = registry_states_stop,        /* the state queue is written first */
+    .free = registry_free,
+};
 
 int
 main(int argc, char **argv)
 {
-    registry_cfg cfg;
-    registry     reg = {0};
-    gp_app      *app = NULL;
-    int          code;
-    gp_err       rc;
-    const char  *why;
-
-    gp_cfg_load("gridpool-registry", registry_cfg_opts, &cfg, argc, argv, NULL, &code);
-    if (code != GP_CFG_CONTINUE)
-        return code;
-    if ((why = detect_setup(&reg, &cfg)) != NULL) {
-        fprintf(stderr, "gridpool-registry: failure detector: %s\n", why);
-        return 2;
-    }
-    rc = gp_app_new("registry", REGISTRY_VERSION, &cfg.common, GP_NEED_REDIS | GP_NEED_PG,
-                    registry_migrations, &app);
-    if (rc == GP_EOK) {
-        reg.app = app;
-        reg.cfg = &cfg;
-        registry_states_start(&reg);
-        registry_live_start(&reg);
-        gp_app_on_stop(app, registry_states_stop, &reg);   /* the state queue is written first */
-        gp_app_every(app, "sweep", cfg.sweep_ms / 1000.0, registry_live_cron, &reg);
-        gp_app_every(app, "history", cfg.history_ms / 1000.0, registry_history_trim, &reg);
-        rc = gp_app_serve(app, &reg, registry_admin_routes, registry_node_routes, NULL);
-    }
-    if (rc == GP_EOK)
-        rc = gp_app_run(app);
-    gp_app_free(app);
-    registry_nodes_free(&reg);
-    gp_lib_close();
-    return rc == GP_EOK ? 0 : 1;
+    return gp_app_main(&registry_service, argc, argv);
 }

@@ -36,7 +36,10 @@ typedef struct registry_cfg {
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
 } registry_cfg;
 
+/* config.c: the options; prepare: the detector's settings (r->detect and
+ * the scripts' arguments), or exit 2 saying why they cannot work. */
 extern const gp_cfg_opt registry_cfg_opts[];
+int registry_prepare(void *cfg, void *state);
 extern const gp_migration registry_migrations[];   /* migrate.c */
 
 /* A node state change waiting to be written to PostgreSQL: the node's
@@ -197,5 +200,9 @@ gp_err registry_live_adm(registry *r, const char *site, const char *node, const 
 
 /* nodes.c */
 void registry_nodes_free(registry *r);
+
+/* start.c: gp_app_main's init and free hooks (state: a registry). */
+gp_err registry_init(gp_app *app, const void *cfg, void *state);
+void   registry_free(void *state);
 
 #endif

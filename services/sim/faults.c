@@ -4,7 +4,7 @@
  * Script lines:  <at> <kind> key=value ...      ("#" starts a comment)
  *   30s site_power_cut site=s0007 duration=60s
  *   45s gpu_xid node=s0003-n01 gpu=0 code=79
- * Times and durations take ms, s, m or h (a bare number is ms); <at> is
+ * Times and durations take ms, s, m or h (a bare number is ms; gp/duration.h); <at> is
  * counted from the moment the agents start.  Keys: site node gpu code
  * count duration delay_ms jitter_ms period.  The script is read once and
  * the same script gives the same faults at the same times. */
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/duration.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "sim.h"
@@ -42,26 +43,16 @@ struct sim_undo {
     int       target;                  /* site or node index */
 };
 
-/* "60s" -> 60000; false on junk. */
+/* "60s" -> 60000, a bare number is ms (gp/duration.h); false on junk or
+ * past 2^32 ms, what a fault's fields hold. */
 static bool
 parse_ms(const char *v, uint32_t *out)
 {
-    char  *end;
-    double x = strtod(v, &end), mul = 1;
+    uint64_t ms;
 
-    if (end == v || x < 0)
+    if (gp_duration_parse(v, strlen(v), GP_DUR_BARE_MS, UINT32_MAX, &ms) != GP_EOK)
         return false;
-    if (strcmp(end, "s") == 0)
-        mul = 1000;
-    else if (strcmp(end, "m") == 0)
-        mul = 60000;
-    else if (strcmp(end, "h") == 0)
-        mul = 3600000;
-    else if (*end != '\0' && strcmp(end, "ms") != 0)
-        return false;
-    if (x * mul > 4294967295.0)
-        return false;
-    *out = (uint32_t)(x * mul + 0.5);
+    *out = (uint32_t)ms;
     return true;
 }
 
@@ -440,3 +431,22 @@ fault_apply(sim *s, const msg_sim_fault *f, uint32_t *applied, char *detail, siz
     *applied = 1;
     return GP_EOK;
 }
+
+/* ---- the control subject: gp.int.sim.fault ------------------------------------- */
+
+static gp_err
+on_fault(gp_req *req, const void *in, void *out)
+{
+    msg_sim_fault_ack *ack = out;
+    char               detail[GP_ERRBUF_LEN] = "";
+    gp_err             rc = fault_apply(gp_req_state(req), in, &ack->applied, detail,
+                                        sizeof(detail));
+
+    GP_SET_HAS(ack, MSG_SIM_FAULT_ACK__APPLIED);
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
+const gp_route sim_fault_routes[] = {
+    {GP_OP_SIM_FAULT, on_fault, 0, 0, NULL, NULL},
+    {NULL},
+};

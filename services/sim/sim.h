@@ -91,11 +91,38 @@ void  fleet_pool(const fleet *f, int i, msg_pool *out);
 int   fleet_nproducts(const fleet *f);
 void  fleet_product(const fleet *f, int i, msg_product *out);
 
+/* ---- the simulator's options (config.c) --------------------------------- */
+
+typedef struct sim_cfg {
+    gp_common_cfg common;
+    unsigned      sites;
+    unsigned      seed;
+    char          faults[512];
+    char          inventory_out[512];
+    unsigned      heartbeat_ms;
+    unsigned      spread_ms;
+    bool          admin;
+    unsigned      admin_window;
+    unsigned      admin_wait_ms;
+    bool          dry_run;
+    char          truth[512];
+    char          workload[512];
+    bool          no_fleet;
+    bool          hub_pools;
+    bool          admin_only;
+} sim_cfg;
+
+extern const gp_cfg_opt sim_cfg_opts[];
+
 /* ---- the running simulator ------------------------------------------- */
 
 typedef struct sim_undo sim_undo;
+typedef struct sim_admin sim_admin;
+struct workload;
+struct wl_run;
 
 typedef struct sim {
+    const sim_cfg  *cfg;
     gp_app         *app;
     struct ev_loop *loop;
     gp_bus         *bus;
@@ -110,13 +137,44 @@ typedef struct sim {
     FILE           *truth;             /* --truth: one JSON line per ended attempt */
     unsigned        truth_lines;
     bool            stopping;          /* the simulator stops: running attempts end "sim_stop" */
+    sim_admin      *admin;             /* the admin phase (admin.c) */
+    struct workload *wl;               /* --workload, else NULL */
+    struct wl_run  *wl_run;            /* the workload being submitted */
 } sim;
 
-void sim_node_up(sim *s, int i, double delay_s);
-void sim_node_down(sim *s, int i);
+/* start.c: gp_app_main's hooks (state: a sim).  prepare opens the fault
+ * script, the workload and the truth file, builds and prints the fleet
+ * (and writes it with --inventory-out): exit 78 for a bad file, 1 when
+ * the fleet cannot be built or written, 0 after --dry-run.  start runs
+ * the admin phase, then the agents and the workload; stop takes every
+ * node down. */
+int    sim_prepare(void *cfg, void *state);
+gp_err sim_init(gp_app *app, const void *cfg, void *state);
+void   sim_start(gp_app *app, void *state);
+void   sim_stop(gp_app *app, void *state);
+void   sim_free(void *state);
+
+/* nodes.c: the simulated nodes, each the agent's own code. */
+void   sim_node_up(sim *s, int i, double delay_s);
+void   sim_node_down(sim *s, int i);
 /* Binds (up) or unbinds the node's command routes: a node that is down has
  * no subscription (a cut uplink or a hang keeps it: requests time out). */
-void sim_node_link(sim *s, int i, bool up);
+void   sim_node_link(sim *s, int i, bool up);
+gp_err sim_nodes_declare(gp_app *app);
+/* Every node's GPUs made, and its agent started within spread_s. */
+void   sim_nodes_start(sim *s);
+void   sim_nodes_down(sim *s);
+/* The GPUs (after the agents are gone). */
+void   sim_nodes_free(sim *s);
+
+/* admin.c: the registry learns the fleet (when create; else nothing is
+ * sent), a window of requests at once, waiting up to wait_ms for a
+ * registry that is not up yet; then done(s), once.  new makes s->admin. */
+typedef void sim_admin_done(sim *s);
+gp_err sim_admin_new(sim *s);
+void   sim_admin_start(sim *s, bool create, unsigned window, unsigned wait_ms,
+                       sim_admin_done *done);
+void   sim_admin_free(sim *s);
 
 /* truth.c: the ground truth of delivered GPU time and energy, from the
  * simulator's own model (see truth.c for the line format). */
@@ -134,5 +192,7 @@ void        faults_free(sim *s);
 /* Applies one fault now; returns OK with *applied, or NOTFOUND/INVAL. */
 gp_err      fault_apply(sim *s, const msg_sim_fault *f, uint32_t *applied, char *detail,
                         size_t dlen);
+/* gp.int.sim.fault: fault_apply on request (state: the sim). */
+extern const gp_route sim_fault_routes[];
 
 #endif

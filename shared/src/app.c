@@ -887,8 +887,7 @@ on_db_refused(void *arg, gp_err err, const char *detail)
 
     (void)detail;                           /* db.c logged it (pg_schema_refused) */
     GP_ERROR("start_refused", "code=%s", gp_err_name(err));
-    app->exit_rc = err;
-    gp_app_stop(app);
+    gp_app_fail(app, err);
 }
 
 static gp_err
@@ -1064,6 +1063,15 @@ gp_task_kick(gp_task *t)
 {
     if (t != NULL && !t->app->stopping && !ev_is_active(&t->kick))
         ev_timer_start(t->app->loop, &t->kick);
+}
+
+gp_task *
+gp_app_task(gp_app *app, const char *name)
+{
+    for (gp_task *t = app->tasks; t != NULL; t = t->next)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
 }
 
 static void
@@ -1355,19 +1363,13 @@ presence_start(gp_app *app)
     return GP_EOK;
 }
 
-gp_err
-gp_app_serve(gp_app *app, void *state, ...)
+/* What gp_app_serve does once the service's tables are subscribed (rc:
+ * how that went): the health route, presence, the streams. */
+static gp_err
+serve_rest(gp_app *app, gp_err rc)
 {
     static const gp_route health = {.op = NULL, .fn = on_health};
-    va_list ap;
-    gp_err  rc = GP_EOK;
 
-    app->state = state;
-    va_start(ap, state);
-    for (const gp_route *t = va_arg(ap, const gp_route *); t != NULL && rc == GP_EOK;
-         t = va_arg(ap, const gp_route *))
-        rc = serve_table(app, t);
-    va_end(ap);
     if (rc == GP_EOK) {
         app->health_route = health;
         app->health_route.op = app->health_op;
@@ -1384,6 +1386,32 @@ gp_app_serve(gp_app *app, void *state, ...)
         streams_ensure(app);
     }
     return rc;
+}
+
+gp_err
+gp_app_serve(gp_app *app, void *state, ...)
+{
+    va_list ap;
+    gp_err  rc = GP_EOK;
+
+    app->state = state;
+    va_start(ap, state);
+    for (const gp_route *t = va_arg(ap, const gp_route *); t != NULL && rc == GP_EOK;
+         t = va_arg(ap, const gp_route *))
+        rc = serve_table(app, t);
+    va_end(ap);
+    return serve_rest(app, rc);
+}
+
+gp_err
+gp_app_serve_tables(gp_app *app, void *state, const gp_route *const *tables)
+{
+    gp_err rc = GP_EOK;
+
+    app->state = state;
+    for (; tables != NULL && *tables != NULL && rc == GP_EOK; tables++)
+        rc = serve_table(app, *tables);
+    return serve_rest(app, rc);
 }
 
 gp_err
@@ -1542,6 +1570,13 @@ gp_app_stop(gp_app *app)
 }
 
 void
+gp_app_fail(gp_app *app, gp_err why)
+{
+    app->exit_rc = why != GP_EOK ? why : GP_EINTERNAL;
+    gp_app_stop(app);
+}
+
+void
 gp_app_hold(gp_app *app)
 {
     app->holds++;
@@ -1610,6 +1645,7 @@ gp_db *gp_app_db(gp_app *app) { return app->db; }
 gp_metrics *gp_app_metrics(gp_app *app) { return app->metrics; }
 const gp_common_cfg *gp_app_cfg(gp_app *app) { return &app->cfg; }
 const char *gp_app_service(gp_app *app) { return app->service; }
+const char *gp_app_version(gp_app *app) { return app->version; }
 const char *gp_app_instance(gp_app *app) { return app->instance; }
 
 int

@@ -4,9 +4,11 @@
  * (contract operations -> handlers) into subscribed, validated, counted,
  * deadline-bound handlers, plain or from JetStream durable consumers.
  *
- * A service's main.c loads its config table, calls gp_app_new, builds
- * its state, adds its tasks and streams, calls gp_app_serve with its
- * route tables, and gp_app_run.
+ * A service's main.c is a gp_service descriptor (its config table,
+ * needs, streams, route tables, periodic tasks and hooks) handed to
+ * gp_app_main, which loads the config, calls gp_app_new, the hooks,
+ * gp_app_every, gp_app_streams, gp_app_serve and gp_app_run in that one
+ * order (the functions below, for a program that needs another shape).
  * Handlers never touch NATS or msgpack: they get a decoded request and
  * fill a zeroed reply struct.
  *
@@ -15,6 +17,7 @@
 #define GP_APP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gp/bus.h"
@@ -134,6 +137,9 @@ gp_task *gp_app_every(gp_app *app, const char *name, double period_s, gp_cron_fn
 /* Runs the task on the next loop iteration as well as on its period (a
  * trigger, e.g. "capacity changed"); several kicks before it runs are one run. */
 void     gp_task_kick(gp_task *t);
+/* The task of that name, or NULL: for a service whose tasks gp_app_main
+ * added from its table and which kicks one. */
+gp_task *gp_app_task(gp_app *app, const char *name);
 
 /* Called when the NATS connection goes down or comes back (the agent
  * renews its lease at once when it is back). */
@@ -159,6 +165,8 @@ gp_err gp_app_streams(gp_app *app, const gp_stream_cfg *streams);
  * subscribes its op's pattern (every parameter a wildcard). */
 gp_err gp_app_serve(gp_app *app, void *state, ...)
     __attribute__((sentinel));
+/* The same with the tables in a NULL-terminated array (NULL: none). */
+gp_err gp_app_serve_tables(gp_app *app, void *state, const gp_route *const *tables);
 
 /* The health route answers on op with params bound instead of
  * gp.int.health.<service> (the agent answers on its node's subject).
@@ -184,6 +192,9 @@ void   gp_app_unbind(gp_binding *b);
  * served, declared or bound, and returns at once. */
 gp_err gp_app_run(gp_app *app);
 void   gp_app_stop(gp_app *app);
+/* Stops as gp_app_stop does, and gp_app_run then returns why (INTERNAL
+ * if why is OK): the service refuses to go on and its process fails. */
+void   gp_app_fail(gp_app *app, gp_err why);
 void   gp_app_free(gp_app *app);
 /* At process exit, after the last gp_app_free: releases the NATS
  * library's own threads and memory (so valgrind sees a clean exit). */
@@ -196,6 +207,7 @@ gp_db               *gp_app_db(gp_app *app);
 gp_metrics          *gp_app_metrics(gp_app *app);
 const gp_common_cfg *gp_app_cfg(gp_app *app);
 const char          *gp_app_service(gp_app *app);
+const char          *gp_app_version(gp_app *app);
 const char          *gp_app_instance(gp_app *app);
 /* The HTTP port actually bound (when http-port was 0), or -1. */
 int                  gp_app_http_port(gp_app *app);
@@ -206,6 +218,92 @@ gp_err gp_app_publish(gp_app *app, const gp_op *op, const char *const *args, con
 /* The same on a subject built by the caller (replies, tests). */
 gp_err gp_app_publish_to(gp_app *app, const char *subject, const gp_msg_desc *d,
                          const void *msg);
+
+/* ---- one startup path: a service as a descriptor ---------------------- */
+
+/* A periodic task of a service: its period is an unsigned millisecond
+ * field of the service's config struct (GP_SVC_TASK) or fixed
+ * (GP_SVC_TASK_FIXED); fn gets the service's state as its arg.  A table
+ * ends with a NULL name (GP_SVC_TASKS_END). */
+typedef struct gp_svc_task {
+    const char *name;                /* in logs and metrics (gp_app_every) */
+    gp_cron_fn *fn;
+    size_t      period_at;           /* offsetof the config's period field (unsigned, ms) */
+    unsigned    period_ms;           /* a fixed period instead, when not 0 (ms) */
+} gp_svc_task;
+
+/* The field must be an unsigned (a compile error otherwise). */
+#define GP_SVC_TASK(name, T, field, fn) \
+    { (name), (fn), _Generic(((T *)0)->field, unsigned: offsetof(T, field)), 0 }
+#define GP_SVC_TASK_FIXED(name, ms, fn) { (name), (fn), 0, (ms) }
+#define GP_SVC_TASKS_END                { NULL, NULL, 0, 0 }
+
+/* The hooks of a service, each optional.  cfg is the service's config
+ * struct and state its state struct, both zeroed by gp_app_main, loaded
+ * (cfg) before any hook runs and kept until it returns. */
+
+/* --check-config, after the config table's settings were printed:
+ * checks (and prints) what the service derives from them.  Returns the
+ * exit status: 0, or 78 (EX_CONFIG) after saying why on stderr. */
+typedef int    gp_svc_check_fn(void *cfg, void *state);
+/* Before the app exists (no connection yet): what the process needs
+ * first (files read, values derived and checked, a device opened, the
+ * agent's GPUs, the simulator's fleet).  Returns
+ * GP_CFG_CONTINUE to go on, or the exit status to end with (78 after
+ * saying why on stderr, 1 for a failure, 0 for a run that ends here). */
+typedef int    gp_svc_prepare_fn(void *cfg, void *state);
+/* Builds the state on the app: metrics, start functions, bindings.  Not
+ * OK: the process exits 1 (the hook logs why).  A service does not call
+ * gp_app_on_stop itself: its stop hook is that. */
+typedef gp_err gp_svc_init_fn(gp_app *app, const void *cfg, void *state);
+/* After the app is freed: frees what prepare and init built, from any
+ * point where they stopped (NULL fields are a no-op). */
+typedef void   gp_svc_free_fn(void *state);
+
+typedef struct gp_service {
+    const char            *name;         /* "registry": logs, metrics, subjects; the
+                                          * program's name is gridpool-<name> */
+    const char            *version;
+    const gp_cfg_opt      *opts;         /* the config table: set with GP_SVC_CFG */
+    size_t                 cfg_size;     /* bytes of the config struct */
+    size_t                 common_at;    /* offsetof its gp_common_cfg */
+    size_t                 state_size;   /* bytes of the state struct */
+    unsigned               needs;        /* GP_NEED_* */
+    const gp_migration    *migrations;   /* NULL: none */
+    const gp_stream_cfg   *streams;      /* NULL: none (else needs GP_NEED_JS) */
+    const gp_route *const *routes;       /* tables served, NULL-terminated; NULL: none */
+    const gp_svc_task     *tasks;        /* NULL: none */
+    gp_svc_check_fn       *check;
+    gp_svc_prepare_fn     *prepare;
+    gp_svc_init_fn        *init;
+    gp_cron_fn            *start;        /* serving: first runs, first requests (arg: state) */
+    gp_cron_fn            *stop;         /* shutdown starts (arg: state) */
+    gp_svc_free_fn        *free;
+} gp_service;
+
+/* The config fields of a gp_service: T the config struct, member its
+ * gp_common_cfg (a compile error if it is not one), table its options. */
+#define GP_SVC_CFG(T, member, table)                                             \
+    .opts = (table), .cfg_size = sizeof(T),                                      \
+    .common_at = _Generic(((T *)0)->member, gp_common_cfg: offsetof(T, member))
+
+/* The whole life of a service process, in this order:
+ *   1. gp_cfg_load (gridpool-<name>): --help, --check-config or a bad
+ *      option end here with its status (after --check-config, the check
+ *      hook's);
+ *   2. logging set up from log-level; prepare;
+ *   3. gp_app_new; the task table (gp_app_every); init; streams;
+ *      gp_app_serve_tables; start (also with --print-routes, when the loop
+ *      will not run: a hook that must not act then checks print_routes);
+ *   4. gp_app_run; the stop hook runs exactly once after init was called:
+ *      when shutdown starts, or before the app is freed if it never ran
+ *      (a failed start, --print-routes);
+ *   5. gp_app_free; free (whenever the config was loaded); gp_lib_close
+ *      (when gp_app_new was called).
+ * Returns the exit status: the config loader's or a hook's (1, 2 above), 1
+ * when the app could not start or gp_app_run said why not (gp_app_fail,
+ * a refused schema), 0 after a clean stop. */
+int gp_app_main(const gp_service *svc, int argc, char **argv);
 
 /* ---- inside a handler ----------------------------------------------- */
 

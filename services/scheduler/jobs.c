@@ -20,7 +20,7 @@
 #include "gp/log.h"
 #include "gp/shard.h"
 #include "gp/tenancy.h"
-#include "place.h"
+#include "plan/place.h"
 #include "scheduler.h"
 
 enum { SUBMIT_CREATED, SUBMIT_DUPLICATE, SUBMIT_CONFLICT, SUBMIT_INVALID, SUBMIT_UNKNOWN_TENANT,

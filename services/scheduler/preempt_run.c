@@ -37,7 +37,7 @@
 #include "gp/clock.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
-#include "preempt.h"
+#include "plan/preempt.h"
 #include "scheduler.h"
 
 /* An evacuation's preempted_by (no job: its GPUs are released, not held);

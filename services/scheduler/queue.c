@@ -56,7 +56,7 @@
 #include "gp/dbarray.h"
 #include "gp/log.h"
 #include "gp/shard.h"
-#include "place.h"
+#include "plan/place.h"
 #include "scheduler.h"
 
 typedef struct qjob qjob;

@@ -12,10 +12,11 @@
 #include "gp/app.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
-#include "fair.h"
-#include "place.h"
+#include "plan/fair.h"
+#include "plan/place.h"
 #include "reserve.h"
-#include "snapshot.h"
+#include "plan/snapshot.h"
+#include "plan/validate.h"
 
 struct pg_result;
 
@@ -181,17 +182,6 @@ void sched_lease_start(sched *s);
  * PostgreSQL's live attempts, one instance a pass by a Redis lock). */
 void sched_reconcile_start(sched *s);
 void sched_reconcile_run(gp_app *app, void *arg);
-
-/* validate.c: a submitted spec's semantics beyond the codec's types and
- * bounds, and its defaults.  On failure returns the typed error and
- * writes "field: why" into msg, the field named first. */
-gp_err sched_spec_check(msg_job_spec *spec, char *msg, size_t n);
-/* Sets the defaults (nodes 1, priority 100, max_attempts 3) and keeps
- * only the has-bits that change a spec's meaning, so two submissions
- * that mean the same job encode to the same bytes. */
-void   sched_spec_normalize(msg_job_spec *spec);
-/* "j-" + 16 lowercase hex digits from getrandom(). */
-gp_err sched_job_id(char out[GP_MAX_ID + 1]);
 
 /* rows.c: result rows -> messages (columns named after the fields). */
 gp_err sched_row_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row, void *msg);

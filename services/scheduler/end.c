@@ -51,8 +51,11 @@ publish_row(sched *s, const PGresult *res, int i)
 {
     msg_job_event ev = {0};
 
-    if (sched_row_to_msg(&msg_job_event_desc, res, i, &ev) == GP_EOK)
-        sched_event_publish(s, &ev);    /* a failure leaves the row to the outbox */
+    if (sched_row_to_msg(&msg_job_event_desc, res, i, &ev) != GP_EOK)
+        return;                         /* logged; the row stays for the outbox */
+    sched_event_publish(s, &ev);        /* a failure leaves the row to the outbox */
+    if (ev.event == MSG_JOB_EVENT_EVENT_REQUEUED && strcmp(ev.reason, "preempted") == 0)
+        GP_INFO("job_requeued_after_preemption", "job=%s attempt=%u", ev.job_id, ev.attempt);
 }
 
 static void
@@ -70,8 +73,11 @@ release_row(sched *s, const PGresult *res, int i, bool stop)
         sched_signal(s, site, node[0], job, att, MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
     sched_release_to(s, site, job, att, node, 1,
                      heir >= 0 && !PQgetisnull(res, i, heir) ? PQgetvalue(res, i, heir) : NULL);
-    GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s state=%s stop=%d", job, att,
-             site, node[0], PQgetvalue(res, i, PQfnumber(res, "state")), stop);
+    if (strcmp(PQgetvalue(res, i, PQfnumber(res, "state")), "preempted") == 0)
+        GP_INFO("preempted_attempt_ended", "job=%s attempt=%u node=%s", job, att, node[0]);
+    else
+        GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s state=%s stop=%d", job, att,
+                 site, node[0], PQgetvalue(res, i, PQfnumber(res, "state")), stop);
 }
 
 /* Acts on the rows of sched_attempt_end (and of the functions that call

@@ -361,10 +361,11 @@ row_owner(const sbatch *b, const char *req_id)
 static void
 batch_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    sbatch *b = arg;
-    int     col = err == GP_EOK && nres == 2 ? PQfnumber(res[1], "req_id") : -1;
+    sbatch         *b = arg;
+    const PGresult *rows = err == GP_EOK && nres == 2 ? res[1] : NULL;
+    int             col = rows != NULL ? PQfnumber(rows, "req_id") : -1;
 
-    if (col < 0) {                    /* each alone: its own answer, its own error */
+    if (rows == NULL || col < 0) {    /* each alone: its own answer, its own error */
         GP_WARN("submit_batch_failed", "jobs=%u code=%s detail=\"%s\"", b->n,
                 gp_err_name(err), detail);
         for (unsigned i = 0; i < b->n; i++)
@@ -372,14 +373,14 @@ batch_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
         free(b);
         return;
     }
-    for (int r = 0; r < PQntuples(res[1]); r++) {
-        int i = row_owner(b, PQgetvalue(res[1], r, col));
+    for (int r = 0; r < PQntuples(rows); r++) {
+        int i = row_owner(b, PQgetvalue(rows, r, col));
 
         if (i >= 0) {
             submit *sb = b->v[i];
 
             b->v[i] = NULL;
-            submit_row(sb, res[1], r);          /* answers and frees sb */
+            submit_row(sb, rows, r);          /* answers and frees sb */
         }
     }
     for (unsigned i = 0; i < b->n; i++)

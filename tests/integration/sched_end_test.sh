@@ -97,6 +97,9 @@ ok "... the job is pending again ($(events "$j3"))" $?
 kill -CONT "$n4pid"
 wait_sql "SELECT state FROM jobs WHERE id = '$j3'" succeeded 150
 ok "... and succeeds on its next attempt once n4 answers ($(counts "$j3"), attempts $(sql "SELECT max(attempt) FROM attempts WHERE job_id = '$j3'"))" $?
+$G describe job "$j3" --tenant "$TENANT" >"$tmp/j3.txt" 2>&1
+grep -Eq '^Failures: +0 of 1 allowed' "$tmp/j3.txt" && grep -Eq '^Platform Faults: +1 \(not charged\)' "$tmp/j3.txt"
+ok "... gpctl describe job says so ($(grep -E '^(Failures|Platform Faults):' "$tmp/j3.txt" | tr -s ' ' | paste -sd ';' -))" $?
 
 # ---- 4. a stale attempt (never dispatched): not charged; the platform bound ------
 

@@ -35,6 +35,14 @@ GEN_H     := $(BUILD)/gen/msg_gen.h
 LIB       := $(BUILD)/lib/libgp.a
 LIB_SRC   := $(wildcard shared/src/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
+# The library's pure part (no NATS, Redis, PostgreSQL or event loop): what
+# a layer that must do no I/O links against, with no I/O library at all,
+# so an upward call into the I/O code does not build.
+CORE_SRC  := $(addprefix shared/src/,backoff.c buf.c cfg.c clock.c codec.c dbarray.c detect.c \
+             err.c id.c log.c metrics.c money.c op.c shard.c xid.c)
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
+CORE      := $(BUILD)/lib/libgpcore.a
+CORE_LDLIBS := -lmsgpackc -lm
 
 # Every folder in services/ is one program; its name maps to the binary.
 # services/agent/ is also a library: the simulator runs the agent's own code
@@ -45,8 +53,10 @@ BINS      := $(foreach s,$(SERVICES),$(BUILD)/bin/$(call binname,$(s)))
 AGENT_PROC_SRC := $(addprefix services/agent/,main.c config.c start.c)
 AGENT_LIB_SRC := $(filter-out $(AGENT_PROC_SRC),$(wildcard services/agent/*.c))
 AGENT_LIB_OBJ := $(AGENT_LIB_SRC:%.c=$(BUILD)/obj/%.o)
-SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/scheduler/*.c))
+SCHED_LIB_SRC := $(filter-out services/scheduler/main.c,$(wildcard services/scheduler/*.c services/scheduler/*/*.c))
 SCHED_LIB_OBJ := $(SCHED_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The scheduler's planning layer (services/scheduler/plan/): no I/O.
+SCHED_PLAN_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/scheduler/plan/*.c))
 # gpctl's pure modules (no bus, no printing to the terminal), for its unit tests.
 GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,output.c jobspec.c jobview.c))
 BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
@@ -64,7 +74,7 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 .PHONY: all bins image pilot deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
-all: $(LIB) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
+all: $(LIB) $(CORE) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
 
 # The programs alone (no tests, no benchmarks): what an image is built from.
 bins: $(BINS)
@@ -88,9 +98,13 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(CORE): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 # One link rule per service folder.
 define service_rule
-$(BUILD)/bin/$(call binname,$(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/$(1)/*.c)) \
+$(BUILD)/bin/$(call binname,$(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/$(1)/*.c services/$(1)/*/*.c)) \
     $(if $(filter sim,$(1)),$(AGENT_LIB_OBJ)) $(LIB)
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
@@ -121,11 +135,14 @@ $(BUILD)/test/unit/alerting_%: $(BUILD)/obj/tests/unit/alerting_%.o $(ALERT_PURE
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Unit and integration tests named sched_*_test also link the scheduler's
-# code (services/scheduler/ but main.c): its pure modules are tested alone.
-$(BUILD)/test/unit/sched_%: $(BUILD)/obj/tests/unit/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
+# Unit tests named sched_*_test link the scheduler's planning layer and
+# the library's pure part only, without any I/O library: a planning file
+# that calls into the stores, the bus or the flows does not link.
+$(BUILD)/test/unit/sched_%: $(BUILD)/obj/tests/unit/sched_%.o $(SCHED_PLAN_OBJ) $(CORE)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS)
+
+# Integration tests named sched_*_test link the scheduler's code (but main.c).
 
 $(BUILD)/test/integration/sched_%: $(BUILD)/obj/tests/integration/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
 	@mkdir -p $(@D)

@@ -457,9 +457,12 @@ describe_job_print(const gpctl *c, const msg_job *j)
         kv(0, "Ended", "%s", ended);
     if (GP_HAS(j, MSG_JOB__EXIT_CODE))
         kv(0, "Exit Code", "%d", (int)j->exit_code);
-    kv(0, "Attempts Made", "%u of %u", j->attempts_made,
+    kv(0, "Attempts Made", "%u", j->attempts_made);
+    /* the retry rule: only the job's own failures use up max_attempts */
+    kv(0, "Failures", "%u of %u allowed", j->failures,
        j->spec.max_attempts ? j->spec.max_attempts : 3);
-    kv(0, "Preemptions", "%u", j->preemptions);
+    kv(0, "Platform Faults", "%u (not charged)", j->platform_faults);
+    kv(0, "Preemptions", "%u (not charged)", j->preemptions);
     fmt_duration(gpu, sizeof(gpu), j->gpu_ms / 1000);
     kv(0, "GPU Time", "%s", gpu);
     if (j->state == MSG_JOB_STATE_PENDING)

@@ -6,9 +6,10 @@
  * get a stop signal, every row becomes 'failed_to_start', the GPUs are
  * released (Redis and the snapshot), the failing node's reliability drops
  * (snap_node_fault: placement's reliability score, so the retry goes
- * elsewhere), and the job goes back to pending with 'attempt_failed' +
- * 'requeued' -- or 'failed' once attempts_made - preemptions reaches
- * max_attempts (preempted attempts are not charged).
+ * elsewhere), and the attempt ends through end.h: a node that refused it
+ * because of the job itself (INVAL, INTERNAL: its command could not
+ * start) uses one of the job's attempts; a refusal of the node's own or no
+ * answer is a platform fault, not charged.
  *
  * No answer is not a refusal: a RunAttempt that timed out may have
  * started on its node, and freeing its GPUs and requeueing its job at once
@@ -29,9 +30,11 @@
 #include <string.h>
 
 #include "gp/clock.h"
+#include "end.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
 #include "scheduler.h"
+#include "signal.h"
 
 enum { FAIL_NONE = -1, FAIL_REFUSED = 0, FAIL_TIMEOUT = 1, FAIL_ERROR = 2 };
 
@@ -51,6 +54,7 @@ struct dround {
     bool          retired[8];    /* its reservation on the node removed past the fence */
     dnode         dn[8];
     int           fail;
+    bool          own;           /* the node refused it because of the job itself */
     char          why[256];
     char          bad_node[GP_MAX_ID + 1];
     /* retiring (see above) */
@@ -60,122 +64,7 @@ struct dround {
     dround       *next;
 };
 
-/* ---- signals and releases (also used by preempt_run.c) -------------------- */
-
-typedef struct sig_ctx {
-    sched           *s;
-    char             job[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
-    uint32_t         attempt;
-    sched_signal_cb *cb;
-    void            *arg;
-} sig_ctx;
-
-static void
-signalled(void *arg, gp_err err, const void *reply, const char *detail)
-{
-    sig_ctx *c = arg;
-
-    (void)reply;
-    if (err != GP_EOK) {              /* the node's lease kill list stops it later */
-        sched_count(c->s->m_signal_failures);
-        GP_WARN("attempt_signal_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
-                c->job, c->attempt, c->node, gp_err_name(err), detail);
-    }
-    if (c->cb != NULL)
-        c->cb(c->s, c->job, c->attempt, err, c->arg);
-    free(c);
-}
-
-void
-sched_signal(sched *s, const char *site, const char *node, const char *job, uint32_t attempt,
-             int action, sched_signal_cb *cb, void *arg)
-{
-    msg_attempt_signal q = {.attempt = attempt, .action = action};
-    char               subj[GP_MAX_SUBJECT];
-    sig_ctx           *c = calloc(1, sizeof(*c));
-    gp_err             rc;
-
-    if (c == NULL)
-        return;
-    *c = (sig_ctx){.s = s, .attempt = attempt, .cb = cb, .arg = arg};
-    snprintf(c->job, sizeof(c->job), "%s", job);
-    snprintf(c->node, sizeof(c->node), "%s", node);
-    snprintf(q.job_id, sizeof(q.job_id), "%s", job);
-    rc = gp_op_subjectf(GP_OP_NODE_SIGNAL, subj, sizeof(subj), site, node);
-    if (rc == GP_EOK)
-        rc = gp_call(gp_app_bus(s->app), subj, &msg_attempt_signal_desc, &q,
-                     &msg_attempt_ack_desc, s->cfg->signal_timeout_ms, signalled, c);
-    if (rc != GP_EOK)
-        signalled(c, rc, NULL, "not sent");
-}
-
-static void
-released(void *arg, const sched_res_result *res)
-{
-    sched *s = arg;
-
-    if (res->status != SCHED_RES_OK) {    /* the reconcile removes the orphan later */
-        sched_count(s->m_release_failures);
-        GP_WARN("release_failed", "node=%s code=%s", res->node, gp_err_name(res->err));
-    }
-}
-
-void
-sched_release_to(sched *s, const char *site, const char *job, uint32_t attempt,
-                 char (*node)[GP_MAX_ID + 1], uint32_t n, const char *heir)
-{
-    sched_res_node nodes[8];
-    gp_err         rc;
-
-    n = n > 8 ? 8 : n;
-    for (uint32_t i = 0; i < n; i++) {
-        if (heir == NULL || snap_handover(&s->snap, node[i], job, attempt, heir) != 0)
-            snap_unbook(&s->snap, node[i], job, attempt);
-        nodes[i] = (sched_res_node){node[i], 0};       /* 0: whatever (job, attempt) holds */
-    }
-    if (n == 0)
-        return;
-    rc = heir != NULL
-             ? sched_reserve_handover(s->res, site, job, attempt, nodes, n, heir, released, s)
-             : sched_reserve_release(s->res, site, job, attempt, nodes, n, released, s);
-    if (rc != GP_EOK) {
-        sched_count(s->m_release_failures);
-        GP_WARN("release_failed", "job=%s attempt=%u site=%s code=not_sent", job, attempt, site);
-    }
-    sched_place_kick(s);                  /* capacity changed */
-}
-
-void
-sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
-              char (*node)[GP_MAX_ID + 1], uint32_t n)
-{
-    sched_release_to(s, site, job, attempt, node, n, NULL);
-}
-
 /* ---- failed to start ------------------------------------------------------- */
-
-static const char fts_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
-/* a node whose 'started' came meanwhile was stopped (signal, lease kill) */
-static const char fts_attempt_sql[] =
-    "UPDATE attempts SET reason = $3, ended_ms = $4::bigint,\n"
-    "  state = CASE WHEN state = 'running' THEN 'killed' ELSE 'failed_to_start' END\n"
-    "WHERE job_id = $1 AND attempt = $2::int AND state IN ('reserved','starting','running')";
-/* the job goes back to pending (or fails, when its own failures used up
- * max_attempts) only if this attempt is still its latest */
-static const char fts_job_sql[] =
-    "WITH u AS (UPDATE jobs SET\n"
-    "    state = CASE WHEN attempts_made - preemptions >= max_attempts THEN 'failed'\n"
-    "                 ELSE 'pending' END,\n"
-    "    reason = $3, updated_ms = $4::bigint, event_seq = event_seq + 2,\n"
-    "    ended_ms = CASE WHEN attempts_made - preemptions >= max_attempts THEN $4::bigint END\n"
-    "  WHERE id = $1 AND attempts_made = $2::int AND state IN ('starting','running')\n"
-    "  RETURNING id, event_seq, state)\n"
-    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
-    "  SELECT id, event_seq - 1, 'attempt_failed', state, $2::int, $5, $6, $3, $4::bigint FROM u\n"
-    "  UNION ALL\n"
-    "  SELECT id, event_seq, CASE WHEN state = 'failed' THEN 'failed' ELSE 'requeued' END,\n"
-    "    state, $2::int, NULL, NULL, $3, $4::bigint FROM u\n"
-    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
 
 static void
 round_free(dround *d)
@@ -188,35 +77,25 @@ round_free(dround *d)
 }
 
 static void
-fts_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+fts_written(void *arg, gp_err err, const char *detail)
 {
     dround *d = arg;
 
-    if (err != GP_EOK || nres != 3)
+    if (err != GP_EOK)        /* the reconcile ends it later as never dispatched */
         GP_WARN("failed_start_write_failed", "job=%s attempt=%u code=%s detail=\"%s\"", d->p->job,
                 d->p->attempt, gp_err_name(err), detail);
-    else
-        sched_event_rows(d->s, d->p->tenant, res[2]);
-    sched_release(d->s, d->p->site, d->p->job, d->p->attempt, d->p->node, d->p->nnodes);
     round_free(d);
 }
 
+/* Every node of the attempt ends (end.h releases their GPUs). */
 static void
 write_failed_start(dround *d)
 {
     sched_placed *p = d->p;
-    char          a[16], now[24];
-    const char   *v[] = {p->job, a, d->why, now, p->site, d->bad_node};
-    gp_db_tx     *tx;
 
-    snprintf(a, sizeof(a), "%u", p->attempt);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    tx = gp_db_tx_new(gp_app_db(d->s->app));
-    gp_db_tx_add(tx, fts_lock_sql, 1, v);
-    gp_db_tx_add(tx, fts_attempt_sql, 4, v);
-    gp_db_tx_add(tx, fts_job_sql, 6, v);
-    if (gp_db_tx_run(tx, 0, fts_written, d) != GP_EOK)
-        fts_written(d, GP_EUNAVAIL, NULL, 0, "not sent");
+    if (sched_end_failed_start(d->s, p->job, p->attempt, d->bad_node, d->own, d->why, fts_written,
+                               d) != GP_EOK)
+        fts_written(d, GP_EUNAVAIL, "not sent");
 }
 
 /* ---- retiring an attempt its nodes may run ----------------------------------- */
@@ -463,6 +342,10 @@ ran(void *arg, gp_err err, bool transport, const void *reply, const char *detail
         snprintf(d->why, sizeof(d->why), "failed to start on %s: %s %s", d->p->node[dn->rank],
                  gp_err_name(err), detail);
         snprintf(d->bad_node, sizeof(d->bad_node), "%s", d->p->node[dn->rank]);
+        /* the agent refuses what the job asks (INVAL) or what it cannot
+         * start (INTERNAL: the command does not exec); UNAVAIL and
+         * CONFLICT say the node cannot take it now */
+        d->own = !transport && (err == GP_EINVAL || err == GP_EINTERNAL);
     }
     if (--d->pending > 0)
         return;

@@ -230,6 +230,22 @@ sched_event_publish(sched *s, const msg_job_event *ev)
     }
 }
 
+/* Publishes the event rows a statement RETURNING e.* gave back; tenant
+ * NULL: each row's own "tenant" column. */
+void
+sched_event_rows(sched *s, const char *tenant, const PGresult *res)
+{
+    for (int i = 0; res != NULL && i < PQntuples(res); i++) {
+        msg_job_event ev = {0};
+
+        if (sched_row_to_msg(&msg_job_event_desc, res, i, &ev) != GP_EOK)
+            continue;                    /* logged; the row stays for the outbox */
+        if (tenant != NULL)
+            snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
+        sched_event_publish(s, &ev);
+    }
+}
+
 static void
 outbox_rows(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {

@@ -1,5 +1,6 @@
 /* fence.c -- fencing without clock sync: when a lost node's attempts may
- * be replaced, and the grants that decide it.
+ * be replaced, and the grants that decide it (a store: Redis scripts;
+ * replace.c is the route that asks it).
  *
  * An agent keeps an attempt only while its lease runs, counted on its own
  * monotonic clock from when it SENT the request that granted it (agent.c:
@@ -32,14 +33,11 @@
  * wall clock: it must be slewed (NTP), not stepped forward by more than the
  * margin. */
 #include <hiredis/hiredis.h>
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gp/clock.h"
-#include "gp/dbarray.h"
-#include "gp/id.h"
 #include "gp/kvscript.h"
 #include "gp/log.h"
 #include "gp/shard.h"
@@ -329,202 +327,70 @@ sched_fence_retire(sched *s, const char *site, const char *node, const char *job
     return rc;
 }
 
-/* ---- gp.int.sched.replace: a lost node's attempts, once the fence opens ----------- */
-
-/* The node's live attempts (PostgreSQL), then the replace script, then the
- * attempts end in one statement of sched_attempt_event calls ('lease_expired':
- * their lease has surely expired on the node), whose rows are published and
- * acted on (the attempt's other nodes stopped) like an agent's events. */
-
-#define REPLACE_MAX 64           /* attempts one request ends; the rest at the next */
+/* ---- a lost node's attempts: their reservations once the fence opens ---------- */
 
 typedef struct replace_call {
-    gp_req  *req;
-    int      n;                    /* the node's live attempts, as PostgreSQL read them */
-    char     job[REPLACE_MAX][GP_MAX_ID + 1];
-    char     att[REPLACE_MAX][12];
+    sched_retire_cb *cb;
+    void            *arg;
 } replace_call;
 
-static void
-replace_end(replace_call *c, gp_err err)
-{
-    gp_req_done(c->req, err);
-    free(c);
-}
-
-static void
-ended(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
-{
-    replace_call              *c = arg;
-    sched                     *s = gp_req_state(c->req);
-    const msg_replace_request *q = gp_req_in(c->req);
-    msg_replaced              *out = gp_req_out(c->req);
-
-    if (err == GP_EOK && nres != 1)
-        err = GP_EINTERNAL, detail = "no result";
-    if (err != GP_EOK) {
-        /* the reservations are gone: a retry finds the fence open and ends them */
-        replace_end(c, gp_req_fail(c->req, err, "ending the attempts: %s", detail));
-        return;
-    }
-    sched_attempt_rows(s, res[0]);
-    for (int i = 0; i < c->n; i++) {
-        uint32_t att = (uint32_t)strtoul(c->att[i], NULL, 10);
-
-        sched_attempt_ended(s, c->job[i], att, q->site, q->node);
-        GP_WARN("attempt_replaced", "job=%s attempt=%u site=%s node=%s reason=\"%s\"", c->job[i],
-                att, q->site, q->node, q->reason);
-    }
-    out->attempts = (uint32_t)c->n;
-    sched_count(s->m_replaced);
-    replace_end(c, GP_EOK);
-}
-
-static const char end_sql[] =
-    "SELECT r.* FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS e(job, att, ord)\n"
-    "CROSS JOIN LATERAL sched_attempt_event(e.job, e.att, $3, $4, 'lease_expired', NULL,\n"
-    "  $5::bigint, NULL, NULL, NULL, $5::bigint) r\n"
-    "ORDER BY e.ord";
-
-static void
-end_attempts(replace_call *c)
-{
-    sched                     *s = gp_req_state(c->req);
-    const msg_replace_request *q = gp_req_in(c->req);
-    gp_buf                     jobs, atts;
-    char                       now[24];
-    const char                *p[5];
-    gp_err                     rc;
-
-    gp_buf_init(&jobs, 0);
-    gp_buf_init(&atts, 0);
-    rc = gp_pgarr_begin(&jobs);
-    rc = rc ? rc : gp_pgarr_begin(&atts);
-    for (int i = 0; i < c->n && rc == GP_EOK; i++) {
-        rc = gp_pgarr_add(&jobs, c->job[i]);
-        rc = rc ? rc : gp_pgarr_add(&atts, c->att[i]);
-    }
-    rc = rc ? rc : gp_pgarr_end(&jobs);
-    rc = rc ? rc : gp_pgarr_end(&atts);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    p[0] = jobs.p;
-    p[1] = atts.p;
-    p[2] = q->site;
-    p[3] = q->node;
-    p[4] = now;
-    if (rc == GP_EOK)
-        rc = gp_db_query(gp_app_db(s->app), end_sql, 5, p, 0, ended, c);
-    gp_buf_fini(&jobs);
-    gp_buf_fini(&atts);
-    if (rc != GP_EOK)
-        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "database: %s", gp_err_name(rc)));
-}
-
+/* {0, ms to wait} while the fence holds; {1, GPUs removed} once open. */
 static void
 fenced(void *arg, const redisReply *rep, gp_err err)
 {
     replace_call *c = arg;
-    msg_replaced *out = gp_req_out(c->req);
+    long long     wait = 0;
 
     if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
                           rep->element[0]->type != REDIS_REPLY_INTEGER ||
                           rep->element[1]->type != REDIS_REPLY_INTEGER))
         err = GP_EUNAVAIL;
-    if (err != GP_EOK) {
-        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "the fence (Redis): %s", gp_err_name(err)));
-        return;
-    }
-    if (rep->element[0]->integer == 0) {          /* a lease may still run: ask again later */
-        out->wait_ms = (uint32_t)(rep->element[1]->integer > 0 ? rep->element[1]->integer : 1);
-        replace_end(c, GP_EOK);
-        return;
-    }
-    end_attempts(c);
+    if (err == GP_EOK && rep->element[0]->integer == 0)
+        wait = rep->element[1]->integer > 0 ? rep->element[1]->integer : 1;
+    c->cb(c->arg, err, (uint32_t)(wait > UINT32_MAX ? UINT32_MAX : wait));
+    free(c);
 }
 
-static void
-live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+gp_err
+sched_fence_replace(sched *s, const char *site, const char *node, char (*job)[GP_MAX_ID + 1],
+                    const uint32_t *attempt, unsigned n, sched_retire_cb *cb, void *arg)
 {
-    replace_call              *c = arg;
-    sched                     *s = gp_req_state(c->req);
-    const msg_replace_request *q = gp_req_in(c->req);
-    char                       kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN];
-    char                       kg[SCHED_RES_KEY_LEN], ki[SCHED_RES_KEY_LEN], window[16];
-    char                       held[REPLACE_MAX][GP_MAX_ID + 16];
-    const char                *keys[4] = {kn, kr, kg, ki}, *args[REPLACE_MAX + 2];
-    unsigned                   shard = gp_shard_of(q->site);
-    gp_err                     rc;
+    char          kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN];
+    char          kg[SCHED_RES_KEY_LEN], ki[SCHED_RES_KEY_LEN], window[16];
+    char        (*held)[GP_MAX_ID + 16] = calloc(n ? n : 1, sizeof(*held));
+    const char  **args = calloc(n + 2, sizeof(*args));
+    const char   *keys[4] = {kn, kr, kg, ki};
+    unsigned      shard = gp_shard_of(site);
+    replace_call *c = malloc(sizeof(*c));
+    gp_err        rc = GP_ENOMEM;
 
-    if (err == GP_EOK && nres != 1)
-        err = GP_EINTERNAL, detail = "no result";
-    if (err != GP_EOK) {
-        replace_end(c, gp_req_fail(c->req, err, "database: %s", detail));
-        return;
+    if (held != NULL && args != NULL && c != NULL) {
+        fence_init();
+        *c = (replace_call){cb, arg};
+        sched_res_live_key(kn, shard, node);
+        sched_res_key(kr, shard, node);
+        grant_key(kg, site, node);
+        sched_res_index_key(ki, shard);
+        snprintf(window, sizeof(window), "%u", fence_window_ms(s));
+        args[0] = window;
+        args[1] = node;
+        for (unsigned i = 0; i < n; i++) {
+            snprintf(held[i], sizeof(held[i]), "%s:%u", job[i], attempt[i]);
+            args[i + 2] = held[i];
+        }
+        rc = gp_kvscript_call(&fs.replace, gp_app_kv(s->app), fenced, c, 4, keys, (int)n + 2,
+                              args, NULL);
     }
-    for (int i = 0; i < PQntuples(res[0]) && c->n < REPLACE_MAX; i++, c->n++) {
-        snprintf(c->job[c->n], sizeof(c->job[0]), "%s", PQgetvalue(res[0], i, 0));
-        snprintf(c->att[c->n], sizeof(c->att[0]), "%s", PQgetvalue(res[0], i, 1));
-    }
-    if (c->n == 0) {                              /* nothing live: nothing to fence */
-        replace_end(c, GP_EOK);
-        return;
-    }
-    sched_res_live_key(kn, shard, q->node);
-    sched_res_key(kr, shard, q->node);
-    grant_key(kg, q->site, q->node);
-    sched_res_index_key(ki, shard);
-    snprintf(window, sizeof(window), "%u", fence_window_ms(s));
-    args[0] = window;
-    args[1] = q->node;
-    for (int i = 0; i < c->n; i++) {
-        snprintf(held[i], sizeof(held[i]), "%s:%s", c->job[i], c->att[i]);
-        args[i + 2] = held[i];
-    }
-    rc = gp_kvscript_call(&fs.replace, gp_app_kv(s->app), fenced, c, 4, keys, c->n + 2, args,
-                          NULL);
     if (rc != GP_EOK)
-        replace_end(c, gp_req_fail(c->req, GP_EUNAVAIL, "the fence (Redis): %s", gp_err_name(rc)));
-}
-
-static gp_err
-on_replace(gp_req *req, const void *in, void *out)
-{
-    const msg_replace_request *q = in;
-    sched                     *s = gp_req_state(req);
-    replace_call              *c;
-    const char                *p[1] = {q->node};
-    gp_err                     rc;
-
-    (void)out;
-    if (!gp_id_ok(q->site) || !gp_id_ok(q->node))
-        return gp_req_fail(req, GP_EINVAL, "site, node: must be 1 to 63 of [A-Za-z0-9_-]");
-    if ((c = calloc(1, sizeof(*c))) == NULL)
-        return gp_req_fail(req, GP_ENOMEM, "out of memory");
-    fence_init();
-    c->req = req;
-    /* every live attempt of the node, whatever its site column says */
-    rc = gp_db_query(gp_app_db(s->app),
-                     "SELECT job_id, attempt FROM attempts WHERE node = $1"
-                     " AND state IN ('reserved','starting','running') ORDER BY job_id, attempt"
-                     " LIMIT 64",                  /* REPLACE_MAX */
-                     1, p, 0, live_read, c);
-    if (rc != GP_EOK) {
         free(c);
-        return gp_req_fail(req, GP_EUNAVAIL, "database: %s", gp_err_name(rc));
-    }
-    return GP_EPENDING;
+    free(held);          /* the call copied its arguments */
+    free(args);
+    return rc;
 }
-
-const gp_route sched_replace_routes[] = {
-    {GP_OP_INT_SCHED_REPLACE, on_replace, GP_R_QUEUE, 0, NULL, NULL},
-    {NULL},
-};
 
 void
 sched_fence_start(sched *s)
 {
+    (void)s;
     fence_init();
-    s->m_replaced = gp_metrics_counter(gp_app_metrics(s->app), "gp_scheduler_replacements_total",
-                                       NULL, "Replace requests that ended a lost node's attempts "
-                                       "(the fence was open)");
 }

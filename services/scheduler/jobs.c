@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "end.h"
 #include "gp/clock.h"
 #include "gp/dbrow.h"
 #include "gp/id.h"
@@ -20,7 +21,7 @@
 #include "gp/log.h"
 #include "gp/shard.h"
 #include "gp/tenancy.h"
-#include "place.h"
+#include "plan/place.h"
 #include "scheduler.h"
 
 enum { SUBMIT_CREATED, SUBMIT_DUPLICATE, SUBMIT_CONFLICT, SUBMIT_INVALID, SUBMIT_UNKNOWN_TENANT,
@@ -31,8 +32,6 @@ enum { CANCEL_CANCELLED, CANCEL_ENDED, CANCEL_NOTFOUND, CANCEL_ERROR };
 static const char *const cancel_outcomes[] = {"cancelled", "ended", "notfound", "error"};
 
 /* The states in which a job or an attempt still holds or may hold GPUs. */
-#define LIVE_JOB_STATES     "('pending','starting','running')"
-#define LIVE_ATTEMPT_STATES "('reserved','starting','running')"
 
 static sched *
 sched_of(gp_req *req)
@@ -94,19 +93,6 @@ job_event(sched *s, const char *tenant, const char *job_id, uint64_t seq, int32_
     snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
     snprintf(ev.job_id, sizeof(ev.job_id), "%s", job_id);
     snprintf(ev.reason, sizeof(ev.reason), "%s", reason);
-    sched_event_publish(s, &ev);
-}
-
-/* Publishes the event row an INSERT ... RETURNING gave back (columns
- * named after JobEvent's fields; the tenant is the job's). */
-static void
-event_row(sched *s, const char *tenant, const PGresult *res)
-{
-    msg_job_event ev = {0};
-
-    if (sched_row_to_msg(&msg_job_event_desc, res, 0, &ev) != GP_EOK)
-        return;                        /* logged; the row stays for the outbox */
-    snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
     sched_event_publish(s, &ev);
 }
 
@@ -375,10 +361,11 @@ row_owner(const sbatch *b, const char *req_id)
 static void
 batch_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    sbatch *b = arg;
-    int     col = err == GP_EOK && nres == 2 ? PQfnumber(res[1], "req_id") : -1;
+    sbatch         *b = arg;
+    const PGresult *rows = err == GP_EOK && nres == 2 ? res[1] : NULL;
+    int             col = rows != NULL ? PQfnumber(rows, "req_id") : -1;
 
-    if (col < 0) {                    /* each alone: its own answer, its own error */
+    if (rows == NULL || col < 0) {    /* each alone: its own answer, its own error */
         GP_WARN("submit_batch_failed", "jobs=%u code=%s detail=\"%s\"", b->n,
                 gp_err_name(err), detail);
         for (unsigned i = 0; i < b->n; i++)
@@ -386,14 +373,14 @@ batch_written(void *arg, gp_err err, PGresult *const *res, int nres, const char 
         free(b);
         return;
     }
-    for (int r = 0; r < PQntuples(res[1]); r++) {
-        int i = row_owner(b, PQgetvalue(res[1], r, col));
+    for (int r = 0; r < PQntuples(rows); r++) {
+        int i = row_owner(b, PQgetvalue(rows, r, col));
 
         if (i >= 0) {
             submit *sb = b->v[i];
 
             b->v[i] = NULL;
-            submit_row(sb, res[1], r);          /* answers and frees sb */
+            submit_row(sb, rows, r);          /* answers and frees sb */
         }
     }
     for (unsigned i = 0; i < b->n; i++)
@@ -834,102 +821,41 @@ on_list(gp_req *req, const void *in, void *out)
 
 /* ---- cancel -------------------------------------------------------------------- */
 
-/* Where an attempt's end frees what it held: its GPUs on that node in
- * Redis (the release is fenced by (job, attempt): it removes only what
- * that attempt holds, so an old attempt's end never frees its
- * successor's GPUs, and it is idempotent), this instance's booking in its
- * snapshot, and a kick of the placement loop, since GPUs came free.  A
- * release that fails is logged and counted: the reconcile task removes
- * the reservation once it is older than its grace, since PostgreSQL no
- * longer has the attempt live. */
-void
-sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
-                    const char *node)
-{
-    char one[1][GP_MAX_ID + 1];
-
-    snprintf(one[0], sizeof(one[0]), "%s", node);
-    sched_release(s, site, job_id, attempt, one, 1);   /* Redis, snapshot, placement kick */
-    GP_DEBUG("attempt_ended", "job=%s attempt=%u site=%s node=%s", job_id, attempt, site, node);
-}
-
-void
-sched_attempt_stop(sched *s, const char *job_id, uint32_t attempt, const char *site,
-                   const char *node)
-{
-    sched_signal(s, site, node, job_id, attempt, MSG_ATTEMPT_SIGNAL_ACTION_STOP, NULL, NULL);
-    sched_attempt_ended(s, job_id, attempt, site, node);
-}
-
+/* The tenant's cancel: the job and its live attempts end in one
+ * transaction (end.h: the nodes that run it are told to stop, their GPUs
+ * released); an ended job changes nothing and is returned as it is. */
 static void
-cancelled(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+cancelled(void *arg, gp_err err, const PGresult *row, bool now, const char *detail)
 {
     gp_req  *req = arg;
     sched   *s = sched_of(req);
     msg_job *job = gp_req_out(req);
 
-    if (err != GP_EOK || nres != 4) {
+    if (err != GP_EOK || row == NULL) {
         sched_count(s->m_cancels[CANCEL_ERROR]);
         gp_req_done(req, db_fail(req, err != GP_EOK ? err : GP_EINTERNAL, detail));
         return;
     }
-    if (PQntuples(res[3]) == 0 || sched_row_to_msg(&msg_job_desc, res[3], 0, job) != GP_EOK) {
+    if (PQntuples(row) == 0 || sched_row_to_msg(&msg_job_desc, row, 0, job) != GP_EOK) {
         sched_count(s->m_cancels[CANCEL_NOTFOUND]);
         gp_req_done(req, gp_req_fail(req, GP_ENOTFOUND, "id: no job '%s'",
                                      ((const msg_id_request *)gp_req_in(req))->id));
         return;
     }
-    for (int i = 0; i < PQntuples(res[1]); i++)
-        sched_attempt_stop(s, job->id, (uint32_t)strtoul(PQgetvalue(res[1], i, 0), NULL, 10),
-                     PQgetvalue(res[1], i, 1), PQgetvalue(res[1], i, 2));
-    if (PQntuples(res[2]) == 1)
-        event_row(s, job->tenant, res[2]);
-    sched_count(s->m_cancels[PQntuples(res[2]) == 1 ? CANCEL_CANCELLED : CANCEL_ENDED]);
+    sched_count(s->m_cancels[now ? CANCEL_CANCELLED : CANCEL_ENDED]);
     gp_req_done(req, GP_EOK);
 }
-
-/* The job row is locked first (the order every writer of a job and its
- * attempts keeps); its live attempts and the job end together with the
- * event; an ended job changes nothing and is returned as it is. */
-static const char cancel_lock_sql[] =
-    "SELECT 1 FROM jobs WHERE id = $1 AND tenant = $2 FOR UPDATE";
-static const char cancel_attempts_sql[] =
-    "UPDATE attempts a SET state = 'cancelled', reason = 'job cancelled', ended_ms = $3::bigint\n"
-    "FROM jobs j WHERE a.job_id = $1 AND j.id = a.job_id AND j.tenant = $2\n"
-    "  AND a.state IN " LIVE_ATTEMPT_STATES " RETURNING a.attempt, a.site, a.node";
-static const char cancel_job_sql[] =
-    "WITH c AS (UPDATE jobs SET state = 'cancelled', reason = 'cancelled by the tenant',\n"
-    "    updated_ms = $3::bigint, ended_ms = $3::bigint, event_seq = event_seq + 1\n"
-    "  WHERE id = $1 AND tenant = $2 AND state IN " LIVE_JOB_STATES " RETURNING id, event_seq)\n"
-    "INSERT INTO job_events (job_id, seq, event, state, attempt, site, node, reason, at_ms)\n"
-    "  SELECT c.id, c.event_seq, 'cancelled', 'cancelled', a.attempt, a.site, a.node,\n"
-    "    'cancelled by the tenant', $3::bigint FROM c LEFT JOIN LATERAL (\n"
-    "      SELECT attempt, site, node FROM attempts WHERE job_id = c.id AND rank = 0\n"
-    "      ORDER BY attempt DESC LIMIT 1) a ON true\n"
-    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms";
 
 static gp_err
 on_cancel(gp_req *req, const void *in, void *out)
 {
     const char *tenant, *id;
-    char        now[24], sql[1024];
-    gp_db_tx   *tx;
     gp_err      rc;
 
     (void)out;
     if ((rc = tenant_of(req, &tenant)) != GP_EOK || (rc = job_id_of(req, in, &id)) != GP_EOK)
         return rc;
-    const char *params[] = {id, tenant, now};
-
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs j WHERE j.id = $1 AND j.tenant = $2",
-             sched_job_cols);
-    tx = gp_db_tx_new(gp_app_db(gp_req_app(req)));
-    gp_db_tx_add(tx, cancel_lock_sql, 2, params);
-    gp_db_tx_add(tx, cancel_attempts_sql, 3, params);
-    gp_db_tx_add(tx, cancel_job_sql, 3, params);
-    gp_db_tx_add(tx, sql, 2, params);
-    rc = gp_db_tx_run(tx, 0, cancelled, req);
+    rc = sched_end_cancel(sched_of(req), id, tenant, cancelled, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, GP_EUNAVAIL, "database: %s",
                                                     gp_err_name(rc));
 }

@@ -2,6 +2,7 @@
  * The domain code is in the other files of this folder. */
 #include <stdlib.h>
 
+#include "end.h"
 #include "gp/app.h"
 #include "scheduler.h"
 
@@ -68,6 +69,10 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "age of a reservation no live attempt backs before the reconcile removes it"),
     GP_CFG_UINT("fence-margin-ms", scheduler_cfg, fence_margin_ms, 1500, 0, 600000,
                 "a lost node's attempts are replaced this long after its last grant + the lease"),
+    GP_CFG_UINT("max-platform-retries", scheduler_cfg, max_platform_retries, 10, 0, 1000000,
+                "a job requeued after this many attempts ended by platform faults (node lost, "
+                "lease lapsed, a dispatch refused by the node or unanswered, an attempt never "
+                "dispatched) fails at the next; they never use up its max_attempts"),
     GP_CFG_END
 };
 
@@ -105,6 +110,8 @@ main(int argc, char **argv)
         sched_attempts_start(&s);
         sched_lease_start(&s);
         sched_fence_start(&s);
+        sched_replace_start(&s);
+        sched_end_start(&s);
         sched_reconcile_start(&s);
         if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
             gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL ||

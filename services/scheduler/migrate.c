@@ -384,6 +384,301 @@ static const char step8_sql[] =
     "CREATE POLICY tenant_rows ON site_owners FOR SELECT TO gp_tenant\n"
     "  USING (gp_member_of(owner))";
 
+/* Step 9: one end for every attempt, one retry rule (end.c is its only
+ * caller).  sched_attempt_end ends one node's row of an attempt (p_all
+ * false: what an agent reported, a lost node, a preempted node) or every
+ * live row of it (p_all: a failed start, a stale attempt, a cancel, the
+ * max run time), and decides the job once no row of its newest attempt
+ * is live:
+ *
+ *   the job's own failure (p_fault 'job': its process exited non-zero, it
+ *     could not start because of itself)   -> failures + 1; the job fails
+ *                                             once failures reach max_attempts
+ *   a platform fault (p_fault 'platform': node lost, lease lapsed, killed
+ *     by the platform, the node refused or never answered the dispatch, an
+ *     attempt never dispatched)              -> platform_faults + 1; requeued,
+ *                                             not charged; the job fails only
+ *                                             past p_platform_max of them
+ *   preempted (a higher priority, a node's evacuation) -> requeued, not
+ *                                             charged, not bounded
+ *   cancelled / timed_out                   -> the job ends, no retry
+ *   succeeded on every node                 -> the job succeeded
+ *
+ * An attempt a preemption marked (preempted_by) ends preempted whatever
+ * its node reports, unless it succeeded, was cancelled or timed out.  A
+ * failed attempt's other live nodes are killed.  It returns what the
+ * caller does after the commit: 'event' rows (job_events written
+ * unpublished: the outbox) to publish; 'release' rows, a node whose row
+ * this call ended, whose GPUs go back (to heir, the preemptor, when set);
+ * 'stop' rows, the same for a node that may still run it and is told to
+ * stop.  A repeated end finds no live row and returns nothing. */
+#define END_COLS OUT_COLS ", heir text"
+#define EVX(ev, st, reason, code) \
+    "RETURN QUERY SELECT 'event'::text, j.tenant, e.job_id, e.seq, e.event, e.state, e.attempt,\n" \
+    "  e.site, e.node, e.reason, e.exit_code, e.at_ms, NULL::text FROM sched_event_add(p_job, " \
+    ev ", " st ", p_attempt, ev_site, ev_node, " reason ", " code ", p_now) e;\n"
+#define EVE(ev, st, reason, code) \
+    "RETURN QUERY SELECT 'event'::text, j.tenant, e.job_id, e.seq, e.event, e.state, e.attempt,\n" \
+    "  e.site, e.node, e.reason, e.exit_code, e.at_ms, NULL::text FROM sched_event_add(p_job, " \
+    ev ", " st ", p_attempt, p_site, p_node, " reason ", " code ", p_now) e;\n"
+#define ATTEMPT_OF "y.job_id = p_job AND y.attempt = p_attempt"
+
+static const char step9_sql[] =
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS failures int NOT NULL DEFAULT 0\n"
+    "    CHECK (failures >= 0),\n"
+    "  ADD COLUMN IF NOT EXISTS platform_faults int NOT NULL DEFAULT 0\n"
+    "    CHECK (platform_faults >= 0);\n"
+    /* live jobs carry on with what their ended attempts already used */
+    "UPDATE jobs SET failures = c.f, platform_faults = c.p FROM (\n"
+    "  SELECT job_id, count(DISTINCT attempt) FILTER (WHERE state = 'failed') AS f,\n"
+    "    count(DISTINCT attempt) FILTER (WHERE state IN ('lost','killed','failed_to_start')) AS p\n"
+    "  FROM attempts GROUP BY job_id) c\n"
+    "WHERE jobs.id = c.job_id AND jobs.state IN ('pending','starting','running');\n"
+    "CREATE OR REPLACE FUNCTION sched_attempt_end(p_job text, p_attempt int, p_node text,\n"
+    "    p_all boolean, p_state text, p_fault text, p_why text, p_exit int, p_at bigint,\n"
+    "    p_now bigint, p_stop boolean, p_platform_max int)\n"
+    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  j jobs%ROWTYPE;\n"
+    "  st text := p_state;\n"
+    "  fault text := p_fault;\n"
+    "  why text := COALESCE(p_why, '');\n"
+    "  ev_site text; ev_node text;\n"
+    "  n int;\n"
+    "  cnt int;\n"
+    "BEGIN\n"
+    "  IF st NOT IN ('succeeded','failed','failed_to_start','killed','lost','timed_out',\n"
+    "      'cancelled','preempted') OR COALESCE(fault, '') NOT IN ('', 'job', 'platform')\n"
+    "      OR (fault IS NOT NULL) <> (st IN ('failed','failed_to_start','killed','lost')) THEN\n"
+    "    RAISE EXCEPTION 'sched_attempt_end: state % with fault %', st, fault;\n"
+    "  END IF;\n"
+    "  SELECT * INTO j FROM jobs WHERE jobs.id = p_job FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    "  IF st NOT IN ('succeeded','cancelled','timed_out') AND EXISTS (SELECT 1 FROM attempts y\n"
+    "      WHERE " ATTEMPT_OF " AND y.state IN " LIVE " AND y.preempted_by IS NOT NULL\n"
+    "        AND (p_all OR y.node = p_node)) THEN\n"
+    "    st := 'preempted'; fault := NULL;\n"
+    "  END IF;\n"
+    "  SELECT y.site, y.node INTO ev_site, ev_node FROM attempts y WHERE " ATTEMPT_OF "\n"
+    "    ORDER BY (y.node = p_node) DESC NULLS LAST, y.rank LIMIT 1;\n"
+    /* the rows this call ends (a row that had reached running when its
+     * attempt failed to start elsewhere was killed) */
+    "  RETURN QUERY UPDATE attempts x SET\n"
+    "    state = CASE WHEN st = 'failed_to_start' AND x.state = 'running' THEN 'killed' ELSE st END,\n"
+    "    reason = CASE WHEN st = 'preempted' AND x.preempted_by = '" SCHED_EVAC_BY "'\n"
+    "        THEN 'preempted: ' || x.reason\n"
+    "      WHEN st = 'preempted' THEN 'preempted by ' || COALESCE(x.preempted_by, 'the scheduler')\n"
+    "      WHEN st = 'failed_to_start' AND x.state = 'running'\n"
+    "        THEN 'another node of the attempt ' || why ELSE why END,\n"
+    "    exit_code = CASE WHEN x.node = p_node THEN p_exit END,\n"
+    "    ended_ms = COALESCE(x.ended_ms, p_at)\n"
+    "  WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.state IN " LIVE "\n"
+    "    AND (p_all OR x.node = p_node)\n"
+    "  RETURNING CASE WHEN p_stop THEN 'stop' ELSE 'release' END, j.tenant, x.job_id, 0::bigint,\n"
+    "    ''::text, x.state, x.attempt, x.site, x.node, x.reason, x.exit_code, x.ended_ms,\n"
+    "    CASE WHEN x.state = 'preempted' AND x.preempted_by <> '" SCHED_EVAC_BY "'\n"
+    "      THEN x.preempted_by END;\n"
+    "  GET DIAGNOSTICS n = ROW_COUNT;\n"
+    "  IF n = 0 OR j.state NOT IN ('starting','running') OR p_attempt <>\n"
+    "      (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = p_job) THEN RETURN; END IF;\n"
+    "  IF st IN ('succeeded','preempted') THEN\n"
+    "    IF EXISTS (SELECT 1 FROM attempts y WHERE " ATTEMPT_OF "\n"
+    "        AND (y.state IN " LIVE " OR (st = 'succeeded' AND y.state <> 'succeeded'))) THEN\n"
+    "      RETURN;\n"
+    "    END IF;\n"
+    "    IF st = 'succeeded' THEN\n"
+    "      UPDATE jobs SET state = 'succeeded', reason = '', exit_code = 0, ended_ms = p_now,\n"
+    "        updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "      " EVX("'succeeded'", "'succeeded'", "''", "0")
+    "    ELSE\n"
+    "      UPDATE jobs SET state = 'pending', reason = 'preempted; resumes from its last checkpoint',\n"
+    "        updated_ms = p_now, claimed_by = NULL, claim_until = NULL WHERE jobs.id = p_job;\n"
+    "      " EVX("'requeued'", "'pending'", "'preempted'", "NULL")
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    /* the attempt is over: its other nodes stop */
+    "  RETURN QUERY UPDATE attempts y SET state = 'killed', ended_ms = p_now,\n"
+    "    reason = 'another node of the attempt ended: ' || why\n"
+    "  WHERE " ATTEMPT_OF " AND y.state IN " LIVE "\n"
+    "  RETURNING 'stop'::text, j.tenant, y.job_id, 0::bigint, ''::text, y.state, y.attempt,\n"
+    "    y.site, y.node, y.reason, y.exit_code, y.ended_ms, NULL::text;\n"
+    "  IF st = 'cancelled' THEN\n"
+    "    UPDATE jobs SET state = 'cancelled', reason = why, updated_ms = p_now, ended_ms = p_now\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    " EVX("'cancelled'", "'cancelled'", "why", "NULL")
+    "  ELSIF st = 'timed_out' THEN\n"
+    "    UPDATE jobs SET state = 'failed', reason = why, ended_ms = p_now, updated_ms = p_now\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    " EVX("'timed_out'", "'failed'", "why", "NULL")
+    "  ELSIF fault = 'job' AND j.failures + 1 >= j.max_attempts THEN\n"
+    "    why := 'attempt ' || p_attempt || ' ' || why || '; no attempts left';\n"
+    "    UPDATE jobs SET state = 'failed', failures = j.failures + 1, exit_code = p_exit,\n"
+    "      reason = why, ended_ms = p_now, updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "    " EVX("'attempt_failed'", "'failed'", "COALESCE(p_why, '')", "p_exit")
+    "    " EVX("'failed'", "'failed'", "why", "p_exit")
+    "  ELSIF fault = 'platform' AND j.platform_faults + 1 > p_platform_max THEN\n"
+    "    cnt := j.platform_faults + 1;\n"
+    "    why := 'attempt ' || p_attempt || ' ' || why || '; ' || cnt ||\n"
+    "      ' attempts ended by platform faults, more than max-platform-retries ' || p_platform_max;\n"
+    "    UPDATE jobs SET state = 'failed', platform_faults = cnt, exit_code = p_exit,\n"
+    "      reason = why, ended_ms = p_now, updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "    " EVX("'attempt_failed'", "'failed'", "COALESCE(p_why, '')", "p_exit")
+    "    " EVX("'failed'", "'failed'", "why", "p_exit")
+    "  ELSE\n"
+    "    UPDATE jobs SET state = 'pending', exit_code = p_exit, updated_ms = p_now,\n"
+    "      failures = j.failures + (fault = 'job')::int,\n"
+    "      platform_faults = j.platform_faults + (fault = 'platform')::int,\n"
+    "      claimed_by = NULL, claim_until = NULL,\n"
+    "      reason = 'requeued: attempt ' || p_attempt || ' ' || why ||\n"
+    "        CASE WHEN fault = 'platform' THEN ' (a platform fault: not charged)' ELSE '' END\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    " EVX("'attempt_failed'", "'pending'", "why", "p_exit")
+    "    " EVX("'requeued'", "'pending'", "'attempt ' || p_attempt || ' ' || why", "NULL")
+    "  END IF;\n"
+    "END\n"
+    "$f$;\n"
+    /* an agent's event: counters, checkpoint, start; an end goes to
+     * sched_attempt_end (its node's row; a failure kills the others) */
+    "DROP FUNCTION IF EXISTS sched_attempt_event(text, int, text, text, text, int, bigint,\n"
+    "  bigint, bigint, bigint, bigint);\n"
+    "CREATE FUNCTION sched_attempt_event(p_job text, p_attempt int, p_site text,\n"
+    "    p_node text, p_event text, p_exit int, p_at bigint, p_gpu bigint, p_mj bigint,\n"
+    "    p_progress bigint, p_now bigint, p_platform_max int DEFAULT 10)\n"
+    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  j jobs%ROWTYPE;\n"
+    "  a attempts%ROWTYPE;\n"
+    "  cur boolean;\n"
+    "  st text;\n"
+    "BEGIN\n"
+    "  SELECT * INTO j FROM jobs WHERE jobs.id = p_job FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    "  SELECT * INTO a FROM attempts x WHERE x.job_id = p_job AND x.attempt = p_attempt\n"
+    "    AND x.node = p_node FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    /* counters are cumulative: the largest report is the latest, so a
+     * repeated or late event never lowers them */
+    "  UPDATE attempts x SET gpu_ms = GREATEST(x.gpu_ms, COALESCE(p_gpu, 0)),\n"
+    "    energy_mj = GREATEST(x.energy_mj, COALESCE(p_mj, 0))\n"
+    "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "  cur := j.state IN ('starting','running') AND p_attempt =\n"
+    "    (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = p_job);\n"
+    "  IF p_event = 'checkpointed' THEN\n"
+    "    UPDATE attempts x SET checkpoint_ms = GREATEST(x.checkpoint_ms, p_at),\n"
+    "      progress_ms = GREATEST(x.progress_ms, p_progress)\n"
+    "      WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "    IF cur AND (j.checkpoint_ms IS NULL OR p_at > j.checkpoint_ms) THEN\n"
+    "      UPDATE jobs SET checkpoint_ms = p_at, updated_ms = p_now,\n"
+    "        progress_ms = GREATEST(jobs.progress_ms, COALESCE(p_progress, 0)) WHERE jobs.id = p_job;\n"
+    "      " EVE("'checkpointed'", "j.state", "''", "NULL")
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  IF p_event = 'started' THEN\n"
+    "    IF a.state IN ('reserved','starting') THEN\n"
+    "      UPDATE attempts x SET state = 'running', started_ms = p_at,\n"
+    "        running_since_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint\n"
+    "        WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
+    "      IF cur AND j.state = 'starting' AND NOT EXISTS (SELECT 1 FROM attempts y\n"
+    "          WHERE y.job_id = p_job AND y.attempt = p_attempt AND y.state IN ('reserved','starting'))\n"
+    "      THEN\n"
+    "        UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "        " EVE("'started'", "'running'", "''", "NULL")
+    "      END IF;\n"
+    "    END IF;\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  IF a.state NOT IN " LIVE " THEN RETURN; END IF;\n"
+    /* the durable consumer handles messages concurrently, so an end may
+     * be taken before its 'started': the job is told it started first */
+    "  IF cur AND j.state = 'starting' AND p_event <> 'failed_to_start' THEN\n"
+    "    UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
+    "    " EVE("'started'", "'running'", "''", "NULL")
+    "  END IF;\n"
+    /* killed: the agent stopped it because it was told to (a stop, a
+     * lease's kill list, a newer attempt); a process that died of a
+     * signal reports 'exited' with 128 + the signal */
+    "  UPDATE jobs SET gpu_ms = (SELECT COALESCE(sum(y.gpu_ms), 0) FROM attempts y\n"
+    "    WHERE y.job_id = p_job) WHERE jobs.id = p_job;\n"
+    "  st := CASE WHEN p_event = 'exited' AND p_exit = 0 THEN 'succeeded'\n"
+    "    WHEN p_event = 'exited' THEN 'failed' WHEN p_event = 'killed' THEN 'killed'\n"
+    "    WHEN p_event = 'lease_expired' THEN 'lost' ELSE 'failed_to_start' END;\n"
+    "  RETURN QUERY SELECT * FROM sched_attempt_end(p_job, p_attempt, p_node, false, st,\n"
+    "    CASE WHEN st IN ('failed','failed_to_start') THEN 'job'\n"
+    "      WHEN st IN ('killed','lost') THEN 'platform' END,\n"
+    "    CASE st WHEN 'succeeded' THEN '' WHEN 'failed' THEN 'exited with status ' || p_exit\n"
+    "      WHEN 'killed' THEN 'killed on the node' WHEN 'lost' THEN 'its lease expired on the node'\n"
+    "      ELSE 'failed to start' END,\n"
+    "    p_exit, p_at, p_now, false, p_platform_max);\n"
+    "END\n"
+    "$f$;\n"
+    /* max run time: the newest attempt of a live job running longer than
+     * the job's max_run_s (database clock) ends 'timed_out' on every node
+     * and the job fails; a batch per call */
+    "DROP FUNCTION IF EXISTS sched_maxrun(bigint, int);\n"
+    "CREATE FUNCTION sched_maxrun(p_now bigint, p_limit int)\n"
+    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  r record;\n"
+    "  dbnow bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;\n"
+    "BEGIN\n"
+    "  FOR r IN SELECT DISTINCT a.job_id, a.attempt, jj.max_run_s FROM attempts a\n"
+    "      JOIN jobs jj ON jj.id = a.job_id\n"
+    "      WHERE a.state = 'running' AND jj.max_run_s > 0 AND jj.state IN ('starting','running')\n"
+    "        AND a.running_since_ms + jj.max_run_s * 1000 <= dbnow\n"
+    "      ORDER BY a.job_id LIMIT p_limit LOOP\n"
+    "    RETURN QUERY SELECT * FROM sched_attempt_end(r.job_id, r.attempt, NULL, true, 'timed_out',\n"
+    "      NULL, 'max run time of ' || r.max_run_s || ' s exceeded', NULL, p_now, p_now, true, 0);\n"
+    "  END LOOP;\n"
+    "END\n"
+    "$f$;\n"
+    /* a cancel: the job's live attempts end through sched_attempt_end (which
+     * ends the job); a job with none live (pending) ends here */
+    "CREATE OR REPLACE FUNCTION sched_job_cancel(p_job text, p_tenant text, p_now bigint)\n"
+    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  j jobs%ROWTYPE;\n"
+    "  r record;\n"
+    "  why text := 'cancelled by the tenant';\n"
+    "BEGIN\n"
+    "  SELECT * INTO j FROM jobs WHERE jobs.id = p_job AND jobs.tenant = p_tenant FOR UPDATE;\n"
+    "  IF NOT FOUND OR j.state NOT IN ('pending','starting','running') THEN RETURN; END IF;\n"
+    "  FOR r IN SELECT DISTINCT y.attempt FROM attempts y WHERE y.job_id = p_job\n"
+    "      AND y.state IN " LIVE " ORDER BY y.attempt LOOP\n"
+    "    RETURN QUERY SELECT * FROM sched_attempt_end(p_job, r.attempt, NULL, true, 'cancelled',\n"
+    "      NULL, why, NULL, p_now, p_now, true, 0);\n"
+    "  END LOOP;\n"
+    "  IF (SELECT jobs.state FROM jobs WHERE jobs.id = p_job) IN ('pending','starting','running')\n"
+    "  THEN\n"
+    "    UPDATE jobs SET state = 'cancelled', reason = why, updated_ms = p_now, ended_ms = p_now\n"
+    "      WHERE jobs.id = p_job;\n"
+    "    RETURN QUERY SELECT 'event'::text, j.tenant, e.job_id, e.seq, e.event, e.state,\n"
+    "      e.attempt, e.site, e.node, e.reason, e.exit_code, e.at_ms, NULL::text\n"
+    "    FROM sched_event_add(p_job, 'cancelled', 'cancelled', (SELECT max(y.attempt) FROM\n"
+    "      attempts y WHERE y.job_id = p_job), (SELECT y.site FROM attempts y WHERE y.job_id =\n"
+    "      p_job ORDER BY y.attempt DESC, y.rank LIMIT 1), (SELECT y.node FROM attempts y WHERE\n"
+    "      y.job_id = p_job ORDER BY y.attempt DESC, y.rank LIMIT 1), why, NULL, p_now) e;\n"
+    "  END IF;\n"
+    "END\n"
+    "$f$;\n"
+    /* retries back off on the job's own failures only (step 6's count of
+     * failed starts took a node's refusals and timeouts for the job's) */
+    "CREATE OR REPLACE FUNCTION sched_requeue_backoff() RETURNS trigger LANGUAGE plpgsql AS $f$\n"
+    "DECLARE d int;\n"
+    "BEGIN\n"
+    "  IF NEW.failures <= OLD.failures OR NEW.failures < 2 THEN RETURN NEW; END IF;\n"
+    "  d := least(60000, 1000 * (2 ^ least(NEW.failures - 1, 16))::int);\n"
+    "  NEW.retry_at := now() + d * interval '1 ms';\n"
+    "  NEW.reason := NEW.reason || '; next attempt in ' || (d / 1000) || ' s (backoff)';\n"
+    "  RETURN NEW;\n"
+    "END\n"
+    "$f$";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -393,5 +688,6 @@ const gp_migration scheduler_migrations[] = {
     {6, "retry backoff", step6_sql},
     {7, "product of an attempt", step7_sql},
     {8, "row-level security by tenant, site owners", step8_sql},
+    {9, "one end for every attempt, one retry rule", step9_sql},
     GP_MIGRATION_END
 };

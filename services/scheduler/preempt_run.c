@@ -15,17 +15,17 @@
  *      those the record returns (all live ranks of the attempt), not only
  *      those the plan named -- a multi-node victim is evicted whole, and
  *      a rank left running would keep GPUs the release below gives away;
- *   4. the end of a preempted attempt ON ONE NODE (sched_preempted_ended:
- *      called by the attempt-event path on killed/exited of that node,
- *      and here once that node's agent acked the stop) marks that node's
- *      row 'preempted' and releases that node's GPUs only; once no row of
- *      the attempt is live any more its job goes back to pending,
- *      resuming from its checkpoint (jobs.progress_ms is sent as
- *      resume_ms); a preempted attempt is not charged against
- *      max_attempts.  The GPUs are not freed but handed over: held in
- *      Redis for the preemptor (reserve.h), so another instance cannot
- *      give them to the requeued victim or other lower-priority work
- *      first; the hold lapses if the preemptor goes elsewhere.
+ *   4. the end of a preempted attempt ON ONE NODE (end.h: the agent's
+ *      end event of that node, or here once that node's agent acked the
+ *      stop, sched_end_preempted) marks that node's row 'preempted' and
+ *      releases that node's GPUs only; once no row of the attempt is live
+ *      any more its job goes back to pending, resuming from its
+ *      checkpoint (jobs.progress_ms is sent as resume_ms); a preempted
+ *      attempt is not charged against max_attempts.  The GPUs are not
+ *      freed but handed over: held in Redis for the preemptor
+ *      (reserve.h), so another instance cannot give them to the requeued
+ *      victim or other lower-priority work first; the hold lapses if the
+ *      preemptor goes elsewhere.
  * The preemptor is then placed by the normal pass when the GPUs free (it
  * is first in order: it has the higher priority). */
 #include <ev.h>
@@ -36,13 +36,15 @@
 
 #include "gp/clock.h"
 #include "gp/dbarray.h"
+#include "end.h"
 #include "gp/log.h"
-#include "preempt.h"
+#include "plan/preempt.h"
 #include "scheduler.h"
+#include "signal.h"
 
-/* An evacuation's preempted_by (no job: its GPUs are released, not held);
- * the attempt's reason says which node and why. */
-#define EVAC_BY "node-evacuation"
+/* An evacuation's preempted_by; the attempt's reason says which node and
+ * why. */
+#define EVAC_BY SCHED_EVAC_BY
 
 /* One victim attempt (a multi-node victim is one attempt on several nodes). */
 typedef struct victim {
@@ -81,94 +83,6 @@ victim_of(preemption *pr, const preempt_victim *pv, const char *site)
     snprintf(v->site, sizeof(v->site), "%s", site);
     v->attempt = pv->attempt;
     return v;
-}
-
-/* ---- the end of a preempted attempt ----------------------------------------- */
-
-typedef struct ended_ctx {
-    sched   *s;
-    char     job[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
-    uint32_t attempt;
-} ended_ctx;
-
-static const char end_lock_sql[] = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
-static const char end_attempt_sql[] =
-    "UPDATE attempts SET state = 'preempted', reason = CASE WHEN preempted_by = '" EVAC_BY "'\n"
-    "    THEN 'preempted: ' || reason ELSE 'preempted by ' || preempted_by END,\n"
-    "  ended_ms = coalesce(ended_ms, $3::bigint)\n"
-    "WHERE job_id = $1 AND attempt = $2::int AND node = $4 AND preempted_by IS NOT NULL\n"
-    "  AND state IN ('reserved','starting','running')";
-static const char end_nodes_sql[] =
-    "SELECT site, node, preempted_by FROM attempts\n"
-    "WHERE job_id = $1 AND attempt = $2::int AND node = $3";
-/* the job goes back only when the last node of the attempt ended: a rank
- * still live means the attempt still runs (the job row lock above orders
- * the ends of its nodes, from any instance) */
-static const char end_job_sql[] =
-    "WITH u AS (UPDATE jobs SET state = 'pending',\n"
-    "    reason = 'preempted; resumes from its last checkpoint',\n"
-    "    updated_ms = $3::bigint, event_seq = event_seq + 1\n"
-    "  WHERE id = $1 AND attempts_made = $2::int AND state IN ('starting','running')\n"
-    "    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 AND attempt = $2::int\n"
-    "      AND state IN ('reserved','starting','running'))\n"
-    "  RETURNING id, event_seq, tenant)\n"
-    "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
-    "  SELECT id, event_seq, 'requeued', 'pending', $2::int, 'preempted', $3::bigint FROM u\n"
-    "  RETURNING job_id, seq, event, state, attempt, site, node, reason, exit_code, at_ms,\n"
-    "    (SELECT tenant FROM jobs WHERE id = job_id) AS tenant";
-
-static void
-ended_written(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
-{
-    ended_ctx *c = arg;
-    char       nodes[PLACE_MAX_NODES][GP_MAX_ID + 1];
-    uint32_t   n = 0;
-
-    if (err != GP_EOK || nres != 4) {
-        GP_WARN("preempted_end_write_failed", "job=%s attempt=%u node=%s code=%s detail=\"%s\"",
-                c->job, c->attempt, c->node, gp_err_name(err), detail);
-        free(c);
-        return;
-    }
-    for (int i = 0; i < PQntuples(res[2]) && n < PLACE_MAX_NODES; i++)
-        snprintf(nodes[n++], sizeof(nodes[0]), "%s", PQgetvalue(res[2], i, 1));
-    /* this node only; fenced by (job, attempt): idempotent.  Its GPUs are
-     * held for the preemptor (reserve.h): with two instances, the other
-     * one placed the requeued victim on them first (priority inversion) */
-    if (n > 0)
-        sched_release_to(c->s, PQgetvalue(res[2], 0, 0), c->job, c->attempt, nodes, n,
-                         PQgetisnull(res[2], 0, 2) || strcmp(PQgetvalue(res[2], 0, 2), EVAC_BY) == 0
-                             ? NULL : PQgetvalue(res[2], 0, 2));
-    sched_event_rows(c->s, NULL, res[3]);
-    if (PQntuples(res[3]) > 0)
-        GP_INFO("job_requeued_after_preemption", "job=%s attempt=%u", c->job, c->attempt);
-    free(c);
-}
-
-void
-sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt, const char *node)
-{
-    ended_ctx  *c = calloc(1, sizeof(*c));
-    char        a[16], now[24];
-    const char *v[] = {job_id, a, now, node};
-    const char *vn[] = {job_id, a, node};
-    gp_db_tx   *tx;
-
-    if (c == NULL)
-        return;
-    c->s = s;
-    c->attempt = attempt;
-    snprintf(c->job, sizeof(c->job), "%s", job_id);
-    snprintf(c->node, sizeof(c->node), "%s", node);
-    snprintf(a, sizeof(a), "%u", attempt);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    tx = gp_db_tx_new(gp_app_db(s->app));
-    gp_db_tx_add(tx, end_lock_sql, 1, v);
-    gp_db_tx_add(tx, end_attempt_sql, 4, v);
-    gp_db_tx_add(tx, end_nodes_sql, 3, vn);
-    gp_db_tx_add(tx, end_job_sql, 3, v);
-    if (gp_db_tx_run(tx, 0, ended_written, c) != GP_EOK)
-        ended_written(c, GP_EUNAVAIL, NULL, 0, "not sent");
 }
 
 /* ---- signals ------------------------------------------------------------- */
@@ -211,7 +125,7 @@ stopped(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg)
     /* the agent is stopping it there: that node's GPUs go back now (a
      * failed stop leaves it to that node's end event or lease) */
     if (err == GP_EOK)
-        sched_preempted_ended(s, job, attempt, n->node);
+        sched_end_preempted(s, job, attempt, n->node);
     free(n);
 }
 

@@ -55,8 +55,9 @@
 #include "gp/clock.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
+#include "booking.h"
 #include "gp/shard.h"
-#include "place.h"
+#include "plan/place.h"
 #include "scheduler.h"
 
 typedef struct qjob qjob;
@@ -116,29 +117,6 @@ typedef struct sched_queue {
 static void next_job(sched_queue *q);
 static void flush(sched_queue *q);
 static void try_choice(sched_queue *q);
-
-void
-sched_place_kick(sched *s)
-{
-    if (s->place_task != NULL)
-        gp_task_kick(s->place_task);
-}
-
-/* Publishes the event rows a statement RETURNING e.* gave back; tenant
- * NULL: each row's own "tenant" column. */
-void
-sched_event_rows(sched *s, const char *tenant, const PGresult *res)
-{
-    for (int i = 0; res != NULL && i < PQntuples(res); i++) {
-        msg_job_event ev = {0};
-
-        if (sched_row_to_msg(&msg_job_event_desc, res, i, &ev) != GP_EOK)
-            continue;                    /* logged; the row stays for the outbox */
-        if (tenant != NULL)
-            snprintf(ev.tenant, sizeof(ev.tenant), "%s", tenant);
-        sched_event_publish(s, &ev);
-    }
-}
 
 static qjob *
 cur(sched_queue *q)

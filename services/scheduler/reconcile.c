@@ -20,11 +20,10 @@
  * its job stayed 'starting' for good and its GPUs booked.  Whether it was
  * sent is unknown, so it is retired on each of its nodes (fence.c: its
  * renewals kill it, its GPUs stay booked) and once every node's fence is
- * open -- a later pass, the mark is kept in Redis -- it ends here as
- * failed_to_start (its other nodes' rows killed), its GPUs are released,
- * and its job goes back to pending (attempt_failed, requeued) or fails as
- * a failed start does.  The job rows are locked first, as every writer
- * does.
+ * open -- a later pass, the mark is kept in Redis -- it ends (end.h) as
+ * failed_to_start, a platform fault (its rows that ran killed), its GPUs
+ * are released, and its job goes back to pending (attempt_failed,
+ * requeued), not charged.
  *
  * The truth is read before Redis is changed, so an attempt that ends in
  * between (its row ended, its release done) is booked again by the
@@ -48,6 +47,8 @@
 
 #include "gp/clock.h"
 #include "gp/dbarray.h"
+#include "booking.h"
+#include "end.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
@@ -214,61 +215,15 @@ static const char stale_rows_sql[] =
     "  ON a.job_id = st.job_id AND a.attempt = st.attempt\n"
     "WHERE a.state IN ('reserved','starting','running')\n"
     "ORDER BY a.job_id, a.attempt";
-#define PAIRS "SELECT * FROM unnest($1::text[], $2::int[]) AS p(job_id, attempt)"
-static const char stale_lock_sql[] =
-    "SELECT id FROM jobs WHERE id IN (SELECT job_id FROM (" PAIRS ") x) ORDER BY id FOR UPDATE";
-/* every live row of such an attempt ends; the rows to release come back */
-static const char stale_end_sql[] =
-    "UPDATE attempts a SET ended_ms = $3::bigint,\n"
-    "  state = CASE WHEN a.state = 'reserved' THEN 'failed_to_start' ELSE 'killed' END,\n"
-    "  reason = CASE WHEN a.state = 'reserved' THEN $4::text\n"
-    "    ELSE 'another node of the attempt was ' || $4::text END\n"
-    "FROM (" PAIRS ") st WHERE a.job_id = st.job_id AND a.attempt = st.attempt\n"
-    "  AND a.state IN ('reserved','starting','running')\n"
-    "RETURNING a.job_id, a.attempt, a.site, a.node";
-/* the job, if that attempt is still its latest: as dispatch.c's fts_job_sql */
-static const char stale_job_sql[] =
-    "WITH c AS (SELECT DISTINCT a.job_id, a.attempt FROM attempts a JOIN (" PAIRS ") st\n"
-    "    ON a.job_id = st.job_id AND a.attempt = st.attempt\n"
-    "    WHERE a.state = 'failed_to_start' AND a.ended_ms = $3::bigint AND a.reason = $4),\n"
-    "u AS (UPDATE jobs j SET\n"
-    "    state = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN 'failed'\n"
-    "                 ELSE 'pending' END,\n"
-    "    reason = 'attempt ' || c.attempt || ' ' || $4::text, updated_ms = $3::bigint,\n"
-    "    event_seq = j.event_seq + 2, claimed_by = NULL, claim_until = NULL,\n"
-    "    ended_ms = CASE WHEN j.attempts_made - j.preemptions >= j.max_attempts THEN $3::bigint END\n"
-    "  FROM c WHERE j.id = c.job_id AND j.attempts_made = c.attempt\n"
-    "    AND j.state IN ('starting','running')\n"
-    "  RETURNING j.id, j.event_seq, j.state, c.attempt)\n"
-    "INSERT INTO job_events (job_id, seq, event, state, attempt, reason, at_ms)\n"
-    "  SELECT id, event_seq - 1, 'attempt_failed', state, attempt, $4, $3::bigint FROM u\n"
-    "  UNION ALL\n"
-    "  SELECT id, event_seq, CASE WHEN state = 'failed' THEN 'failed' ELSE 'requeued' END,\n"
-    "    state, attempt, $4, $3::bigint FROM u\n"
-    "  RETURNING (SELECT tenant FROM jobs WHERE id = job_id) AS tenant, job_id, seq, event,\n"
-    "    state, attempt, site, node, reason, exit_code, at_ms";
-
 static void read_live(sched *s);
 
 static void
-stale_ended(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
+stale_ended(void *arg, gp_err err, const char *detail)
 {
     sched *s = arg;
 
-    if (err != GP_EOK || nres != 3) {
+    if (err != GP_EOK)       /* the next pass tries again */
         GP_WARN("reconcile_stale_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-    } else {
-        for (int i = 0; i < PQntuples(res[1]); i++) {
-            char node[1][GP_MAX_ID + 1];
-
-            snprintf(node[0], sizeof(node[0]), "%s", PQgetvalue(res[1], i, 3));
-            GP_WARN("attempt_never_dispatched", "job=%s attempt=%s node=%s action=ended",
-                    PQgetvalue(res[1], i, 0), PQgetvalue(res[1], i, 1), node[0]);
-            sched_release(s, PQgetvalue(res[1], i, 2), PQgetvalue(res[1], i, 0),
-                          (uint32_t)strtoul(PQgetvalue(res[1], i, 1), NULL, 10), node, 1);
-        }
-        sched_event_rows(s, NULL, res[2]);
-    }
     read_live(s);
 }
 
@@ -286,23 +241,17 @@ typedef struct stale_pass {
     stale_row row[];
 } stale_pass;
 
-/* The attempts whose every row's fence is open end in one transaction. */
+/* The attempts whose every row's fence is open end in one transaction
+ * (end.h: a platform fault, their GPUs released). */
 static void
 stale_end(stale_pass *sp)
 {
-    sched      *s = sp->s;
-    gp_buf      jobs, atts;
-    char        now[24], num[16];
-    const char *p[] = {NULL, NULL, now, NEVER_DISPATCHED};
-    int         ready = 0;
-    gp_err      rc;
-    gp_db_tx   *tx;
+    sched   *s = sp->s;
+    char   (*job)[GP_MAX_ID + 1] = calloc((size_t)sp->n, sizeof(*job));
+    uint32_t *att = calloc((size_t)sp->n, sizeof(*att));
+    unsigned  ready = 0;
 
-    gp_buf_init(&jobs, 0);
-    gp_buf_init(&atts, 0);
-    rc = gp_pgarr_begin(&jobs);
-    rc = rc ? rc : gp_pgarr_begin(&atts);
-    for (int i = 0, j; i < sp->n && rc == GP_EOK; i = j) {
+    for (int i = 0, j; job != NULL && att != NULL && i < sp->n; i = j) {
         bool open = true;
 
         for (j = i; j < sp->n && strcmp(sp->row[j].job, sp->row[i].job) == 0 &&
@@ -310,31 +259,16 @@ stale_end(stale_pass *sp)
             open = open && sp->row[j].open;
         if (!open)
             continue;
-        snprintf(num, sizeof(num), "%u", sp->row[i].attempt);
-        rc = gp_pgarr_add(&jobs, sp->row[i].job);
-        rc = rc ? rc : gp_pgarr_add(&atts, num);
-        ready++;
+        GP_WARN("attempt_never_dispatched", "job=%s attempt=%u action=ended", sp->row[i].job,
+                sp->row[i].attempt);
+        snprintf(job[ready], sizeof(job[0]), "%s", sp->row[i].job);
+        att[ready++] = sp->row[i].attempt;
     }
-    rc = rc ? rc : gp_pgarr_end(&jobs);
-    rc = rc ? rc : gp_pgarr_end(&atts);
     free(sp);
-    if (rc != GP_EOK || ready == 0) {
-        gp_buf_fini(&jobs);
-        gp_buf_fini(&atts);
+    if (ready == 0 || sched_end_stale(s, job, att, ready, NEVER_DISPATCHED, stale_ended, s) != GP_EOK)
         read_live(s);
-        return;
-    }
-    p[0] = jobs.p;
-    p[1] = atts.p;
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
-    tx = gp_db_tx_new(gp_app_db(s->app));
-    gp_db_tx_add(tx, stale_lock_sql, 2, p);
-    gp_db_tx_add(tx, stale_end_sql, 4, p);
-    gp_db_tx_add(tx, stale_job_sql, 4, p);
-    if (gp_db_tx_run(tx, 0, stale_ended, s) != GP_EOK)
-        read_live(s);
-    gp_buf_fini(&jobs);
-    gp_buf_fini(&atts);
+    free(job);
+    free(att);
 }
 
 static void

@@ -13,7 +13,8 @@
 #include "scheduler.h"
 
 const char sched_job_cols[] =
-    "j.id, j.tenant, j.state, j.spec, j.reason, j.attempts_made, j.preemptions, "
+    "j.id, j.tenant, j.state, j.spec, j.reason, j.attempts_made, j.preemptions, j.failures, "
+    "j.platform_faults, "
     "j.created_ms, j.updated_ms, j.ended_ms, j.exit_code, j.checkpoint_ms, j.progress_ms, j.gpu_ms, "
     "j.waiting, j.nodes_considered";
 

@@ -12,10 +12,11 @@
 #include "gp/app.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
-#include "fair.h"
-#include "place.h"
+#include "plan/fair.h"
+#include "plan/place.h"
 #include "reserve.h"
-#include "snapshot.h"
+#include "plan/snapshot.h"
+#include "plan/validate.h"
 
 struct pg_result;
 
@@ -49,6 +50,7 @@ typedef struct scheduler_cfg {
     unsigned      reconcile_ms;      /* how often Redis reservations are reconciled */
     unsigned      reconcile_grace_ms;/* age of a reservation no live attempt backs before removal */
     unsigned      fence_margin_ms;   /* fence.c: after a node's last grant + lease, before replacing */
+    unsigned      max_platform_retries; /* end.h: requeues after platform faults before a job fails */
 } scheduler_cfg;
 
 extern const gp_cfg_opt scheduler_cfg_opts[];
@@ -63,6 +65,12 @@ typedef struct sched_tenant_slot {
     char     asking[GP_MAX_ID + 1];  /* the tenant a registry call is out for, or "" */
     void    *waiters;                /* submits of it waiting on that call (jobs.c) */
 } sched_tenant_slot;
+
+#define SCHED_END_STATES 9
+
+/* preempted_by of an attempt a node's evacuation moves (no job: its GPUs
+ * are released, not held); preempt_run.c marks it, end.c's SQL reads it. */
+#define SCHED_EVAC_BY "node-evacuation"
 
 typedef struct sched {
     gp_app              *app;
@@ -107,6 +115,7 @@ typedef struct sched {
     uint64_t            *m_release_failures, *m_timed_out, *m_replaced;
     uint64_t            *m_reconcile_runs[3];   /* done, skipped (another instance), failed */
     double              *m_reconcile_last[3];   /* removed, rebuilt, conflicts of the last pass */
+    uint64_t            *m_ends[SCHED_END_STATES]; /* end.c: node rows ended, by state */
 } sched;
 
 /* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
@@ -117,12 +126,38 @@ sched_count(uint64_t *c)
         (*c)++;
 }
 
-/* fence.c: grants stamped on Redis's clock and the replace route (see
- * there).  sched_fence_stamp: before a RunAttempt, the node's grant moves
- * to now + ahead_ms.  sched_fence_lease: a renewal's keep (true) or kill
- * per reported attempt, and the stamp, in one atomic call; NOTFOUND when
- * the node lacks the registry's 'reg' mark.  Callbacks exactly once when
- * OK is returned. */
+/* Capacity changed (a node became healthy, GPUs were released): run a
+ * placement pass soon (queue.c's task; set by main before anything runs). */
+static inline void
+sched_place_kick(sched *s)
+{
+    if (s->place_task != NULL)
+        gp_task_kick(s->place_task);
+}
+
+/* ==== Layers ========================================================================
+ *
+ * Calls go one way, down this list (make lint checks there is no circle):
+ *   flows   jobs.c (the API), queue.c (the placement pass), dispatch.c
+ *           (RunAttempt), attempts.c (agents' events, max run time),
+ *           lease.c, replace.c, reconcile.c, preempt_run.c, feed.c, facts.c;
+ *           a flow hands work only to a flow below it in this order:
+ *           jobs, queue -> preempt_run, feed, dispatch; reconcile -> feed
+ *           -> preempt_run
+ *   end     end.c: the only place an attempt ends (end.h)
+ *   stores  booking.c, signal.c, events.c, rows.c, fence.c, reserve.c
+ *   plan    plan/: snapshot, place, fair, preempt, validate: no I/O
+ * The stores' and end's headers: booking.h, signal.h, end.h, reserve.h. */
+
+/* ---- stores ---------------------------------------------------------------------- */
+
+/* fence.c: grants stamped on Redis's clock (see there).  sched_fence_stamp:
+ * before a RunAttempt, the node's grant moves to now + ahead_ms.
+ * sched_fence_lease: a renewal's keep (true) or kill per reported attempt,
+ * and the stamp, in one atomic call; NOTFOUND when the node lacks the
+ * registry's 'reg' mark.  sched_fence_replace: a lost node's attempts'
+ * reservations removed once the fence opened (wait_ms 0), else how long
+ * until it opens.  Callbacks exactly once when OK is returned. */
 typedef void sched_fence_cb(void *arg, gp_err err);
 typedef void sched_lease_cb(void *arg, gp_err err, const bool *keep, uint32_t n);
 gp_err sched_fence_stamp(sched *s, const char *site, const char *node, unsigned ahead_ms,
@@ -140,58 +175,10 @@ gp_err sched_fence_lease(sched *s, const char *site, const char *node, const msg
 typedef void sched_retire_cb(void *arg, gp_err err, uint32_t wait_ms);
 gp_err sched_fence_retire(sched *s, const char *site, const char *node, const char *job,
                           uint32_t attempt, sched_retire_cb *cb, void *arg);
-extern const gp_route sched_replace_routes[];
-/* gp.int.sched.attempt: an attempt's tenant, product and state (facts.c). */
-extern const gp_route sched_facts_routes[];
+gp_err sched_fence_replace(sched *s, const char *site, const char *node,
+                           char (*job)[GP_MAX_ID + 1], const uint32_t *attempt, unsigned n,
+                           sched_retire_cb *cb, void *arg);
 void sched_fence_start(sched *s);
-
-/* jobs.c: the job API */
-extern const gp_route sched_job_routes[];
-void sched_jobs_start(sched *s);
-/* The gauge task: counts jobs by state. */
-void sched_jobs_count(gp_app *app, void *arg);
-/* An attempt of a job ended (cancelled here; exited, lost, preempted
- * later): the one place its node's resources are released. */
-void sched_attempt_ended(sched *s, const char *job_id, uint32_t attempt, const char *site,
-                         const char *node);
-
-/* Stops one node of an attempt: a stop AttemptSignal (a failure is
- * counted: the node's lease kill list stops it later), then
- * sched_attempt_ended. */
-void sched_attempt_stop(sched *s, const char *job_id, uint32_t attempt, const char *site,
-                        const char *node);
-
-/* attempts.c: AttemptEvent from the stream ATTEMPTS (a durable route),
- * and the "maxrun" task (max run time). */
-extern const gp_route sched_attempt_routes[];
-extern const gp_durable sched_attempts_durable;
-void sched_attempts_start(sched *s);
-void sched_maxrun_run(gp_app *app, void *arg);
-/* Acts on the rows sched_attempt_event() / sched_maxrun() returned after
- * their commit: publishes 'event' rows, stops 'stop' rows. */
-void sched_attempt_rows(sched *s, const struct pg_result *res);
-
-/* lease.c: gp.node.<site>.<node>.lease, served by the scheduler.  The
- * node's reservations are its grants: keep = the reported attempts that
- * hold one on that node, kill = the others. */
-extern const gp_route sched_lease_routes[];
-void sched_lease_start(sched *s);
-
-/* reconcile.c: the "reconcile" task (Redis reservations against
- * PostgreSQL's live attempts, one instance a pass by a Redis lock). */
-void sched_reconcile_start(sched *s);
-void sched_reconcile_run(gp_app *app, void *arg);
-
-/* validate.c: a submitted spec's semantics beyond the codec's types and
- * bounds, and its defaults.  On failure returns the typed error and
- * writes "field: why" into msg, the field named first. */
-gp_err sched_spec_check(msg_job_spec *spec, char *msg, size_t n);
-/* Sets the defaults (nodes 1, priority 100, max_attempts 3) and keeps
- * only the has-bits that change a spec's meaning, so two submissions
- * that mean the same job encode to the same bytes. */
-void   sched_spec_normalize(msg_job_spec *spec);
-/* "j-" + 16 lowercase hex digits from getrandom(). */
-gp_err sched_job_id(char out[GP_MAX_ID + 1]);
 
 /* rows.c: result rows -> messages (columns named after the fields). */
 gp_err sched_row_to_msg(const gp_msg_desc *d, const struct pg_result *res, int row, void *msg);
@@ -203,11 +190,53 @@ extern const char sched_event_cols[];
 /* events.c: the outbox.  The event's row was committed with the change;
  * this publishes it (Nats-Msg-Id "<job>.<seq>") and marks it published. */
 void sched_event_publish(sched *s, const msg_job_event *ev);
+/* Publishes the job_events rows res holds (RETURNING the event columns);
+ * tenant NULL: each row's "tenant" column. */
+void sched_event_rows(sched *s, const char *tenant, const struct pg_result *res);
 /* The "outbox" task: republishes events left unpublished for longer than
  * outbox-grace-ms (a crash or a failure between commit and publish). */
 void sched_outbox_run(gp_app *app, void *arg);
 extern const gp_stream_cfg sched_streams[];
 void sched_events_start(sched *s);
+
+/* ---- flows ----------------------------------------------------------------------- */
+
+/* jobs.c: the job API */
+extern const gp_route sched_job_routes[];
+void sched_jobs_start(sched *s);
+/* The gauge task: counts jobs by state. */
+void sched_jobs_count(gp_app *app, void *arg);
+
+/* attempts.c: AttemptEvent from the stream ATTEMPTS (a durable route),
+ * and the "maxrun" task (max run time). */
+extern const gp_route sched_attempt_routes[];
+extern const gp_durable sched_attempts_durable;
+void sched_attempts_start(sched *s);
+void sched_maxrun_run(gp_app *app, void *arg);
+
+/* lease.c: gp.node.<site>.<node>.lease, served by the scheduler.  The
+ * node's reservations are its grants: keep = the reported attempts that
+ * hold one on that node, kill = the others. */
+extern const gp_route sched_lease_routes[];
+void sched_lease_start(sched *s);
+
+/* replace.c: gp.int.sched.replace, a lost node's attempts once the fence
+ * opens (recovery asks). */
+extern const gp_route sched_replace_routes[];
+void sched_replace_start(sched *s);
+
+/* facts.c: gp.int.sched.attempt: an attempt's tenant, product and state. */
+extern const gp_route sched_facts_routes[];
+
+/* reconcile.c: the "reconcile" task (Redis reservations against
+ * PostgreSQL's live attempts, one instance a pass by a Redis lock). */
+void sched_reconcile_start(sched *s);
+void sched_reconcile_run(gp_app *app, void *arg);
+
+/* queue.c: the "place" task: claim pending jobs, order, place, reserve,
+ * write the attempt, dispatch. */
+gp_err sched_queue_start(sched *s);
+void   sched_place_run(gp_app *app, void *arg);
 
 /* feed.c: the snapshot from the registry (bus only) and the live bookings
  * of this and other instances' attempts (PostgreSQL, at start). */
@@ -216,21 +245,20 @@ void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
 void   sched_bookings_run(gp_app *app, void *arg); /* the "bookings" task (feed.c) */
 /* Fetches a tenant the snapshot lacks (feed.c); the answer kicks placement. */
 void   sched_feed_tenant(sched *s, const char *tenant);
+/* The evacuation of every draining or quarantined node of the snapshot. */
+void   sched_evacuate_sweep(sched *s);
 
-/* queue.c: the "place" task: claim pending jobs, order, place, reserve,
- * write the attempt, dispatch. */
-gp_err sched_queue_start(sched *s);
-void   sched_place_run(gp_app *app, void *arg);
-/* Capacity changed (a node became healthy, GPUs were released): run a
- * placement pass soon. */
-void   sched_place_kick(sched *s);
-/* Publishes the job_events rows res holds (RETURNING the event columns);
- * tenant NULL: each row's "tenant" column. */
-void   sched_event_rows(sched *s, const char *tenant, const struct pg_result *res);
+/* preempt_run.c: a job that cannot be placed may evict interruptible
+ * lower-priority attempts (checkpoint, grace, stop).  True when a
+ * preemption was started for it. */
+bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
+/* The interruptible attempts on a draining or quarantined node are
+ * checkpointed, stopped after the grace and requeued (one instance does
+ * it; a call with nothing left to move does nothing). */
+void   sched_evacuate(sched *s, const char *node, const char *state);
 
 /* dispatch.c: RunAttempt to every node of a committed attempt; on refusal
- * or timeout the attempt failed to start (released, node faulted, job
- * requeued or failed). */
+ * or timeout the attempt failed to start (end.h). */
 typedef struct sched_placed {
     char     job[GP_MAX_ID + 1], tenant[GP_MAX_ID + 1], site[GP_MAX_ID + 1];
     uint32_t attempt, nnodes;
@@ -244,36 +272,5 @@ void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */
  * open, and their memory at exit (dispatch.c). */
 void   sched_retire_sweep(gp_app *app, void *arg);
 void   sched_dispatch_free(sched *s);
-/* Releases an attempt's GPUs (Redis and snapshot) on every node given. */
-void   sched_release(sched *s, const char *site, const char *job, uint32_t attempt,
-                     char (*node)[GP_MAX_ID + 1], uint32_t n);
-/* The same, but the GPUs are held for heir (a preempted attempt's
- * preemptor: reserve.h's hand-over) rather than freed; heir NULL: release. */
-void   sched_release_to(sched *s, const char *site, const char *job, uint32_t attempt,
-                        char (*node)[GP_MAX_ID + 1], uint32_t n, const char *heir);
-/* A signal to an attempt on a node; cb may be NULL. */
-typedef void sched_signal_cb(sched *s, const char *job, uint32_t attempt, gp_err err, void *arg);
-void   sched_signal(sched *s, const char *site, const char *node, const char *job,
-                    uint32_t attempt, int action, sched_signal_cb *cb, void *arg);
-
-/* preempt_run.c: a job that cannot be placed may evict interruptible
- * lower-priority attempts (checkpoint, grace, stop).  True when a
- * preemption was started for it. */
-bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
-/* preempt_run.c: the interruptible attempts on a draining or quarantined
- * node are checkpointed, stopped after the grace and requeued (one
- * instance does it; a call with nothing left to move does nothing). */
-void   sched_evacuate(sched *s, const char *node, const char *state);
-/* feed.c: the same for every draining or quarantined node of the snapshot. */
-void   sched_evacuate_sweep(sched *s);
-/* What the end of a PREEMPTED attempt on one node does: that node's row
- * becomes 'preempted', that node's GPUs are released, and once no node of
- * the attempt is live its job goes back to pending (not failed; a
- * preempted attempt is not charged against max_attempts).  Idempotent:
- * called by the attempt-event path (killed/exited on that node of an
- * attempt with preempted_by set) and after that node's agent acked the
- * stop. */
-void   sched_preempted_ended(sched *s, const char *job_id, uint32_t attempt,
-                             const char *node);
 
 #endif

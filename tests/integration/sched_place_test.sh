@@ -14,8 +14,9 @@
 #      failed_to_start on two different nodes, GPUs released, job failed;
 #   3b. a node that does not answer (its agent SIGSTOPped): the attempt is
 #      retired, its GPU booked, its job 'starting' until the fence opens, then
-#      failed_to_start with TIMEOUT, GPU released; resumed, the node does not
-#      go on running it;
+#      failed_to_start with TIMEOUT, GPU released, the job requeued without
+#      using up its one attempt (a platform fault); resumed, the node does
+#      not go on running it;
 #   4. two instances racing on a batch of jobs never place one job twice;
 #   5. with the fleet full of interruptible low-priority work, a
 #      high-priority job preempts one victim (checkpoint then stop), the
@@ -154,12 +155,19 @@ sleep 4                                     # the 2 s deadline has passed
           ON a.job_id = j.id WHERE j.id = '$j5'")" = 'starting:n5:reserved' ] && held5 && retired5
 st_=$?
 ok "no answer by the deadline: the job still waits 'starting', its GPU stays booked, the attempt is retired on n5" $st_
-wait_sql "SELECT state FROM jobs WHERE id = '$j5'" failed 60
-ok "a dispatch to a node that does not answer fails the attempt (max_attempts 1: job failed)" $?
+# no answer is the platform's fault, not the job's (end.h): the job goes
+# back to pending with its one attempt not used up
+wait_sql "SELECT a.state || ':' || j.failures || ':' || j.platform_faults FROM attempts a
+          JOIN jobs j ON j.id = a.job_id WHERE a.job_id = '$j5' AND a.attempt = 1" \
+    'failed_to_start:0:1' 60
+ok "a dispatch to a node that does not answer ends the attempt as a platform fault: not charged (max_attempts 1, failures 0, platform_faults 1)" $?
 t1=$(date +%s%N)
+sql "SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = '$j5'" |
+    grep -q '^submitted,placed,attempt_failed,requeued'
+ok "... events placed, attempt_failed, requeued: the job waits for a node again" $?
 # the fence: 2 s deadline + lease 9 s + margin 1.5 s
-[ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5'")" = 'n5:failed_to_start' ] &&
-    sql "SELECT reason FROM attempts WHERE job_id = '$j5'" | grep -q TIMEOUT &&
+[ "$(sql "SELECT node || ':' || state FROM attempts WHERE job_id = '$j5' AND attempt = 1")" = 'n5:failed_to_start' ] &&
+    sql "SELECT reason FROM attempts WHERE job_id = '$j5' AND attempt = 1" | grep -q TIMEOUT &&
     [ $(( (t1 - t0) / 1000000 )) -ge 12000 ]
 st_=$?
 ok "... on n5, failed_to_start with TIMEOUT once the fence opened ($(( (t1 - t0) / 1000000 )) ms, the deadline 2 s + lease 9 s + margin 1.5 s)" $st_
@@ -169,14 +177,15 @@ kill -CONT "$n5pid"
 # what waited in n5's socket now runs: a start of the attempt is stopped
 # (the stop signal, or its first renewal's kill list)
 ran5() {
-    [ "$(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log")" = \
-      "$(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log")" ]
+    [ "$(grep -c "attempt_started.*job=$j5 attempt=1 " "$GP_STACK_DIR/agent-n5.log")" = \
+      "$(grep -c "attempt_ended.*job=$j5 attempt=1 " "$GP_STACK_DIR/agent-n5.log")" ]
 }
 sleep 3
 for _ in $(seq 1 50); do ran5 && break; sleep 0.2; done
 ran5
 st_=$?
-ok "... n5, resumed, does not go on running it ($(grep -c "attempt_started.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") started, $(grep -c "attempt_ended.*job=$j5 " "$GP_STACK_DIR/agent-n5.log") ended)" $st_
+ok "... n5, resumed, does not go on running attempt 1 ($(grep -c "attempt_started.*job=$j5 attempt=1 " "$GP_STACK_DIR/agent-n5.log") started, $(grep -c "attempt_ended.*job=$j5 attempt=1 " "$GP_STACK_DIR/agent-n5.log") ended)" $st_
+$G cancel job "$j5" --tenant "$TENANT" >/dev/null 2>&1     # its next attempt would hold n5
 
 # ---- 4. two instances, a batch of jobs: never placed twice ------------------------
 

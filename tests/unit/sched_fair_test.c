@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/fair.h"
-#include "../../services/scheduler/place.h"
+#include "../../services/scheduler/plan/fair.h"
+#include "../../services/scheduler/plan/place.h"
 #include "test.h"
 
 #define MIN_MS 60000ull

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/place.h"
+#include "../../services/scheduler/plan/place.h"
 #include "test.h"
 
 #define R(x) MSG_PENDING_REASON_REASON_##x

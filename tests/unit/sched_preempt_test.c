@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/preempt.h"
+#include "../../services/scheduler/plan/preempt.h"
 #include "test.h"
 
 static void add_site(snap *s, const char *id)

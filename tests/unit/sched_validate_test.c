@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "../../services/scheduler/scheduler.h"
+#include "../../services/scheduler/plan/validate.h"
 
 static void
 base(msg_job_spec *sp)

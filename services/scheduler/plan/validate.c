@@ -2,12 +2,13 @@
  * already enforced (types, bounds, lengths from the schema).  Every
  * refusal is typed and starts with the field it is about, so an
  * integrator can point at it: "origin_lat: needed by max_latency_ms". */
+#include "validate.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
 #include "gp/id.h"
-#include "scheduler.h"
 
 #define HAS(sp, f) GP_HAS(sp, MSG_JOB_SPEC__##f)
 

@@ -165,6 +165,8 @@ static size_t emit_tier(const fair *f, const fair_job *src, size_t lo, size_t hi
         for (size_t r = 0; r < nr; r++)
             if (runs[r].next < runs[r].end && (!best || runs[r].share < best->share))
                 best = &runs[r];
+        if (best == NULL)           /* cannot happen: left counts the runs' jobs */
+            break;
         const fair_job *j = &src[best->next++];
         best->share += best->per_gpu * j->gpus;
         out[o++] = *j;

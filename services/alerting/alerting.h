@@ -147,7 +147,7 @@ void   alerting_forget_run(gp_app *app, void *arg);
 /* jobs.c: the JOBS stream (where attempts ran, how they ended) and the
  * job failure rates every jobs-ms */
 extern const gp_route alerting_job_routes[];
-extern const char    *alerting_jobs_subjects[];
+/* inputs.c: the JOBS stream's subjects, filled once at start */
 void                  alerting_jobs_init(void);
 void                  alerting_jobs_run(gp_app *app, void *arg);
 

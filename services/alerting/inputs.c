@@ -29,6 +29,12 @@ static char        usage_subject[GP_MAX_SUBJECT] = GP_PAT_USAGE_RECORD;
 static const char *usage_subjects[] = {usage_subject, NULL};
 static char        alerts_subject[GP_MAX_SUBJECT] = GP_PAT_ALERT;
 static const char *alerts_subjects[] = {alerts_subject, NULL};
+/* The scheduler's stream JOBS, declared here too with the same subjects
+ * (every subject below gp.events.<tenant>.job, filled by
+ * alerting_jobs_init), so jobs.c's durable consumer has it whichever
+ * service starts first. */
+static char        jobs_subject[GP_MAX_SUBJECT];
+static const char *jobs_subjects[] = {jobs_subject, NULL};
 
 /* FLEET: a week of what the fleet reported (read here); ALERTS:
  * a month of alert events, a republish within 10 minutes (a claim that
@@ -39,13 +45,19 @@ const gp_stream_cfg alerting_streams[] = {
     {.name = "ALERTS", .subjects = (const char **)alerts_subjects, .max_age_s = 30 * 24 * 3600,
      .duplicate_window_s = 600, .memory = false},
     /* the scheduler's (its sched_streams entry, the same) */
-    {.name = "JOBS", .subjects = (const char **)alerting_jobs_subjects,
+    {.name = "JOBS", .subjects = (const char **)jobs_subjects,
      .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 120, .memory = false},
     /* metering's (its metering_streams entry, the same) */
     {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
      .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
+
+void
+alerting_jobs_init(void)
+{
+    gp_op_stream_subject(GP_OP_JOB_EVENT, "job", jobs_subject, sizeof(jobs_subject));
+}
 
 /* ---- the site inventory: site -> region ------------------------------------------ */
 

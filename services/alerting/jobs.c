@@ -250,18 +250,6 @@ alerting_jobs_run(gp_app *app, void *arg)
         al_pass_end(rp);
 }
 
-/* The scheduler's stream JOBS, declared here too with the same subjects
- * (alerting_streams, main.c), so this service's durable consumer has it
- * whichever starts first. */
-static char        jobs_subject[GP_MAX_SUBJECT];
-const char        *alerting_jobs_subjects[] = {jobs_subject, NULL};
-
-void
-alerting_jobs_init(void)
-{
-    gp_op_stream_subject(GP_OP_JOB_EVENT, "job", jobs_subject, sizeof(jobs_subject));
-}
-
 static const gp_durable jobs_durable = {.stream = "JOBS", .name = "alerting-jobs",
                                         .max_deliver = 20, .ack_wait_ms = 30000,
                                         .backoff_ms = 500, .max_inflight = 64};

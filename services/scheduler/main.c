@@ -1,151 +1,44 @@
-/* main.c -- gridpool-scheduler: config table, tasks, streams, routes, run.
- * The domain code is in the other files of this folder. */
-#include <stdlib.h>
-
-#include "end.h"
+/* main.c -- gridpool-scheduler: what gp_app_main runs.  Options in
+ * config.c, the state's setup in start.c, the domain in the other files
+ * (scheduler.h says which layer each is in). */
 #include "gp/app.h"
 #include "scheduler.h"
 
 #define SCHEDULER_VERSION "0.1.0"
 
-const gp_cfg_opt scheduler_cfg_opts[] = {
-    GP_CFG_TABLE(scheduler_cfg, common, gp_common_cfg_opts),
-    GP_CFG_UINT("outbox-ms", scheduler_cfg, outbox_ms, 2000, 50, 600000,
-                "how often job events left unpublished are looked for"),
-    GP_CFG_UINT("outbox-grace-ms", scheduler_cfg, outbox_grace_ms, 5000, 0, 600000,
-                "age of an unpublished job event before the outbox republishes it"),
-    GP_CFG_UINT("tenant-cache-ms", scheduler_cfg, tenant_cache_ms, 60000, 0, 3600000,
-                "how long a tenant the registry confirmed is trusted without asking again"),
-    GP_CFG_UINT("gauge-ms", scheduler_cfg, gauge_ms, 10000, 100, 600000,
-                "how often jobs are counted by state (gp_scheduler_jobs)"),
-    GP_CFG_UINT("signal-timeout-ms", scheduler_cfg, signal_timeout_ms, 2000, 100, 60000,
-                "deadline of a stop signal sent to an agent"),
-    GP_CFG_UINT("bookings-ms", scheduler_cfg, bookings_ms, 5000, 200, 600000,
-                "how often the snapshot's GPU bookings are synced with PostgreSQL's live attempts"),
-    GP_CFG_UINT("feed-ms", scheduler_cfg, feed_ms, 60000, 1000, 3600000,
-                "how often the registry's inventory (tenants, sites, pools, products, nodes) is "
-                "reloaded over the bus; node state follows NodeState events in between"),
-    GP_CFG_UINT("place-ms", scheduler_cfg, place_ms, 500, 20, 60000,
-                "placement pass period (a pass also runs when capacity changes or a job is submitted)"),
-    GP_CFG_UINT("place-batch", scheduler_cfg, place_batch, 64, 1, 1000,
-                "pending jobs claimed from PostgreSQL per placement pass"),
-    GP_CFG_UINT("claim-ms", scheduler_cfg, claim_ms, 10000, 1000, 600000,
-                "how long this instance's claim on a pending job keeps other instances off it "
-                "(a crashed instance's claims expire after this)"),
-    GP_CFG_UINT("usage-ms", scheduler_cfg, usage_ms, 30000, 1000, 3600000,
-                "how often tenants' decayed GPU usage is read from PostgreSQL for fair share"),
-    GP_CFG_UINT("explain-max-nodes", scheduler_cfg, explain_max_nodes, 20000, 0, 1000000,
-                "a pending job's reasons are counted over every node (walk_all) only up to this "
-                "many nodes in the fleet; above it, over the index placement walked"),
-    GP_CFG_UINT("dispatch-timeout-ms", scheduler_cfg, dispatch_timeout_ms, 5000, 100, 120000,
-                "deadline of RunAttempt: no answer by then means the attempt failed to start"),
-    GP_CFG_UINT("dispatch-max", scheduler_cfg, dispatch_max, 256, 1, 100000,
-                "attempts being dispatched at once, at most (placement waits above it)"),
-    GP_CFG_UINT("preempt-grace-ms", scheduler_cfg, preempt_grace_ms, 10000, 0, 3600000,
-                "time between a victim's checkpoint request and its stop signal"),
-    GP_CFG_UINT("attempt-lease-ms", scheduler_cfg, attempt_lease_ms, 0, 0, 3600000,
-                "lease_ms sent with RunAttempt (0: the agent's own lease from registration)"),
-    GP_CFG_STR("checkpoint-root", scheduler_cfg, checkpoint_root, "/tmp/gridpool-checkpoints",
-               "an attempt's checkpoint folder on its node is <checkpoint-root>/<job id> (one "
-               "per job, so the next attempt resumes from it)"),
-    GP_CFG_UINT("fair-half-life-ms", scheduler_cfg, fair_half_life_ms, 3600000, 1000, 2592000000u,
-                "fair share: half-life of a tenant's GPU usage"),
-    GP_CFG_UINT("hold-after-ms", scheduler_cfg, hold_after_ms, 1800000, 1000, 2592000000u,
-                "a big job that waited this long is held: nodes are kept free for it"),
-    GP_CFG_UINT("hold-gpus", scheduler_cfg, hold_gpus, 8, 1, 1024,
-                "a job asking at least this many GPUs in all counts as big (for the hold)"),
-    /* attempts, leases, fencing; heartbeat-ms and lease-ms as the registry's defaults,
-     * since either may answer an agent (registration, lease) */
-    GP_CFG_UINT("heartbeat-ms", scheduler_cfg, heartbeat_ms, 5000, 100, 600000,
-                "heartbeat interval handed to agents in a lease reply"),
-    GP_CFG_UINT("lease-ms", scheduler_cfg, lease_ms, 9000, 1000, 3600000,
-                "attempt lease handed to agents in a lease reply (with 5 s beats: last "
-                "heartbeat to replacement running p99 within 17 s)"),
-    GP_CFG_UINT("maxrun-ms", scheduler_cfg, maxrun_ms, 5000, 100, 600000,
-                "how often attempts running past their job's max_run_s are ended"),
-    GP_CFG_UINT("reconcile-ms", scheduler_cfg, reconcile_ms, 60000, 200, 3600000,
-                "how often Redis reservations are reconciled with PostgreSQL's live attempts"),
-    GP_CFG_UINT("reconcile-grace-ms", scheduler_cfg, reconcile_grace_ms, 30000, 0, 3600000,
-                "age of a reservation no live attempt backs before the reconcile removes it"),
-    GP_CFG_UINT("fence-margin-ms", scheduler_cfg, fence_margin_ms, 1500, 0, 600000,
-                "a lost node's attempts are replaced this long after its last grant + the lease"),
-    GP_CFG_UINT("max-platform-retries", scheduler_cfg, max_platform_retries, 10, 0, 1000000,
-                "a job requeued after this many attempts ended by platform faults (node lost, "
-                "lease lapsed, a dispatch refused by the node or unanswered, an attempt never "
-                "dispatched) fails at the next; they never use up its max_attempts"),
-    GP_CFG_END
+static const gp_svc_task sched_tasks[] = {
+    GP_SVC_TASK("outbox", scheduler_cfg, outbox_ms, sched_outbox_run),
+    GP_SVC_TASK("jobs_gauge", scheduler_cfg, gauge_ms, sched_jobs_count),
+    GP_SVC_TASK("maxrun", scheduler_cfg, maxrun_ms, sched_maxrun_run),
+    GP_SVC_TASK_FIXED("retire", 250, sched_retire_sweep),
+    GP_SVC_TASK("reconcile", scheduler_cfg, reconcile_ms, sched_reconcile_run),
+    GP_SVC_TASK("feed", scheduler_cfg, feed_ms, sched_feed_run),
+    GP_SVC_TASK("bookings", scheduler_cfg, bookings_ms, sched_bookings_run),
+    GP_SVC_TASK("place", scheduler_cfg, place_ms, sched_place_run),
+    GP_SVC_TASKS_END,
+};
+
+static const gp_route *const sched_routes[] = {
+    sched_job_routes, sched_attempt_routes, sched_lease_routes, sched_replace_routes,
+    sched_facts_routes, NULL,
+};
+
+static const gp_service scheduler_service = {
+    .name = "scheduler",
+    .version = SCHEDULER_VERSION,
+    GP_SVC_CFG(scheduler_cfg, common, scheduler_cfg_opts),
+    .state_size = sizeof(sched),
+    .needs = GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
+    .migrations = scheduler_migrations,
+    .streams = sched_streams,
+    .routes = sched_routes,
+    .tasks = sched_tasks,
+    .init = sched_init,
+    .free = sched_free,
 };
 
 int
 main(int argc, char **argv)
 {
-    scheduler_cfg cfg;
-    static sched  s;
-    gp_app       *app = NULL;
-    int           code;
-    gp_err        rc;
-
-    gp_cfg_load("gridpool-scheduler", scheduler_cfg_opts, &cfg, argc, argv, NULL, &code);
-    if (code != GP_CFG_CONTINUE)
-        return code;
-    rc = gp_app_new("scheduler", SCHEDULER_VERSION, &cfg.common,
-                    GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS, scheduler_migrations, &app);
-    if (rc == GP_EOK) {
-        s.app = app;
-        s.cfg = &cfg;
-        fair_cfg fc;
-
-        fair_cfg_default(&fc);
-        fc.half_life_ms = cfg.fair_half_life_ms;
-        fc.hold_after_ms = cfg.hold_after_ms;
-        fc.hold_gpus = cfg.hold_gpus;
-        if (snap_init(&s.snap, NULL) != 0 || fair_init(&s.fair, &fc) != 0)
-            rc = GP_ENOMEM;
-        if (rc == GP_EOK)
-            rc = sched_reserve_new(gp_app_kv(app), gp_app_metrics(app), &s.res);
-    }
-    if (rc == GP_EOK) {
-        sched_jobs_start(&s);
-        sched_events_start(&s);
-        sched_attempts_start(&s);
-        sched_lease_start(&s);
-        sched_fence_start(&s);
-        sched_replace_start(&s);
-        sched_end_start(&s);
-        sched_reconcile_start(&s);
-        if (gp_app_every(app, "outbox", cfg.outbox_ms / 1000.0, sched_outbox_run, &s) == NULL ||
-            gp_app_every(app, "jobs_gauge", cfg.gauge_ms / 1000.0, sched_jobs_count, &s) == NULL ||
-            gp_app_every(app, "maxrun", cfg.maxrun_ms / 1000.0, sched_maxrun_run, &s) == NULL ||
-            gp_app_every(app, "retire", 0.25, sched_retire_sweep, &s) == NULL ||
-            gp_app_every(app, "reconcile", cfg.reconcile_ms / 1000.0, sched_reconcile_run, &s) ==
-                NULL)
-            rc = GP_ENOMEM;
-    }
-    if (rc == GP_EOK)
-        rc = sched_queue_start(&s);
-    if (rc == GP_EOK)
-        rc = sched_feed_start(&s);
-    if (rc == GP_EOK &&
-        (gp_app_every(app, "feed", cfg.feed_ms / 1000.0, sched_feed_run, &s) == NULL ||
-         gp_app_every(app, "bookings", cfg.bookings_ms / 1000.0, sched_bookings_run, &s) == NULL ||
-         (s.place_task = gp_app_every(app, "place", cfg.place_ms / 1000.0, sched_place_run,
-                                      &s)) == NULL))
-        rc = GP_ENOMEM;
-    if (rc == GP_EOK)
-        rc = gp_app_streams(app, sched_streams);
-    if (rc == GP_EOK)
-        rc = gp_app_serve(app, &s, sched_job_routes, sched_attempt_routes, sched_lease_routes,
-                          sched_replace_routes, sched_facts_routes,
-                          NULL);
-    if (rc == GP_EOK)
-        rc = gp_app_run(app);
-    gp_app_free(app);
-    sched_dispatch_free(&s);
-    sched_reserve_free(s.res);
-    gp_buf_fini(&s.recon_jobs);
-    gp_buf_fini(&s.recon_attempts);
-    snap_free(&s.snap);
-    fair_free(&s.fair);
-    gp_lib_close();
-    return rc == GP_EOK ? 0 : 1;
+    return gp_app_main(&scheduler_service, argc, argv);
 }

@@ -53,7 +53,7 @@ typedef struct scheduler_cfg {
     unsigned      max_platform_retries; /* end.h: requeues after platform faults before a job fails */
 } scheduler_cfg;
 
-extern const gp_cfg_opt scheduler_cfg_opts[];
+extern const gp_cfg_opt scheduler_cfg_opts[];     /* config.c */
 extern const gp_migration scheduler_migrations[];   /* migrate.c */
 
 /* Tenants the registry confirmed recently (a small direct-mapped cache:
@@ -117,6 +117,10 @@ typedef struct sched {
     double              *m_reconcile_last[3];   /* removed, rebuilt, conflicts of the last pass */
     uint64_t            *m_ends[SCHED_END_STATES]; /* end.c: node rows ended, by state */
 } sched;
+
+/* start.c: gp_app_main's init and free hooks (main.c). */
+gp_err sched_init(gp_app *app, const void *cfg, void *state);
+void   sched_free(void *state);
 
 /* Counters may be NULL (gp_metrics_counter past GP_MAX_METRICS). */
 static inline void

@@ -1,385 +1,36 @@
-/* kv.c -- asynchronous Redis on one libev loop (see gp/kv.h).
+/* kv.c -- the front of gp/kv.h: asynchronous Redis on one libev loop.
  *
- * hiredis 0.14.1 async + its libev adapter, wrapped the way h2o's
- * lib/common/redis.c does it:
- *
- *   - a state machine CLOSED -> CONNECTING -> CONNECTED -> CLOSED ...;
- *     a connect deadline (ev_timer; 0.14 has no redisOptions timeouts) and
- *     reconnect with capped exponential backoff and +-25% jitter;
- *   - per-command deadlines without a timer per command: Redis answers in
- *     order on one connection, so the commands in flight live in a FIFO
- *     ring (no malloc per command) with their deadlines, and ONE ev_timer
- *     is armed for the oldest.  It re-arms itself lazily for the new oldest
- *     when it fires early.  On expiry the context is freed: hiredis then
- *     calls every pending callback with a NULL reply, which we map to
- *     TIMEOUT (past its deadline) or UNAVAIL (the rest);
- *   - a cap on commands in flight (TOOBIG).
- *
- * Why redisAsyncFree and not redisAsyncDisconnect on a timeout: in 0.14
- * redisAsyncDisconnect is the *clean* disconnect; it waits for every
- * pending reply before closing, which is exactly what never comes.
- *
- * Lifetimes.  hiredis calls us from its callbacks (replies, connect,
- * disconnect) while its own frames are on the stack, and the user may call
- * gp_kv_free from any of our callbacks.  So:
- *   - every entry point counts kv->depth; the struct is released only when
- *     the outermost frame leaves, gp_kv_free was called and no hiredis
- *     context is left (kv_leave);
- *   - inside a reply callback hiredis itself defers redisAsyncFree
- *     (REDIS_IN_CALLBACK) until the callback returns;
- *   - inside the connect callback it does not (and goes on using the
- *     context after it returns), so gp_kv_free there defers the teardown to
- *     a zero-delay timer;
- *   - a NULL reply or the disconnect callback means hiredis is already
- *     freeing the context: we mark it dying / forget it first thing, so
- *     nothing calls into it again.
+ * gp_kv_new picks the client once, from opts.cluster: kv_node.c (one
+ * connection to one Redis) or kv_cluster.c (Redis Cluster, itself over one
+ * kv_node.c connection per master).  Every other gp_kv_* call checks its
+ * arguments and dispatches to the one picked; the handle says which
+ * (kv_int.h).  Calls go one way, kv.c -> kv_cluster.c -> kv_node.c and
+ * kv.c -> kv_node.c: the clients never call back into this file.
  *
  * Subscribe-mode commands (SUBSCRIBE, PSUBSCRIBE, MONITOR, ...) are refused
- * with INVAL: their replies do not follow the one-reply-per-command FIFO. */
+ * here with INVAL, in both modes: their replies do not follow the
+ * one-reply-per-command FIFO that kv_node.c's deadlines rely on.
+ *
+ * Loop thread only, like all of gp/kv.h. */
 #include "gp/kv.h"
 
-#include <ev.h>
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/adapters/libev.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "gp/backoff.h"
-#include "gp/clock.h"
 #include "gp/limits.h"
-#include "gp/log.h"
 #include "kv_int.h"
 
-enum kv_state { KV_CLOSED, KV_CONNECTING, KV_CONNECTED };
-
-typedef struct kv_rec {                    /* one command in flight */
-    gp_kv_cb  *cb;
-    void      *arg;
-    ev_tstamp  deadline;                   /* gp_mono_s() timebase (monotonic) */
-} kv_rec;
-
-#define KV_RING_MIN 256u
-
-struct gp_kv {
-    struct ev_loop    *loop;
-    char              *host;
-    int                port;
-    double             connect_timeout;    /* seconds */
-    double             command_timeout;
-    gp_kv_conn_cb     *conn_cb;
-    void              *conn_arg;
-
-    enum kv_state      state;
-    redisAsyncContext *ac;                 /* NULL when none */
-    bool               dying;              /* ac is being freed: do not touch */
-    bool               in_connect_cb;      /* inside hiredis' onConnect */
-    bool               freeing;            /* gp_kv_free was called */
-    bool               down_logged;        /* redis_down said for this outage */
-    bool               ever_tried;
-    unsigned           depth;              /* our frames on the stack */
-    const char        *drop_why;           /* detail for the next redis_down */
-
-    ev_timer           w_conn;             /* connect deadline / backoff / deferred free */
-    ev_timer           w_cmd;              /* deadline of the oldest command */
-    gp_backoff         backoff;            /* reconnect delays */
-
-    kv_rec            *ring;               /* FIFO of commands in flight */
-    uint32_t           ring_cap;           /* power of two */
-    uint64_t           head, tail;         /* sequence numbers; ring[seq & (cap-1)] */
-    uint64_t           timeout_seq;        /* seqs below this timed out */
-
-    gp_kv_stats        st;
-    struct kvc        *cl;                 /* cluster mode: all of it is there */
-};
-
-/* ---- helpers ----------------------------------------------------------- */
-
-static uint32_t
-ring_max_cap(void)
-{
-    uint32_t c = KV_RING_MIN;
-
-    while (c < (uint32_t)GP_KV_MAX_INFLIGHT)
-        c <<= 1;
-    return c;
-}
-
-static gp_err
-ring_grow(gp_kv *kv)
-{
-    uint32_t ncap = kv->ring_cap ? kv->ring_cap * 2 : KV_RING_MIN;
-    kv_rec  *n;
-
-    if (ncap > ring_max_cap())
-        return GP_ETOOBIG;
-    n = malloc((size_t)ncap * sizeof(*n));
-    if (n == NULL)
-        return GP_ENOMEM;
-    for (uint64_t s = kv->head; s != kv->tail; s++)
-        n[s & (ncap - 1)] = kv->ring[s & (kv->ring_cap - 1)];
-    free(kv->ring);
-    kv->ring = n;
-    kv->ring_cap = ncap;
-    return GP_EOK;
-}
-
-static void
-kv_release(gp_kv *kv)
-{
-    ev_timer_stop(kv->loop, &kv->w_conn);
-    ev_timer_stop(kv->loop, &kv->w_cmd);
-    free(kv->ring);
-    free(kv->host);
-    free(kv);
-}
-
-static void
-kv_enter(gp_kv *kv)
-{
-    kv->depth++;
-}
-
-/* Last statement of every entry point: kv may be gone afterwards. */
-static void
-kv_leave(gp_kv *kv)
-{
-    if (--kv->depth == 0 && kv->freeing && kv->ac == NULL)
-        kv_release(kv);
-}
-
-static void
-kv_log_down(gp_kv *kv, const char *detail)
-{
-    if (!kv->down_logged) {
-        kv->down_logged = true;
-        GP_WARN("redis_down", "host=%s port=%d detail=\"%s\"", kv->host, kv->port, detail);
-    } else {
-        GP_DEBUG("redis_retry_failed", "host=%s port=%d detail=\"%s\" next_ms=%u", kv->host,
-                 kv->port, detail, kv->backoff.next_ms);
-    }
-}
-
-/* Arms w_conn for the next attempt, with jitter; doubles the backoff. */
-static void
-kv_schedule_retry(gp_kv *kv)
-{
-    kv->state = KV_CLOSED;
-    ev_timer_stop(kv->loop, &kv->w_conn);
-    ev_timer_set(&kv->w_conn, gp_backoff_next_ms(&kv->backoff) / 1000.0, 0.);
-    ev_timer_start(kv->loop, &kv->w_conn);
-}
-
-/* ---- hiredis callbacks ------------------------------------------------- */
-
-static void
-kv_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
-{
-    gp_kv      *kv = ac->data;
-    redisReply *reply = r;
-    kv_rec      rec;
-    uint64_t    seq = kv->head;
-    gp_err      err = GP_EOK;
-
-    (void)privdata;                        /* == (void *)(uintptr_t)seq: FIFO */
-    if (kv->head == kv->tail)
-        return;                            /* cannot happen: not ours */
-    rec = kv->ring[seq & (kv->ring_cap - 1)];
-    kv->head++;
-    kv_enter(kv);
-    if (reply == NULL) {
-        kv->dying = true;                  /* hiredis is freeing ac */
-        if (!kv->freeing &&
-            (seq < kv->timeout_seq || rec.deadline <= gp_mono_s())) {
-            err = GP_ETIMEOUT;
-            kv->st.timeouts++;
-        } else {
-            err = GP_EUNAVAIL;
-            kv->st.errors++;
-        }
-    } else if (reply->type == REDIS_REPLY_ERROR) {
-        kv->st.errors++;
-    }
-    if (rec.cb != NULL)
-        rec.cb(rec.arg, reply, err);
-    kv_leave(kv);
-}
-
-static void
-kv_connect_cb(const redisAsyncContext *ac, int status)
-{
-    gp_kv *kv = ac->data;
-
-    kv_enter(kv);
-    ev_timer_stop(kv->loop, &kv->w_conn);
-    if (status != REDIS_OK) {
-        /* hiredis frees ac right after we return. */
-        kv->ac = NULL;
-        kv->dying = false;
-        kv_log_down(kv, ac->c.errstr[0] ? ac->c.errstr : "connect failed");
-        if (!kv->freeing)
-            kv_schedule_retry(kv);
-        else
-            kv->state = KV_CLOSED;
-        kv_leave(kv);
-        return;
-    }
-    kv->state = KV_CONNECTED;
-    gp_backoff_reset(&kv->backoff);
-    kv->down_logged = false;
-    GP_INFO("redis_up", "host=%s port=%d reconnects=%llu", kv->host, kv->port,
-            (unsigned long long)kv->st.reconnects);
-    if (kv->conn_cb != NULL && !kv->freeing) {
-        kv->in_connect_cb = true;
-        kv->conn_cb(kv->conn_arg, true);
-        kv->in_connect_cb = false;
-    }
-    kv_leave(kv);
-}
-
-static void
-kv_disconnect_cb(const redisAsyncContext *ac, int status)
-{
-    gp_kv *kv = ac->data;
-    bool   was_up = kv->state == KV_CONNECTED;
-
-    kv_enter(kv);
-    /* hiredis frees ac right after we return. */
-    kv->ac = NULL;
-    kv->dying = false;
-    kv->state = KV_CLOSED;
-    ev_timer_stop(kv->loop, &kv->w_cmd);
-    if (kv->freeing) {
-        kv_leave(kv);
-        return;
-    }
-    if (kv->drop_why != NULL)
-        kv_log_down(kv, kv->drop_why);
-    else
-        kv_log_down(kv, status != REDIS_OK && ac->c.errstr[0] ? ac->c.errstr : "connection closed");
-    kv->drop_why = NULL;
-    gp_backoff_reset(&kv->backoff);
-    kv_schedule_retry(kv);
-    if (was_up && kv->conn_cb != NULL)
-        kv->conn_cb(kv->conn_arg, false);
-    kv_leave(kv);
-}
-
-/* ---- connection management --------------------------------------------- */
-
-/* Frees ac from outside any hiredis callback (timers, gp_kv_free at top
- * level).  Pending callbacks and, if it was connected, kv_disconnect_cb run
- * synchronously. */
-static void
-kv_drop(gp_kv *kv, const char *why)
-{
-    redisAsyncContext *ac = kv->ac;
-
-    if (ac == NULL || kv->dying)
-        return;
-    kv->dying = true;
-    kv->drop_why = why;
-    redisAsyncFree(ac);
-    kv->ac = NULL;
-    kv->dying = false;
-    kv->drop_why = NULL;
-}
-
-static void
-kv_connect(gp_kv *kv)
-{
-    redisAsyncContext *ac;
-
-    if (kv->ever_tried)
-        kv->st.reconnects++;
-    kv->ever_tried = true;
-    ac = redisAsyncConnect(kv->host, kv->port);
-    if (ac == NULL || ac->err) {
-        kv_log_down(kv, ac != NULL && ac->c.errstr[0] ? ac->c.errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        kv_schedule_retry(kv);
-        return;
-    }
-    ac->data = kv;
-    if (redisLibevAttach(kv->loop, ac) != REDIS_OK) {
-        redisAsyncFree(ac);
-        kv_log_down(kv, "libev attach failed");
-        kv_schedule_retry(kv);
-        return;
-    }
-    kv->ac = ac;
-    kv->dying = false;
-    kv->state = KV_CONNECTING;
-    /* After attach: setting the connect callback arms the write watcher. */
-    redisAsyncSetConnectCallback(ac, kv_connect_cb);
-    redisAsyncSetDisconnectCallback(ac, kv_disconnect_cb);
-    ev_timer_stop(kv->loop, &kv->w_conn);
-    ev_timer_set(&kv->w_conn, kv->connect_timeout, 0.);
-    ev_timer_start(kv->loop, &kv->w_conn);
-}
-
-/* w_conn: connect deadline (CONNECTING), backoff (CLOSED), or the deferred
- * teardown of gp_kv_free called from inside the connect callback. */
-static void
-kv_conn_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    gp_kv *kv = GP_CONTAINER_OF(w, gp_kv, w_conn);
-
-    (void)loop;
-    (void)revents;
-    kv_enter(kv);
-    if (kv->freeing) {
-        kv_drop(kv, NULL);
-    } else if (kv->state == KV_CONNECTING) {
-        kv_drop(kv, "connect timeout");    /* not connected: no callbacks run */
-        kv_log_down(kv, "connect timeout");
-        kv_schedule_retry(kv);
-    } else if (kv->state == KV_CLOSED) {
-        kv_connect(kv);
-    }
-    kv_leave(kv);
-}
-
-/* w_cmd: the oldest command's deadline. */
-static void
-kv_cmd_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    gp_kv    *kv = GP_CONTAINER_OF(w, gp_kv, w_cmd);
-    ev_tstamp now = gp_mono_s() + 0.0005; /* timer and clock reads differ a hair */
-    uint64_t  s;
-
-    (void)revents;
-    if (kv->head == kv->tail || kv->ac == NULL || kv->dying)
-        return;
-    s = kv->head;
-    if (kv->ring[s & (kv->ring_cap - 1)].deadline > now) {
-        ev_timer_set(w, kv->ring[s & (kv->ring_cap - 1)].deadline - gp_mono_s(), 0.);
-        ev_timer_start(loop, w);
-        return;
-    }
-    while (s != kv->tail && kv->ring[s & (kv->ring_cap - 1)].deadline <= now)
-        s++;
-    kv->timeout_seq = s;
-    GP_WARN("redis_timeout", "host=%s port=%d timeout_ms=%u timed_out=%llu inflight=%llu",
-            kv->host, kv->port, (unsigned)(kv->command_timeout * 1000),
-            (unsigned long long)(s - kv->head), (unsigned long long)(kv->tail - kv->head));
-    kv_enter(kv);
-    kv_drop(kv, "command timeout");        /* runs every pending callback */
-    kv_leave(kv);
-}
-
-/* ---- public API --------------------------------------------------------- */
+/* The handle is the first member of either client (kv_int.h), hence the
+ * pointer casts between gp_kv and struct kvn / struct kvc below. */
 
 gp_err
 gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb,
           void *conn_arg, gp_kv **out)
 {
-    gp_kv *kv;
+    gp_err e;
 
     if (out != NULL)
         *out = NULL;
@@ -388,83 +39,38 @@ gp_kv_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb,
     if ((!opts->cluster || opts->seeds == NULL || opts->seeds[0] == '\0') &&
         (opts->port <= 0 || opts->port > 65535))
         return GP_EINVAL;
-    kv = calloc(1, sizeof(*kv));
-    if (kv == NULL)
-        return GP_ENOMEM;
-    kv->host = strdup(opts->host != NULL && opts->host[0] ? opts->host : "127.0.0.1");
-    if (kv->host == NULL) {
-        free(kv);
-        return GP_ENOMEM;
-    }
-    kv->loop = loop;
-    kv->port = opts->port;
-    kv->connect_timeout = (opts->connect_timeout_ms ? opts->connect_timeout_ms : 2000) / 1000.0;
-    kv->command_timeout = (opts->command_timeout_ms ? opts->command_timeout_ms : 2000) / 1000.0;
-    kv->conn_cb = conn_cb;
-    kv->conn_arg = conn_arg;
-    kv->state = KV_CLOSED;
     if (opts->cluster) {
-        gp_err e = kvc_new(loop, opts, conn_cb, conn_arg, kv, &kv->cl);
+        struct kvc *cl;
 
-        if (e != GP_EOK) {
-            free(kv->host);
-            free(kv);
-            return e;
-        }
-        *out = kv;
-        return GP_EOK;
+        if ((e = kvc_new(loop, opts, conn_cb, conn_arg, &cl)) == GP_EOK)
+            *out = (gp_kv *)cl;
+    } else {
+        struct kvn *n;
+
+        if ((e = kvn_new(loop, opts, conn_cb, conn_arg, &n)) == GP_EOK)
+            *out = (gp_kv *)n;
     }
-    gp_backoff_init(&kv->backoff, kv);
-    ev_timer_init(&kv->w_conn, kv_conn_timer_cb, 0., 0.);
-    ev_timer_init(&kv->w_cmd, kv_cmd_timer_cb, 0., 0.);
-    if (ring_grow(kv) != GP_EOK) {
-        free(kv->host);
-        free(kv);
-        return GP_ENOMEM;
-    }
-    kv_connect(kv);
-    *out = kv;
-    return GP_EOK;
+    return e;
 }
 
 void
 gp_kv_free(gp_kv *kv)
 {
-    if (kv == NULL || kv->freeing)
+    if (kv == NULL)
         return;
-    if (kv->cl != NULL) {
-        kv->freeing = true;
-        kvc_free(kv->cl);                  /* releases the shell when done */
-        return;
-    }
-    kv_enter(kv);
-    kv->freeing = true;
-    ev_timer_stop(kv->loop, &kv->w_conn);
-    ev_timer_stop(kv->loop, &kv->w_cmd);
-    if (kv->ac != NULL && !kv->dying) {
-        if (kv->in_connect_cb) {
-            /* hiredis goes on using ac after onConnect returns and does not
-             * defer redisAsyncFree there: tear down from a fresh frame. */
-            ev_timer_set(&kv->w_conn, 0., 0.);
-            ev_timer_start(kv->loop, &kv->w_conn);
-        } else if (kv->ac->c.flags & REDIS_IN_CALLBACK) {
-            /* Inside a reply callback: hiredis frees after it returns,
-             * runs the pending callbacks and then kv_disconnect_cb. */
-            kv->dying = true;
-            redisAsyncFree(kv->ac);
-        } else {
-            kv_drop(kv, NULL);
-        }
-    }
-    kv_leave(kv);
+    if (kv->cluster)
+        kvc_free((struct kvc *)kv);        /* releases itself when done */
+    else
+        kvn_free((struct kvn *)kv);
 }
 
 bool
 gp_kv_is_connected(const gp_kv *kv)
 {
-    if (kv != NULL && kv->cl != NULL)
-        return !kv->freeing && kvc_is_connected(kv->cl);
-    return kv != NULL && kv->state == KV_CONNECTED && !kv->dying && !kv->freeing;
+    if (kv == NULL)
+        return false;
+    return kv->cluster ? kvc_is_connected((const struct kvc *)kv)
+                       : kvn_is_connected((const struct kvn *)kv);
 }
 
 void
@@ -472,16 +78,12 @@ gp_kv_get_stats(const gp_kv *kv, gp_kv_stats *out)
 {
     if (out == NULL)
         return;
-    if (kv == NULL) {
+    if (kv == NULL)
         memset(out, 0, sizeof(*out));
-        return;
-    }
-    if (kv->cl != NULL) {
-        kvc_stats(kv->cl, out);
-        return;
-    }
-    *out = kv->st;
-    out->inflight = (uint32_t)(kv->tail - kv->head);
+    else if (kv->cluster)
+        kvc_stats((const struct kvc *)kv, out);
+    else
+        kvn_stats((const struct kvn *)kv, out);
 }
 
 static bool
@@ -496,105 +98,24 @@ is_sub_cmd(const char *name, size_t len)
     return false;
 }
 
-/* Checks and reserves a ring slot; the caller sends, then kv_commit. */
-static gp_err
-kv_admit(gp_kv *kv)
-{
-    if (kv->state != KV_CONNECTED || kv->ac == NULL || kv->dying || kv->freeing) {
-        kv->st.errors++;
-        return GP_EUNAVAIL;
-    }
-    if (kv->tail - kv->head >= (uint64_t)GP_KV_MAX_INFLIGHT)
-        return GP_ETOOBIG;
-    if (kv->tail - kv->head == kv->ring_cap) {
-        gp_err e = ring_grow(kv);
-        if (e != GP_EOK)
-            return e;
-    }
-    return GP_EOK;
-}
-
-static void
-kv_commit(gp_kv *kv, gp_kv_cb *cb, void *arg, ev_tstamp deadline)
-{
-    kv_rec *r = &kv->ring[kv->tail & (kv->ring_cap - 1)];
-    double  in = deadline - gp_mono_s();
-
-    r->cb = cb;
-    r->arg = arg;
-    r->deadline = deadline;
-    kv->tail++;
-    kv->st.commands++;
-    if (!ev_is_active(&kv->w_cmd)) {
-        ev_timer_set(&kv->w_cmd, in > 0 ? in : 0., 0.);
-        ev_timer_start(kv->loop, &kv->w_cmd);
-    }
-}
-
-static gp_err
-kv_send_failed(gp_kv *kv)
-{
-    if (kv->ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) {
-        kv->st.errors++;
-        return GP_EUNAVAIL;
-    }
-    return GP_EINVAL;                      /* bad format or out of memory */
-}
-
 gp_err
 gp_kv_cmd(gp_kv *kv, gp_kv_cb *cb, void *arg, int argc, const char **argv,
           const size_t *argvlen)
 {
-    gp_err e;
-
     if (kv == NULL || argc <= 0 || argv == NULL || argv[0] == NULL)
         return GP_EINVAL;
     if (is_sub_cmd(argv[0], argvlen != NULL ? argvlen[0] : strlen(argv[0])))
         return GP_EINVAL;
-    if (kv->cl != NULL) {
+    if (kv->cluster) {
+        /* formatted once: kv_cluster.c keeps it to resend on a redirection */
         char *buf = NULL;
         int   n = redisFormatCommandArgv(&buf, argc, argv, argvlen);
 
         if (n < 0 || buf == NULL)
             return GP_ENOMEM;
-        return kvc_cmd(kv->cl, cb, arg, buf, (size_t)n);
+        return kvc_cmd((struct kvc *)kv, cb, arg, buf, (size_t)n);
     }
-    if ((e = kv_admit(kv)) != GP_EOK)
-        return e;
-    if (redisAsyncCommandArgv(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, argc, argv,
-                              argvlen) != REDIS_OK)
-        return kv_send_failed(kv);
-    kv_commit(kv, cb, arg, gp_mono_s() + kv->command_timeout);
-    return GP_EOK;
-}
-
-gp_err
-gp_kv__send(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *cmd, size_t len, double deadline)
-{
-    gp_err e;
-
-    if (kv == NULL || cmd == NULL || kv->cl != NULL)
-        return GP_EINVAL;
-    if ((e = kv_admit(kv)) != GP_EOK)
-        return e;
-    if (redisAsyncFormattedCommand(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, cmd,
-                                   len) != REDIS_OK)
-        return kv_send_failed(kv);
-    kv_commit(kv, cb, arg, deadline);
-    return GP_EOK;
-}
-
-double
-gp_kv__timeout(const gp_kv *kv)
-{
-    return kv->command_timeout;
-}
-
-void
-gp_kv__release_shell(gp_kv *kv)
-{
-    free(kv->host);
-    free(kv);
+    return kvn_cmdv((struct kvn *)kv, cb, arg, argc, argv, argvlen);
 }
 
 gp_err
@@ -611,23 +132,18 @@ gp_kv_cmdf(gp_kv *kv, gp_kv_cb *cb, void *arg, const char *fmt, ...)
     n = strcspn(fmt, " ");
     if (is_sub_cmd(fmt, n))
         return GP_EINVAL;
-    if (kv->cl != NULL) {
+    if (kv->cluster) {
         char *buf = NULL;
 
         va_start(ap, fmt);
         rc = redisvFormatCommand(&buf, fmt, ap);
         va_end(ap);
         if (rc < 0 || buf == NULL)
-            return GP_EINVAL;              /* bad format or out of memory, as below */
-        return kvc_cmd(kv->cl, cb, arg, buf, (size_t)rc);
+            return GP_EINVAL;              /* bad format or out of memory, as kv_node.c */
+        return kvc_cmd((struct kvc *)kv, cb, arg, buf, (size_t)rc);
     }
-    if ((e = kv_admit(kv)) != GP_EOK)
-        return e;
     va_start(ap, fmt);
-    rc = redisvAsyncCommand(kv->ac, kv_reply_cb, (void *)(uintptr_t)kv->tail, fmt, ap);
+    e = kvn_vcmdf((struct kvn *)kv, cb, arg, fmt, ap);
     va_end(ap);
-    if (rc != REDIS_OK)
-        return kv_send_failed(kv);
-    kv_commit(kv, cb, arg, gp_mono_s() + kv->command_timeout);
-    return GP_EOK;
+    return e;
 }

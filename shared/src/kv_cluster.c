@@ -1,9 +1,13 @@
 /* kv_cluster.c -- gp_kv over a Redis Cluster (see gp/kv.h, "Cluster mode").
+ * kv.c hands it the gp_kv of a service configured for a cluster; it calls
+ * kv_node.c for each master and never kv.c (kv_int.h).  Loop thread only,
+ * like all of gp/kv.h.
  *
  * hiredis 0.14 has no cluster support, and Debian 12 packages no cluster
- * client, so this follows the Redis Cluster specification on top of kv.c:
+ * client, so this follows the Redis Cluster specification on top of
+ * kv_node.c:
  *
- *   - one inner single-node gp_kv per master (its own deadline FIFO,
+ *   - one kv_node.c connection per master (its own deadline FIFO,
  *     reconnect with backoff, in-flight cap), created from CLUSTER SLOTS;
  *   - a table of the 16,384 hash slots -> node; slot = CRC16/XMODEM(key or
  *     its {hash tag}) mod 16384;
@@ -22,8 +26,9 @@
  *     command may have run): passed to the caller, and a lost connection
  *     refreshes the map.
  *
- * Lifetime: commands hold a pointer to the cluster; the cluster (and the
- * shell gp_kv the user holds) is released only when gp_kv_free was called,
+ * Lifetime: commands hold a pointer to the cluster; the cluster (whose
+ * first member is the gp_kv the user holds) is released only when
+ * gp_kv_free (kvc_free) was called,
  * no inner callback is outstanding, no command waits and none of our frames
  * is on the stack.  gp_kv_free frees the inner connections, whose pending
  * callbacks then run (now, or after the current hiredis callback returns)
@@ -49,7 +54,7 @@
 typedef struct kvc_node {
     char           host[64];
     int            port;
-    gp_kv         *kv;
+    struct kvn    *conn;                   /* kv_node.c; NULL once kvc_free ran */
     struct kvc    *cl;
     bool           in_map;
 } kvc_node;
@@ -78,8 +83,8 @@ struct kvc_req {
 };
 
 struct kvc {
+    gp_kv           handle;                /* first (kv_int.h); .cluster true */
     struct ev_loop *loop;
-    gp_kv          *shell;                 /* what the user holds */
     gp_kv_conn_cb  *conn_cb;
     void           *conn_arg;
     unsigned        connect_timeout_ms;
@@ -338,7 +343,6 @@ kvc_release(struct kvc *cl)
         free(cl->nodes[i]);
     free(cl->nodes);
     free(cl->seeds);
-    gp_kv__release_shell(cl->shell);
     free(cl);
 }
 
@@ -355,7 +359,7 @@ kvc_leave(struct kvc *cl)
 static bool
 node_up(const kvc_node *n)
 {
-    return n != NULL && n->kv != NULL && gp_kv_is_connected(n->kv);
+    return n != NULL && kvn_is_connected(n->conn);
 }
 
 static void kvc_node_conn_cb(void *arg, bool connected);
@@ -396,7 +400,7 @@ node_get(struct kvc *cl, const char *host, int port)
     n->cl = cl;
     o = (gp_kv_opts){.host = host, .port = port, .connect_timeout_ms = cl->connect_timeout_ms,
                      .command_timeout_ms = cl->command_timeout_ms};
-    if (gp_kv_new(cl->loop, &o, kvc_node_conn_cb, n, &n->kv) != GP_EOK) {
+    if (kvn_new(cl->loop, &o, kvc_node_conn_cb, n, &n->conn) != GP_EOK) {
         free(n);
         return NULL;
     }
@@ -450,7 +454,7 @@ node_drop(struct kvc *cl, unsigned i)
         if (cl->slots[s] == n)
             cl->slots[s] = NULL;
     cl->nodes[i] = cl->nodes[--cl->nnodes];
-    gp_kv_free(n->kv);                     /* its pending callbacks: UNAVAIL */
+    kvn_free(n->conn);                     /* its pending callbacks: UNAVAIL */
     free(n);
 }
 
@@ -636,6 +640,7 @@ ensure_seeds(struct kvc *cl)
 static void
 kvc_refresh(struct kvc *cl)
 {
+    static const char cluster_slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
     kvc_node    *n;
     refresh_ctx *rc;
 
@@ -669,7 +674,8 @@ kvc_refresh(struct kvc *cl)
     }
     rc->cl = cl;
     rc->from = n;
-    if (gp_kv_cmdf(n->kv, kvc_slots_cb, rc, "CLUSTER SLOTS") != GP_EOK) {
+    if (kvn_send(n->conn, kvc_slots_cb, rc, cluster_slots, sizeof(cluster_slots) - 1,
+                 gp_mono_s() + cl->timeout) != GP_EOK) {
         free(rc);
         refresh_later(cl);
         return;
@@ -760,7 +766,7 @@ cmd_send(kvc_req *c)
         for (unsigned i = 0; i < cl->nnodes; i++) {
             if (!cl->nodes[i]->in_map)
                 continue;
-            e = gp_kv__send(cl->nodes[i]->kv, cmd_fan_cb, c, c->buf, c->len, c->deadline);
+            e = kvn_send(cl->nodes[i]->conn, cmd_fan_cb, c, c->buf, c->len, c->deadline);
             if (e != GP_EOK) {
                 if (k == 0)
                     return e;
@@ -780,7 +786,7 @@ cmd_send(kvc_req *c)
         if (!node_up(n))
             return GP_EUNAVAIL;
         /* pipelined: the next command on this connection is ours */
-        if ((e = gp_kv__send(n->kv, NULL, NULL, "*1\r\n$6\r\nASKING\r\n", 16, c->deadline)) !=
+        if ((e = kvn_send(n->conn, NULL, NULL, "*1\r\n$6\r\nASKING\r\n", 16, c->deadline)) !=
             GP_EOK)
             return e;
     } else {
@@ -790,7 +796,7 @@ cmd_send(kvc_req *c)
         if (!node_up(n))
             return GP_EUNAVAIL;
     }
-    e = gp_kv__send(n->kv, cmd_reply_cb, c, c->buf, c->len, c->deadline);
+    e = kvn_send(n->conn, cmd_reply_cb, c, c->buf, c->len, c->deadline);
     if (e == GP_EOK)
         cl->outstanding++;
     return e;
@@ -1041,11 +1047,11 @@ kvc_cmd(struct kvc *cl, gp_kv_cb *cb, void *arg, char *buf, size_t len)
     return e;
 }
 
-/* ---- public side --------------------------------------------------------- */
+/* ---- for kv.c (kv_int.h) ------------------------------------------------ */
 
 gp_err
 kvc_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, void *conn_arg,
-        gp_kv *shell, struct kvc **out)
+        struct kvc **out)
 {
     struct kvc *cl;
     const char *p;
@@ -1054,8 +1060,8 @@ kvc_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, vo
     cl = calloc(1, sizeof(*cl));
     if (cl == NULL)
         return GP_ENOMEM;
+    cl->handle.cluster = true;
     cl->loop = loop;
-    cl->shell = shell;
     cl->conn_cb = conn_cb;
     cl->conn_arg = conn_arg;
     cl->connect_timeout_ms = opts->connect_timeout_ms;
@@ -1097,7 +1103,7 @@ kvc_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, vo
     return GP_EOK;
 bad:
     for (unsigned i = 0; i < cl->nnodes; i++) {
-        gp_kv_free(cl->nodes[i]->kv);
+        kvn_free(cl->nodes[i]->conn);
         free(cl->nodes[i]);
     }
     free(cl->nodes);
@@ -1117,10 +1123,10 @@ kvc_free(struct kvc *cl)
     while (cl->wait != NULL)
         cmd_finish(cl->wait, NULL, GP_EUNAVAIL);
     for (unsigned i = 0; i < cl->nnodes; i++) {
-        gp_kv *kv = cl->nodes[i]->kv;
+        struct kvn *conn = cl->nodes[i]->conn;
 
-        cl->nodes[i]->kv = NULL;
-        gp_kv_free(kv);                    /* pending callbacks: UNAVAIL */
+        cl->nodes[i]->conn = NULL;
+        kvn_free(conn);                    /* pending callbacks: UNAVAIL */
     }
     kvc_leave(cl);
 }
@@ -1140,7 +1146,7 @@ kvc_stats(const struct kvc *cl, gp_kv_stats *out)
     for (unsigned i = 0; i < cl->nnodes; i++) {
         gp_kv_stats ns;
 
-        gp_kv_get_stats(cl->nodes[i]->kv, &ns);
+        kvn_stats(cl->nodes[i]->conn, &ns);
         out->reconnects += ns.reconnects;
     }
 }

@@ -8,7 +8,7 @@
  *
  * Cluster mode (opts.cluster, shared/src/kv_cluster.c): the same API over a
  * Redis Cluster.  At connect CLUSTER SLOTS from a seed gives the 16,384-slot
- * table; one connection (an inner single-node gp_kv) per master.  Each
+ * table; one connection (the single-node client) per master.  Each
  * command goes to the owner of the hash slot of its key (CRC16/XMODEM of
  * the key, or of its {hash tag}):
  *   - ordinary commands: the key is argv[1]; DEL/MGET/MSET/RENAME/...:

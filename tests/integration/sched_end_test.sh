@@ -9,7 +9,7 @@
 #   1. the job's own failure (exit 3, max_attempts 2): charged, failed after 2;
 #   2. a failed start of the job's own (sim:start_fail): charged, failed;
 #   3. a failed start of the platform's (a node that never answers): not
-#      charged, pending again, then run elsewhere... on the same node, resumed;
+#      charged, pending again, then run on that node once it answers;
 #   4. a stale attempt (never dispatched): not charged, pending again; a
 #      second one past max-platform-retries 1 fails the job;
 #   5. a cancel: the job ends cancelled, nothing charged;
@@ -87,10 +87,12 @@ ok "... charged: one attempt, failed_to_start, failures 1 ($(counts "$j2"))" $?
 
 kill -STOP "$n4pid"
 j3=$(submit --command 'sim:run=500ms exit=0' --gpus 1 --model A100-80G --max-attempts 1)
-wait_sql "SELECT a.state || ' ' || j.failures || ' ' || j.platform_faults FROM attempts a
-          JOIN jobs j ON j.id = a.job_id WHERE a.job_id = '$j3' AND a.attempt = 1" \
-    'failed_to_start 0 1' 100
-ok "3. n4 never answers the dispatch: attempt 1 failed_to_start, not charged (failures 0, platform_faults 1)" $?
+# whichever ends it first: the dispatch's fence (failed_to_start) or the
+# registry declaring the stopped n4 lost (recovery's replace: lost)
+wait_sql "SELECT (a.state IN ('failed_to_start','lost')) || ' ' || j.failures || ' ' ||
+          j.platform_faults FROM attempts a JOIN jobs j ON j.id = a.job_id
+          WHERE a.job_id = '$j3' AND a.attempt = 1" 'true 0 1' 100
+ok "3. n4 never answers the dispatch: attempt 1 $(sql "SELECT state FROM attempts WHERE job_id = '$j3' AND attempt = 1"), not charged (failures 0, platform_faults 1)" $?
 [ "$(sql "SELECT state FROM jobs WHERE id = '$j3'")" = pending ] &&
     events "$j3" | grep -q '^submitted,placed,attempt_failed,requeued'
 ok "... the job is pending again ($(events "$j3"))" $?

@@ -16,13 +16,15 @@ ok() { n=$((n + 1)); echo "ok $n - $1"; }
 nok() { n=$((n + 1)); fail=1; echo "not ok $n - $1"; }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; }
 
-mkdir -p "$tmp/b/test/unit" "$tmp/src/unit" "$tmp/src/integration"
+# The fakes are in a folder of their own, as tests are (unit/<area>/), so
+# run.sh must find them below unit/ and name them by that path.
+mkdir -p "$tmp/b/test/unit/area" "$tmp/src/unit" "$tmp/src/integration"
 fake() {   # name, body (a shell script)
-    printf '#!/bin/sh\n%s\n' "$2" >"$tmp/b/test/unit/$1_test"
-    chmod +x "$tmp/b/test/unit/$1_test"
+    printf '#!/bin/sh\n%s\n' "$2" >"$tmp/b/test/unit/area/$1_test"
+    chmod +x "$tmp/b/test/unit/area/$1_test"
 }
 verdict() {  # name -> "OK FAILED" from run.sh's line for it
-    grep "^unit/$1_test " "$tmp/out" | awk '{print $2, $4}'
+    grep "^unit/area/$1_test " "$tmp/out" | awk '{print $2, $4}'
 }
 runit() {    # runs tests/run.sh over the fakes present now; sets rc, writes $tmp/out
     GP_TEST_SRC=$tmp/src "$here/run.sh" "$tmp/b" unit >"$tmp/out" 2>&1
@@ -37,7 +39,7 @@ check "complete programs pass (trailing plan, leading plan, 1..0 # SKIP)" \
     test "$rc" -eq 0 -a "$(verdict good)" = "2 0" -a "$(verdict leading)" = "2 0" -a "$(verdict skip)" = "0 0"
 check "the summary counts them: 4 passed, 0 failed" grep -q '^4 passed, 0 failed$' "$tmp/out"
 
-rm -f "$tmp/b/test/unit/"*
+rm -f "$tmp/b/test/unit/area/"*
 fake truncated 'echo "ok 1 - a"; echo "ok 2 - b"; exit 0; echo "ok 3 - c"; echo "1..3"'
 runit
 check "a test that stops early with status 0 (2 oks, no plan) fails" \
@@ -48,7 +50,7 @@ check "a test that stops early after a leading plan 1..3 fails" \
     test "$rc" -ne 0 -a "$(verdict truncated)" = "2 1"
 check "run.sh says planned 3, printed 2" grep -q 'planned 3 results but printed 2' "$tmp/out"
 
-rm -f "$tmp/b/test/unit/"*
+rm -f "$tmp/b/test/unit/area/"*
 fake noplan 'echo "ok 1 - a"'
 runit
 check "a test without a plan fails" test "$rc" -ne 0 -a "$(verdict noplan)" = "1 1"
@@ -59,7 +61,7 @@ fake noplan 'echo "ok 1 - a"; echo "ok 2 - b"; echo "1..1"'
 runit
 check "a test with more results than planned fails" test "$rc" -ne 0 -a "$(verdict noplan)" = "2 1"
 
-rm -f "$tmp/b/test/unit/"*
+rm -f "$tmp/b/test/unit/area/"*
 fake notok 'echo "ok 1 - a"; echo "not ok 2 - b"; echo "1..2"'
 runit
 check "a not ok with status 0 and a right plan counts once" \

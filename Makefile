@@ -95,6 +95,9 @@ $(BUILD)/bin/$(call binname,$(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard se
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_rule,$(s))))
 
+# Every test object finds the tests' C library (tests/lib/: test.h, test_stack.h).
+$(BUILD)/obj/tests/%.o: CPPFLAGS += -Itests/lib
+
 $(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

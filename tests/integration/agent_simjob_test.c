@@ -8,7 +8,7 @@
 #include <dirent.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define SITE     "t1"
 #define NODE     "n1"

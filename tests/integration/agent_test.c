@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define SITE     "t1"
 #define NODE     "n1"

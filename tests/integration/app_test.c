@@ -14,7 +14,7 @@
 #include <hiredis/hiredis.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 static struct ev_loop *loop;
 static gp_bus         *bus;

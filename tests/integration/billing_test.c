@@ -27,7 +27,7 @@
 #include "gp/clock.h"
 #include "gp/money.h"
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 static struct ev_loop *loop;
 static gp_bus         *bus;

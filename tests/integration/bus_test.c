@@ -17,7 +17,7 @@
 #include "gp/bus.h"
 #include "gp/limits.h"
 #include "gp/log.h"
-#include "../unit/test.h"
+#include "test.h"
 
 static struct ev_loop *loop;
 static pthread_t       loop_thread;

@@ -14,7 +14,7 @@
 #include "gp/dbarray.h"
 #include "gp/limits.h"
 #include "gp/log.h"
-#include "../unit/test.h"
+#include "test.h"
 
 /* test.h's T_EQ_INT evaluates its arguments twice; these calls have side
  * effects, so evaluate once. */

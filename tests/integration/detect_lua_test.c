@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "gp/detect.h"
-#include "testlib.h"
+#include "test_stack.h"
 #include "../../services/registry/scripts.h"
 
 /* Replays ARGV[2..] ("b<ms>" a beat, "c<ms>" a contact) under the

@@ -15,7 +15,7 @@
 
 #include "gp/call.h"
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define NODES     50
 #define CAL_S     2.0

@@ -27,7 +27,7 @@
 
 #include "gp/kv.h"
 #include "gp/log.h"
-#include "../unit/test.h"
+#include "test.h"
 
 #define T_ERR(expr, want) do {                                                 \
         gp_err e_ = (expr);                                                    \

@@ -22,7 +22,7 @@
 #include "gp/kv.h"
 #include "gp/limits.h"
 #include "gp/log.h"
-#include "../unit/test.h"
+#include "test.h"
 
 /* T_EQ_INT evaluates its arguments twice: never give it a call. */
 #define T_ERR(expr, want) do {                                                 \

@@ -7,7 +7,7 @@
 
 #include "gp/kv.h"
 #include "gp/kvfan.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define N 1000
 

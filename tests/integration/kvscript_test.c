@@ -8,7 +8,7 @@
 
 #include "gp/kv.h"
 #include "gp/kvscript.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 static struct ev_loop *loop;
 static int             replies;

@@ -22,7 +22,7 @@
 #include "gp/db.h"
 #include "gp/limits.h"
 #include "gp/log.h"
-#include "../unit/test.h"
+#include "test.h"
 
 #define T_EQ(a, b) do {                                                        \
         long long a_ = (long long)(a), b_ = (long long)(b);                    \

@@ -6,7 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 #include "../../services/registry/scripts.h"
 
 #define NODES    20000

@@ -11,7 +11,7 @@
 #include <stdarg.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 #include "../../services/registry/scripts.h"
 
 #define HB_MS 400

@@ -13,7 +13,7 @@
 #include <libpq-fe.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define OUTBOX_MS 200
 #define GRACE_MS  1000

@@ -18,7 +18,7 @@
 #include "gp/clock.h"
 #include "gp/shard.h"
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define SITE "s1"
 #define NODE "n1"

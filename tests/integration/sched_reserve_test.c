@@ -25,7 +25,7 @@
 #include "gp/kvscript.h"
 #include "gp/metrics.h"
 #include "gp/shard.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 static struct ev_loop *loop;
 static gp_kv          *kv1, *kv2;

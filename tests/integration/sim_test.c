@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 #define SITES "40"
 #define SEED  "3"

@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "msg_gen.h"
-#include "testlib.h"
+#include "test_stack.h"
 
 static struct ev_loop *loop;
 static gp_bus         *bus;

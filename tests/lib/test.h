@@ -1,8 +1,10 @@
-/* tests/unit/test.h -- TAP output for every C test (unit and integration).
+/* tests/lib/test.h -- TAP output for every C test (unit and integration).
  *
  * Each T_OK prints "ok N - expr" or "not ok N - expr (file:line)";
  * T_DONE() prints the plan and returns the exit status.  tests/run.sh
- * counts the lines across all test programs into "N passed, N failed". */
+ * counts the lines across all test programs into "N passed, N failed".
+ * Integration tests include test_stack.h beside it, which includes this.
+ * Every test object is compiled with -Itests/lib: #include "test.h". */
 #ifndef GP_TEST_H
 #define GP_TEST_H
 

@@ -1,8 +1,10 @@
-/* testlib.h -- helpers for integration tests: a client bus on a private
- * loop, synchronous request helpers, child services, HTTP GET.
- * Header-only so each test stays one program. */
-#ifndef GP_TESTLIB_H
-#define GP_TESTLIB_H
+/* tests/lib/test_stack.h -- helpers for integration tests (run on a private
+ * stack by tests/harness/with-stack.sh): a client bus on a private loop,
+ * synchronous request helpers, child services, HTTP GET, the stack's
+ * commands.  Includes test.h (TAP).  Header-only so each test stays one
+ * program. */
+#ifndef GP_TEST_STACK_H
+#define GP_TEST_STACK_H
 
 #include <arpa/inet.h>
 #include <ev.h>
@@ -17,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/test.h"
+#include "test.h"
 #include "gp/app.h"
 #include "gp/bus.h"
 #include "gp/limits.h"

@@ -19,8 +19,8 @@ B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 if [ "$(id -u)" != 0 ] || ! command -v dpkg-deb >/dev/null; then
     echo "1..0 # SKIP needs root and dpkg-deb"

@@ -23,8 +23,8 @@ G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
 PY=/usr/bin/python3
 TENANT=op
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     echo "# alerts:"; sql "SELECT alertname, state, site, node, labels, evidence, affected FROM alerts" |

@@ -14,8 +14,8 @@ set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     echo "# alerts:"; sql "SELECT alertname, state, labels, evidence FROM alerts" | sed 's/^/#   /'

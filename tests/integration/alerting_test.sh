@@ -41,10 +41,8 @@ B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
 PY=/usr/bin/python3
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
-# shellcheck source=tests/harness/lib.sh
-. "$(dirname "$0")/../harness/lib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     echo "# alerts seen:"; sed 's/^/#   /' "$D/alerts.jsonl" | cut -c1-300 | tail -n 20

@@ -36,8 +36,8 @@ D=$GP_STACK_DIR
 TENANT=op
 PY=/usr/bin/python3
 STACK="$GP_HARNESS/stack.sh"
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     for f in meter-a meter-b bill-a bill-b sched rec; do

@@ -19,8 +19,8 @@
 set -u
 B=$GP_BUILD
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 if [ "$(id -u)" != 0 ] || ! command -v podman >/dev/null || ! command -v docker-compose >/dev/null ||
     ! command -v runc >/dev/null; then

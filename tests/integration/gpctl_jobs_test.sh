@@ -15,8 +15,8 @@ REGISTRY=$GP_BUILD/bin/gridpool-registry
 SIM=$GP_BUILD/bin/gridpool-sim
 TENANT=op                       # the simulator's operator tenant: owns every site and pool
 
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 tap_on_fail=gpctl_on_fail
 
 pyjson() {    # python expression on `d` (the parsed stdout); prints its value

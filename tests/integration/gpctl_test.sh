@@ -11,8 +11,8 @@
 set -u
 GPCTL=$GP_BUILD/bin/gpctl
 REGISTRY=$GP_BUILD/bin/gridpool-registry
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 tap_on_fail=gpctl_on_fail
 
 # ---- without the registry ------------------------------------------------------

@@ -22,8 +22,8 @@ D=$GP_STACK_DIR
 PY=/usr/bin/python3
 TENANT=op
 NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 CONF=$(cd "$(dirname "$0")/../../deploy/nats" && pwd)
 
 read -r -a P < <($PY -c "

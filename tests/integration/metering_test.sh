@@ -31,8 +31,8 @@ G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
 TENANT=op
 PY=/usr/bin/python3
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     for f in meter-a meter-b; do

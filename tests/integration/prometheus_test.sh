@@ -16,10 +16,8 @@ B=$GP_BUILD
 D=$GP_STACK_DIR
 PY=/usr/bin/python3
 here=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
-# shellcheck source=tests/harness/lib.sh
-. "$(dirname "$0")/../harness/lib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     echo "# prometheus log:"; tail -n 8 "$D/prometheus.log" | sed 's/^/#   /'

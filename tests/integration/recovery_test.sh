@@ -39,8 +39,8 @@ G="$B/bin/gpctl --timeout 10000"
 D=$GP_STACK_DIR
 TENANT=op
 PY=/usr/bin/python3
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 on_fail() {
     echo "# recovery (rec-b) log tail:"; tail -n 15 "$D/rec-b.log" | sed 's/^/#   /'

@@ -25,8 +25,8 @@ B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
 D=$GP_STACK_DIR
 TENANT=op
-# shellcheck source=tests/harness/testlib.sh
-. "$(dirname "$0")/../harness/testlib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 
 agent() {     # site, node

@@ -1,6 +1,8 @@
-# tests/harness/testlib.sh -- what the shell integration tests share; sourced
-# by a test that tests/harness/with-stack.sh runs (GP_BUILD, GP_STACK_DIR,
-# GP_PG_CONNINFO, GP_REDIS_PORT set), never run by itself.
+# tests/lib/lib.sh -- the shell library of the tests and of the harness;
+# sourced, never run.
+#
+# Sourced by a test (a *_test.sh run by tests/harness/with-stack.sh:
+# GP_BUILD, GP_STACK_DIR, GP_PG_CONNINFO, GP_REDIS_PORT set):
 #
 #   ok DESC STATUS        one TAP result: "ok N - DESC" when STATUS is 0; a
 #                         failure also calls the function named by
@@ -27,12 +29,46 @@
 #
 # Capture a status before building a message with $(...): in
 # `ok "x ($(cmd))" $?` the $? is cmd's, not the check's.
+#
+# Ports and processes, for tests and harness scripts alike:
+#
+#   free_port             a free loopback TCP port
+#   wait_port PORT SECS   waits until something listens on PORT (1 if not)
+#   stop_pidfile FILE     TERM the process of a pid file, up to 5 s, then KILL
+#
+# A harness script (tests/harness/stack.sh, redis_cluster.sh) sets
+# HARNESS_NAME, which prefixes its messages, before sourcing this: it gets
+# the functions only, without the test's counters, $tmp and exit trap.
 
-n=0
-failed=0
-pids=()
-at_exit=()
-tmp=$(mktemp -d "/tmp/$(basename "$0" .sh).XXXXXX")
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {   # port, seconds
+    local i
+    for ((i = 0; i < $2 * 20; i++)); do
+        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "${HARNESS_NAME:-harness}: port $1 did not open" >&2
+    return 1
+}
+
+stop_pidfile() {    # file: TERM, up to 5 s, then KILL
+    local f=$1 pid i
+    [ -f "$f" ] || return 0
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
 
 testlib_cleanup() {
     local f p
@@ -42,7 +78,6 @@ testlib_cleanup() {
     done
     rm -rf "$tmp"
 }
-trap testlib_cleanup EXIT
 
 testlib_at_exit() { at_exit+=("$1"); }
 
@@ -114,3 +149,12 @@ gpctl_on_fail() {
     echo "# exit ${rc:-?}; stdout: $(head -c 600 "$tmp/out" 2>/dev/null)"
     echo "# stderr: $(head -c 600 "$tmp/err" 2>/dev/null)"
 }
+
+if [ -z "${HARNESS_NAME:-}" ]; then     # a test: its TAP counters, $tmp, the exit trap
+    n=0
+    failed=0
+    pids=()
+    at_exit=()
+    tmp=$(mktemp -d "/tmp/$(basename "$0" .sh).XXXXXX")
+    trap testlib_cleanup EXIT
+fi

@@ -50,8 +50,11 @@ GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,ou
 BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
 ALERT_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/alerting/,rules.c diag.c))
 
-UNIT_SRC  := $(wildcard tests/unit/*_test.c)
-UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
+# The test of a module is found by its name: tests/unit/<area>/<module>_test.c,
+# <area> a folder of services/ or shared/ (shared/src), built into
+# $(BUILD)/test/unit/<area>/<module>_test; tests/integration/<area>/ likewise.
+UNIT_SRC  := $(wildcard tests/unit/*/*_test.c)
+UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/test/%)
 INT_SRC   := $(wildcard tests/integration/*_test.c)
 INT_BIN   := $(INT_SRC:tests/integration/%.c=$(BUILD)/test/integration/%)
 TEST_HELPERS := $(wildcard tests/helpers/*.c)
@@ -98,35 +101,26 @@ $(foreach s,$(SERVICES),$(eval $(call service_rule,$(s))))
 # Every test object finds the tests' C library (tests/lib/: test.h, test_stack.h).
 $(BUILD)/obj/tests/%.o: CPPFLAGS += -Itests/lib
 
-$(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named agent_*_test also link the agent's code (services/agent/).
-$(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named gpctl_*_test also link gpctl's pure modules (GPCTL_PURE_OBJ).
-$(BUILD)/test/unit/gpctl_%: $(BUILD)/obj/tests/unit/gpctl_%.o $(GPCTL_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named billing_*_test also link billing's rating (rate.c).
-$(BUILD)/test/unit/billing_%: $(BUILD)/obj/tests/unit/billing_%.o $(BILL_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named alerting_*_test also link alerting's rules and diagnosis.
-$(BUILD)/test/unit/alerting_%: $(BUILD)/obj/tests/unit/alerting_%.o $(ALERT_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit and integration tests named sched_*_test also link the scheduler's
-# code (services/scheduler/ but main.c): its pure modules are tested alone.
-$(BUILD)/test/unit/sched_%: $(BUILD)/obj/tests/unit/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# test_rule(FOLDER,OBJECTS,LIBS): the tests of tests/FOLDER/ link OBJECTS (the
+# code under test, then the library) with LIBS.  The most specific folder wins.
+define test_rule
+$(BUILD)/test/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(2)
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $(3)
+endef
+# Any other folder (shared/, registry/...): the library alone.
+$(eval $(call test_rule,unit,$(LIB),$(LDLIBS)))
+# The agent's code (services/agent/ but main.c): agent/, and sim/ (the
+# simulator runs the agent's code).
+$(eval $(call test_rule,unit/agent,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/sim,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
+# The pure modules of gpctl, billing (rate.c) and alerting (rules, diagnosis).
+$(eval $(call test_rule,unit/gpctl,$(GPCTL_PURE_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/billing,$(BILL_PURE_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/alerting,$(ALERT_PURE_OBJ) $(LIB),$(LDLIBS)))
+# The scheduler's code (services/scheduler/ but main.c): its pure modules
+# are tested alone.
+$(eval $(call test_rule,unit/scheduler,$(SCHED_LIB_OBJ) $(LIB),$(LDLIBS)))
 
 $(BUILD)/test/integration/sched_%: $(BUILD)/obj/tests/integration/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
 	@mkdir -p $(@D)
@@ -196,8 +190,8 @@ bench: deps all
 # reformatted wholesale (people edit it concurrently): format a file you own
 # with `make format FILES=path.c`, then add it here.
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
-                shared/src/log.c tests/helpers/schema_dump.c tests/unit/backoff_test.c \
-                shared/include/gp/detect.h shared/src/detect.c tests/unit/detect_test.c \
+                shared/src/log.c tests/helpers/schema_dump.c tests/unit/shared/backoff_test.c \
+                shared/include/gp/detect.h shared/src/detect.c tests/unit/shared/detect_test.c \
                 tests/integration/detect_lua_test.c
 CLANG_FORMAT ?= clang-format
 

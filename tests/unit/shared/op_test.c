@@ -1,4 +1,4 @@
-/* op_inbox_test.c -- gp_op_inbox_prefix: a client's reply inbox prefix
+/* op_test.c -- gp_op_inbox_prefix: a client's reply inbox prefix
  * from the contract's inbox channels (the agent's and a tenant's); and
  * gp_op_stream_subject: a stream's subjects from an operation. */
 #include <string.h>

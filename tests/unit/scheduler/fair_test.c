@@ -1,12 +1,12 @@
-/* sched_fair_test -- the pending queue's order: priority, weighted fair
+/* fair_test -- the pending queue's order: priority, weighted fair
  * share on decayed GPU-seconds, age; bounded aging; and the hold that lets a
  * big job through a stream of small ones (simulated against place()). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/fair.h"
-#include "../../services/scheduler/place.h"
+#include "../../../services/scheduler/fair.h"
+#include "../../../services/scheduler/place.h"
 #include "test.h"
 
 #define MIN_MS 60000ull

@@ -2,7 +2,7 @@
  * that shared/src/codec.c used until it learned to read and write the bytes
  * directly, kept verbatim (only the entry points renamed old_msg_decode,
  * old_msg_decode_reply, old_msg_encode, old_msg_encode_error) as the oracle
- * of tests/unit/codec_diff_test.c.  Not part of libgp: nothing else may
+ * of tests/unit/shared/codec_diff_test.c.  Not part of libgp: nothing else may
  * include it. */
 #ifndef GP_CODEC_OLD_H
 #define GP_CODEC_OLD_H

@@ -1,10 +1,10 @@
-/* sched_preempt_test -- victims: only interruptible work of strictly lower
+/* preempt_test -- victims: only interruptible work of strictly lower
  * priority, the cheapest set (fewest attempts, then GPUs, then lowest
  * priorities), one node or one site, no cascade. */
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/preempt.h"
+#include "../../../services/scheduler/preempt.h"
 #include "test.h"
 
 static void add_site(snap *s, const char *id)

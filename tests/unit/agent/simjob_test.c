@@ -1,11 +1,11 @@
-/* agent_simjob_test.c -- the "sim:" command grammar (services/agent/simjob.h):
+/* simjob_test.c -- the "sim:" command grammar (services/agent/simjob.h):
  * every key, durations, defaults, and bad input refused INVAL naming
  * `command`. */
 #include <ev.h>
 #include <string.h>
 
-#include "../../services/agent/agent.h"
-#include "../../services/agent/simjob.h"
+#include "../../../services/agent/agent.h"
+#include "../../../services/agent/simjob.h"
 #include "gp/clock.h"
 #include "test.h"
 

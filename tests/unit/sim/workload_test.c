@@ -1,4 +1,4 @@
-/* agent_workload_test.c -- gridpool-sim's workload generator
+/* workload_test.c -- gridpool-sim's workload generator
  * (services/sim/workload.c): the file, determinism (same seed -> the same
  * job specs), mix proportions, and every generated spec through the codec
  * and through the agent's sim: grammar.
@@ -9,9 +9,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../services/agent/simjob.h"
-#include "../../services/sim/fleet.c"
-#include "../../services/sim/workload.c"
+#include "../../../services/agent/simjob.h"
+#include "../../../services/sim/fleet.c"
+#include "../../../services/sim/workload.c"
 #include "gp/codec.h"
 #include "test.h"
 

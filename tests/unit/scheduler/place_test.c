@@ -1,4 +1,4 @@
-/* sched_place_test -- the snapshot and the placement engine on hand-built
+/* place_test -- the snapshot and the placement engine on hand-built
  * fleets: every filter's reason and count, the rights rule, the latency
  * model, multi-node all-or-nothing, packing, the score breakdown, index
  * consistency after updates, and the candidate bound on 100,000 nodes
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/scheduler/place.h"
+#include "../../../services/scheduler/place.h"
 #include "test.h"
 
 #define R(x) MSG_PENDING_REASON_REASON_##x

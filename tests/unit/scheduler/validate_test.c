@@ -1,11 +1,11 @@
-/* sched_validate_test.c -- the scheduler's pure spec rules (validate.c):
+/* validate_test.c -- the scheduler's pure spec rules (validate.c):
  * each refusal typed and naming its field first, defaults, normalization
  * (two submissions meaning the same job encode to the same bytes, which
  * idempotent submit compares), and job ids. */
 #include <string.h>
 
 #include "test.h"
-#include "../../services/scheduler/scheduler.h"
+#include "../../../services/scheduler/scheduler.h"
 
 static void
 base(msg_job_spec *sp)

@@ -7,7 +7,7 @@
 # verdict and counts are checked.
 # Prints TAP.
 set -u
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 n=0

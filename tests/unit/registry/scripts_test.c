@@ -1,4 +1,4 @@
-/* registry_keys_test.c -- the registry's Redis key layout
+/* scripts_test.c -- the registry's Redis key layout
  * (services/registry/scripts.h): the shard of a site is stable (it is part
  * of the stored layout: a change would strand every key), in range and
  * spread; keys carry the shard as a hash tag and fit their buffers; no Lua
@@ -7,7 +7,7 @@
 
 #include "gp/limits.h"
 #include "test.h"
-#include "../../services/registry/scripts.h"
+#include "../../../services/registry/scripts.h"
 
 int
 main(void)

@@ -6,7 +6,7 @@
 # checked, and its verdict, exit status and report are checked.
 # Prints TAP.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")/../../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 n=0

@@ -14,7 +14,7 @@
 # Prints TAP.  Needs kubectl (>= 1.24: kustomize 4 labels and replicas)
 # and node with deploy/k8s/validate's packages (make deps); SKIPs without.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")/../../.." && pwd)
 k8s=$here/deploy/k8s
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,12 +1,12 @@
-/* alerting_rules_test.c -- alerting's rules as data (rules.h) and its
+/* rules_test.c -- alerting's rules as data (rules.h) and its
  * diagnosis (diag.h): the shipped rules parse; every kind of mistake in a
  * rules file is refused with its line; conditions and summaries do what
  * the rules say; each fault gets the action and whom to send that the
  * catalog promises. */
 #include <string.h>
 
-#include "../../services/alerting/diag.h"
-#include "../../services/alerting/rules.h"
+#include "../../../services/alerting/diag.h"
+#include "../../../services/alerting/rules.h"
 #include "test.h"
 
 static int

@@ -11,7 +11,7 @@
 # or when services/ holds a string literal of a contract subject (services
 # name operations: GP_OP_...).  Prints TAP.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${BUILD:-build}
 case $build in /*) ;; *) build=$here/$build ;; esac
 tmp=$(mktemp -d)

@@ -1,8 +1,8 @@
-/* billing_rate_test.c -- billing's rating (services/billing/rate.c) on the
+/* rate_test.c -- billing's rating (services/billing/rate.c) on the
  * hand-computed case of billing_test.c and on the checks of bad records. */
 #include <string.h>
 
-#include "../../services/billing/rate.h"
+#include "../../../services/billing/rate.h"
 #include "test.h"
 
 static const bill_cfg cfg = {.operator_tenant = "op", .fee_tenant = "op", .fee_bp = 500,

@@ -9,7 +9,7 @@
 # Error.code's enum is the gp_err names of shared/include/gp/err.h, in order.
 # Prints TAP; exits non-zero on any failure.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${BUILD:-build}
 case $build in /*) ;; *) build=$here/$build ;; esac
 tmp=$(mktemp -d)

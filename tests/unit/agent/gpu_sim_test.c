@@ -1,11 +1,11 @@
-/* agent_gpu_sim_test.c -- the simulated GPU backend (determinism, load,
+/* gpu_sim_test.c -- the simulated GPU backend (determinism, load,
  * faults, lost GPUs), the attempt counters, and NVML when a driver is
  * present (skipped, and said so, when not). */
 #include <math.h>
 #include <string.h>
 
-#include "../../services/agent/attempt.h"
-#include "../../services/agent/gpu.h"
+#include "../../../services/agent/attempt.h"
+#include "../../../services/agent/gpu.h"
 #include "test.h"
 
 /* Steps one GPU for n samples of dt seconds at load; returns the last. */

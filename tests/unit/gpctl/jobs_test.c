@@ -1,4 +1,4 @@
-/* gpctl_jobs_test.c -- gpctl's job parts that need no bus: submit's flags
+/* jobs_test.c -- gpctl's job parts that need no bus: submit's flags
  * and job files (JSON and YAML, flags over the file) into a JobSpec, bad
  * values refused with a sentence naming the flag or field, the jobs and
  * attempts tables, the "why it waits" sentence, event lines and the
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../services/gpctl/jobspec.h"
-#include "../../services/gpctl/jobview.h"
+#include "../../../services/gpctl/jobspec.h"
+#include "../../../services/gpctl/jobview.h"
 #include "gp/codec.h"
 #include "test.h"
 

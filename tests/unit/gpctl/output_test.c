@@ -1,8 +1,8 @@
-/* gpctl_output_test.c -- gpctl's pure output helpers: tables sized to
+/* output_test.c -- gpctl's pure output helpers: tables sized to
  * their data, cut and cleaned cells, ages, times, sizes, money, JSON. */
 #include <string.h>
 
-#include "../../services/gpctl/output.h"
+#include "../../../services/gpctl/output.h"
 #include "gp/limits.h"
 #include "test.h"
 

@@ -1,4 +1,4 @@
-/* agent_guard_test.c -- the lease guard (services/agent/attempt.c): an
+/* attempt_test.c -- the lease guard (services/agent/attempt.c): an
  * attempt ends at its lease's deadline even when the agent's loop is hung,
  * a renewal moves the deadline, and the guard leaves with its attempt.
  *
@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "../../services/agent/agent.h"
-#include "../../services/agent/attempt.h"
-#include "../../services/agent/gpu.h"
+#include "../../../services/agent/agent.h"
+#include "../../../services/agent/attempt.h"
+#include "../../../services/agent/gpu.h"
 #include "gp/clock.h"
 #include "test.h"
 

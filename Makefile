@@ -51,12 +51,15 @@ BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
 ALERT_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/alerting/,rules.c diag.c))
 
 # The test of a module is found by its name: tests/unit/<area>/<module>_test.c,
-# <area> a folder of services/ or shared/ (shared/src), built into
-# $(BUILD)/test/unit/<area>/<module>_test; tests/integration/<area>/ likewise.
+# <area> the folder of the code it tests (a service's folder, shared for
+# shared/src; see tests/README.md), built into $(BUILD)/test/unit/<area>/;
+# tests/integration/<area>/ likewise.  A C test outside a folder is not built.
+STRAY_TESTS := $(wildcard tests/unit/*_test.* tests/integration/*_test.*)
+$(if $(STRAY_TESTS),$(error $(STRAY_TESTS): a test goes in its area's folder, tests/unit/<area>/ or tests/integration/<area>/))
 UNIT_SRC  := $(wildcard tests/unit/*/*_test.c)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/test/%)
-INT_SRC   := $(wildcard tests/integration/*_test.c)
-INT_BIN   := $(INT_SRC:tests/integration/%.c=$(BUILD)/test/integration/%)
+INT_SRC   := $(wildcard tests/integration/*/*_test.c)
+INT_BIN   := $(INT_SRC:tests/%.c=$(BUILD)/test/%)
 TEST_HELPERS := $(wildcard tests/helpers/*.c)
 TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
@@ -110,6 +113,7 @@ $(BUILD)/test/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(2)
 endef
 # Any other folder (shared/, registry/...): the library alone.
 $(eval $(call test_rule,unit,$(LIB),$(LDLIBS)))
+$(eval $(call test_rule,integration,$(LIB),$(LDLIBS)))
 # The agent's code (services/agent/ but main.c): agent/, and sim/ (the
 # simulator runs the agent's code).
 $(eval $(call test_rule,unit/agent,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
@@ -119,16 +123,9 @@ $(eval $(call test_rule,unit/gpctl,$(GPCTL_PURE_OBJ) $(LIB),$(LDLIBS)))
 $(eval $(call test_rule,unit/billing,$(BILL_PURE_OBJ) $(LIB),$(LDLIBS)))
 $(eval $(call test_rule,unit/alerting,$(ALERT_PURE_OBJ) $(LIB),$(LDLIBS)))
 # The scheduler's code (services/scheduler/ but main.c): its pure modules
-# are tested alone.
+# are tested alone; its integration tests drive its stores and flows.
 $(eval $(call test_rule,unit/scheduler,$(SCHED_LIB_OBJ) $(LIB),$(LDLIBS)))
-
-$(BUILD)/test/integration/sched_%: $(BUILD)/obj/tests/integration/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/test/integration/%: $(BUILD)/obj/tests/integration/%.o $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(eval $(call test_rule,integration/scheduler,$(SCHED_LIB_OBJ) $(LIB),$(LDLIBS)))
 
 $(BUILD)/test/bin/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)
 	@mkdir -p $(@D)
@@ -192,7 +189,7 @@ bench: deps all
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
                 shared/src/log.c tests/helpers/schema_dump.c tests/unit/shared/backoff_test.c \
                 shared/include/gp/detect.h shared/src/detect.c tests/unit/shared/detect_test.c \
-                tests/integration/detect_lua_test.c
+                tests/integration/registry/detect_lua_test.c
 CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with

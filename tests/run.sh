@@ -23,7 +23,7 @@ shopt -s globstar      # **/ : any depth of folders, none included
 build=${1:-build}
 which=${2:-all}
 here=$(cd "$(dirname "$0")" && pwd)
-src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/run_sh_test.sh points it elsewhere)
+src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/tools/run_sh_test.sh points it elsewhere)
 logdir=$build/test-logs
 mkdir -p "$logdir"
 passed=0

@@ -62,10 +62,16 @@ GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,ou
 BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
 ALERT_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/alerting/,rules.c diag.c))
 
-UNIT_SRC  := $(wildcard tests/unit/*_test.c)
-UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/test/unit/%)
-INT_SRC   := $(wildcard tests/integration/*_test.c)
-INT_BIN   := $(INT_SRC:tests/integration/%.c=$(BUILD)/test/integration/%)
+# The test of a module is found by its name: tests/unit/<area>/<module>_test.c,
+# <area> the folder of the code it tests (a service's folder, shared for
+# shared/src; see tests/README.md), built into $(BUILD)/test/unit/<area>/;
+# tests/integration/<area>/ likewise.  A C test outside a folder is not built.
+STRAY_TESTS := $(wildcard tests/unit/*_test.* tests/integration/*_test.*)
+$(if $(STRAY_TESTS),$(error $(STRAY_TESTS): a test goes in its area's folder, tests/unit/<area>/ or tests/integration/<area>/))
+UNIT_SRC  := $(wildcard tests/unit/*/*_test.c)
+UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/test/%)
+INT_SRC   := $(wildcard tests/integration/*/*_test.c)
+INT_BIN   := $(INT_SRC:tests/%.c=$(BUILD)/test/%)
 TEST_HELPERS := $(wildcard tests/helpers/*.c)
 TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/test/bin/%)
 BENCH_SRC := $(wildcard tests/bench/*.c)
@@ -111,46 +117,33 @@ $(BUILD)/bin/$(call binname,$(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard se
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_rule,$(s))))
 
-$(BUILD)/test/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Every test object finds the tests' C library (tests/lib/: test.h, test_stack.h).
+$(BUILD)/obj/tests/%.o: CPPFLAGS += -Itests/lib
 
-# Unit tests named agent_*_test also link the agent's code (services/agent/).
-$(BUILD)/test/unit/agent_%: $(BUILD)/obj/tests/unit/agent_%.o $(AGENT_LIB_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named gpctl_*_test also link gpctl's pure modules (GPCTL_PURE_OBJ).
-$(BUILD)/test/unit/gpctl_%: $(BUILD)/obj/tests/unit/gpctl_%.o $(GPCTL_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named billing_*_test also link billing's rating (rate.c).
-$(BUILD)/test/unit/billing_%: $(BUILD)/obj/tests/unit/billing_%.o $(BILL_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named alerting_*_test also link alerting's rules and diagnosis.
-$(BUILD)/test/unit/alerting_%: $(BUILD)/obj/tests/unit/alerting_%.o $(ALERT_PURE_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# Unit tests named sched_*_test link the scheduler's planning layer and
-# the library's pure part only, without any I/O library: a planning file
-# that calls into the stores, the bus or the flows does not link.
-$(BUILD)/test/unit/sched_%: $(BUILD)/obj/tests/unit/sched_%.o $(SCHED_PLAN_OBJ) $(CORE)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS)
-
-# Integration tests named sched_*_test link the scheduler's code (but main.c).
-
-$(BUILD)/test/integration/sched_%: $(BUILD)/obj/tests/integration/sched_%.o $(SCHED_LIB_OBJ) $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/test/integration/%: $(BUILD)/obj/tests/integration/%.o $(LIB)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# test_rule(FOLDER,OBJECTS,LIBS): the tests of tests/FOLDER/ link OBJECTS (the
+# code under test, then the library) with LIBS.  The most specific folder wins.
+define test_rule
+$(BUILD)/test/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(2)
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $(3)
+endef
+# Any other folder (shared/, registry/...): the library alone.
+$(eval $(call test_rule,unit,$(LIB),$(LDLIBS)))
+$(eval $(call test_rule,integration,$(LIB),$(LDLIBS)))
+# The agent's code (services/agent/ but main.c): agent/, and sim/ (the
+# simulator runs the agent's code).
+$(eval $(call test_rule,unit/agent,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/sim,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
+# The pure modules of gpctl, billing (rate.c) and alerting (rules, diagnosis).
+$(eval $(call test_rule,unit/gpctl,$(GPCTL_PURE_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/billing,$(BILL_PURE_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/alerting,$(ALERT_PURE_OBJ) $(LIB),$(LDLIBS)))
+# The scheduler's planning layer (plan/) and the library's pure part only,
+# with no I/O library: a planning file that calls into the stores, the bus
+# or the flows does not link.  Its integration tests drive its stores and
+# flows (services/scheduler/ but main.c).
+$(eval $(call test_rule,unit/scheduler,$(SCHED_PLAN_OBJ) $(CORE),$(CORE_LDLIBS)))
+$(eval $(call test_rule,integration/scheduler,$(SCHED_LIB_OBJ) $(LIB),$(LDLIBS)))
 
 $(BUILD)/test/bin/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)
 	@mkdir -p $(@D)
@@ -212,9 +205,9 @@ bench: deps all
 # reformatted wholesale (people edit it concurrently): format a file you own
 # with `make format FILES=path.c`, then add it here.
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
-                shared/src/log.c tests/helpers/schema_dump.c tests/unit/backoff_test.c \
-                shared/include/gp/detect.h shared/src/detect.c tests/unit/detect_test.c \
-                tests/integration/detect_lua_test.c
+                shared/src/log.c tests/helpers/schema_dump.c tests/unit/shared/backoff_test.c \
+                shared/include/gp/detect.h shared/src/detect.c tests/unit/shared/detect_test.c \
+                tests/integration/registry/detect_lua_test.c
 CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with

@@ -16,11 +16,11 @@ pkgs=(
     libyaml-dev                      # gpctl submit -f job.yaml (and job.json)
     prometheus-alertmanager curl     # alerting_test: a real Alertmanager, read over its API
     prometheus                       # prometheus_test: it scrapes every service; promtool
-    systemd binutils passwd          # make deb and agent_deb_test: systemd-analyze, objdump, useradd
+    systemd binutils passwd          # make deb and deploy/deb_test: systemd-analyze, objdump, useradd
     podman runc docker-compose       # make image, compose_test: docker-compose.yml validated and run
 )
 # deploy/k8s/validate: the Kubernetes API's types and validators for the
-# offline manifest check (tests/unit/k8s_test.sh), from the npm registry,
+# offline manifest check (tests/unit/deploy/k8s_test.sh), from the npm registry,
 # pinned by its package-lock.json.  Without npm or the registry the test
 # says SKIP with the reason.
 k8s_validate() {

@@ -78,7 +78,7 @@ ASYNCAPI (standard AsyncAPI 3.0.0 request/reply with dynamic reply address):
   in another language knows what to put there.
   Every "receive" operation names the service(s) that serve it in
   "x-gp-service" (one of the health channel's service enum, or "agent");
-  tests/unit/contract_drift_test.sh checks the services serve exactly these.
+  tests/unit/schemas/contract_drift_test.sh checks the services serve exactly these.
   A channel with "x-gp-inbox": true is a reply inbox (where replies arrive):
   addressed, with parameters, no messages of its own.
 

@@ -3,6 +3,11 @@
 #
 #   tests/run.sh BUILD_DIR [unit|integration|all]
 #
+# Tests are found in every folder below BUILD_DIR/test/{unit,integration}/
+# (the C programs) and tests/{unit,integration}/ (the *_test.sh), and named
+# by their path there: unit/scheduler/place_test, its log in
+# BUILD_DIR/test-logs/unit/scheduler/place_test.log.
+#
 # Unit tests run as they are.  Each integration test gets a fresh private
 # stack (nats-server, redis-server, PostgreSQL on free loopback ports, in a
 # temp folder) from tests/harness/stack.sh, which is torn down afterwards
@@ -14,10 +19,11 @@
 # fails the program (one failure if it has no "not ok" line of its own),
 # and so does a non-zero exit status without a "not ok" line.
 set -u
+shopt -s globstar      # **/ : any depth of folders, none included
 build=${1:-build}
 which=${2:-all}
 here=$(cd "$(dirname "$0")" && pwd)
-src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/run_sh_test.sh points it elsewhere)
+src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/tools/run_sh_test.sh points it elsewhere)
 logdir=$build/test-logs
 mkdir -p "$logdir"
 passed=0
@@ -55,7 +61,7 @@ run_one() {       # name, command...
     fi
     passed=$((passed + ok))
     failed=$((failed + nok))
-    printf '%-40s %4d ok %4d failed  %3ds\n' "$name" "$ok" "$nok" $((SECONDS - start))
+    printf '%-44s %4d ok %4d failed  %3ds\n' "$name" "$ok" "$nok" $((SECONDS - start))
     if [ "$nok" -ne 0 ]; then
         failures+=("$name")
         grep '^not ok' "$log" | head -20 | sed 's/^/    /'
@@ -64,23 +70,25 @@ run_one() {       # name, command...
 }
 
 if [ "$which" = unit ] || [ "$which" = all ]; then
-    for t in "$build"/test/unit/*_test; do
+    for t in "$build"/test/unit/**/*_test; do
         [ -x "$t" ] || continue
-        run_one "unit/$(basename "$t")" "$t"
+        run_one "unit/${t#"$build"/test/unit/}" "$t"
     done
-    for t in "$src"/unit/*_test.sh; do
+    for t in "$src"/unit/**/*_test.sh; do
         [ -f "$t" ] || continue
-        run_one "unit/$(basename "$t" .sh)" env BUILD="$build" bash "$t"
+        t_=${t#"$src"/unit/}
+        run_one "unit/${t_%.sh}" env BUILD="$build" bash "$t"
     done
 fi
 if [ "$which" = integration ] || [ "$which" = all ]; then
-    for t in "$build"/test/integration/*_test; do
+    for t in "$build"/test/integration/**/*_test; do
         [ -x "$t" ] || continue
-        run_one "integration/$(basename "$t")" "$here/harness/with-stack.sh" "$build" "$t"
+        run_one "integration/${t#"$build"/test/integration/}" "$here/harness/with-stack.sh" "$build" "$t"
     done
-    for t in "$src"/integration/*_test.sh; do
+    for t in "$src"/integration/**/*_test.sh; do
         [ -f "$t" ] || continue
-        run_one "integration/$(basename "$t" .sh)" \
+        t_=${t#"$src"/integration/}
+        run_one "integration/${t_%.sh}" \
             "$here/harness/with-stack.sh" "$build" bash "$t"
     done
 fi

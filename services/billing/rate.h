@@ -1,6 +1,6 @@
 /* rate.h -- rating one usage record into balanced ledger legs.  Pure (no
  * I/O): what it needs of the site, its owner and the price book is passed
- * in, so tests/unit/billing_rate_test.c checks hand-computed cases.
+ * in, so tests/unit/billing/rate_test.c checks hand-computed cases.
  *
  * Money: integers only (gp/money.h).  A record's GPU time is rated in nanos
  * of the price's currency (price per GPU-hour in micros, times the site's

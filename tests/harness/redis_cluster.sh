@@ -31,8 +31,8 @@ set -eu
 cmd=${1:-}
 N=3
 HARNESS_NAME=redis_cluster
-# shellcheck source=tests/harness/lib.sh
-. "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 do_stop() {     # dir
     local f

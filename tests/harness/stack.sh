@@ -21,8 +21,8 @@ PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n
 NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}
 TEMPLATE=${GP_PG_TEMPLATE:-}
 HARNESS_NAME=stack
-# shellcheck source=tests/harness/lib.sh
-. "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/lib/lib.sh
+. "$(dirname "$0")/../lib/lib.sh"
 
 as_pg() {
     if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi

@@ -1,5 +1,5 @@
 /* schema_dump.c -- writes every generated sample (msg_all), encoded with
- * gp_msg_encode, to DIR/<Title>.msgpack, for tests/unit/schema_validate_test.sh
+ * gp_msg_encode, to DIR/<Title>.msgpack, for tests/unit/schemas/schema_validate_test.sh
  * to check against the JSON Schemas.
  *
  *   schema_dump DIR */

@@ -1,0 +1,160 @@
+# tests/lib/lib.sh -- the shell library of the tests and of the harness;
+# sourced, never run.
+#
+# Sourced by a test (a *_test.sh run by tests/harness/with-stack.sh:
+# GP_BUILD, GP_STACK_DIR, GP_PG_CONNINFO, GP_REDIS_PORT set):
+#
+#   ok DESC STATUS        one TAP result: "ok N - DESC" when STATUS is 0; a
+#                         failure also calls the function named by
+#                         $tap_on_fail, if set (to print what it saw)
+#   tap_end               the plan "1..N"; returns non-zero if any failed
+#   spawn NAME PROG ARGS  starts a process in the background, its output in
+#                         $GP_STACK_DIR/NAME.log; stopped at exit (and by
+#                         stack.sh stop, through $GP_STACK_DIR/pids/NAME.pid)
+#   sql QUERY             PostgreSQL, unaligned tuples only (errors to
+#                         $tmp/psql.err)
+#   wait_sql QUERY WANT TRIES   polls every 0.2 s until QUERY gives WANT
+#   submit ARGS           $G submit --tenant $TENANT -o json ARGS; prints the
+#                         job id ($G: the gpctl command line)
+#   run ARGS              runs $GPCTL ARGS: sets rc, writes $tmp/out, $tmp/err
+#   expect DESC CODE RE ARGS    run ARGS; ok when it exits CODE and its
+#                         stderr matches the regex RE (if not "")
+#   json_check DESC EXPR  ok when the python expression EXPR on d (the last
+#                         run's stdout, parsed as JSON) is true
+#   gpctl_on_fail         prints the last run's exit, stdout and stderr
+#                         (a gpctl test sets tap_on_fail=gpctl_on_fail)
+#
+# $tmp is a private folder removed at exit.  A test's own cleanup can be
+# chained with `testlib_at_exit FUNCTION`.
+#
+# Capture a status before building a message with $(...): in
+# `ok "x ($(cmd))" $?` the $? is cmd's, not the check's.
+#
+# Ports and processes, for tests and harness scripts alike:
+#
+#   free_port             a free loopback TCP port
+#   wait_port PORT SECS   waits until something listens on PORT (1 if not)
+#   stop_pidfile FILE     TERM the process of a pid file, up to 5 s, then KILL
+#
+# A harness script (tests/harness/stack.sh, redis_cluster.sh) sets
+# HARNESS_NAME, which prefixes its messages, before sourcing this: it gets
+# the functions only, without the test's counters, $tmp and exit trap.
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {   # port, seconds
+    local i
+    for ((i = 0; i < $2 * 20; i++)); do
+        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "${HARNESS_NAME:-harness}: port $1 did not open" >&2
+    return 1
+}
+
+stop_pidfile() {    # file: TERM, up to 5 s, then KILL
+    local f=$1 pid i
+    [ -f "$f" ] || return 0
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+
+testlib_cleanup() {
+    local f p
+    for f in "${at_exit[@]}"; do "$f"; done
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+
+testlib_at_exit() { at_exit+=("$1"); }
+
+ok() {
+    n=$((n + 1))
+    if [ "$2" -eq 0 ]; then
+        echo "ok $n - $1"
+    else
+        echo "not ok $n - $1"
+        failed=$((failed + 1))
+        if [ -n "${tap_on_fail:-}" ]; then "$tap_on_fail"; fi
+    fi
+}
+
+tap_end() {
+    echo "1..$n"
+    [ "$failed" -eq 0 ]
+}
+
+spawn() {
+    local name=$1
+    shift
+    mkdir -p "$GP_STACK_DIR/pids"
+    "$@" >"$GP_STACK_DIR/$name.log" 2>&1 </dev/null &
+    pids+=($!)
+    echo $! >"$GP_STACK_DIR/pids/$name.pid"    # stack.sh stop kills it if we cannot
+}
+
+sql() {
+    psql "$GP_PG_CONNINFO" -XAtq -c "$1" 2>>"$tmp/psql.err"
+}
+
+wait_sql() {
+    local i
+    for ((i = 0; i < $3; i++)); do
+        [ "$(sql "$1")" = "$2" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+submit() {
+    $G submit --tenant "$TENANT" -o json "$@" 2>>"$tmp/gpctl.err" |
+        /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+
+run() {
+    "$GPCTL" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+}
+
+expect() {
+    local what=$1 want=$2 re=$3 pass=1
+    shift 3
+    run "$@"
+    if [ "$rc" -eq "$want" ] && { [ -z "$re" ] || grep -Eq "$re" "$tmp/err"; }; then
+        pass=0
+    fi
+    ok "$what" $pass
+}
+
+json_check() {
+    /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out')); sys.exit(0 if ($2) else 1)" \
+        2>>"$tmp/err"
+    ok "$1" $?
+}
+
+gpctl_on_fail() {
+    echo "# exit ${rc:-?}; stdout: $(head -c 600 "$tmp/out" 2>/dev/null)"
+    echo "# stderr: $(head -c 600 "$tmp/err" 2>/dev/null)"
+}
+
+if [ -z "${HARNESS_NAME:-}" ]; then     # a test: its TAP counters, $tmp, the exit trap
+    n=0
+    failed=0
+    pids=()
+    at_exit=()
+    tmp=$(mktemp -d "/tmp/$(basename "$0" .sh).XXXXXX")
+    trap testlib_cleanup EXIT
+fi

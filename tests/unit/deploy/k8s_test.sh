@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# k8s_test.sh -- deploy/k8s renders and validates offline.
+#
+# Every kustomization (base, engines, overlays/pilot, overlays/production)
+# renders with `kubectl kustomize`; every resource of both overlays
+# validates against the Kubernetes API's own types with
+# deploy/k8s/validate/check.mjs (kubernetes-models' validators, and the
+# TypeScript compiler for fields the API does not have); what a deployment
+# needs is there (a Deployment per service with /readyz and /healthz
+# probes and scrape annotations, a PodDisruptionBudget each, NATS as a
+# 3-server StatefulSet with JetStream volumes, settings and credentials
+# from a ConfigMap and Secrets); and planted mistakes (a misspelt field,
+# a string where a number goes, an unknown kind) fail the check.
+# Prints TAP.  Needs kubectl (>= 1.24: kustomize 4 labels and replicas)
+# and node with deploy/k8s/validate's packages (make deps); SKIPs without.
+set -u
+here=$(cd "$(dirname "$0")/../../.." && pwd)
+k8s=$here/deploy/k8s
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+ok() {       # status message
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
+}
+
+minor=$(kubectl version --client -o json 2>/dev/null |
+    /usr/bin/python3 -c 'import json,sys; print(int(json.load(sys.stdin)["clientVersion"]["minor"].rstrip("+")))' 2>/dev/null)
+if [ -z "$minor" ] || [ "$minor" -lt 24 ]; then
+    echo "1..0 # SKIP needs kubectl >= 1.24 (found: ${minor:+1.}${minor:-none})"
+    exit 0
+fi
+if ! command -v node >/dev/null || [ ! -d "$k8s/validate/node_modules/kubernetes-models" ]; then
+    echo "1..0 # SKIP needs node and deploy/k8s/validate/node_modules (make deps: npm ci)"
+    exit 0
+fi
+
+# ---- rendering ------------------------------------------------------------------------
+for d in base engines overlays/pilot overlays/production; do
+    kubectl kustomize "$k8s/$d" >"$tmp/${d##*/}.yaml" 2>"$tmp/${d##*/}.err"
+    st_=$?
+    ok $st_ "kubectl kustomize deploy/k8s/$d: $(grep -c '^kind:' "$tmp/${d##*/}.yaml") resources"
+done
+
+# ---- validation -------------------------------------------------------------------------
+for o in pilot production; do
+    node "$k8s/validate/check.mjs" "$tmp/$o.yaml" >"$tmp/$o.check" 2>&1
+    st_=$?
+    ok $st_ "$o validates against the Kubernetes API's types: $(tail -n 1 "$tmp/$o.check")"
+    [ $st_ -eq 0 ] || sed 's/^/#   /' "$tmp/$o.check" | head -n 10
+done
+
+# ---- what a deployment needs ----------------------------------------------------------------
+node --input-type=module -e "
+import { parseAllDocuments } from '$k8s/validate/node_modules/yaml/dist/index.js';
+import { readFileSync } from 'node:fs';
+for (const f of ['pilot', 'production'])
+  console.log(JSON.stringify(parseAllDocuments(readFileSync('$tmp/' + f + '.yaml', 'utf8')).map(d => d.toJS())));
+" >"$tmp/docs.jsonl" 2>"$tmp/docs.err"
+/usr/bin/python3 - "$tmp/docs.jsonl" >"$tmp/needs.out" <<'PY'
+import json, sys
+svcs = ['registry', 'scheduler', 'recovery', 'metering', 'billing', 'alerting']
+for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
+    docs = json.loads(line)
+    by = {(d['kind'], d['metadata']['name']): d for d in docs}
+    bad = []
+    for s in svcs:
+        dep = by.get(('Deployment', s))
+        if dep is None:
+            bad.append('no Deployment ' + s); continue
+        pod = dep['spec']['template']
+        c = pod['spec']['containers'][0]
+        if c['readinessProbe']['httpGet']['path'] != '/readyz' or c['livenessProbe']['httpGet']['path'] != '/healthz':
+            bad.append(s + ': probes')
+        if pod['metadata']['annotations'].get('prometheus.io/scrape') != 'true':
+            bad.append(s + ': scrape annotation')
+        if not c['resources']['requests'].get('cpu') or not c['resources']['requests'].get('memory'):
+            bad.append(s + ': requests')
+        refs = {r.get('configMapRef', r.get('secretRef', {})).get('name') for r in c['envFrom']}
+        if not {'gridpool-config', 'gridpool-postgres', 'gridpool-nats-' + s} <= refs:
+            bad.append(s + ': settings ' + str(sorted(refs)))
+        if dep['spec']['replicas'] < 2 or ('PodDisruptionBudget', s) not in by:
+            bad.append(s + ': replicas or PDB')
+    nats = by.get(('StatefulSet', 'nats'))
+    if not nats or nats['spec']['replicas'] != 3 or not nats['spec'].get('volumeClaimTemplates') \
+            or 'jetstream' not in by[('ConfigMap', 'nats-config')]['data']['nats.conf']:
+        bad.append('nats: 3 servers with JetStream volumes')
+    if ('Service', 'redis') not in by:
+        bad.append('no redis Service')
+    reps = {s: by[('Deployment', s)]['spec']['replicas'] for s in svcs if ('Deployment', s) in by}
+    print(name, 'ok' if not bad else 'bad', len(docs), ' '.join('%s=%d' % kv for kv in reps.items()), '; '.join(bad))
+PY
+while read -r o res cnt reps; do
+    [ "$res" = ok ]
+    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets) each with a PDB, NATS 3 servers with JetStream volumes, a redis Service ($cnt resources; replicas $reps)"
+done <"$tmp/needs.out"
+[ "$(wc -l <"$tmp/needs.out")" -eq 2 ]
+ok $? "... both overlays read back as objects$( [ -s "$tmp/docs.err" ] && echo ": $(head -c 200 "$tmp/docs.err")")"
+
+# ---- mistakes are caught -----------------------------------------------------------------------
+sed '0,/^        image: \(.*gridpool.*\)$/s//        image: \1\n        imagePullPolic: Always/' "$tmp/production.yaml" \
+    >"$tmp/typo.yaml"
+node "$k8s/validate/check.mjs" "$tmp/typo.yaml" >"$tmp/typo.check" 2>&1
+st_=$?
+[ $st_ -ne 0 ] && grep -q "Deployment/.*'\"imagePullPolic\"' does not exist in type 'IContainer'" "$tmp/typo.check"
+ok $? "a misspelt field (imagePullPolic) fails: $(head -n 1 "$tmp/typo.check")"
+sed '0,/replicas: 2/s//replicas: two/' "$tmp/production.yaml" >"$tmp/type.yaml"
+node "$k8s/validate/check.mjs" "$tmp/type.yaml" >"$tmp/type.check" 2>&1
+st_=$?
+[ $st_ -ne 0 ] && grep -q "replicas must be integer" "$tmp/type.check"
+ok $? "a string where a number goes (replicas: two) fails: $(head -n 1 "$tmp/type.check")"
+printf 'apiVersion: apps/v1\nkind: Deploymnet\nmetadata:\n  name: x\n' >"$tmp/kind.yaml"
+node "$k8s/validate/check.mjs" "$tmp/kind.yaml" >"$tmp/kind.check" 2>&1
+st_=$?
+[ $st_ -ne 0 ] && grep -q "no schema for apiVersion apps/v1 kind Deploymnet" "$tmp/kind.check"
+ok $? "an unknown kind (Deploymnet) fails"
+
+echo "1..$n"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,131 @@
+/* validate_test.c -- the scheduler's pure spec rules (validate.c):
+ * each refusal typed and naming its field first, defaults, normalization
+ * (two submissions meaning the same job encode to the same bytes, which
+ * idempotent submit compares), and job ids. */
+#include <string.h>
+
+#include "test.h"
+#include "../../../services/scheduler/plan/validate.h"
+
+static void
+base(msg_job_spec *sp)
+{
+    *sp = (msg_job_spec){0};
+    snprintf(sp->command, sizeof(sp->command), "true");
+    sp->gpus_per_node = 1;
+}
+
+static bool
+refused(msg_job_spec *sp, gp_err code, const char *field)
+{
+    char   msg[256] = "";
+    gp_err rc = sched_spec_check(sp, msg, sizeof(msg));
+    size_t n = strlen(field);
+
+    if (rc != code || strncmp(msg, field, n) != 0 || msg[n] != ':')
+        printf("# %s: got %s \"%s\"\n", field, gp_err_name(rc), msg);
+    return rc == code && strncmp(msg, field, n) == 0 && msg[n] == ':';
+}
+
+static void
+test_rules(void)
+{
+    static char  env[2][MSG_JOB_SPEC_ENV_ITEM_MAXLEN + 1] = {"A_1=x", "_B="};
+    msg_job_spec sp;
+    char         msg[256];
+
+    base(&sp);
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "minimal spec accepted");
+    sp.env.v = env;
+    sp.env.n = 2;
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "env A_1=x and _B= accepted");
+    snprintf(env[1], sizeof(env[1]), "B-C=1");
+    T_OK(refused(&sp, GP_EINVAL, "env"));
+    snprintf(env[1], sizeof(env[1]), "=1");
+    T_OK(refused(&sp, GP_EINVAL, "env"));
+    base(&sp);
+    sp.command[0] = '\0';
+    T_OK(refused(&sp, GP_EINVAL, "command"));
+    base(&sp);
+    sp.max_latency_ms = 10;
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__MAX_LATENCY_MS);
+    T_OK(refused(&sp, GP_EMISSING, "origin_lat"));
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__ORIGIN_LAT);    /* latitude 0 is an origin */
+    T_OK(refused(&sp, GP_EMISSING, "origin_lon"));
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__ORIGIN_LON);
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "origin 0,0 with a latency bound");
+    base(&sp);
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__MAX_PRICE_MICROS_PER_GPU_HOUR);
+    T_OK(refused(&sp, GP_EMISSING, "currency"));
+    snprintf(sp.currency, sizeof(sp.currency), "EUr");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__CURRENCY);
+    T_OK(refused(&sp, GP_EINVAL, "currency"));
+    snprintf(sp.currency, sizeof(sp.currency), "EUR");
+    T_OK(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK);
+    base(&sp);
+    snprintf(sp.product, sizeof(sp.product), "p1");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__PRODUCT);
+    T_OK(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK);
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__MIN_VRAM_MB);
+    T_OK(refused(&sp, GP_EINVAL, "product"));
+    base(&sp);
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__POOL);           /* present but empty */
+    T_OK(refused(&sp, GP_EINVAL, "pool"));
+}
+
+static void
+encode(const msg_job_spec *sp, gp_buf *b)
+{
+    gp_buf_init(b, 0);
+    T_OK(gp_msg_encode(&msg_job_spec_desc, sp, b) == GP_EOK);
+}
+
+static void
+test_normalize(void)
+{
+    msg_job_spec a, b;
+    gp_buf       ea, eb;
+
+    base(&a);
+    base(&b);
+    b.priority = 100;
+    b.interruptible = false;
+    GP_SET_HAS(&b, MSG_JOB_SPEC__PRIORITY);
+    GP_SET_HAS(&b, MSG_JOB_SPEC__INTERRUPTIBLE);
+    GP_SET_HAS(&b, MSG_JOB_SPEC__MAX_RUN_S);
+    sched_spec_normalize(&a);
+    sched_spec_normalize(&b);
+    T_OKM(a.nodes == 1 && a.priority == 100 && a.max_attempts == 3, "defaults set");
+    encode(&a, &ea);
+    encode(&b, &eb);
+    T_OKM(ea.n == eb.n && memcmp(ea.p, eb.p, ea.n) == 0, "explicit defaults encode as omitted ones");
+    gp_buf_fini(&eb);
+    b.priority = 0;                       /* explicit 0 is not the default */
+    GP_SET_HAS(&b, MSG_JOB_SPEC__PRIORITY);
+    sched_spec_normalize(&b);
+    encode(&b, &eb);
+    T_OKM(b.priority == 0 && (ea.n != eb.n || memcmp(ea.p, eb.p, ea.n) != 0),
+          "priority 0 stays 0 and differs");
+    gp_buf_fini(&ea);
+    gp_buf_fini(&eb);
+}
+
+static void
+test_ids(void)
+{
+    char a[GP_MAX_ID + 1], b[GP_MAX_ID + 1];
+
+    T_OK(sched_job_id(a) == GP_EOK && sched_job_id(b) == GP_EOK);
+    T_OKM(strlen(a) == 18 && strncmp(a, "j-", 2) == 0 && strspn(a + 2, "0123456789abcdef") == 16,
+          "j- + 16 lowercase hex (%s)", a);
+    T_OK(strcmp(a, b) != 0);
+}
+
+int
+main(void)
+{
+    test_rules();
+    test_normalize();
+    test_ids();
+    return T_DONE();
+}

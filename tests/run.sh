@@ -18,34 +18,64 @@
 # differs from it (a program that stopped early, even with status 0),
 # fails the program (one failure if it has no "not ok" line of its own),
 # and so does a non-zero exit status without a "not ok" line.
+#
+# Lanes.  GP_TEST_JOBS programs run at once (default 3: most integration
+# tests wait on timers, not on the CPU), longest first by the durations in
+# tests/durations.tsv (a test not listed counts as 30 s).  A test whose
+# source says "test-tags: heavy" (the 1,000-site fleets) runs in a lane of
+# its own: never two at once, and that lane takes other work when none is
+# left.  A program gets GP_TEST_TIMEOUT seconds (default 900; the tag
+# "timeout=N" sets its own); past it, it is stopped and fails.
+#
+# Passes.  .ci/run builds the suite twice, the second time with ASan and
+# UBSan, and says which pass it is in GP_TEST_PASS (normal or san).  C
+# tests run in both.  A test tagged "pass=normal" or "pass=san" runs only in
+# that pass: a long end-to-end test runs once per CI run, and a test that
+# does not depend on the build (k8s, schemas, the deb's and compose's
+# checks) runs in the normal pass.  Without GP_TEST_PASS every test runs.
+# Tags are read from the test's source: a line "test-tags: ..." in its
+# first 40 lines (a shell comment or a C comment).
+#
+# Every program's wall time goes to BUILD_DIR/test-logs/timings.tsv (test,
+# seconds, ok, failed, lane), and the ten slowest are printed at the end.
 set -u
 shopt -s globstar      # **/ : any depth of folders, none included
 build=${1:-build}
 which=${2:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GP_TEST_SRC:-$here}      # where the *_test.sh live (tests/unit/tools/run_sh_test.sh points it elsewhere)
+top=$(cd "$here/.." && pwd)
 logdir=$build/test-logs
+jobs=${GP_TEST_JOBS:-3}
+pass=${GP_TEST_PASS:-}
+timeout_s=${GP_TEST_TIMEOUT:-900}
+durations=${GP_TEST_DURATIONS:-$here/durations.tsv}
 mkdir -p "$logdir"
-passed=0
-failed=0
-failures=()
+rm -rf "$logdir/.results"
+mkdir -p "$logdir/.results"
+timings=$logdir/timings.tsv
+printf 'test\tseconds\tok\tfailed\tlane\n' >"$timings"
 
-run_one() {       # name, command...
-    local name=$1; shift
-    local log=$logdir/$name.log
+# ---- one program -----------------------------------------------------------------
+
+# Runs one test into its log and writes "ok nok seconds" into its result
+# file; prints nothing (the parent prints when it is collected).
+run_one() {       # name, timeout, command...
+    local name=$1 limit=$2; shift 2
+    local log=$logdir/$name.log res=$logdir/.results/${name//\//%}
     mkdir -p "$(dirname "$log")"
-    local start=$SECONDS
-    "$@" >"$log" 2>&1
+    local start
+    start=$(date +%s%N)
+    timeout --kill-after=15 "$limit" "$@" >"$log" 2>&1
     local rc=$?
-    local ok nok
+    [ "$rc" -eq 124 ] && echo "not ok - $name stopped after its ${limit} s" >>"$log"
+    local ok nok plans plan why=""
     ok=$(grep -c '^ok ' "$log")
     nok=$(grep -c '^not ok ' "$log")
-    local plans plan
     plans=$(grep -cE '^1\.\.[0-9]+( *#.*)?$' "$log")
     plan=$(grep -E '^1\.\.[0-9]+( *#.*)?$' "$log" | head -n 1 | sed -E 's/^1\.\.([0-9]+).*/\1/')
     # A plan problem is one more failure, unless the program already has one
     # (e.g. with-stack.sh's "not ok - sanitizer reports" after the plan).
-    local why=""
     if [ "$plans" -ne 1 ]; then
         why="printed $plans TAP plans (1..N), expected one"
     elif [ $((ok + nok)) -ne "$plan" ]; then
@@ -59,39 +89,129 @@ run_one() {       # name, command...
         nok=1
         echo "not ok - $name exited with status $rc" >>"$log"
     fi
-    passed=$((passed + ok))
-    failed=$((failed + nok))
-    printf '%-44s %4d ok %4d failed  %3ds\n' "$name" "$ok" "$nok" $((SECONDS - start))
-    if [ "$nok" -ne 0 ]; then
-        failures+=("$name")
-        grep '^not ok' "$log" | head -20 | sed 's/^/    /'
-        tail -n 15 "$log" | sed 's/^/    | /'
-    fi
+    echo "$ok $nok $(( ($(date +%s%N) - start) / 1000000 ))" >"$res"
+}
+
+# ---- what there is to run --------------------------------------------------------
+
+# The tags of a test: its source's "test-tags:" line.
+tags_of() {       # source file
+    [ -f "$1" ] && head -n 40 "$1" | sed -n 's/.*test-tags:\(.*\)/\1/p' | head -n 1
+}
+
+# Whether a test with these tags runs in this pass.
+in_pass() {       # tags
+    case " $1 " in
+    *" pass=normal "*) [ -z "$pass" ] || [ "$pass" = normal ] ;;
+    *" pass=san "*)    [ -z "$pass" ] || [ "$pass" = san ] ;;
+    *) return 0 ;;
+    esac
+}
+
+names=() cmds=() heavy=() limits=() expect=()
+add() {           # name, source, command...
+    local name=$1 source=$2 tags lim=$timeout_s est
+    shift 2
+    tags=$(tags_of "$source")
+    in_pass "$tags" || return 0
+    case " $tags " in *" timeout="*) lim=$(echo " $tags " | sed -E 's/.* timeout=([0-9]+) .*/\1/') ;; esac
+    est=$(awk -F'\t' -v n="$name" '$1 == n { print int($2 + 0.5); exit }' "$durations" 2>/dev/null)
+    names+=("$name")
+    cmds+=("$(printf '%q ' "$@")")
+    limits+=("$lim")
+    expect+=("${est:-30}")
+    case " $tags " in *" heavy "*) heavy+=(1) ;; *) heavy+=(0) ;; esac
 }
 
 if [ "$which" = unit ] || [ "$which" = all ]; then
     for t in "$build"/test/unit/**/*_test; do
         [ -x "$t" ] || continue
-        run_one "unit/${t#"$build"/test/unit/}" "$t"
+        n=${t#"$build"/test/unit/}
+        add "unit/$n" "$top/tests/unit/$n.c" "$t"
     done
     for t in "$src"/unit/**/*_test.sh; do
         [ -f "$t" ] || continue
-        t_=${t#"$src"/unit/}
-        run_one "unit/${t_%.sh}" env BUILD="$build" bash "$t"
+        n=${t#"$src"/unit/}
+        add "unit/${n%.sh}" "$t" env BUILD="$build" bash "$t"
     done
 fi
 if [ "$which" = integration ] || [ "$which" = all ]; then
     for t in "$build"/test/integration/**/*_test; do
         [ -x "$t" ] || continue
-        run_one "integration/${t#"$build"/test/integration/}" "$here/harness/with-stack.sh" "$build" "$t"
+        n=${t#"$build"/test/integration/}
+        add "integration/$n" "$top/tests/integration/$n.c" "$here/harness/with-stack.sh" "$build" "$t"
     done
     for t in "$src"/integration/**/*_test.sh; do
         [ -f "$t" ] || continue
-        t_=${t#"$src"/integration/}
-        run_one "integration/${t_%.sh}" \
-            "$here/harness/with-stack.sh" "$build" bash "$t"
+        n=${t#"$src"/integration/}
+        add "integration/${n%.sh}" "$t" "$here/harness/with-stack.sh" "$build" bash "$t"
     done
 fi
+
+# Longest first: the queue is the indexes sorted by expected seconds.
+mapfile -t queue < <(for i in "${!names[@]}"; do echo "${expect[$i]} $i"; done | sort -k1,1nr -s |
+                     awk '{print $2}')
+
+# ---- the lanes -------------------------------------------------------------------
+
+passed=0
+failed=0
+failures=()
+declare -A running=()   # pid -> index
+declare -A lane_of=()   # pid -> lane number
+heavy_pid=
+wall0=$(date +%s)
+
+collect() {       # pid
+    local pid=$1 i=${running[$1]} res ok nok ms name
+    name=${names[$i]}
+    res=$logdir/.results/${name//\//%}
+    read -r ok nok ms <"$res" 2>/dev/null || { ok=0; nok=1; ms=0; }
+    passed=$((passed + ok))
+    failed=$((failed + nok))
+    printf '%s\t%d.%03d\t%d\t%d\t%d\n' "$name" $((ms / 1000)) $((ms % 1000)) "$ok" "$nok" \
+        "${lane_of[$pid]}" >>"$timings"
+    printf '%-44s %4d ok %4d failed  %3ds\n' "$name" "$ok" "$nok" $(((ms + 500) / 1000))
+    if [ "$nok" -ne 0 ]; then
+        failures+=("$name")
+        grep '^not ok' "$logdir/$name.log" | head -20 | sed 's/^/    /'
+        tail -n 15 "$logdir/$name.log" | sed 's/^/    | /'
+    fi
+    [ "$pid" = "$heavy_pid" ] && heavy_pid=
+    unset "running[$pid]" "lane_of[$pid]"
+}
+
+# The next test to start: a heavy one only when no heavy one runs.
+next() {
+    local k
+    for k in "${!queue[@]}"; do
+        if [ "${heavy[${queue[$k]}]}" = 0 ] || [ -z "$heavy_pid" ]; then
+            pick=${queue[$k]}
+            unset "queue[$k]"
+            queue=("${queue[@]}")
+            return 0
+        fi
+    done
+    return 1
+}
+
+lane=0
+while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+    while [ ${#running[@]} -lt "$jobs" ] && next; do
+        eval "run_one \"\${names[$pick]}\" \"\${limits[$pick]}\" ${cmds[$pick]}" &
+        running[$!]=$pick
+        lane=$((lane + 1))
+        lane_of[$!]=$lane
+        [ "${heavy[$pick]}" = 1 ] && heavy_pid=$!
+    done
+    [ ${#running[@]} -gt 0 ] || break
+    wait -n -p done_pid "${!running[@]}"
+    collect "$done_pid"
+done
+
+echo "wall time: $(( $(date +%s) - wall0 )) s in $jobs lanes; the ten slowest (timings.tsv):"
+tail -n +2 "$timings" | sort -t$'\t' -k2,2nr | head -n 10 |
+    awk -F'\t' '{ printf "  %-44s %7.1f s\n", $1, $2 }'
 [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

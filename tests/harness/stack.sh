@@ -11,9 +11,8 @@
 #                             (after deploy/nats-auth added identities)
 #
 # PostgreSQL refuses to run as root, so its commands go through
-# `runuser -u postgres` when we are root.  A template cluster made by initdb
-# once is copied for each stack (BUILD_DIR/pg-template), since initdb is the
-# slow part.
+# `runuser -u postgres` when we are root.  A template cluster made once is
+# copied for each stack (BUILD_DIR/pg-template, see make_template).
 set -eu
 cmd=$1
 dir=$2
@@ -84,15 +83,34 @@ start_pg() {
         start >/dev/null
 }
 
+# The template: a cluster made by initdb once (1 MB WAL segments, so a copy
+# is small) with the database gridpool already in it, since initdb and
+# CREATE DATABASE are the slow parts of a stack's start.  Stacks started at
+# once (tests/run.sh's lanes) wait on one lock while the first makes it.
+make_template() {
+    local tmpl=$TEMPLATE/data.new port
+    rm -rf "$tmpl"
+    mkdir -p "$TEMPLATE"
+    chown postgres: "$TEMPLATE" 2>/dev/null || true
+    as_pg "$PGBIN/initdb" -D "$tmpl" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+        --no-sync --wal-segsize=1 >/dev/null
+    port=$(free_port)
+    as_pg "$PGBIN/pg_ctl" -D "$tmpl" -l "$TEMPLATE/init.log" -w -t 30 \
+        -o "-k $TEMPLATE -p $port -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+    as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+        -c "CREATE DATABASE gridpool" >/dev/null
+    as_pg "$PGBIN/pg_ctl" -D "$tmpl" -m fast -w -t 30 stop >/dev/null
+    mv "$tmpl" "$TEMPLATE/data"
+}
+
 init_pg() {
     mkdir -p "$dir/pg"
-    if [ -n "$TEMPLATE" ] && [ ! -d "$TEMPLATE/data" ]; then
-        mkdir -p "$TEMPLATE"
-        chown postgres: "$TEMPLATE" 2>/dev/null || true
-        as_pg "$PGBIN/initdb" -D "$TEMPLATE/data" -U postgres --auth=trust -E UTF8 \
-            --locale=C.UTF-8 --no-sync >/dev/null
-    fi
     if [ -n "$TEMPLATE" ]; then
+        mkdir -p "$TEMPLATE"
+        (
+            flock 9
+            [ -d "$TEMPLATE/data" ] || make_template
+        ) 9>"$TEMPLATE.lock"
         cp -a "$TEMPLATE/data" "$dir/pg/data"
     else
         chown postgres: "$dir/pg" 2>/dev/null || true
@@ -123,8 +141,9 @@ start)
     start_nats
     start_redis
     start_pg
-    as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
-        -c "CREATE DATABASE gridpool" >/dev/null
+    [ -n "$TEMPLATE" ] ||       # the template has it
+        as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+            -c "CREATE DATABASE gridpool" >/dev/null
     cat >"$dir/gp.env" <<ENV
 GP_NATS_URL=nats://127.0.0.1:$NATS_PORT
 GP_REDIS_HOST=127.0.0.1

@@ -54,17 +54,28 @@ wait_port() {   # port, seconds
     return 1
 }
 
+# A process that exited but was not reaped yet (a zombie) has stopped: the
+# servers the harness starts in the background are reparented to PID 1,
+# which on some machines reaps them only a second or two later, and
+# waiting for kill -0 to fail cost every stack ~3 s at its stop.
+alive() {         # pid
+    local st
+    kill -0 "$1" 2>/dev/null || return 1
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$st" ] && [ "$st" != Z ]
+}
+
 stop_pidfile() {    # file: TERM, up to 5 s, then KILL
     local f=$1 pid i
     [ -f "$f" ] || return 0
     pid=$(cat "$f" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    if [ -n "$pid" ] && alive "$pid"; then
         kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 100; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
+        for ((i = 0; i < 250; i++)); do
+            alive "$pid" || break
+            sleep 0.02
         done
-        kill -KILL "$pid" 2>/dev/null || true
+        alive "$pid" && kill -KILL "$pid" 2>/dev/null
     fi
     rm -f "$f"
 }

@@ -107,9 +107,10 @@ init_pg() {
     mkdir -p "$dir/pg"
     if [ -n "$TEMPLATE" ]; then
         mkdir -p "$TEMPLATE"
-        (
+        (   # "made": this kind of template (an older one lacks the database)
             flock 9
-            [ -d "$TEMPLATE/data" ] || make_template
+            [ -f "$TEMPLATE/made" ] || { rm -rf "$TEMPLATE/data" && make_template &&
+                                         touch "$TEMPLATE/made"; }
         ) 9>"$TEMPLATE.lock"
         cp -a "$TEMPLATE/data" "$dir/pg/data"
     else

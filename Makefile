@@ -153,8 +153,10 @@ $(BUILD)/test/bench/%: $(BUILD)/obj/tests/bench/%.o $(AGENT_LIB_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# tests/run.sh runs GP_TEST_JOBS programs at once (default 3); .ci/run sets
+# GP_TEST_PASS (normal, san) so each long end-to-end test runs once per CI run.
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j2 all
 	@tests/run.sh $(BUILD) all
 
 test-unit: all

@@ -16,6 +16,7 @@
 #   6. down -v leaves no container, network or volume.
 # Needs root, podman, runc and docker-compose (make deps); it does not use
 # the private stack with-stack.sh starts.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 TOP=$(cd "$(dirname "$0")/../../.." && pwd)

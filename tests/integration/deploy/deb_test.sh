@@ -14,6 +14,7 @@
 #      the unit's EnvironmentFile and the node's ids in agent.conf,
 #      registers the node with the registry of the test stack;
 #   5. purged: its files and its user are gone, nothing else.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

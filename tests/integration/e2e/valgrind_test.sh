@@ -12,6 +12,7 @@
 #      event; then both get SIGTERM.
 #
 # Skipped in the sanitizer build (ASan and valgrind do not mix).  Prints TAP.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 case "$GP_BUILD" in
 */san*) echo "1..0 # SKIP valgrind does not run under sanitizers"; exit 0 ;;

@@ -13,6 +13,7 @@
 # a string where a number goes, an unknown kind) fail the check.
 # Prints TAP.  Needs kubectl (>= 1.24: kustomize 4 labels and replicas)
 # and node with deploy/k8s/validate's packages (make deps); SKIPs without.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 here=$(cd "$(dirname "$0")/../../.." && pwd)
 k8s=$here/deploy/k8s

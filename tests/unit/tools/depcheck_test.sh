@@ -5,6 +5,7 @@
 # name, a circle in shared/src, a stale object whose source is gone) are
 # checked, and its verdict, exit status and report are checked.
 # Prints TAP.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 here=$(cd "$(dirname "$0")/../../.." && pwd)
 tmp=$(mktemp -d)

@@ -6,6 +6,7 @@
 # "not ok", one with a "not ok" after its plan) are run through it and its
 # verdict and counts are checked.
 # Prints TAP.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)

@@ -219,7 +219,7 @@ CLANG_FORMAT ?= clang-format
 # tools/depcheck.py: no two files of a folder call each other in a circle,
 # read from the objects (so lint builds the programs first).
 lint: $(BINS)
-	cppcheck --quiet --error-exitcode=1 --inline-suppr --enable=warning,portability --std=c11 \
+	cppcheck -j2 --quiet --error-exitcode=1 --inline-suppr --enable=warning,portability --std=c11 \
 	    --suppress=varFuncNullUB -Ishared/include -I$(BUILD)/gen shared/src services
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
 	$(PYTHON) tools/depcheck.py --src . $(BUILD)

@@ -21,7 +21,8 @@
 #
 # Lanes.  GP_TEST_JOBS programs run at once (default 3: most integration
 # tests wait on timers, not on the CPU), longest first by the durations in
-# tests/durations.tsv (a test not listed counts as 30 s).  A test whose
+# tests/durations.tsv (the normal build's column, or the sanitizer build's
+# for BUILD_DIR .../san; a test not listed counts as 30 s).  A test whose
 # source says "test-tags: heavy" (the 1,000-site fleets) runs in a lane of
 # its own: never two at once, and that lane takes other work when none is
 # left.  A program gets GP_TEST_TIMEOUT seconds (default 900; the tag
@@ -34,7 +35,7 @@
 # does not depend on the build (k8s, schemas, the deb's and compose's
 # checks) runs in the normal pass.  Without GP_TEST_PASS every test runs.
 # Tags are read from the test's source: a line "test-tags: ..." in its
-# first 40 lines (a shell comment or a C comment).
+# first 60 lines (a shell comment or a C comment).
 #
 # Every program's wall time goes to BUILD_DIR/test-logs/timings.tsv (test,
 # seconds, ok, failed, lane), and the ten slowest are printed at the end.
@@ -50,6 +51,8 @@ jobs=${GP_TEST_JOBS:-3}
 pass=${GP_TEST_PASS:-}
 timeout_s=${GP_TEST_TIMEOUT:-900}
 durations=${GP_TEST_DURATIONS:-$here/durations.tsv}
+dcol=2                         # durations.tsv: test, seconds normal, seconds under the sanitizers
+[ "${build%/san}" != "$build" ] || [ "$pass" = san ] && dcol=3
 mkdir -p "$logdir"
 rm -rf "$logdir/.results"
 mkdir -p "$logdir/.results"
@@ -96,7 +99,7 @@ run_one() {       # name, timeout, command...
 
 # The tags of a test: its source's "test-tags:" line.
 tags_of() {       # source file
-    [ -f "$1" ] && head -n 40 "$1" | sed -n 's/.*test-tags:\(.*\)/\1/p' | head -n 1
+    [ -f "$1" ] && head -n 60 "$1" | sed -n 's/.*test-tags:\(.*\)/\1/p' | head -n 1
 }
 
 # Whether a test with these tags runs in this pass.
@@ -115,7 +118,8 @@ add() {           # name, source, command...
     tags=$(tags_of "$source")
     in_pass "$tags" || return 0
     case " $tags " in *" timeout="*) lim=$(echo " $tags " | sed -E 's/.* timeout=([0-9]+) .*/\1/') ;; esac
-    est=$(awk -F'\t' -v n="$name" '$1 == n { print int($2 + 0.5); exit }' "$durations" 2>/dev/null)
+    est=$(awk -F'\t' -v n="$name" -v c="$dcol" '$1 == n { print int($c + 0.5); exit }' \
+          "$durations" 2>/dev/null)
     names+=("$name")
     cmds+=("$(printf '%q ' "$@")")
     limits+=("$lim")

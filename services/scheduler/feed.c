@@ -564,6 +564,21 @@ on_node_state(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_node_state_desc, &st);
 }
 
+/* At exit, after the app (and with it the bus and its subscription) is
+ * freed. */
+void
+sched_feed_free(sched *s)
+{
+    sched_feed *f = s->feed;
+
+    if (f == NULL)
+        return;
+    for (int k = 0; k < K_N; k++)
+        snap_map_free(&f->seen[k]);
+    free(f);
+    s->feed = NULL;
+}
+
 gp_err
 sched_feed_start(sched *s)
 {

@@ -1014,6 +1014,23 @@ instance_seed(const char *instance)
     return instance != NULL ? gp_fnv1a(instance) : gp_fnv1a("");
 }
 
+/* At exit, after the app is freed (no callback of a pass can come). */
+void
+sched_queue_free(sched *s)
+{
+    sched_queue *q = s->queue;
+
+    if (q == NULL)
+        return;
+    for (size_t i = 0; i < q->n; i++)
+        gp_msg_clear(&msg_job_desc, &q->jobs[i].job);
+    free(q->jobs);
+    free(q->order);
+    free(q->batch);
+    free(q);
+    s->queue = NULL;
+}
+
 gp_err
 sched_queue_start(sched *s)
 {

@@ -240,11 +240,13 @@ void sched_reconcile_run(gp_app *app, void *arg);
 /* queue.c: the "place" task: claim pending jobs, order, place, reserve,
  * write the attempt, dispatch. */
 gp_err sched_queue_start(sched *s);
+void   sched_queue_free(sched *s);
 void   sched_place_run(gp_app *app, void *arg);
 
 /* feed.c: the snapshot from the registry (bus only) and the live bookings
  * of this and other instances' attempts (PostgreSQL, at start). */
 gp_err sched_feed_start(sched *s);
+void   sched_feed_free(sched *s);
 void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
 void   sched_bookings_run(gp_app *app, void *arg); /* the "bookings" task (feed.c) */
 /* Fetches a tenant the snapshot lacks (feed.c); the answer kicks placement. */

@@ -1,6 +1,7 @@
 /* start.c -- gridpool-scheduler's hooks for gp_app_main: its state on the
  * app (the snapshot, the fair queue, the reservations in Redis), each
- * module's start, and what it frees at exit. */
+ * module's start, and what it frees at exit (the free hook runs after the
+ * app is freed, so no callback of the bus, Redis or PostgreSQL can come). */
 #include "end.h"
 #include "gp/app.h"
 #include "scheduler.h"
@@ -42,6 +43,8 @@ sched_free(void *state)
     sched *s = state;
 
     sched_dispatch_free(s);
+    sched_queue_free(s);
+    sched_feed_free(s);
     sched_reserve_free(s->res);
     gp_buf_fini(&s->recon_jobs);
     gp_buf_fini(&s->recon_attempts);

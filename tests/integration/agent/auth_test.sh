@@ -5,6 +5,7 @@
 # health and gets its attempt events acknowledged by the stream ATTEMPTS; the same credentials used for another node are refused by
 # nats-server itself.  Uses its own nats-server with authorization, and
 # the harness' Redis and PostgreSQL.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

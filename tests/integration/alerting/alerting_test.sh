@@ -36,6 +36,7 @@
 #      on a loopback port, fed by both instances: it holds the site alert
 #      once, with its labels and diagnosis, and its webhook (a small
 #      receiver here) is notified of the firing and of the resolve.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

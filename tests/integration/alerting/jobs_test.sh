@@ -17,6 +17,7 @@
 #      customer(s): good 2 (...)") in gpctl describe alert; a heat alert
 #      pending on it is dropped unseen when it is lost (no beat can confirm
 #      it), so it neither fires on old data nor mutes the NodeDown.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

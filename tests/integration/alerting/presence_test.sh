@@ -10,6 +10,7 @@
 #   2. an instance stopped cleanly (SIGTERM: it says "stopping"): no alert;
 #   3. an instance killed (kill -9): the alert fires; a new instance of the
 #      service (a restart policy's replacement) resolves it, "replaced by".
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

@@ -12,6 +12,7 @@
 #      its 4): no alert;
 #   3. the lost record arrives after all: the alert resolves;
 #   4. every record redelivered or published twice counts once.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

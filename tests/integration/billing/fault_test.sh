@@ -26,6 +26,7 @@
 # acknowledged commits, which is no fault of billing's.
 #
 # Not in the sanitizer suite (its pace would stretch the 200 ms beats).
+# test-tags: pass=normal (tests/run.sh)
 set -u
 case "$GP_BUILD" in
 */san*) echo "1..0 # SKIP the fault run's timing is sized for the normal build"; exit 0 ;;

@@ -11,6 +11,7 @@
 #   3. the recording and alert rules are loaded and evaluated
 #      (gridpool:instances_up per service);
 #   4. a service killed: its up goes to 0 (the check can fail).
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

@@ -3,6 +3,7 @@
 # through the same scripts the Makefile runs, in a private run folder:
 # every service answers health, gpctl sees the fleet, and after down no
 # process of the stack is left and its ports are closed.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 top=$(cd "$(dirname "$0")/../../.." && pwd)

@@ -16,6 +16,7 @@
 #      without a registration, and the site returns with cause uplink;
 #   4. another site's node dies with its leaf link up (recovery reads the
 #      hubs' /leafz): one site event, cause power, and power on return.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

@@ -8,6 +8,7 @@
 # sanitizer build).  With the registry (which must be built): create / get
 # (table and JSON) / update / describe / delete of tenant, site, pool and
 # product, and typed remote errors with exit code 1.
+# test-tags: pass=san (tests/run.sh)
 set -u
 GPCTL=$GP_BUILD/bin/gpctl
 REGISTRY=$GP_BUILD/bin/gridpool-registry

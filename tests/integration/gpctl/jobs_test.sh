@@ -8,6 +8,7 @@
 # admin lists, filters, JSON), describe job of a job that cannot be placed
 # (why it waits), placement and get attempts, watch jobs until SIGINT
 # (exit 0), cancel job, summary's jobs and GPU utilization.
+# test-tags: pass=san (tests/run.sh)
 set -u
 GPCTL=$GP_BUILD/bin/gpctl
 SCHED=$GP_BUILD/bin/gridpool-scheduler

@@ -33,6 +33,7 @@
 #   6. the invariant checker over the attempts table and the simulator's
 #      ground truth: no GPU booked twice, never two attempts of a job at
 #      once, really (the agents' run intervals).
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 10000"

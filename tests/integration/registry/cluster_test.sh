@@ -8,7 +8,7 @@
 # over every shard) and the registry logs no errors.
 # Needs the registry's hash-tagged keys (every key of a script in one slot).
 # Run by tests/run.sh through with-stack.sh.
-# test-tags: heavy (tests/run.sh)
+# test-tags: heavy pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

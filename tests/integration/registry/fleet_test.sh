@@ -7,7 +7,7 @@
 # again when it resumes; a node an operator deletes is refused when its
 # agent comes back (lease NOTFOUND, re-registration DENIED) and its agent
 # stops, until the operator readmits it (the lease is the scheduler's).  Run by tests/run.sh through with-stack.sh.
-# test-tags: heavy (tests/run.sh)
+# test-tags: heavy pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

@@ -7,6 +7,7 @@
 # harness' PostgreSQL (trust auth ignores the password) a keyword-form
 # conninfo with a password is used for real: the registry gets healthy.
 # Prints TAP.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

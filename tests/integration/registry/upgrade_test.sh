@@ -12,6 +12,7 @@
 # 4. A database recorded at a newer version than the registry knows: the
 #    registry refuses to start (exits non-zero, pg_schema_refused naming
 #    both versions).
+# test-tags: pass=san (tests/run.sh)
 set -u
 GPCTL=$GP_BUILD/bin/gpctl
 REGISTRY=$GP_BUILD/bin/gridpool-registry

@@ -5,7 +5,9 @@
 # gridpool-recovery and gridpool-agent processes on the simulated backend.
 #
 # Jobs ask max_attempts 1 (2 for the first), so a charged end fails the
-# job and one that is not charged puts it back to pending:
+# job and one that is not charged puts it back to pending.  The paths run
+# at once on their own nodes (six L4s, an A100, an H100), then each is
+# checked:
 #   1. the job's own failure (exit 3, max_attempts 2): charged, failed after 2;
 #   2. a failed start of the job's own (sim:start_fail): charged, failed;
 #   3. a failed start of the platform's (a node that never answers): not
@@ -16,6 +18,7 @@
 #   6. a node lost (kill -9 of its agent): not charged, run elsewhere;
 #   7. a preempted attempt (a higher-priority job): not charged, pending again;
 #   8. the max run time: the job fails, no retry.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
@@ -46,12 +49,12 @@ $G create tenant op --kind operator >/dev/null &&
     $G create site s1 --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
     $G create pool p-all --tenant op --scope global >/dev/null
 ok "tenant, site and a global pool are created" $?
-for i in 1 2 3; do agent "n$i" L4; done
+for i in 1 2 3 6 7 8; do agent "n$i" L4; done
 agent n4 A100-80G
 n4pid=${pids[-1]}
 agent n5 H100
 for _ in $(seq 1 100); do
-    [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 5 ] && break
+    [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 8 ] && break
     sleep 0.1
 done
 spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance sched \
@@ -60,13 +63,44 @@ spawn sched "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --ins
     --reconcile-ms 500 --reconcile-grace-ms 500 --max-platform-retries 1 \
     --checkpoint-root "$tmp/ckpt" --log-level debug
 spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --replace-ms 100
-for _ in $(seq 1 100); do grep -q 'feed_ready.*nodes=5' "$D/sched.log" && break; sleep 0.1; done
-grep -q 'feed_ready.*nodes=5' "$D/sched.log"
-ok "the scheduler loaded the fleet (5 nodes)" $?
+for _ in $(seq 1 100); do grep -q 'feed_ready.*nodes=8' "$D/sched.log" && break; sleep 0.1; done
+grep -q 'feed_ready.*nodes=8' "$D/sched.log"
+ok "the scheduler loaded the fleet (8 nodes)" $?
+
+# ---- every path at once (the L4s take 1, 2, 5, 6 and 8; n4 3, n5 7) --------------
+
+j1=$(submit --command 'sim:run=200ms exit=3' --gpus 1 --model L4 --max-attempts 2)
+j2=$(submit --command 'sim:start_fail' --gpus 1 --model L4 --max-attempts 1)
+j5=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 1)
+j6=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 1)
+j8=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 3 --max-run 1)
+j4=$(submit --command 'sim:run=600s' --gpus 1 --model 'RTX 4090' --max-attempts 1)
+kill -STOP "$n4pid"
+j3=$(submit --command 'sim:run=500ms exit=0' --gpus 1 --model A100-80G --max-attempts 1)
+j7=$(submit --command 'sim:run=600s ckpt=200ms' --gpus 1 --model H100 --max-attempts 1 \
+     --priority 10 --interruptible)
+# 4: an attempt reserved on n1 a minute ago and never sent (its placer died)
+plant() {     # attempt
+    sql "UPDATE jobs SET state = 'starting', attempts_made = $1, claimed_by = NULL,
+           claim_until = NULL, waiting = NULL WHERE id = '$j4' AND state = 'pending';
+         INSERT INTO attempts (job_id, attempt, rank, site, node, gpus, state, created_ms)
+           VALUES ('$j4', $1, 0, 's1', 'n1', '{0}', 'reserved',
+                   (extract(epoch FROM now()) * 1000)::bigint - 60000)" >/dev/null
+}
+wait_sql "SELECT waiting IS NOT NULL FROM jobs WHERE id = '$j4'" t 50
+plant 1
+# 7: a higher-priority job for n5 once the interruptible one runs there
+wait_sql "SELECT state FROM jobs WHERE id = '$j7'" running 100
+j7h=$(submit --command 'sim:run=600s' --gpus 1 --model H100 --priority 500)
+# 5: cancelled once it runs; 6: its node killed once it runs
+wait_sql "SELECT state FROM jobs WHERE id = '$j5'" running 100
+$G cancel job "$j5" --tenant "$TENANT" >/dev/null 2>&1
+wait_sql "SELECT state FROM jobs WHERE id = '$j6'" running 100
+node6=$(sql "SELECT node FROM attempts WHERE job_id = '$j6' AND attempt = 1")
+kill -9 "$(cat "$D/pids/agent-$node6.pid")"
 
 # ---- 1. the job's own failure: charged ---------------------------------------
 
-j1=$(submit --command 'sim:run=200ms exit=3' --gpus 1 --model L4 --max-attempts 2)
 wait_sql "SELECT state FROM jobs WHERE id = '$j1'" failed 100
 ok "1. exit 3 twice with max_attempts 2: the job failed" $?
 [ "$(counts "$j1")" = 'failed 2 0' ] &&
@@ -76,7 +110,6 @@ ok "... each failure charged (failures 2, platform_faults 0; $(events "$j1"))" $
 
 # ---- 2. a failed start of the job's own: charged ------------------------------
 
-j2=$(submit --command 'sim:start_fail' --gpus 1 --model L4 --max-attempts 1)
 wait_sql "SELECT state FROM jobs WHERE id = '$j2'" failed 100
 ok "2. a command that cannot start, max_attempts 1: the job failed" $?
 [ "$(counts "$j2")" = 'failed 1 0' ] &&
@@ -85,8 +118,6 @@ ok "... charged: one attempt, failed_to_start, failures 1 ($(counts "$j2"))" $?
 
 # ---- 3. a failed start of the platform's: not charged ---------------------------
 
-kill -STOP "$n4pid"
-j3=$(submit --command 'sim:run=500ms exit=0' --gpus 1 --model A100-80G --max-attempts 1)
 # whichever ends it first: the dispatch's fence (failed_to_start) or the
 # registry declaring the stopped n4 lost (recovery's replace: lost)
 wait_sql "SELECT (a.state IN ('failed_to_start','lost')) || ' ' || j.failures || ' ' ||
@@ -105,16 +136,6 @@ ok "... gpctl describe job says so ($(grep -E '^(Failures|Platform Faults):' "$t
 
 # ---- 4. a stale attempt (never dispatched): not charged; the platform bound ------
 
-j4=$(submit --command 'sim:run=600s' --gpus 1 --model 'RTX 4090' --max-attempts 1)
-wait_sql "SELECT waiting IS NOT NULL FROM jobs WHERE id = '$j4'" t 50
-plant() {     # attempt: reserved on n1 a minute ago, never sent (its placer died)
-    sql "UPDATE jobs SET state = 'starting', attempts_made = $1, claimed_by = NULL,
-           claim_until = NULL, waiting = NULL WHERE id = '$j4' AND state = 'pending';
-         INSERT INTO attempts (job_id, attempt, rank, site, node, gpus, state, created_ms)
-           VALUES ('$j4', $1, 0, 's1', 'n1', '{0}', 'reserved',
-                   (extract(epoch FROM now()) * 1000)::bigint - 60000)" >/dev/null
-}
-plant 1
 wait_sql "SELECT a.state || ' ' || j.state || ' ' || j.failures || ' ' || j.platform_faults
           FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.job_id = '$j4' AND a.attempt = 1" \
     'failed_to_start pending 0 1' 150
@@ -130,9 +151,6 @@ ok "... and says why: $(sql "SELECT reason FROM jobs WHERE id = '$j4'")" $?
 
 # ---- 5. a cancel: the job ends, nothing charged ----------------------------------
 
-j5=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 1)
-wait_sql "SELECT state FROM jobs WHERE id = '$j5'" running 100
-$G cancel job "$j5" --tenant "$TENANT" >/dev/null 2>&1
 wait_sql "SELECT j.state || ' ' || a.state || ' ' || j.failures || ' ' || j.platform_faults
           FROM jobs j JOIN attempts a ON a.job_id = j.id WHERE j.id = '$j5'" \
     'cancelled cancelled 0 0' 50
@@ -144,10 +162,6 @@ ok "... its node was told to stop it ($node5)" $?
 
 # ---- 6. a node lost: not charged, run elsewhere ----------------------------------
 
-j6=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 1)
-wait_sql "SELECT state FROM jobs WHERE id = '$j6'" running 100
-node6=$(sql "SELECT node FROM attempts WHERE job_id = '$j6' AND attempt = 1")
-kill -9 "$(cat "$D/pids/agent-$node6.pid")"
 wait_sql "SELECT a.state || ' ' || j.failures || ' ' || j.platform_faults FROM attempts a
           JOIN jobs j ON j.id = a.job_id WHERE a.job_id = '$j6' AND a.attempt = 1" 'lost 0 1' 150
 ok "6. $node6 killed: attempt 1 lost, not charged (failures 0, platform_faults 1)" $?
@@ -157,10 +171,6 @@ ok "... the job runs again on another node ($(sql "SELECT node FROM attempts WHE
 
 # ---- 7. a preempted attempt: not charged ------------------------------------------
 
-j7=$(submit --command 'sim:run=600s ckpt=200ms' --gpus 1 --model H100 --max-attempts 1 \
-     --priority 10 --interruptible)
-wait_sql "SELECT state FROM jobs WHERE id = '$j7'" running 100
-j7h=$(submit --command 'sim:run=600s' --gpus 1 --model H100 --priority 500)
 wait_sql "SELECT state FROM attempts WHERE job_id = '$j7h' AND attempt = 1" running 100
 ok "7. a higher-priority job takes n5 from the interruptible one" $?
 [ "$(sql "SELECT a.state || ' ' || j.state || ' ' || j.failures || ' ' || j.platform_faults
@@ -170,7 +180,6 @@ ok "... the victim's attempt ended preempted, its job pending, nothing charged (
 
 # ---- 8. the max run time: the job fails, no retry ---------------------------------
 
-j8=$(submit --command 'sim:run=600s' --gpus 1 --model L4 --max-attempts 3 --max-run 1)
 wait_sql "SELECT state FROM jobs WHERE id = '$j8'" failed 100
 ok "8. max run time 1 s: the job failed" $?
 [ "$(sql "SELECT count(*) || ' ' || min(state) FROM attempts WHERE job_id = '$j8'")" = '1 timed_out' ] &&

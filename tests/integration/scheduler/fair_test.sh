@@ -32,6 +32,7 @@
 #      seen in the agent's attempt_started line) and finish having done
 #      run= of work in all: the truth's second attempt held the GPUs for
 #      run - resume_ms and reports progress run=; no cascade.
+# test-tags: pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

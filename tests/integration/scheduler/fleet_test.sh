@@ -28,7 +28,7 @@
 #
 # The sanitizer build (GP_BUILD ending in /san) runs a smaller fleet and
 # workloads to stay in the time budget (said in a TAP comment).
-# test-tags: heavy (tests/run.sh)
+# test-tags: heavy pass=normal (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

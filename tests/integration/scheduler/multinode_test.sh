@@ -20,6 +20,7 @@
 #      node's attempt ended, its job goes back to pending once both ended,
 #      and it is placed again on two nodes when the preemptor goes; the
 #      agents' own logs show no node ran two attempts at once.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"
@@ -118,7 +119,9 @@ ok "cancelled: no live attempt left" $?
 # they did, the big job (older, first in order) would simply fit there and
 # the hold would never be needed (seen on a quiet machine with equal runs).
 small() { submit --command "sim:run=${1:-4}s" --gpus 1 --model L4 --priority 100 >/dev/null; }
-for r in 2 3 4 5 6 7; do small $r; done     # fill the fleet's 6 GPUs
+# (6 to 11 s: all six must run at once though their placements take a while
+# on a loaded machine)
+for r in 6 7 8 9 10 11; do small $r; done   # fill the fleet's 6 GPUs
 wait_sql "SELECT count(*) FROM attempts WHERE state IN ('starting','running')" 6 100
 ok "six small jobs fill the fleet" $?
 big=$(submit --command 'sim:run=600s' --gpus 2 --nodes 2 --model L4 --priority 100)

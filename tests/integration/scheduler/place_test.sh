@@ -21,6 +21,7 @@
 #   5. with the fleet full of interruptible low-priority work, a
 #      high-priority job preempts one victim (checkpoint then stop), the
 #      victim's job goes back to pending, the job is placed, no cascade.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"

@@ -6,6 +6,7 @@
 # stack's teardown stops it too): every script call's keys share the site's
 # shard tag, so each call goes to one master; FLUSHALL reaches all three.
 # Run by tests/run.sh through with-stack.sh.
+# test-tags: pass=san (tests/run.sh)
 set -u
 D=$GP_STACK_DIR
 "$GP_HARNESS/redis_cluster.sh" start "$D" >/dev/null || { echo "not ok - redis cluster did not start"; exit 1; }

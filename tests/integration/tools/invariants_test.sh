@@ -9,6 +9,7 @@
 # attempt without its reservation, an unindexed reservation, and in a
 # simulator truth file two attempts of one job and one GPU running at once;
 # it cannot check (exit 2) without a database.
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/duration.h"
 #include "gp/limits.h"
 #include "gpctl.h"
 
@@ -194,26 +195,16 @@ cmd_ack(gpctl *c, int argc, char **argv)
 
 /* ---- silences ---------------------------------------------------------------------- */
 
-/* "90s" "30m" "2h" "1d" -> ms; 0 if malformed */
+/* "90s", "30m", "2h", "1d" (gp/duration.h, days allowed, a year at most);
+ * 0: not a duration, or none (a silence of nothing is refused too). */
 static uint64_t
-duration_ms(const char *s)
+silence_for_ms(const char *s)
 {
-    char              *end;
-    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t ms = 0;
 
-    if (end == s)
+    if (gp_duration_parse(s, strlen(s), GP_DUR_DAYS, 366ull * 86400000, &ms) != GP_EOK)
         return 0;
-    if (strcmp(end, "ms") == 0)
-        return v;
-    if (strcmp(end, "s") == 0)
-        return v * 1000;
-    if (strcmp(end, "m") == 0)
-        return v * 60000;
-    if (strcmp(end, "h") == 0)
-        return v * 3600000;
-    if (strcmp(end, "d") == 0)
-        return v * 86400000;
-    return 0;
+    return ms;
 }
 
 static void
@@ -244,7 +235,7 @@ cmd_silence(gpctl *c, int argc, char **argv)
     copy(q.matchers, sizeof(q.matchers), v[0]);
     copy(q.comment, sizeof(q.comment), v[3]);
     copy(q.created_by, sizeof(q.created_by), v[4] ? v[4] : getenv("USER"));
-    if (v[1] != NULL && (q.duration_ms = duration_ms(v[1])) == 0)
+    if (v[1] != NULL && (q.duration_ms = silence_for_ms(v[1])) == 0)
         return usage_error("silence", "--for \"%s\": 90s, 30m, 2h or 1d", v[1]);
     if (v[1] != NULL)
         GP_SET_HAS(&q, MSG_SILENCE__DURATION_MS);

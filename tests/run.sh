@@ -25,7 +25,8 @@
 # for BUILD_DIR .../san; a test not listed counts as 30 s).  A test whose
 # source says "test-tags: heavy" (the 1,000-site fleets) runs in a lane of
 # its own: never two at once, and that lane takes other work when none is
-# left.  A program gets GP_TEST_TIMEOUT seconds (default 900; the tag
+# left.  One tagged "alone" (it saturates the machine on purpose: a flood)
+# runs first, with nothing beside it.  A program gets GP_TEST_TIMEOUT seconds (default 900; the tag
 # "timeout=N" sets its own); past it, it is stopped and fails.
 #
 # Passes.  .ci/run builds the suite twice, the second time with ASan and
@@ -111,7 +112,7 @@ in_pass() {       # tags
     esac
 }
 
-names=() cmds=() heavy=() limits=() expect=()
+names=() cmds=() heavy=() limits=() expect=() alone=()
 add() {           # name, source, command...
     local name=$1 source=$2 tags lim=$timeout_s est
     shift 2
@@ -125,6 +126,7 @@ add() {           # name, source, command...
     limits+=("$lim")
     expect+=("${est:-30}")
     case " $tags " in *" heavy "*) heavy+=(1) ;; *) heavy+=(0) ;; esac
+    case " $tags " in *" alone "*) alone+=(1) ;; *) alone+=(0) ;; esac
 }
 
 if [ "$which" = unit ] || [ "$which" = all ]; then
@@ -153,8 +155,9 @@ if [ "$which" = integration ] || [ "$which" = all ]; then
 fi
 
 # Longest first: the queue is the indexes sorted by expected seconds.
-mapfile -t queue < <(for i in "${!names[@]}"; do echo "${expect[$i]} $i"; done | sort -k1,1nr -s |
-                     awk '{print $2}')
+# Those that must run alone go first (the lanes then fill the machine).
+mapfile -t queue < <(for i in "${!names[@]}"; do echo "${alone[$i]} ${expect[$i]} $i"; done |
+                     sort -k1,1nr -k2,2nr -s | awk '{print $3}')
 
 # ---- the lanes -------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ failures=()
 declare -A running=()   # pid -> index
 declare -A lane_of=()   # pid -> lane number
 heavy_pid=
+alone_pid=
 wall0=$(date +%s)
 
 collect() {       # pid
@@ -182,19 +186,26 @@ collect() {       # pid
         tail -n 15 "$logdir/$name.log" | sed 's/^/    | /'
     fi
     [ "$pid" = "$heavy_pid" ] && heavy_pid=
+    [ "$pid" = "$alone_pid" ] && alone_pid=
     unset "running[$pid]" "lane_of[$pid]"
 }
 
-# The next test to start: a heavy one only when no heavy one runs.
+# The next test to start: a heavy one only when no heavy one runs; one
+# that must run alone only when nothing runs, and nothing beside it.
 next() {
-    local k
+    local k i
+    [ -n "$alone_pid" ] && return 1
     for k in "${!queue[@]}"; do
-        if [ "${heavy[${queue[$k]}]}" = 0 ] || [ -z "$heavy_pid" ]; then
-            pick=${queue[$k]}
-            unset "queue[$k]"
-            queue=("${queue[@]}")
-            return 0
+        i=${queue[$k]}
+        if [ "${alone[$i]}" = 1 ]; then
+            [ ${#running[@]} -eq 0 ] || continue
+        elif [ "${heavy[$i]}" = 1 ] && [ -n "$heavy_pid" ]; then
+            continue
         fi
+        pick=$i
+        unset "queue[$k]"
+        queue=("${queue[@]}")
+        return 0
     done
     return 1
 }
@@ -207,6 +218,7 @@ while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
         lane=$((lane + 1))
         lane_of[$!]=$lane
         [ "${heavy[$pick]}" = 1 ] && heavy_pid=$!
+        [ "${alone[$pick]}" = 1 ] && alone_pid=$!
     done
     [ ${#running[@]} -gt 0 ] || break
     wait -n -p done_pid "${!running[@]}"

@@ -9,6 +9,7 @@
  *      (heartbeats dropped at the bus's bulk lane or shed).
  * Before the bus had lanes, the flood filled the one inbox and requests
  * were dropped with the heartbeats (TIMEOUT). */
+/* test-tags: alone (tests/run.sh) */
 #include <nats/nats.h>
 #include <pthread.h>
 #include <stdatomic.h>

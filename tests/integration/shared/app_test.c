@@ -307,6 +307,9 @@ test_probes(void)
     pid_t       pid;
 
     T_EQ_INT(http_status(http_port, "/healthz"), 200);
+    /* ready once its engines answered (a loaded machine: a second or two) */
+    for (int i = 0; i < 50 && http_status(http_port, "/readyz") != 200; i++)
+        usleep(100000);
     T_EQ_INT(http_status(http_port, "/readyz"), 200);
     snprintf(port, sizeof(port), "%d", p2);
     snprintf(redis, sizeof(redis), "%d", tl_free_port());     /* nobody listens there */

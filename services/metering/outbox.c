@@ -153,7 +153,7 @@ to_review(pubjob *j, const char *why)
 }
 
 /* Platform faults: the customer is not charged for work since the last
- * checkpoint (DESIGN mechanism 7). */
+ * checkpoint (ARCHITECTURE.md, the retry rule and metering). */
 static bool
 platform_fault(const msg_attempt_facts *f, const char *end_event)
 {

@@ -1,4 +1,5 @@
-/* reserve.h -- atomic GPU reservations in Redis (DESIGN mechanisms 2-3).
+/* reserve.h -- atomic GPU reservations in Redis: two instances never book one
+ * GPU, and a booking is an attempt's grant (fencing).
  *
  * Layout (Redis Cluster ready, like the registry's; N = gp_shard_of(site),
  * so every node of a site and its live hash are in the site's slot):

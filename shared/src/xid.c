@@ -1,5 +1,4 @@
-/* xid.c -- see gp/xid.h.  Codes and actions from NVIDIA's XID catalog as
- * summarized in shared/reference/alerting.md section 2.3. */
+/* xid.c -- see gp/xid.h.  Codes and actions from NVIDIA's XID catalog. */
 #include "gp/xid.h"
 
 #include <stddef.h>

@@ -1,6 +1,5 @@
 /* gp/xid.h -- NVIDIA XID codes: what each means for the GPU and what an
- * operator does about it (shared/reference/alerting.md, NVIDIA's XID
- * catalog).  The registry's quarantine rules count the XIDs that mean a
+ * operator does about it (from NVIDIA's XID catalog).  The registry's quarantine rules count the XIDs that mean a
  * bad GPU; alerting will name the action and whom to send.
  *
  * Contract:

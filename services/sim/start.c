@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "gp/clock.h"
+#include "gp/limits.h"
 #include "gp/log.h"
 #include "sim.h"
 #include "workload.h"
@@ -73,7 +74,7 @@ build_fleet(const sim_cfg *c, sim *s)
 int
 sim_prepare(void *cfg, void *state)
 {
-    const sim_cfg *c = cfg;
+    sim_cfg       *c = cfg;
     sim           *s = state;
     int            code;
 
@@ -83,6 +84,12 @@ sim_prepare(void *cfg, void *state)
     s->spread_s = c->spread_ms / 1000.0;
     if ((code = open_files(c, s)) != 0 || (code = build_fleet(c, s)) != 0)
         return code;
+    /* One connection carries every node's requests: a node's lease
+     * renewals wait up to a lease each, about three of them out while no
+     * scheduler answers (a registry-only test), and the default cap (4,096)
+     * then refused the last registrations of a 1,000-site fleet (TOOBIG)
+     * for good. */
+    c->common.bus_max_pending = GP_MAX_PENDING_REQ + 8 * (size_t)s->f.nnodes;
     return c->dry_run ? 0 : GP_CFG_CONTINUE;
 }
 

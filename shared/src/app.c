@@ -899,7 +899,8 @@ connect_deps(gp_app *app, const gp_migration *migrations)
                       .password = c->nats_user[0] ? c->nats_password : NULL,
                       .token = c->nats_token[0] ? c->nats_token : NULL,
                       .inbox_prefix = c->nats_inbox_prefix[0] ? c->nats_inbox_prefix : NULL,
-                      .jetstream = (app->needs & GP_NEED_JS) != 0};
+                      .jetstream = (app->needs & GP_NEED_JS) != 0,
+                      .max_pending = c->bus_max_pending};
     gp_err      rc = gp_bus_new(app->loop, &bo, on_bus_conn, app, &app->bus);
 
     if (rc == GP_EOK && (app->needs & GP_NEED_REDIS)) {

@@ -173,6 +173,7 @@ struct gp_bus {
     char             *inbox_prefix;
     uint64_t          next_token;
     size_t            npending;
+    size_t            max_pending;    /* opts.max_pending or GP_MAX_PENDING_REQ */
     req              *pending[REQ_BUCKETS];
     gp_bus_pull      *pulls;
 
@@ -838,6 +839,7 @@ gp_bus_new(struct ev_loop *loop, const gp_bus_opts *opts,
         return GP_ENOMEM;
     bus->conn_cb = conn_cb;
     bus->conn_arg = conn_arg;
+    bus->max_pending = opts->max_pending ? opts->max_pending : GP_MAX_PENDING_REQ;
     s = make_options(bus, opts);
     if (s == NATS_OK)
         s = natsConnection_Connect(&bus->nc, bus->opts);
@@ -1047,7 +1049,7 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
         return GP_ETOOBIG;
     if (bus->freeing || bus->refuse_requests)
         return GP_EUNAVAIL;
-    if (bus->npending >= GP_MAX_PENDING_REQ)
+    if (bus->npending >= bus->max_pending)
         return GP_ETOOBIG;
     if (bus->inbox_sub == NULL && (err = inbox_open(bus)) != GP_EOK)
         return err;

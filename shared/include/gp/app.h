@@ -56,6 +56,9 @@ typedef struct gp_common_cfg {
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
     unsigned presence_ms;            /* ServicePresence every this often; 0 = none */
     bool     print_routes;           /* print the operations served, then exit */
+    /* Not an option: a program's prepare hook may set it (gp_bus_opts'
+     * max_pending; 0 = the default). */
+    size_t   bus_max_pending;
 } gp_common_cfg;
 
 extern const gp_cfg_opt gp_common_cfg_opts[];

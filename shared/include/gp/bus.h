@@ -63,6 +63,10 @@ typedef struct gp_bus_opts {
      * subscribe rights outside it.  A subject without wildcards. */
     const char *inbox_prefix;
     bool        jetstream;         /* open a JetStream context */
+    /* Requests outstanding at once, at most (TOOBIG past it); 0 =
+     * GP_MAX_PENDING_REQ.  The simulator, whose one connection carries
+     * every simulated agent's requests, sizes it to its fleet. */
+    size_t      max_pending;
 } gp_bus_opts;
 
 /* The lane of a subscription (see the top of this file). */
@@ -155,7 +159,7 @@ gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
 
 /* Request/reply with a deadline; cb is called exactly once (also from
  * gp_bus_fail_requests and gp_bus_free, with UNAVAIL).  When it returns an
- * error cb is not called.  TOOBIG past GP_MAX_PENDING_REQ outstanding
+ * error cb is not called.  TOOBIG past max_pending (gp_bus_opts) outstanding
  * requests; UNAVAIL after gp_bus_fail_requests. */
 gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                       unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);

@@ -390,6 +390,39 @@ test_fail_requests(const char *url)
     T_OK(r1.calls == 1 && r2.calls == 1 && after.calls == 0);
 }
 
+/* ---- the cap on requests outstanding -------------------------------------- */
+
+static void
+count_cb(void *arg, gp_err err, const char *data, size_t len)
+{
+    (void)err, (void)data, (void)len;
+    (*(int *)arg)++;
+}
+
+/* max_pending bounds the requests outstanding (the simulator raises it for
+ * its fleet's lease renewals); past it a request is refused TOOBIG, and a
+ * slot that came free is taken again. */
+static void
+test_max_pending(const char *url)
+{
+    gp_bus_opts o = {.url = url, .name = "bus-test-pending", .max_pending = 3};
+    gp_bus     *b = NULL;
+    int         answered = 0;
+    gp_err      rc[4];
+
+    T_OK(gp_bus_new(loop, &o, NULL, NULL, &b) == GP_EOK);
+    for (int i = 0; i < 4; i++)
+        rc[i] = gp_bus_request(b, "t.silent", "x", 1, 300, count_cb, &answered);
+    T_OKM(rc[0] == GP_EOK && rc[1] == GP_EOK && rc[2] == GP_EOK && rc[3] == GP_ETOOBIG,
+          "max_pending 3: three requests out, the fourth TOOBIG (%s)", gp_err_name(rc[3]));
+    RUN_UNTIL(answered == 3, 5);
+    T_OKM(answered == 3, "the three time out (%d)", answered);
+    T_OKM(gp_bus_request(b, "t.silent", "y", 1, 300, count_cb, &answered) == GP_EOK,
+          "their slots came free: a request is taken again");
+    RUN_UNTIL(answered == 4, 5);
+    gp_bus_free(b);
+}
+
 /* ---- the reply inbox prefix ---------------------------------------------- */
 
 typedef struct seen_reply { gp_bus *bus; char reply[GP_MAX_SUBJECT + 1]; } seen_reply;
@@ -834,6 +867,7 @@ main(void)
     test_overflow(bus);
     test_lanes(bus);
     test_fail_requests(url);
+    test_max_pending(url);
     test_inbox_prefix(bus, url);
     test_burst(bus, url);
     test_jetstream(bus);

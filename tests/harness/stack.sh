@@ -121,9 +121,18 @@ init_pg() {
     chown -R postgres: "$dir/pg" 2>/dev/null || true
 }
 
+# pg_ctl -w returns once the postmaster removed its pid file, which it does
+# just before it exits: wait for the process itself too, so a caller that
+# stopped everything finds nothing running.
 stop_pg() {
+    local pid i
     [ -f "$dir/pg/data/postmaster.pid" ] || return 0
+    pid=$(head -n 1 "$dir/pg/data/postmaster.pid" 2>/dev/null)
     as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 20 stop >/dev/null 2>&1 || true
+    for ((i = 0; i < 250; i++)); do
+        [ -n "$pid" ] && alive "$pid" || break
+        sleep 0.02
+    done
 }
 
 load_env() {

@@ -409,7 +409,9 @@ static const char step8_sql[] =
  * failed attempt's other live nodes are killed.  It returns what the
  * caller does after the commit: 'event' rows (job_events written
  * unpublished: the outbox) to publish; 'release' rows, a node whose row
- * this call ended, whose GPUs go back (to heir, the preemptor, when set);
+ * this call ended, whose GPUs go back (to heir, the preemptor, when set:
+ * not once it is placed, when a hold would only keep the GPUs idle -- a
+ * multi-node victim's nodes may end after the preemptor took another);
  * 'stop' rows, the same for a node that may still run it and is told to
  * stop.  A repeated end finds no live row and returns nothing. */
 #define END_COLS OUT_COLS ", heir text"
@@ -478,7 +480,8 @@ static const char step9_sql[] =
     "  RETURNING CASE WHEN p_stop THEN 'stop' ELSE 'release' END, j.tenant, x.job_id, 0::bigint,\n"
     "    ''::text, x.state, x.attempt, x.site, x.node, x.reason, x.exit_code, x.ended_ms,\n"
     "    CASE WHEN x.state = 'preempted' AND x.preempted_by <> '" SCHED_EVAC_BY "'\n"
-    "      THEN x.preempted_by END;\n"
+    "      AND NOT EXISTS (SELECT 1 FROM attempts h WHERE h.job_id = x.preempted_by\n"
+    "        AND h.state IN " LIVE ") THEN x.preempted_by END;\n"
     "  GET DIAGNOSTICS n = ROW_COUNT;\n"
     "  IF n = 0 OR j.state NOT IN ('starting','running') OR p_attempt <>\n"
     "      (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = p_job) THEN RETURN; END IF;\n"

@@ -25,7 +25,8 @@
  *      freed but handed over: held in Redis for the preemptor
  *      (reserve.h), so another instance cannot give them to the requeued
  *      victim or other lower-priority work first; the hold lapses if the
- *      preemptor goes elsewhere.
+ *      preemptor goes elsewhere, and a node that ends after the preemptor
+ *      was placed (on another of the victim's nodes) frees its GPUs.
  * The preemptor is then placed by the normal pass when the GPUs free (it
  * is first in order: it has the higher priority). */
 #include <ev.h>
@@ -162,6 +163,55 @@ signal_all(preemption *pr)
     ev_timer_start(gp_app_loop(pr->s->app), &pr->grace);
 }
 
+/* ---- this instance's preemptors in flight ---------------------------------- */
+
+/* The preemption runs for the grace plus a stop's round: not again before. */
+static uint32_t
+preempt_ttl_ms(const sched *s)
+{
+    return s->cfg->preempt_grace_ms + 30000;
+}
+
+/* A free or lapsed slot, else the one that lapses first. */
+static void
+preemptor_note(sched *s, const char *job)
+{
+    uint64_t         now = gp_mono_ms();
+    sched_preemptor *slot = &s->preemptors[0];
+
+    for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++) {
+        sched_preemptor *p = &s->preemptors[i];
+
+        if (p->until_mono <= now || strcmp(p->job, job) == 0) {
+            slot = p;
+            break;
+        }
+        if (p->until_mono < slot->until_mono)
+            slot = p;
+    }
+    snprintf(slot->job, sizeof(slot->job), "%s", job);
+    slot->until_mono = now + preempt_ttl_ms(s);
+}
+
+static void
+preemptor_forget(sched *s, const char *job)
+{
+    for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++)
+        if (strcmp(s->preemptors[i].job, job) == 0)
+            s->preemptors[i].until_mono = 0;
+}
+
+bool
+sched_preempt_running(sched *s, const char *job)
+{
+    uint64_t now = gp_mono_ms();
+
+    for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++)
+        if (s->preemptors[i].until_mono > now && strcmp(s->preemptors[i].job, job) == 0)
+            return true;
+    return false;
+}
+
 /* ---- the record ---------------------------------------------------------- */
 
 static const char mark_hi_sql[] =
@@ -227,6 +277,7 @@ recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
          * snapshot's next refresh of those bookings (their attempt ends) */
         GP_WARN("preemption_write_failed", "job=%s code=%s detail=\"%s\"", pr->job,
                 gp_err_name(err), detail);
+        preemptor_forget(pr->s, pr->job);
         free(pr);
         return;
     }
@@ -259,8 +310,7 @@ record(preemption *pr)
         rc = gp_pgarr_end(&jobs);
     if (rc == GP_EOK)
         rc = gp_pgarr_end(&atts);
-    /* the preemption runs for the grace plus a stop's round: not again before */
-    snprintf(ttl, sizeof(ttl), "%u", pr->s->cfg->preempt_grace_ms + 30000);
+    snprintf(ttl, sizeof(ttl), "%u", preempt_ttl_ms(pr->s));
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     snprintf(why, sizeof(why), "evicting %u lower-priority attempt%s", pr->nv,
              pr->nv == 1 ? "" : "s");
@@ -315,7 +365,9 @@ sched_preempt_try(sched *s, const msg_job *job, const place_params *pp)
         GP_INFO("preemption_planned", "job=%s site=%s victims=%u gpus=%u", job->id,
                 r->target.site, pr->nv, r->cost.gpus);
         ok = record(pr) == GP_EOK;
-        if (!ok)
+        if (ok)
+            preemptor_note(s, job->id);
+        else
             free(pr);
     }
     free(r);

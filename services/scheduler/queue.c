@@ -917,7 +917,10 @@ load_batch(sched_queue *q, const PGresult *res)
             gp_msg_clear(&msg_job_desc, &qj->job);
             continue;                          /* logged; its claim expires */
         }
-        qj->preempting = PQgetvalue(res, i, pcol)[0] == 't';
+        /* PostgreSQL's preempt_until, or a preemption of ours whose
+         * record this claim did not see yet (no second one for it) */
+        qj->preempting = PQgetvalue(res, i, pcol)[0] == 't' ||
+                         sched_preempt_running(q->s, qj->job.id);
         load_avoid(qj, PQgetvalue(res, i, acol));
         snprintf(f->job, sizeof(f->job), "%s", qj->job.id);
         snprintf(f->tenant, sizeof(f->tenant), "%s", qj->job.tenant);

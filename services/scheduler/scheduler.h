@@ -72,6 +72,15 @@ typedef struct sched_tenant_slot {
  * are released, not held); preempt_run.c marks it, end.c's SQL reads it. */
 #define SCHED_EVAC_BY "node-evacuation"
 
+/* A preemption this instance started, until its preempt_until would pass
+ * (preempt_run.c): the claim's "preempting" reads PostgreSQL, which may
+ * not have the record yet when the next pass claims the job again. */
+#define SCHED_PREEMPTORS 64
+typedef struct sched_preemptor {
+    char     job[GP_MAX_ID + 1];
+    uint64_t until_mono;
+} sched_preemptor;
+
 typedef struct sched {
     gp_app              *app;
     const scheduler_cfg *cfg;
@@ -98,6 +107,7 @@ typedef struct sched {
     bool                 fed;             /* the first full inventory load is done */
     unsigned             dispatching;     /* RunAttempt rounds in flight */
     struct dround       *retiring;        /* dispatch.c: failed starts waiting for their fence */
+    sched_preemptor      preemptors[SCHED_PREEMPTORS];
     uint64_t            *m_placements, *m_unplaced, *m_preemptions, *m_claim_lost,
                         *m_evacuations;
     uint64_t            *m_failed_start[3];   /* refused, timeout, other (dispatch.c) */
@@ -258,6 +268,10 @@ void   sched_evacuate_sweep(sched *s);
  * lower-priority attempts (checkpoint, grace, stop).  True when a
  * preemption was started for it. */
 bool   sched_preempt_try(sched *s, const msg_job *job, const place_params *pp);
+/* A preemption this instance started for job still runs (its grace and a
+ * stop's round): no second one for it, and its placement takes what the
+ * victims hand over. */
+bool   sched_preempt_running(sched *s, const char *job);
 /* The interruptible attempts on a draining or quarantined node are
  * checkpointed, stopped after the grace and requeued (one instance does
  * it; a call with nothing left to move does nothing). */

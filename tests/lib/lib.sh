@@ -6,7 +6,8 @@
 #
 #   ok DESC STATUS        one TAP result: "ok N - DESC" when STATUS is 0; a
 #                         failure also calls the function named by
-#                         $tap_on_fail, if set (to print what it saw)
+#                         $tap_on_fail, if set (to print what it saw); with
+#                         GP_KEEP=DIR the first copies $GP_STACK_DIR to DIR
 #   tap_end               the plan "1..N"; returns non-zero if any failed
 #   spawn NAME PROG ARGS  starts a process in the background, its output in
 #                         $GP_STACK_DIR/NAME.log; stopped at exit (and by
@@ -100,6 +101,11 @@ ok() {
         echo "not ok $n - $1"
         failed=$((failed + 1))
         if [ -n "${tap_on_fail:-}" ]; then "$tap_on_fail"; fi
+        # GP_KEEP=DIR: the stack's folder (every process's log) copied
+        # there at the first failure, for a post-mortem of a rare one
+        if [ -n "${GP_KEEP:-}" ] && [ ! -e "$GP_KEEP" ] && [ -n "${GP_STACK_DIR:-}" ]; then
+            cp -r "$GP_STACK_DIR" "$GP_KEEP" 2>/dev/null
+        fi
     fi
 }
 

@@ -202,13 +202,14 @@ done
                             AND state = 'preempted' AND ended_ms IS NOT NULL")" = 2 ]
 ok "... requeued only after both nodes' attempts ended, both rows 'preempted'${early:+ (requeued before:$early)}" $?
 wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$hi' AND state = 'running'" 1 100
-hn=$(sql "SELECT node FROM attempts WHERE job_id = '$hi'")
+hrow=$(sql "SELECT node || ':' || attempt FROM attempts WHERE job_id = '$hi' AND state = 'running'")
+hn=${hrow%%:*}
 other=h1
 [ "$hn" = h1 ] && other=h2
 sleep 1                                     # several passes
-[ -n "$hn" ] && [ "$(booked "$hn")" = "$hi:1,$hi:1" ] && [ -z "$(booked "$other")" ] &&
-    [ "$(sql "SELECT state FROM jobs WHERE id = '$v'")" = pending ]
-ok "the preemptor runs on $hn, $other is free, the victim waits (one hub node is not enough)" $?
+hub="$hn=$(booked "$hn") $other=$(booked "$other") victim=$(sql "SELECT state FROM jobs WHERE id = '$v'")"
+[ -n "$hn" ] && [ "$hub" = "$hn=$hi:${hrow#*:},$hi:${hrow#*:} $other= victim=pending" ]
+ok "the preemptor runs on $hn, $other is free, the victim waits (one hub node is not enough: $hub)" $?
 $G cancel job "$hi" --tenant "$TENANT" >/dev/null 2>&1
 wait_sql "SELECT count(*) FROM attempts WHERE job_id = '$v' AND attempt = 2
           AND state IN ('starting','running')" 2 100

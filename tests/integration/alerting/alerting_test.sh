@@ -158,17 +158,17 @@ for l in open(path):
 print(n)
 PY
 }
-# field NAME STATUS SITE KEY: KEY of the last such alert
+# field NAME STATUS SITE KEY: KEY of the last such alert, from its event of
+# the highest seq (two instances publish: an update may arrive before what
+# it updates)
 field() {
     $PY - "$D/alerts.jsonl" "$@" <<'PY'
 import json, sys
 path, name, status, site, key = sys.argv[1:6]
-v = ''
-for l in open(path):
-    a = json.loads(l)
-    if a['alertname'] == name and a['status'] == status and a['site'] == site:
-        v = a.get(key, '')
-print(v)
+seen = [json.loads(l) for l in open(path)]
+seen = [a for a in seen if a['alertname'] == name and a['status'] == status and a['site'] == site]
+last = [a for a in seen if a['id'] == seen[-1]['id']] if seen else [{}]
+print(max(last, key=lambda a: a.get('seq', 0)).get(key, ''))
 PY
 }
 wait_for() {  # tenths NAME STATUS SITE [NODE]

@@ -48,6 +48,14 @@ on_fail() {
     echo "# scheduler log (replace):"; grep -hE 'attempt_replaced|replace' "$D"/sched-*.log | tail -n 8 | sed 's/^/#   /'
     echo "# scheduler log (evacuation):"; grep -hE 'evacuat' "$D"/sched-*.log | tail -n 8 | sed 's/^/#   /'
     if [ -n "${GP_KEEP:-}" ]; then rm -rf "$GP_KEEP"; cp -r "$D" "$GP_KEEP"; fi
+    [ -n "${told_once:-}" ] && return  # the rest once: where a stall starts
+    told_once=1
+    echo "# attempts by state: $(sql "SELECT string_agg(state || ':' || n, ' ') FROM
+                                      (SELECT state, count(*) n FROM attempts GROUP BY 1) x")"
+    for f in "$D"/sched-*.log "$D/sim.log"; do
+        echo "# $(basename "$f"): $(grep -c 'level=warn\|level=error' "$f") warnings, the first:"
+        grep -E 'level=(warn|error)' "$f" | head -n 5 | cut -c1-250 | sed 's/^/#   /'
+    done
 }
 sched() {     # name
     spawn "$1" "$B/bin/gridpool-scheduler" --config "$D/gp.env" --http-port 0 --instance "$1" \

@@ -35,7 +35,7 @@ start_nats() {
         "$NATS_SERVER" -c "$dir/nats.conf" -P "$dir/nats.pid" -l "$dir/nats.log" \
             </dev/null >/dev/null 2>&1 &
     else
-        "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$dir/nats" \
+        "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MON_PORT" -sd "$dir/nats" \
             -P "$dir/nats.pid" -l "$dir/nats.log" </dev/null >/dev/null 2>&1 &
     fi
     wait_port "$NATS_PORT" 10
@@ -54,6 +54,7 @@ auth_nats() {
     "$gen" sim "$dir/auth" >/dev/null
     cat >"$dir/nats.conf" <<CONF
 listen: 127.0.0.1:$NATS_PORT
+http: 127.0.0.1:$NATS_MON_PORT
 jetstream { store_dir: "$dir/nats" }
 include "auth/auth.conf"
 CONF
@@ -125,14 +126,12 @@ init_pg() {
 # just before it exits: wait for the process itself too, so a caller that
 # stopped everything finds nothing running.
 stop_pg() {
-    local pid i
+    local pid
     [ -f "$dir/pg/data/postmaster.pid" ] || return 0
     pid=$(head -n 1 "$dir/pg/data/postmaster.pid" 2>/dev/null)
     as_pg "$PGBIN/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 20 stop >/dev/null 2>&1 || true
-    for ((i = 0; i < 250; i++)); do
-        [ -n "$pid" ] && alive "$pid" || break
-        sleep 0.02
-    done
+    [ -n "$pid" ] || return 0
+    wait_gone "$pid" 50 || { kill -KILL "$pid" 2>/dev/null; wait_gone "$pid" 50; }
 }
 
 load_env() {
@@ -145,7 +144,9 @@ start)
     mkdir -p "$dir/pids"
     chmod 755 "$dir"
     NATS_PORT=$(free_port); REDIS_PORT=$(free_port); PG_PORT=$(free_port)
-    printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" "$PG_PORT" >"$dir/ports"
+    NATS_MON_PORT=$(free_port)      # nats-server's monitoring: a failing test shows its consumers
+    printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\nNATS_MON_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" \
+        "$PG_PORT" "$NATS_MON_PORT" >"$dir/ports"
     init_pg
     [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
     start_nats

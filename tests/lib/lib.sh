@@ -6,8 +6,10 @@
 #
 #   ok DESC STATUS        one TAP result: "ok N - DESC" when STATUS is 0; a
 #                         failure also calls the function named by
-#                         $tap_on_fail, if set (to print what it saw); with
-#                         GP_KEEP=DIR the first copies $GP_STACK_DIR to DIR
+#                         $tap_on_fail, if set (to print what it saw); the
+#                         first also prints the JetStream consumers' state
+#                         (js_consumers), and with GP_KEEP=DIR copies
+#                         $GP_STACK_DIR to DIR
 #   tap_end               the plan "1..N"; returns non-zero if any failed
 #   spawn NAME PROG ARGS  starts a process in the background, its output in
 #                         $GP_STACK_DIR/NAME.log; stopped at exit (and by
@@ -35,7 +37,9 @@
 #
 #   free_port             a free loopback TCP port
 #   wait_port PORT SECS   waits until something listens on PORT (1 if not)
-#   stop_pidfile FILE     TERM the process of a pid file, up to 5 s, then KILL
+#   stop_pidfile FILE     TERM the process of a pid file, up to 5 s, then KILL;
+#                         returns once it is gone
+#   wait_gone PID TENTHS  waits until PID exited (or is a zombie)
 #
 # A harness script (tests/harness/stack.sh, redis_cluster.sh) sets
 # HARNESS_NAME, which prefixes its messages, before sourcing this: it gets
@@ -66,17 +70,22 @@ alive() {         # pid
     [ -n "$st" ] && [ "$st" != Z ]
 }
 
-stop_pidfile() {    # file: TERM, up to 5 s, then KILL
-    local f=$1 pid i
+wait_gone() {       # pid tenths: until it exited (a zombie counts as gone)
+    local i
+    for ((i = 0; i < $2 * 5; i++)); do
+        alive "$1" || return 0
+        sleep 0.02
+    done
+    ! alive "$1"
+}
+
+stop_pidfile() {    # file: TERM, up to 5 s, then KILL; returns once it is gone
+    local f=$1 pid
     [ -f "$f" ] || return 0
     pid=$(cat "$f" 2>/dev/null || true)
     if [ -n "$pid" ] && alive "$pid"; then
         kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 250; i++)); do
-            alive "$pid" || break
-            sleep 0.02
-        done
-        alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        wait_gone "$pid" 50 || { kill -KILL "$pid" 2>/dev/null; wait_gone "$pid" 50; }
     fi
     rm -f "$f"
 }
@@ -101,12 +110,34 @@ ok() {
         echo "not ok $n - $1"
         failed=$((failed + 1))
         if [ -n "${tap_on_fail:-}" ]; then "$tap_on_fail"; fi
+        [ -z "${tap_told_js:-}" ] && { tap_told_js=1; js_consumers; }
         # GP_KEEP=DIR: the stack's folder (every process's log) copied
         # there at the first failure, for a post-mortem of a rare one
         if [ -n "${GP_KEEP:-}" ] && [ ! -e "$GP_KEEP" ] && [ -n "${GP_STACK_DIR:-}" ]; then
             cp -r "$GP_STACK_DIR" "$GP_KEEP" 2>/dev/null
         fi
     fi
+}
+
+# Every JetStream consumer's state, from nats-server's monitoring port (the
+# stack's ports file): at a test's first failure, so a consumer that stopped
+# delivering shows what it holds (pending, waiting pulls, acks pending).
+js_consumers() {
+    local port
+    port=$(sed -n 's/^NATS_MON_PORT=//p' "${GP_STACK_DIR:-/nonexistent}/ports" 2>/dev/null)
+    [ -n "$port" ] || return 0
+    /usr/bin/python3 - "$port" <<'PY' 2>/dev/null
+import json, sys, urllib.request
+url = "http://127.0.0.1:%s/jsz?accounts=true&consumers=true" % sys.argv[1]
+d = json.load(urllib.request.urlopen(url, timeout=3))
+print("# JetStream consumers (stream/consumer: pending, ack pending, waiting pulls, delivered, ack floor):")
+for acc in d.get("account_details") or []:
+    for st in acc.get("stream_detail") or []:
+        for c in st.get("consumer_detail") or []:
+            print("#   %s/%s: %d, %d, %d, %d, %d" % (st["name"], c["name"], c.get("num_pending", 0),
+                  c.get("num_ack_pending", 0), c.get("num_waiting", 0),
+                  c.get("delivered", {}).get("stream_seq", 0), c.get("ack_floor", {}).get("stream_seq", 0)))
+PY
 }
 
 tap_end() {

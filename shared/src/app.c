@@ -135,7 +135,7 @@ struct gp_app {
     unsigned             needs;
     struct ev_loop      *loop;
     ev_signal            sigint, sigterm;
-    ev_timer             drain, streams_t;
+    ev_timer             drain, streams_t, close_t;
     gp_cron_fn          *stop_fn;
     void                *stop_arg;
     gp_bus_conn_cb      *conn_fn;
@@ -1507,7 +1507,7 @@ free_subs(gp_app *app)
 /* ---- shutdown --------------------------------------------------------------- */
 
 /* Closing order matters: outstanding bus calls are failed first, then
- * Redis and PostgreSQL are closed, so that handlers still waiting on any
+ * PostgreSQL and Redis are closed, so that handlers still waiting on any
  * of them get UNAVAIL and can reply over the bus, which is closed last. */
 static void
 shutdown_now(gp_app *app)
@@ -1516,15 +1516,21 @@ shutdown_now(gp_app *app)
         return;
     app->closing = true;
     ev_timer_stop(app->loop, &app->drain);
+    ev_timer_stop(app->loop, &app->close_t);
     ev_timer_stop(app->loop, &app->streams_t);
     tasks_stop(app);
     /* Bus calls first: their callbacks end the handlers waiting on them,
      * which must still be alive when they run. */
     gp_bus_fail_requests(app->bus);
-    gp_kv_free(app->kv);
-    app->kv = NULL;
+    /* PostgreSQL before Redis: a failed transaction's callback may still
+     * send Redis commands (the scheduler releases a placement's GPUs when
+     * its commit fails), and a module may hold the gp_kv pointer (ASan
+     * caught one using it freed); Redis then fails what they sent, and
+     * what those callbacks ask of PostgreSQL is refused (closed). */
     gp_db_free(app->db);
     app->db = NULL;
+    gp_kv_free(app->kv);
+    app->kv = NULL;
     while (app->pending != NULL)            /* handlers that never ended: end them */
         gp_req_done(app->pending, GP_EUNAVAIL);
     gp_http_free(app->http);
@@ -1535,10 +1541,28 @@ shutdown_now(gp_app *app)
 }
 
 static void
+close_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    gp_app *app = GP_CONTAINER_OF(w, gp_app, close_t);
+
+    (void)loop;
+    (void)revents;
+    shutdown_now(app);
+}
+
+/* Drained: the close runs from a fresh frame of the loop, not inside the
+ * callback that ended the last request (a PostgreSQL reply, say): a client
+ * freed inside its own callback defers the free to that callback's end,
+ * after the clients freed next to it are gone, and its failed callbacks
+ * then used them (ASan: the scheduler released GPUs on a freed gp_kv). */
+static void
 maybe_finish_drain(gp_app *app)
 {
-    if (app->inflight == 0 && app->holds == 0 && !app->closing)
-        shutdown_now(app);
+    if (app->inflight == 0 && app->holds == 0 && !app->closing &&
+        !ev_is_active(&app->close_t)) {
+        ev_timer_init(&app->close_t, close_cb, 0., 0.);
+        ev_timer_start(app->loop, &app->close_t);
+    }
 }
 
 static void

@@ -1,8 +1,9 @@
 /* lease.c -- gp.node.<site>.<node>.lease: the scheduler grants attempts.
  *
  * An agent renews its lease every lease_ms / 3, listing the attempts it
- * runs.  The node's GPU reservations in Redis are the grants: a reported attempt that holds a reservation on that node
- * is kept (its lease renewed); every other one is killed at once: one
+ * runs.  The node's GPU reservations in Redis are the grants: a reported
+ * attempt that holds a reservation on that node is kept (its lease
+ * renewed); every other one is killed at once: one
  * whose job moved to a newer attempt (the fencing token: the reservation
  * names the newer one), a cancelled, timed-out or preempted one (its end
  * released its GPUs), or one never granted.  So a node that comes back

@@ -172,44 +172,47 @@ preempt_ttl_ms(const sched *s)
     return s->cfg->preempt_grace_ms + 30000;
 }
 
-/* A free or lapsed slot, else the one that lapses first. */
-static void
-preemptor_note(sched *s, const char *job)
-{
-    uint64_t         now = gp_mono_ms();
-    sched_preemptor *slot = &s->preemptors[0];
-
-    for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++) {
-        sched_preemptor *p = &s->preemptors[i];
-
-        if (p->until_mono <= now || strcmp(p->job, job) == 0) {
-            slot = p;
-            break;
-        }
-        if (p->until_mono < slot->until_mono)
-            slot = p;
-    }
-    snprintf(slot->job, sizeof(slot->job), "%s", job);
-    slot->until_mono = now + preempt_ttl_ms(s);
-}
-
-static void
-preemptor_forget(sched *s, const char *job)
-{
-    for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++)
-        if (strcmp(s->preemptors[i].job, job) == 0)
-            s->preemptors[i].until_mono = 0;
-}
-
-bool
-sched_preempt_running(sched *s, const char *job)
+/* The live slot of job, or NULL. */
+static sched_preemptor *
+preemptor_find(sched *s, const char *job)
 {
     uint64_t now = gp_mono_ms();
 
     for (uint32_t i = 0; i < SCHED_PREEMPTORS; i++)
         if (s->preemptors[i].until_mono > now && strcmp(s->preemptors[i].job, job) == 0)
-            return true;
-    return false;
+            return &s->preemptors[i];
+    return NULL;
+}
+
+/* job's slot, else the one that lapses first (a lapsed one: at once). */
+static void
+preemptor_note(sched *s, const char *job)
+{
+    sched_preemptor *slot = preemptor_find(s, job);
+
+    if (slot == NULL) {
+        slot = &s->preemptors[0];
+        for (uint32_t i = 1; i < SCHED_PREEMPTORS; i++)
+            if (s->preemptors[i].until_mono < slot->until_mono)
+                slot = &s->preemptors[i];
+    }
+    snprintf(slot->job, sizeof(slot->job), "%s", job);
+    slot->until_mono = gp_mono_ms() + preempt_ttl_ms(s);
+}
+
+static void
+preemptor_forget(sched *s, const char *job)
+{
+    sched_preemptor *p = preemptor_find(s, job);
+
+    if (p != NULL)
+        p->until_mono = 0;
+}
+
+bool
+sched_preempt_running(sched *s, const char *job)
+{
+    return preemptor_find(s, job) != NULL;
 }
 
 /* ---- the record ---------------------------------------------------------- */

@@ -39,10 +39,11 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 # a layer that must do no I/O links against, with no I/O library at all,
 # so an upward call into the I/O code does not build.
 CORE_SRC  := $(addprefix shared/src/,backoff.c buf.c cfg.c clock.c codec.c dbarray.c detect.c \
-             err.c id.c log.c metrics.c money.c op.c shard.c xid.c)
+             err.c id.c imageref.c log.c metrics.c money.c op.c shard.c xid.c)
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 CORE      := $(BUILD)/lib/libgpcore.a
 CORE_LDLIBS := -lmsgpackc -lm
+SECCOMP   := $(BUILD)/seccomp.json
 
 # Every folder in services/ is one program; its name maps to the binary.
 # services/agent/ is also a library: the simulator runs the agent's own code
@@ -80,13 +81,19 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/test/bench/%)
 .PHONY: all bins image pilot deps test test-unit test-integration up down demo bench deb clean lint format
 .SECONDARY:
 
-all: $(LIB) $(CORE) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN)
+all: $(LIB) $(CORE) $(BINS) $(UNIT_BIN) $(INT_BIN) $(TEST_HELPER_BIN) $(BENCH_BIN) $(SECCOMP)
 
 # The programs alone (no tests, no benchmarks): what an image is built from.
 bins: $(BINS)
 
 deps:
 	@deploy/deps.sh
+
+# The containers' seccomp profile: containers-common's default (podman's),
+# as an OCI linux.seccomp object for a process without capabilities.
+$(SECCOMP): tools/seccomp_oci.py
+	@mkdir -p $(@D)
+	$(PYTHON) tools/seccomp_oci.py /usr/share/containers/seccomp.json $@
 
 $(GEN_H) $(GEN_C) &: $(SCHEMAS) schemas/gen.py
 	@mkdir -p $(BUILD)/gen

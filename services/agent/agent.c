@@ -876,7 +876,17 @@ send_event(agent *a, const msg_attempt_event *ev, const char *id)
 }
 
 static void
+emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, const char *why);
+
+static void
 emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
+{
+    emit_why(a, job, num, event, t, NULL);
+}
+
+/* why: a failed start's reason when there is no attempt to hold it */
+static void
+emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, const char *why)
 {
     msg_attempt_event ev;
     char              id[sizeof(((outev *)0)->id)];
@@ -895,6 +905,10 @@ emit(agent *a, const char *job, uint32_t num, int event, const attempt *t)
     if (t != NULL && (event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED || t->done) &&
         attempt_progress(t, agent_now_ms(a), &ev.progress_ms))
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__PROGRESS_MS);
+    if (t != NULL && t->ctr != NULL && event == MSG_ATTEMPT_EVENT_EVENT_STARTED)
+        snprintf(ev.image_digest, sizeof(ev.image_digest), "%s", ctr_digest(t->ctr));
+    if (event == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START)
+        snprintf(ev.reason, sizeof(ev.reason), "%s", why ? why : t ? t->reason : "");
     if (t != NULL) {
         ev.gpu_ms = t->gpu_ms;
         ev.energy_mj = t->energy_mj;
@@ -959,6 +973,18 @@ agent_attempt_checkpointed(agent *a, attempt *t)
     emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED, t);
 }
 
+/* A container runs (its image pulled): started, with the digest it runs. */
+static void
+agent_attempt_started(agent *a, attempt *t)
+{
+    GP_INFO("attempt_started", "node=%s job=%s attempt=%u pid=%d gpus=%d image=%s", a->o.node,
+            t->job_id, t->num, (int)t->pid, t->ngpus, t->ctr ? ctr_digest(t->ctr) : "");
+    emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_STARTED, t);
+}
+
+static ctr_node *agent_containers(agent *a) { return a->o.containers; }
+static bool agent_host_commands(const agent *a) { return a->o.host_commands; }
+
 const attempt_ops agent_attempt_ops = {
     .exited = agent_attempt_exited,
     .checkpointed = agent_attempt_checkpointed,
@@ -966,6 +992,9 @@ const attempt_ops agent_attempt_ops = {
     .gpu_power = agent_gpu_power,
     .gpu = agent_gpu,
     .node = agent_node,
+    .started = agent_attempt_started,
+    .containers = agent_containers,
+    .host_commands = agent_host_commands,
 };
 
 static void
@@ -1047,7 +1076,7 @@ agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *d
     if (rc != GP_EOK) {
         GP_WARN("attempt_failed_to_start", "node=%s job=%s attempt=%u detail=\"%s\"", a->o.node,
                 in->job_id, in->attempt, detail);
-        emit(a, in->job_id, in->attempt, MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START, NULL);
+        emit_why(a, in->job_id, in->attempt, MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START, NULL, detail);
         return rc;
     }
     t->next = a->atts;
@@ -1055,10 +1084,12 @@ agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *d
     a->natts++;
     /* resume_ms: the checkpointed work RunAttempt says this attempt resumes
      * from, so a resume can be followed in the node's log */
-    GP_INFO("attempt_started", "node=%s job=%s attempt=%u pid=%d gpus=%d resume_ms=%llu",
-            a->o.node, t->job_id, t->num, (int)t->pid, t->ngpus,
-            (unsigned long long)in->resume_ms);
-    emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_STARTED, t);
+    GP_INFO(t->preparing ? "attempt_pulling" : "attempt_started",
+            "node=%s job=%s attempt=%u pid=%d gpus=%d resume_ms=%llu image=%s", a->o.node,
+            t->job_id, t->num, (int)t->pid, t->ngpus, (unsigned long long)in->resume_ms,
+            in->image);
+    if (!t->preparing)                 /* a container's comes once it runs */
+        emit(a, t->job_id, t->num, MSG_ATTEMPT_EVENT_EVENT_STARTED, t);
     if (!ev_is_active(&a->lease_t))
         ev_timer_start(a->loop, &a->lease_t);
     ack_of(out, t);
@@ -1083,6 +1114,31 @@ agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out, c
     if (rc == GP_EOK)
         ack_of(out, t);
     return rc;
+}
+
+gp_err
+agent_cmd_logs(agent *a, const msg_logs_request *in, msg_logs *out, char *detail, size_t dlen)
+{
+    uint32_t num = in->attempt;
+    attempt *t = find_attempt(a, in->job_id, num);
+    gp_err   rc;
+
+    if (a->o.containers == NULL) {
+        snprintf(detail, dlen, "node %s runs no containers", a->o.node);
+        return GP_ENOTFOUND;
+    }
+    if (num == 0 && t == NULL) {
+        snprintf(detail, dlen, "job %s runs no attempt here: name the attempt", in->job_id);
+        return GP_ENOTFOUND;
+    }
+    if (num == 0)
+        num = t->num;
+    rc = ctr_logs_read(a->o.containers, in, num, out, detail, dlen);
+    if (rc != GP_EOK)
+        return rc;
+    snprintf(out->node, sizeof(out->node), "%s", a->o.node);
+    out->running = t != NULL && t->num == num && !t->done;
+    return GP_EOK;
 }
 
 /* ---- raw commands (the simulator's wildcard subscription) --------------- */

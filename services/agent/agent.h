@@ -92,6 +92,13 @@ typedef struct agent_opts {
     agent_event_cb   *on_registered;
     agent_stopped_cb *on_stopped;     /* NULL ok */
     agent_attempt_end_cb *on_attempt_end;   /* NULL ok */
+    /* workloads with an image run as containers with these settings
+     * (container.h); NULL: refused (the simulator) */
+    struct ctr_node  *containers;
+    /* a command without an image runs on the host as /bin/sh -c: the
+     * simulator and the tests of the agent's own mechanics only, never a
+     * real node (gridpool-agent's host-commands option) */
+    bool              host_commands;
     void             *cb_arg;
 } agent_opts;
 
@@ -109,6 +116,10 @@ gp_err agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, 
                      size_t dlen);
 gp_err agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out,
                         char *detail, size_t dlen);
+/* A piece of a container attempt's output (attempt 0: the one this node
+ * runs or ran last of the job); NOTFOUND when the node kept none. */
+gp_err agent_cmd_logs(agent *a, const msg_logs_request *in, msg_logs *out, char *detail,
+                      size_t dlen);
 
 /* Fault hooks for the simulator. */
 /* false: the node's uplink is cut: it sends nothing, and commands and

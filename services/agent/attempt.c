@@ -210,8 +210,9 @@ guard_now_ms(void)
 /* In the guard, a fork of the agent (which has cnats threads): async-signal-
  * safe calls only, and no exec. */
 static void
-guard_main(int fd, pid_t pgid, uint64_t deadline)
+guard_main(int fd, pid_t pgid, uint64_t deadline, char *const *kill_argv)
 {
+    static char *const env[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     struct pollfd p = {.fd = fd, .events = POLLIN};
     sigset_t      none;
 
@@ -228,6 +229,10 @@ guard_main(int fd, pid_t pgid, uint64_t deadline)
         ssize_t  k;
 
         if (now >= deadline) {
+            /* a container: the runtime kills its whole cgroup (the `run`
+             * child would only take the container's init with it) */
+            if (kill_argv != NULL)
+                execve(kill_argv[0], kill_argv, env);
             kill(-pgid, SIGKILL);
             break;
         }
@@ -253,7 +258,7 @@ guard_start(attempt *t)
         return -1;
     pid = fork();
     if (pid == 0)
-        guard_main(sv[1], t->pid, attempt_deadline(t));
+        guard_main(sv[1], t->pid, attempt_deadline(t), t->ctr ? ctr_kill_argv(t->ctr) : NULL);
     close(sv[1]);
     if (pid < 0) {
         close(sv[0]);
@@ -343,6 +348,97 @@ guard_cb(struct ev_loop *loop, ev_timer *w, int revents)
     sim_finish(t, 128 + SIGKILL);
 }
 
+/* ---- a container attempt ----------------------------------------------------
+ *
+ * Between RunAttempt and the runtime's `run` the image is pulled
+ * (preparing: no pid, nothing counted, no guard).  Then it is a process
+ * like a host command, but signalled through the runtime (ctr_signal) and
+ * guarded by an exec of the runtime's kill. */
+
+static void child_cb(struct ev_loop *loop, ev_child *w, int revents);
+
+/* It never ran: ended as failed_to_start with why. */
+static void
+ctr_prep_end(attempt *t, const char *why)
+{
+    uint64_t now = t->ops->now_ms(t->ag);
+
+    if (t->done)
+        return;
+    t->preparing = false;
+    ev_timer_stop(ev_default_loop(0), &t->kill_timer);
+    snprintf(t->reason, sizeof(t->reason), "%s", why);
+    /* a pull under way is cancelled (from ctr's own callback it is over:
+     * ctr returns at once after calling it) */
+    ctr_free(t->ctr);
+    t->ctr = NULL;
+    if (t->end_event < 0)
+        t->end_event = MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START;
+    t->exit_code = 127;
+    t->acc_ms = now;
+    t->end_ms = now;
+    t->done = true;
+    t->ops->exited(t->ag, t);
+}
+
+static void
+ctr_failed_cb(void *arg, const char *why)
+{
+    ctr_prep_end(arg, why);
+}
+
+static int guard_start(attempt *t);
+
+static void
+ctr_running_cb(void *arg, pid_t pid)
+{
+    attempt        *t = arg;
+    struct ev_loop *loop = ev_default_loop(0);
+
+    t->pid = pid;
+    t->preparing = false;
+    t->acc_ms = t->start_ms = t->ops->now_ms(t->ag);    /* the pull is not billed */
+    t->start_wall_ms = gp_wall_ms();
+    ev_child_init(&t->child, child_cb, t->pid, 0);
+    ev_child_start(loop, &t->child);
+    if (guard_start(t) != 0) {
+        /* without its guard a hung agent could not end it in time */
+        GP_WARN("attempt_guard_not_started", "job=%s attempt=%u errno=%d", t->job_id, t->num,
+                errno);
+        snprintf(t->reason, sizeof(t->reason), "cannot start the lease guard");
+        t->end_event = MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START;
+        ctr_signal(t->ctr, SIGKILL);
+        return;
+    }
+    t->ops->started(t->ag, t);
+}
+
+static const ctr_cbs attempt_ctr_cbs = {.running = ctr_running_cb, .failed = ctr_failed_cb};
+
+/* Starts the pull; OK: t->ctr set, t preparing. */
+static gp_err
+ctr_begin(agent *ag, const attempt_ops *ops, struct ev_loop *loop, attempt *t,
+          const msg_run_attempt *in, char *detail, size_t dlen)
+{
+    ctr_node    *n = ops->containers(ag);
+    gpu_backend *g = ops->gpu(ag);
+    int          minors[GPU_MAX];
+
+    if (n == NULL) {
+        snprintf(detail, dlen, "image: this node runs no containers (the simulated fleet runs "
+                               "sim: commands)");
+        return GP_EINVAL;
+    }
+    for (uint32_t i = 0; i < in->gpus.n && i < GPU_MAX; i++) {
+        gpu_info gi = {0};
+        int      idx = ((const int32_t *)in->gpus.v)[i];
+
+        minors[i] = g->ops->info(g, idx, &gi) == GP_EOK ? gi.minor : idx;
+    }
+    t->preparing = true;
+    return ctr_start(n, loop, in, minors, &attempt_ctr_cbs, t, &t->ctr, detail, dlen);
+}
+
 static void
 child_cb(struct ev_loop *loop, ev_child *w, int revents)
 {
@@ -358,6 +454,13 @@ child_cb(struct ev_loop *loop, ev_child *w, int revents)
     kill(-t->pid, SIGKILL);            /* what the shell left behind goes with it */
     guard_end(t);
     t->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (t->ctr != NULL) {
+        bool started;
+
+        ctr_exited(t->ctr, &started, t->reason, sizeof(t->reason));
+        if (!started && t->end_event < 0)
+            t->end_event = MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START;
+    }
     /* Reaped after its deadline (the loop hung; the guard killed it): it
      * ran until the deadline at most, and that is all that counts. */
     if (now >= dl) {
@@ -378,9 +481,15 @@ kill_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
     (void)loop;
     (void)revents;
+    if (t->preparing) {                /* stopped while its image was pulled */
+        ctr_prep_end(t, "stopped before it started");
+        return;
+    }
     GP_WARN("attempt_sigkill", "job=%s attempt=%u pid=%d", t->job_id, t->num, (int)t->pid);
     if (t->sim)
         sim_finish(t, 128 + SIGKILL);
+    else if (t->ctr != NULL)
+        ctr_signal(t->ctr, SIGKILL);
     else
         kill(-t->pid, SIGKILL);
 }
@@ -585,19 +694,29 @@ attempt_start(agent *ag, const attempt_ops *ops, struct ev_loop *loop, const msg
         return GP_ENOMEM;
     t->guard_fd = -1;
     ev_timer_init(&t->guard_t, guard_cb, 0, 0);
-    if (simjob_is(in->command)) {     /* no process, no folder: the loop runs it */
+    if (in->image[0] != '\0') {         /* a container: pulled first, run later */
+        rc = ctr_begin(ag, ops, loop, t, in, detail, dlen);
+        if (rc != GP_EOK) {
+            free(t);
+            return rc;
+        }
+    } else if (simjob_is(in->command)) {     /* no process, no folder: the loop runs it */
         rc = sim_prepare(ag, ops, t, in, detail, dlen);
         if (rc != GP_EOK) {
             free(t);
             return rc;
         }
+    } else if (!ops->host_commands(ag)) {
+        snprintf(detail, dlen, "image: needed: this node runs workloads in containers only");
+        free(t);
+        return GP_EINVAL;
     } else if (in->checkpoint_dir[0] != '\0' && mkdir_p(in->checkpoint_dir) != 0) {
         snprintf(detail, dlen, "checkpoint dir %s: %s", in->checkpoint_dir, strerror(errno));
         free(t);
         return GP_EINTERNAL;
     }
-    rc = t->sim ? GP_EOK : env_build(&env, in, detail, dlen);
-    if (rc == GP_EOK && !t->sim && (t->pid = spawn(in->command, env.v)) < 0) {
+    rc = t->sim || t->ctr ? GP_EOK : env_build(&env, in, detail, dlen);
+    if (rc == GP_EOK && !t->sim && !t->ctr && (t->pid = spawn(in->command, env.v)) < 0) {
         snprintf(detail, dlen, "cannot start /bin/sh: %s", strerror(errno));
         rc = GP_EINTERNAL;
     }
@@ -627,6 +746,8 @@ attempt_start(agent *ag, const attempt_ops *ops, struct ev_loop *loop, const msg
     ev_stat_init(&t->ckpt_stat, stat_cb, t->ckpt_file, 0.5);
     if (t->sim) {
         sim_start(t, loop);
+    } else if (t->ctr != NULL) {
+        ;                             /* ctr_running_cb: the child and its guard */
     } else if (guard_start(t) != 0) {
         /* without its guard a hung agent could not end it in time */
         snprintf(detail, dlen, "cannot start the lease guard: %s", strerror(errno));
@@ -661,6 +782,10 @@ attempt_stop(attempt *t, int event, unsigned grace_ms)
             ev_timer_set(&t->sim_end, 0, 0);
             ev_timer_start(loop, &t->sim_end);
         }
+    } else if (t->preparing) {
+        grace_ms = 0;                 /* nothing runs yet: the pull is cancelled (kill_cb) */
+    } else if (t->ctr != NULL) {
+        ctr_signal(t->ctr, SIGTERM);
     } else {
         kill(-t->pid, SIGTERM);
     }
@@ -679,8 +804,14 @@ attempt_kill_now(attempt *t)
         ev_timer_stop(loop, &t->sim_sig);
         if (!t->done)
             t->end_ms = t->ops->now_ms(t->ag);
+    } else if (t->preparing) {
+        ctr_free(t->ctr);             /* the pull is cancelled */
+        t->ctr = NULL;
+        t->preparing = false;
     } else {
-        if (!t->done)
+        if (!t->done && t->ctr != NULL)
+            ctr_kill_sync(t->ctr);    /* the agent's last act: the runtime says it is done */
+        else if (!t->done)
             kill(-t->pid, SIGKILL);  /* libev's SIGCHLD handler reaps it later */
         ev_child_stop(loop, &t->child);
     }
@@ -694,7 +825,7 @@ attempt_checkpoint(attempt *t)
 {
     struct ev_loop *loop = ev_default_loop(0);
 
-    if (t->done || t->stopping)
+    if (t->done || t->stopping || t->preparing)
         return GP_ECONFLICT;
     if (t->sim) {                      /* it writes its checkpoint in a moment */
         if (!t->ckpt_pending) {
@@ -704,7 +835,9 @@ attempt_checkpoint(attempt *t)
         return GP_EOK;
     }
     clock_gettime(CLOCK_REALTIME, &t->ckpt_sent);
-    if (kill(-t->pid, SIGUSR1) != 0)
+    if (t->ctr != NULL)
+        ctr_signal(t->ctr, SIGUSR1);  /* every process of it, as the group's signal */
+    else if (kill(-t->pid, SIGUSR1) != 0)
         return GP_EINTERNAL;
     if (t->ckpt_dir[0] == '\0') {        /* nowhere to confirm: delivery is the event */
         t->ops->checkpointed(t->ag, t);
@@ -724,6 +857,10 @@ attempt_account(attempt *t, uint64_t now_ms, const double *power_w)
 
     if (t->done || now_ms <= t->acc_ms)
         return;
+    if (t->preparing) {               /* its GPUs wait for the pull: not delivered yet */
+        t->acc_ms = now_ms;
+        return;
+    }
     dt = now_ms - t->acc_ms;
     t->acc_ms = now_ms;
     t->gpu_ms += dt * (uint64_t)t->ngpus;
@@ -736,5 +873,6 @@ void
 attempt_free(attempt *t)
 {
     guard_end(t);
+    ctr_free(t->ctr);
     free(t);
 }

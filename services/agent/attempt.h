@@ -1,7 +1,10 @@
 /* attempt.h -- one job attempt as a child process (internal to the agent).
  *
- * The command runs as /bin/sh -c in its own process group, so signals
- * reach everything it started.  On the simulated GPU backend a "sim:"
+ * A workload with an image runs as an OCI container (container.h): the
+ * runtime's kill reaches every process in its cgroup.  Without an image,
+ * on an agent that allows host commands (tests), the command runs as
+ * /bin/sh -c in its own process group, so signals reach everything it
+ * started.  On the simulated GPU backend a "sim:"
  * command (simjob.h) runs in the loop instead: timers, no process (pid 0),
  * the same events, stop/grace/kill and lease rules, and the same counters.  Counters are cumulative: gpu_ms is elapsed
  * time x GPUs held (what is delivered, not how busy the job kept them),
@@ -17,6 +20,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "container.h"
 #include "simjob.h"
 
 typedef struct attempt attempt;
@@ -38,10 +42,17 @@ typedef struct attempt_ops {
     gpu_backend  *(*gpu)(agent *a);
     /* the node's id, for logs */
     const char   *(*node)(const agent *a);
+    /* a container attempt runs now (its image pulled): report it started */
+    void          (*started)(agent *a, attempt *t);
+    /* the node's container settings; NULL: it runs no containers */
+    ctr_node     *(*containers)(agent *a);
+    /* true: a command without an image runs on the host (tests only) */
+    bool          (*host_commands)(const agent *a);
 } attempt_ops;
 
 /* agent.c's table: agent_attempt_exited, agent_attempt_checkpointed,
- * agent_now_ms, agent_gpu_power, agent_gpu, agent_node. */
+ * agent_now_ms, agent_gpu_power, agent_gpu, agent_node, agent_attempt_started,
+ * agent_containers, agent_host_commands. */
 extern const attempt_ops agent_attempt_ops;
 
 struct attempt {
@@ -50,7 +61,10 @@ struct attempt {
     const attempt_ops *ops;              /* ag's calls (attempt_start's) */
     char            job_id[MSG_RUN_ATTEMPT_JOB_ID_MAXLEN + 1];
     uint32_t        num;
-    pid_t           pid;                 /* = its process group */
+    pid_t           pid;                 /* = its process group (a container: the runtime's `run`) */
+    ctr            *ctr;                 /* a container attempt (image), else NULL */
+    bool            preparing;           /* a container whose image is being pulled: no pid yet */
+    char            reason[256];         /* failed_to_start: why */
     int             gpus[GPU_MAX];
     int             ngpus;
     uint64_t        gpu_ms;

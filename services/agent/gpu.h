@@ -35,6 +35,7 @@ typedef struct gpu_info {
     char     serial[32];
     uint32_t vram_mb;
     int      interconnect;          /* MSG_GPU_INTERCONNECT_* */
+    int      minor;                 /* its device node: /dev/nvidia<minor> (char 195:minor) */
 } gpu_info;
 
 typedef struct gpu_sample {

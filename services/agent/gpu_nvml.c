@@ -59,6 +59,7 @@ typedef struct nvml_fns {
     nvmlReturn_t (*evset_free)(nvmlEventSet_t);
     nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
     nvmlReturn_t (*evset_wait)(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
+    nvmlReturn_t (*minor)(nvmlDevice_t, unsigned int *);
 } nvml_fns;
 
 typedef struct gpu_nvml {
@@ -83,6 +84,7 @@ nv_info(gpu_backend *b, int i, gpu_info *o)
 {
     gpu_nvml    *v = (gpu_nvml *)b;
     nvmlMemory_t m = {0};
+    unsigned int minor = 0;
 
     if (i < 0 || i >= v->n)
         return GP_ERANGE;
@@ -95,6 +97,8 @@ nv_info(gpu_backend *b, int i, gpu_info *o)
     if (v->f.mem(v->dev[i], &m) == NVML_SUCCESS)
         o->vram_mb = (uint32_t)(m.total >> 20);
     o->interconnect = MSG_GPU_INTERCONNECT_PCIE;
+    /* the container gets /dev/nvidia<minor>: NVML's index is not the node's */
+    o->minor = v->f.minor(v->dev[i], &minor) == NVML_SUCCESS ? (int)minor : i;
     return GP_EOK;
 }
 
@@ -214,6 +218,7 @@ nv_resolve(gpu_nvml *v, char *err, size_t errlen)
         S("nvmlDeviceGetCurrentClocksThrottleReasons", throttle),
         S("nvmlEventSetCreate", evset_create), S("nvmlEventSetFree", evset_free),
         S("nvmlDeviceRegisterEvents", register_events), S("nvmlEventSetWait_v2", evset_wait),
+        S("nvmlDeviceGetMinorNumber", minor),
 #undef S
     };
 

@@ -95,6 +95,7 @@ sim_info(gpu_backend *b, int i, gpu_info *o)
     snprintf(o->serial, sizeof(o->serial), "%s", s->g[i].serial);
     o->vram_mb = s->m->vram_mb;
     o->interconnect = s->m->interconnect;
+    o->minor = i;                     /* as the driver numbers a box's GPUs */
     return GP_EOK;
 }
 

@@ -5,6 +5,7 @@
 #define GP_AGENT_SERVICE_H
 
 #include "agent.h"
+#include "container.h"
 #include "gp/app.h"
 
 typedef struct agent_cfg {
@@ -18,6 +19,19 @@ typedef struct agent_cfg {
     unsigned      heartbeat_ms;
     unsigned      stop_grace_ms;
     char          boot_id[MSG_NODE_REGISTER_BOOT_ID_MAXLEN + 1];
+    bool          host_commands;
+    char          oci_runtime[256];
+    char          state_dir[256];
+    char          runtime_root[256];
+    char          seccomp_profile[256];
+    char          skopeo[256];
+    char          umoci[256];
+    char          insecure_registries[256];
+    unsigned      id_base;
+    unsigned      default_cpu_millis, default_memory_mb, default_scratch_mb, default_pids;
+    unsigned      max_cpu_millis, max_memory_mb, max_scratch_mb;
+    unsigned      log_kb;
+    unsigned      image_keep;
 } agent_cfg;
 
 /* The process' state. */
@@ -25,6 +39,7 @@ typedef struct agent_proc {
     gp_app      *app;
     gpu_backend *gpu;                  /* NVML or simulated, from prepare */
     agent_opts   o;                    /* the agent's: ids, boot id, intervals from prepare */
+    ctr_node     ctr;                  /* container settings; o.containers points here */
     gp_param     node[3];              /* site and node: its subjects' parameters */
     agent       *a;                    /* NULL once stopped (and with --print-routes) */
     gp_binding  *cmds;                 /* its command routes, bound to its node */

@@ -7,6 +7,7 @@
  * PostgreSQL. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gp/id.h"
 #include "gp/limits.h"
@@ -50,6 +51,36 @@ boot_id(char *out, size_t n)
     fclose(f);
 }
 
+/* The node's container settings.  Without a runtime or a seccomp profile
+ * the agent still runs, and refuses every image with the reason. */
+static void
+containers(const agent_cfg *c, agent_proc *p)
+{
+    ctr_node *n = &p->ctr;
+    long      cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t  mem_mb = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) >> 20;
+    char      why[400];
+
+    *n = (ctr_node){.img = {.state_dir = c->state_dir, .skopeo = c->skopeo, .umoci = c->umoci,
+                            .insecure = c->insecure_registries, .keep = c->image_keep},
+                    .runtime_root = c->runtime_root, .id_base = c->id_base,
+                    .cpu_millis = c->default_cpu_millis, .memory_mb = c->default_memory_mb,
+                    .scratch_mb = c->default_scratch_mb, .pids = c->default_pids,
+                    .max_cpu_millis = c->max_cpu_millis ? c->max_cpu_millis
+                                                        : (uint32_t)(cores > 0 ? cores : 1) * 1000u,
+                    .max_memory_mb = c->max_memory_mb ? c->max_memory_mb : (uint32_t)mem_mb,
+                    .max_scratch_mb = c->max_scratch_mb ? c->max_scratch_mb : (uint32_t)(mem_mb / 2),
+                    .log_kb = c->log_kb};
+    if (!ctr_node_init(n, c->oci_runtime, c->seccomp_profile, why, sizeof(why))) {
+        GP_WARN("containers_unavailable", "why=\"%s\": workloads with an image are refused", why);
+        p->o.containers = NULL;
+        return;
+    }
+    p->o.containers = n;
+    GP_INFO("containers_ready", "runtime=%s state_dir=%s max_cpu_millis=%u max_memory_mb=%u",
+            n->runtime, c->state_dir, n->max_cpu_millis, n->max_memory_mb);
+}
+
 int
 agent_prepare(void *cfg, void *state)
 {
@@ -69,6 +100,8 @@ agent_prepare(void *cfg, void *state)
         snprintf(p->o.boot_id, sizeof(p->o.boot_id), "%s", c->boot_id);
     else
         boot_id(p->o.boot_id, sizeof(p->o.boot_id));
+    p->o.host_commands = c->host_commands;
+    containers(c, p);
     p->node[0] = (gp_param){"site", c->site};
     p->node[1] = (gp_param){"node", c->node};
     /* Replies to register/lease come into the node's own subtree: its NATS
@@ -98,10 +131,20 @@ on_signal(gp_req *req, const void *in, void *out)
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
 
+static gp_err
+on_logs(gp_req *req, const void *in, void *out)
+{
+    char   detail[GP_ERRBUF_LEN] = "";
+    gp_err rc = agent_cmd_logs(gp_req_data(req), in, out, detail, sizeof(detail));
+
+    return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
+}
+
 /* The node's command routes, bound to its own site and node. */
 static const gp_route agent_routes[] = {
     {GP_OP_NODE_RUN, on_run, 0, 0, NULL, NULL},
     {GP_OP_NODE_SIGNAL, on_signal, 0, 0, NULL, NULL},
+    {GP_OP_NODE_LOGS, on_logs, 0, 0, NULL, NULL},
     {NULL},
 };
 
@@ -161,4 +204,5 @@ void
 agent_proc_free(void *state)
 {
     gpu_free(((agent_proc *)state)->gpu);
+    ctr_node_fini(&((agent_proc *)state)->ctr);
 }

@@ -12,6 +12,7 @@
  *   cmd_fault.c fault (the fleet simulator's fault control)
  *   cmd_job.c   submit, get jobs|attempts, describe job, cancel job
  *   cmd_watch.c watch jobs (live job events until Ctrl-C)
+ *   cmd_logs.c  logs JOB (an attempt's output, from its node)
  *   cmd_billing.c   get usage|statements|balances, describe statement, close period
  *   jobspec.c   a JobSpec from flags and JSON/YAML files (pure)
  *   jobview.c   job rows, "why it waits", event lines, job sums (pure)
@@ -133,6 +134,7 @@ int cmd_summary(gpctl *c, int argc, char **argv);
 int cmd_fault(gpctl *c, int argc, char **argv);
 int cmd_submit(gpctl *c, int argc, char **argv);
 int cmd_cancel(gpctl *c, int argc, char **argv);
+int cmd_logs(gpctl *c, int argc, char **argv);
 int cmd_watch(gpctl *c, int argc, char **argv);
 /* get jobs / get attempts: argv after the kind word. */
 int cmd_get_jobs(gpctl *c, int argc, char **argv);

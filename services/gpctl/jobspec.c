@@ -21,7 +21,12 @@ typedef struct spec_flag {
 
 static const spec_flag flags[] = {
     {"--name", "name", "TEXT", "human name of the job"},
-    {"--command", "command", "CMD", "command line (sh -c), or sim:... on the simulator"},
+    {"--image", "image", "REF", "container image: host[:port]/repo[:tag][@sha256:...]"},
+    {"--command", "command", "CMD", "in the image: /bin/sh -c CMD; or sim:... on the simulator"},
+    {"--arg", "args", "ARG", "argument after the image's entrypoint (repeatable; not with --command)"},
+    {"--cpu", "resources.cpu_millis", "MILLIS", "CPU of each attempt, 1000 = one core"},
+    {"--memory", "resources.memory_mb", "MIB", "memory limit of each attempt, MiB"},
+    {"--scratch", "resources.scratch_mb", "MIB", "size of /scratch (and /tmp), MiB"},
     {"--env", "env", "K=V", "environment variable (repeatable)"},
     {"--gpus", "gpus_per_node", "N", "GPUs on each node"},
     {"--nodes", "nodes", "N", "nodes, all on one site (default 1)"},
@@ -103,11 +108,34 @@ scalar_extra(const msg_job_spec *s, int index, const char *text, char *err, size
     return 0;
 }
 
+/* "resources.cpu_millis": a field of a nested object. */
+static int
+set_nested(msg_job_spec *s, const char *field, const char *text, char *err, size_t n)
+{
+    const char     *dot = strchr(field, '.');
+    char            outer[64];
+    int             index;
+    const gp_field *f;
+
+    snprintf(outer, sizeof(outer), "%.*s", (int)(dot - field), field);
+    f = field_of(outer, &index);
+    if (f == NULL || f->type != GP_T_OBJ || f->sub == NULL)
+        return snprintf(err, n, "%s: JobSpec has no such object", outer), -1;
+    if (gp_msg_set_text(f->sub, (char *)s + f->offset, dot + 1, text, err, n) != GP_EOK)
+        return -1;
+    s->has |= (uint64_t)1 << index;
+    return 0;
+}
+
 int
 jobspec_set(msg_job_spec *s, const char *field, const char *text, char *err, size_t n)
 {
     int             index;
-    const gp_field *f = field_of(field, &index);
+    const gp_field *f;
+
+    if (strchr(field, '.') != NULL)
+        return set_nested(s, field, text, err, n);
+    f = field_of(field, &index);
 
     if (f == NULL)
         return snprintf(err, n, "%s: JobSpec has no such field", field), -1;
@@ -185,7 +213,7 @@ jobspec_flag(msg_job_spec *s, spec_flags *sfl, const char *flag, const char *val
         return 0;
     if (sf->field == NULL)
         rc = set_origin(s, value, err, n);
-    else if ((f = field_of(sf->field, &index))->type == GP_T_ARR) {
+    else if ((f = field_of(sf->field, &index)) != NULL && f->type == GP_T_ARR) {
         if (!(sfl->set >> index & 1u))
             arr_clear(s, f);                    /* flags replace the file's list */
         sfl->set |= (uint64_t)1 << index;
@@ -216,9 +244,9 @@ jobspec_print_flags(FILE *out)
 int
 jobspec_check(const msg_job_spec *s, char *err, size_t n)
 {
-    if (!GP_HAS(s, MSG_JOB_SPEC__COMMAND) || s->command[0] == '\0')
-        return snprintf(err, n, "missing the command: --command CMD or \"command\" in the file"),
-               -1;
+    if ((!GP_HAS(s, MSG_JOB_SPEC__COMMAND) || s->command[0] == '\0') && s->image[0] == '\0')
+        return snprintf(err, n, "missing the image (or a sim: command): --image REF or "
+                        "\"image\" in the file"), -1;
     if (!GP_HAS(s, MSG_JOB_SPEC__GPUS_PER_NODE))
         return snprintf(err, n, "missing the GPUs per node: --gpus N or \"gpus_per_node\" in "
                         "the file"), -1;

@@ -38,6 +38,7 @@ static const verb verbs[] = {
     {"summary", cmd_summary, NULL},
     {"submit", cmd_submit, jobspec_print_flags},
     {"cancel", cmd_cancel, NULL},
+    {"logs", cmd_logs, NULL},
     {"close", cmd_close, NULL},
     {"set", cmd_set, NULL},
     {"ack", cmd_ack, NULL},

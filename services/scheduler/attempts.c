@@ -43,7 +43,9 @@ event_finish(gp_req *req, gp_err err, const char *detail)
         gp_req_done(req, gp_req_fail(req, err, "database: %s", detail));
         return;
     }
-    if (ev->event == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START)
+    /* an image that cannot be pulled is the job's or its registry's
+     * fault, not the node's: its reliability is not charged */
+    if (ev->event == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START && strncmp(ev->reason, "image", 5) != 0)
         snap_node_fault(&s->snap, ev->node, gp_mono_ms());
     GP_INFO("attempt_event", "job=%s attempt=%u node=%s event=%s", ev->job_id, ev->attempt,
             ev->node, msg_attempt_event_event_names[ev->event]);

@@ -32,6 +32,7 @@
 #include "gp/clock.h"
 #include "end.h"
 #include "gp/dbarray.h"
+#include "gp/imageref.h"
 #include "gp/log.h"
 #include "scheduler.h"
 #include "signal.h"
@@ -355,6 +356,33 @@ ran(void *arg, gp_err err, bool transport, const void *reply, const char *detail
         failed_to_start(d);
 }
 
+/* The spec's image, pinned to the digest the job's first attempt ran
+ * (repo@sha256:...): a moved job runs the same bits, whatever its tag
+ * points to now. */
+static void
+pin_image(char *out, size_t n, const sched_placed *p)
+{
+    gp_image_ref r;
+    char         why[160];
+
+    if (p->image_digest[0] == '\0' || p->spec.image[0] == '\0' ||
+        gp_image_ref_parse(p->spec.image, &r, why, sizeof(why)) != GP_EOK) {
+        snprintf(out, n, "%s", p->spec.image);
+        return;
+    }
+    size_t k = strlen(r.repo), dl = strlen(p->image_digest);
+
+    if (k + 1 + dl >= n) {            /* too long to pin: runs the tag (and says so) */
+        GP_WARN("image_not_pinned", "job=%s image=%s digest=%s", p->job, p->spec.image,
+                p->image_digest);
+        snprintf(out, n, "%s", p->spec.image);
+        return;
+    }
+    memcpy(out, r.repo, k);
+    out[k] = '@';
+    memcpy(out + k + 1, p->image_digest, dl + 1);
+}
+
 static gp_err
 send_run_now(dround *d, uint32_t rank)
 {
@@ -372,7 +400,10 @@ send_run_now(dround *d, uint32_t rank)
     snprintf(m.command, sizeof(m.command), "%s", p->spec.command);
     snprintf(m.checkpoint_dir, sizeof(m.checkpoint_dir), "%s/%s", d->s->cfg->checkpoint_root,
              p->job);
-    m.env = p->spec.env;                  /* shared for the encode, owned by the spec */
+    pin_image(m.image, sizeof(m.image), p);
+    m.args = p->spec.args;                /* shared for the encode, owned by the spec */
+    m.env = p->spec.env;
+    m.resources = p->spec.resources;
     m.gpus = (gp_arr){.v = g, .n = ng};
     m.resume_ms = p->resume_ms;
     rc = gp_op_subjectf(GP_OP_NODE_RUN, subj, sizeof(subj), p->site, p->node[rank]);

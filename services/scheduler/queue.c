@@ -447,6 +447,7 @@ dispatch_placed(sched_queue *q, qjob *qj, uint32_t attempt, const place_choice *
         p->gpus[i] = c->gpus[i];
     }
     p->resume_ms = j->progress_ms;      /* work done at its last checkpoint */
+    snprintf(p->image_digest, sizeof(p->image_digest), "%s", j->image_digest);
     p->spec = j->spec;                     /* moved: the job row's copy lets go of it */
     qj->job.spec = (msg_job_spec){0};
     sched_dispatch(q->s, p);

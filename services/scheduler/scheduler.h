@@ -217,6 +217,8 @@ void sched_events_start(sched *s);
 
 /* jobs.c: the job API */
 extern const gp_route sched_job_routes[];
+/* logs.c: gp.api.<t>.job.logs, fetched from the node that ran the attempt. */
+extern const gp_route sched_logs_routes[];
 void sched_jobs_start(sched *s);
 /* The gauge task: counts jobs by state. */
 void sched_jobs_count(gp_app *app, void *arg);
@@ -285,6 +287,7 @@ typedef struct sched_placed {
     char     node[8][GP_MAX_ID + 1];
     uint64_t gpus[8];
     uint64_t resume_ms;
+    char     image_digest[72];    /* the job's pinned digest, "" before its first start */
     msg_job_spec spec;            /* owned: cleared by dispatch */
 } sched_placed;
 void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */

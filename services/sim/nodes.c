@@ -66,6 +66,7 @@ sim_node_up(sim *s, int i, double delay_s)
     o.on_stopped = on_stopped;
     o.on_attempt_end = s->truth != NULL ? truth_on_end : NULL;
     o.cb_arg = s;
+    o.host_commands = true;           /* the simulator's rig runs host commands (tests) */
     n->ag = agent_new(s->loop, s->bus, &o, n->gpu);
     if (n->ag == NULL) {
         GP_ERROR("sim_node_failed", "node=%s", n->id);

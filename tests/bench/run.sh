@@ -35,6 +35,10 @@
 #                                       one-row-per-commit INSERTs (PostgreSQL
 #                                       restarted with fsync and synchronous
 #                                       commit on for it)
+#   ctr      tests/bench/ctr_bench.sh   container start to exit of `true`, image
+#                                       cached, through gridpool-agent (RunAttempt
+#                                       -> exited), vs `runc run` by hand of the
+#                                       same image and config
 #   detect   tests/bench/detect_bench   the node failure detector (gp/detect.h)
 #                                       replayed over 10,000 node-days of lossy,
 #                                       jittered beats and renewals, vs a fixed
@@ -112,6 +116,7 @@ set +a
 export GP_BUILD=$build GP_HARNESS=$harness
 
 run_bench chassis 120
+run_bench ctr 300
 run_bench hb 220
 run_bench place 600
 run_bench recover 900
@@ -172,6 +177,10 @@ row "usage records posted (/s)" "$(num ledger_per_s)" "COPY of the same rows (/s
     "$(num ledger_copy_rows_per_s)" "$(num ledger_copy_ratio 3)" ">= 20000/s"
 row "usage records posted (/s)" "$(num ledger_per_s)" "one row per commit (/s)" \
     "$(num ledger_row_commit_per_s)" "$(num ledger_row_ratio 2)" "(measured)"
+row "container start+exit p50 (ms)" "$(num ctr_p50_ms 1)" "runc run by hand p50 (ms)" \
+    "$(num ctr_runc_p50_ms 1)" "$(num ctr_ratio 2)" "(measured)"
+row "container start+exit p99 (ms)" "$(num ctr_p99_ms 1)" "runc run by hand p99 (ms)" \
+    "$(num ctr_runc_p99_ms 1)" "-" "(measured)"
 row "publish, server not reading (ms)" "$(num pub_stalled_worst_ms 1)" "publish, idle (us, p50)" \
     "$(num pub_idle_us_p50 2)" "-" "(measured)"
 echo

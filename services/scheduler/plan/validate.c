@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "gp/id.h"
+#include "gp/imageref.h"
 
 #define HAS(sp, f) GP_HAS(sp, MSG_JOB_SPEC__##f)
 
@@ -94,13 +95,42 @@ check_pairs(const msg_job_spec *sp, char *msg, size_t n)
     return GP_EOK;
 }
 
+/* A real workload is a container: its image must be a reference the
+ * agent can pull (gp/imageref.h); args and resources mean nothing to a
+ * sim: command, which has no image. */
+static gp_err
+check_image(const msg_job_spec *sp, char *msg, size_t n)
+{
+    gp_image_ref r;
+    char         why[160];
+
+    if (sp->image[0] == '\0') {
+        if (strncmp(sp->command, "sim:", 4) != 0)
+            return refuse(msg, n, GP_EMISSING, "image",
+                          "needed by a real workload (only sim: commands run without one)");
+        if (sp->args.n > 0)
+            return refuse(msg, n, GP_EINVAL, "args", "needs an image");
+        return GP_EOK;
+    }
+    if (strncmp(sp->command, "sim:", 4) == 0)
+        return refuse(msg, n, GP_EINVAL, "command", "a sim: command runs without an image");
+    if (gp_image_ref_parse(sp->image, &r, why, sizeof(why)) != GP_EOK)
+        return refuse(msg, n, GP_EINVAL, "image", why);
+    if (sp->command[0] != '\0' && sp->args.n > 0)
+        return refuse(msg, n, GP_EINVAL, "args", "excludes command (command runs as /bin/sh -c)");
+    return GP_EOK;
+}
+
 gp_err
 sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
 {
     gp_err rc;
 
-    if (sp->command[0] == '\0')
-        return refuse(msg, n, GP_EINVAL, "command", "must not be empty");
+    if (sp->command[0] == '\0' && sp->image[0] == '\0')
+        return refuse(msg, n, GP_EMISSING, "image", "needed (or a sim: command on the simulated fleet)");
+    rc = check_image(sp, msg, n);
+    if (rc != GP_EOK)
+        return rc;
     rc = check_lists(sp, msg, n);
     if (rc == GP_EOK)
         rc = check_ids(sp, msg, n);

@@ -238,15 +238,18 @@ static pid_t
 start_agent_log(const char *log)
 {
     char  bin[512], port[32];
-    char  a[14][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
-                       "2", "--sim-model", "L40S", "--stop-grace-ms", "1000", "--http-port", ""};
-    char *argv[16];
+    /* host commands: these are the agent's own mechanics (signals, leases,
+     * checkpoints) on plain processes; containers: container_test.sh */
+    char  a[15][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
+                       "2", "--sim-model", "L40S", "--stop-grace-ms", "1000",
+                       "--host-commands=true", "--http-port", ""};
+    char *argv[17];
 
     argv[0] = bin;
-    for (int i = 0; i < 14; i++)
+    for (int i = 0; i < 15; i++)
         argv[i + 1] = a[i];
-    argv[14] = port;
-    argv[15] = NULL;
+    argv[15] = port;
+    argv[16] = NULL;
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", tl_free_port());

@@ -179,16 +179,17 @@ static pid_t
 start_agent(void)
 {
     char  bin[512], port[32];
-    char  a[13][16] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus", "2",
-                       "--sim-model", "L40S", "--stop-grace-ms", "1000", "--http-port"};
-    char *argv[16];
+    char  a[14][24] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus", "2",
+                       "--sim-model", "L40S", "--stop-grace-ms", "1000", "--host-commands=true",
+                       "--http-port"};
+    char *argv[17];
     pid_t pid;
 
     argv[0] = bin;
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < 14; i++)
         argv[i + 1] = a[i];
-    argv[14] = port;
-    argv[15] = NULL;
+    argv[15] = port;
+    argv[16] = NULL;
 
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", tl_free_port());

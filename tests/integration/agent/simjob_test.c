@@ -396,9 +396,10 @@ main(void)
     gp_bus_opts bo = {.url = tl_env("GP_NATS_URL"), .name = "agent-simjob-test"};
     gp_bus_sub *subs[4];
     char        bin[512], port[32];
-    char        a[14][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
-                             "2", "--sim-model", "L40S", "--stop-grace-ms", "1000", "--http-port", ""};
-    char       *argv[16];
+    char        a[15][32] = {"--site", SITE, "--node", NODE, "--gpu-backend", "sim", "--sim-gpus",
+                             "2", "--sim-model", "L40S", "--stop-grace-ms", "1000",
+                             "--host-commands=true", "--http-port", ""};
+    char       *argv[17];
 
     loop = ev_loop_new(0);
     if (gp_bus_new(loop, &bo, NULL, NULL, &bus) != GP_EOK)
@@ -411,10 +412,10 @@ main(void)
     snprintf(bin, sizeof(bin), "%s/bin/gridpool-agent", tl_env("GP_BUILD"));
     snprintf(port, sizeof(port), "%d", tl_free_port());
     argv[0] = bin;
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < 14; i++)
         argv[i + 1] = a[i];
-    argv[14] = port;
-    argv[15] = NULL;
+    argv[15] = port;
+    argv[16] = NULL;
     agent_pid = tl_spawn(argv);
     T_OKM(tl_run_until(loop, &registered, 10), "agent registers");
     spin(HB_MS * 2 / 1000.0);

@@ -93,7 +93,7 @@ check "a tenant and a site are created through it" test $? -eq 0
 
 # shellcheck disable=SC2086
 $VG --log-file="$V/agent.%p.log" "$B/bin/gridpool-agent" --config "$D/gp.env" --site s1 \
-    --node n1 --gpu-backend sim --sim-gpus 1 --stop-grace-ms 1000 --http-port 0 \
+    --node n1 --gpu-backend sim --sim-gpus 1 --stop-grace-ms 1000 --host-commands=true --http-port 0 \
     >"$D/agent.log" 2>&1 </dev/null &
 agent=$!
 echo "$agent" >"$D/pids/agent.pid"

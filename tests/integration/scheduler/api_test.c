@@ -174,6 +174,30 @@ static void set_env(msg_job_spec *sp, const char *item)
     sp->env.n = 1;
 }
 static void bad_command(msg_job_spec *sp) { sp->command[0] = '\0'; }
+static void host_command(msg_job_spec *sp) { snprintf(sp->command, sizeof(sp->command), "nvidia-smi"); }
+static void sim_with_image(msg_job_spec *sp) { snprintf(sp->image, sizeof(sp->image), "reg.io/a:1"); }
+static void short_image(msg_job_spec *sp)
+{
+    sp->command[0] = '\0';
+    snprintf(sp->image, sizeof(sp->image), "busybox:latest");
+}
+static void path_image(msg_job_spec *sp)
+{
+    sp->command[0] = '\0';
+    snprintf(sp->image, sizeof(sp->image), "oci:/var/lib/x");
+}
+static void bad_digest(msg_job_spec *sp)
+{
+    sp->command[0] = '\0';
+    snprintf(sp->image, sizeof(sp->image), "reg.io/a@sha256:1234");
+}
+static void args_without_image(msg_job_spec *sp)
+{
+    static char a[1][MSG_JOB_SPEC_ARGS_ITEM_MAXLEN + 1] = {"x"};
+
+    sp->args.v = a;
+    sp->args.n = 1;
+}
 static void bad_env_name(msg_job_spec *sp) { set_env(sp, "1X=a"); }
 static void bad_env_noeq(msg_job_spec *sp) { set_env(sp, "NOVALUE"); }
 static void bad_latency(msg_job_spec *sp) { sp->max_latency_ms = 30; }
@@ -226,7 +250,13 @@ test_submit_invalid(void)
         const char *field;
         const char *tenant;
     } cases[] = {
-        {"empty command", bad_command, GP_EINVAL, "command", "acme"},
+        {"no command, no image", bad_command, GP_EMISSING, "image", "acme"},
+        {"a host command without an image", host_command, GP_EMISSING, "image", "acme"},
+        {"a sim: command with an image", sim_with_image, GP_EINVAL, "command", "acme"},
+        {"a short image name", short_image, GP_EINVAL, "image", "acme"},
+        {"an image naming a node path", path_image, GP_EINVAL, "image", "acme"},
+        {"an image with a bad digest", bad_digest, GP_EINVAL, "image", "acme"},
+        {"args without an image", args_without_image, GP_EINVAL, "args", "acme"},
         {"env name starting with a digit", bad_env_name, GP_EINVAL, "env", "acme"},
         {"env item without =", bad_env_noeq, GP_EINVAL, "env", "acme"},
         {"max_latency_ms without origin", bad_latency, GP_EMISSING, "origin_lat", "acme"},

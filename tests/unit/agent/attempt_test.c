@@ -43,6 +43,7 @@ node(gpu_backend *g)
     o.start_delay_s = 3600;            /* never registers: no bus */
     o.stop_grace_ms = 5000;
     o.on_attempt_end = on_end;
+    o.host_commands = true;
     a = agent_new(ev_default_loop(0), NULL, &o, g);
     if (a != NULL)
         agent_set_connected(a, false);

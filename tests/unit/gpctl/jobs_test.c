@@ -143,7 +143,7 @@ test_bad_flags(void)
                                                   "1", NULL}) != 0 &&
           strstr(err, "--tenant") != NULL, "a tenant that is no id: %s", err);
     T_OKM(args(&s, &tenant, (const char *const[]){"--tenant", "a", "--gpus", "1", NULL}) != 0 &&
-          strstr(err, "missing the command") != NULL, "no command: %s", err);
+          strstr(err, "missing the image") != NULL, "no image, no command: %s", err);
     T_OKM(args(&s, &tenant, (const char *const[]){"--tenant", "a", "--command", "x", NULL}) != 0 &&
           strstr(err, "missing the GPUs") != NULL, "no --gpus: %s", err);
     T_OKM(args(&s, &tenant, (const char *const[]){"--tenant", "a", "--command", "x", "--gpus",

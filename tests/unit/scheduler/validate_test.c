@@ -11,7 +11,7 @@ static void
 base(msg_job_spec *sp)
 {
     *sp = (msg_job_spec){0};
-    snprintf(sp->command, sizeof(sp->command), "true");
+    snprintf(sp->command, sizeof(sp->command), "sim:run=1s");
     sp->gpus_per_node = 1;
 }
 
@@ -45,7 +45,20 @@ test_rules(void)
     T_OK(refused(&sp, GP_EINVAL, "env"));
     base(&sp);
     sp.command[0] = '\0';
-    T_OK(refused(&sp, GP_EINVAL, "command"));
+    T_OK(refused(&sp, GP_EMISSING, "image"));
+    snprintf(sp.command, sizeof(sp.command), "python train.py");
+    T_OKM(refused(&sp, GP_EMISSING, "image"), "a real command needs an image");
+    snprintf(sp.image, sizeof(sp.image), "reg.example/acme/train:v3");
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "a command in an image accepted");
+    sp.command[0] = '\0';
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "an image alone accepted (its entrypoint)");
+    snprintf(sp.image, sizeof(sp.image), "train:v3");
+    T_OKM(refused(&sp, GP_EINVAL, "image"), "a short name refused");
+    snprintf(sp.image, sizeof(sp.image), "reg.example/a@sha256:12");
+    T_OKM(refused(&sp, GP_EINVAL, "image"), "a bad digest refused");
+    base(&sp);
+    snprintf(sp.image, sizeof(sp.image), "reg.example/acme/train:v3");
+    T_OKM(refused(&sp, GP_EINVAL, "command"), "a sim: command with an image refused");
     base(&sp);
     sp.max_latency_ms = 10;
     GP_SET_HAS(&sp, MSG_JOB_SPEC__MAX_LATENCY_MS);

@@ -623,8 +623,10 @@ copy_spec(ctr *c, const msg_run_attempt *in)
     c->args = calloc(in->args.n + 1, sizeof(*c->args));
     if (c->env == NULL || c->args == NULL)
         return GP_ENOMEM;
-    memcpy(c->env, in->env.v, in->env.n * sizeof(*c->env));
-    memcpy(c->args, in->args.v, in->args.n * sizeof(*c->args));
+    if (in->env.n > 0)                 /* memcpy from NULL is undefined, even of 0 bytes */
+        memcpy(c->env, in->env.v, in->env.n * sizeof(*c->env));
+    if (in->args.n > 0)
+        memcpy(c->args, in->args.v, in->args.n * sizeof(*c->args));
     c->nenv = in->env.n;
     c->nargs = in->args.n;
     return GP_EOK;

@@ -905,6 +905,14 @@ emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, c
     if (t != NULL && (event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED || t->done) &&
         attempt_progress(t, agent_now_ms(a), &ev.progress_ms))
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__PROGRESS_MS);
+    /* the step a checkpoint reached: what the job reported, or for a sim:
+     * job its work done (the same field carries both to the next attempt) */
+    if (t != NULL && event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED &&
+        (t->has_step || GP_HAS(&ev, MSG_ATTEMPT_EVENT__PROGRESS_MS))) {
+        ev.checkpoint_step = t->has_step ? t->ckpt_step : ev.progress_ms;
+        GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__CHECKPOINT_STEP);
+        snprintf(ev.checkpoint_id, sizeof(ev.checkpoint_id), "%s", t->has_step ? t->ckpt_id : "");
+    }
     if (t != NULL && t->ctr != NULL && event == MSG_ATTEMPT_EVENT_EVENT_STARTED)
         snprintf(ev.image_digest, sizeof(ev.image_digest), "%s", ctr_digest(t->ctr));
     if (event == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START)

@@ -413,7 +413,23 @@ ctr_running_cb(void *arg, pid_t pid)
     t->ops->started(t->ag, t);
 }
 
-static const ctr_cbs attempt_ctr_cbs = {.running = ctr_running_cb, .failed = ctr_failed_cb};
+/* The job reported a completed checkpoint (container.h: the protocol). */
+static void
+ctr_reported_cb(void *arg, uint64_t step, const char *id)
+{
+    attempt *t = arg;
+
+    if (t->done)
+        return;
+    t->has_step = true;
+    t->ckpt_step = step;
+    snprintf(t->ckpt_id, sizeof(t->ckpt_id), "%s", id);
+    t->ckpt_pending = false;
+    t->ops->checkpointed(t->ag, t);
+}
+
+static const ctr_cbs attempt_ctr_cbs = {.running = ctr_running_cb, .failed = ctr_failed_cb,
+                                        .reported = ctr_reported_cb};
 
 /* Starts the pull; OK: t->ctr set, t preparing. */
 static gp_err

@@ -65,6 +65,9 @@ struct attempt {
     ctr            *ctr;                 /* a container attempt (image), else NULL */
     bool            preparing;           /* a container whose image is being pulled: no pid yet */
     char            reason[256];         /* failed_to_start: why */
+    bool            has_step;            /* a container reported a checkpoint (container.h) */
+    uint64_t        ckpt_step;
+    char            ckpt_id[MSG_ATTEMPT_EVENT_CHECKPOINT_ID_MAXLEN + 1];
     int             gpus[GPU_MAX];
     int             ngpus;
     uint64_t        gpu_ms;

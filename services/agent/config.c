@@ -55,5 +55,9 @@ const gp_cfg_opt agent_cfg_opts[] = {
                 "output kept per attempt (the last this many KiB)"),
     GP_CFG_UINT("image-keep", agent_cfg, image_keep, 8, 0, 10000,
                 "unpacked image digests kept beyond those in use"),
+    GP_CFG_STR("checkpoint-shared-root", agent_cfg, checkpoint_shared_root, "",
+               "where this node mounts the shared checkpoint store (the scheduler's "
+               "checkpoint-shared-root): a job's \"shared:\" folder under it is its /checkpoint; "
+               "empty: none"),
     GP_CFG_END
 };

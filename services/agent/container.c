@@ -37,7 +37,16 @@ struct ctr {
     char            bundle[512];
     char            logdir[512];
     char            pidfile[560];
-    char            ckpt[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1];
+    char            ckpt[MSG_RUN_ATTEMPT_CHECKPOINT_DIR_MAXLEN + 1];   /* bound at /checkpoint */
+    char            ckpt_uri[MSG_RUN_ATTEMPT_CHECKPOINT_URI_MAXLEN + 1]; /* GP_CHECKPOINT_URI */
+    bool            has_resume;
+    uint64_t        resume_step;
+    char            resume_id[MSG_RUN_ATTEMPT_RESUME_ID_MAXLEN + 1];
+    char            report_dir[512];    /* bound at /run/gridpool: the job's reports */
+    char            report[530];        /* report_dir/checkpoint */
+    ev_stat         report_w;
+    uint64_t        last_step;
+    bool            reported_any;
     char            gpus[64];           /* "0,3": the node's GPU indices */
     oci_dev         devs[OCI_MAX_DEVS];
     int             ndevs;
@@ -405,16 +414,24 @@ env_push(strv *e, const char *kv)
 }
 
 static void
-build_env(ctr *c, const img_config *ic, strv *e, char (*own)[96])
+build_env(ctr *c, const img_config *ic, strv *e, char (*own)[300])
 {
-    strfmt(own[0], 96, "GP_JOB_ID=%s", c->job);
-    strfmt(own[1], 96, "GP_ATTEMPT=%u", c->attempt);
-    strfmt(own[2], 96, "GP_CHECKPOINT_DIR=%s", c->ckpt[0] ? "/checkpoint" : "");
-    strfmt(own[3], 96, "GP_RESUME_MS=%llu", (unsigned long long)c->resume_ms);
-    strfmt(own[4], 96, "GP_GPUS=%s", c->gpus);
-    strfmt(own[5], 96, "GP_SCRATCH=/scratch");
-    for (int i = 0; i < 6; i++)
+    strfmt(own[0], 300, "GP_JOB_ID=%s", c->job);
+    strfmt(own[1], 300, "GP_ATTEMPT=%u", c->attempt);
+    strfmt(own[2], 300, "GP_CHECKPOINT_DIR=%s", c->ckpt[0] ? "/checkpoint" : "");
+    strfmt(own[3], 300, "GP_RESUME_MS=%llu", (unsigned long long)c->resume_ms);
+    strfmt(own[4], 300, "GP_GPUS=%s", c->gpus);
+    strfmt(own[5], 300, "GP_SCRATCH=/scratch");
+    strfmt(own[6], 300, "GP_REPORT_DIR=/run/gridpool");
+    strfmt(own[7], 300, "GP_CHECKPOINT_URI=%s", c->ckpt_uri);
+    for (int i = 0; i < 8; i++)
         env_push(e, own[i]);
+    if (c->has_resume) {                 /* the job's last reported checkpoint */
+        strfmt(own[8], 300, "GP_RESUME_STEP=%llu", (unsigned long long)c->resume_step);
+        strfmt(own[9], 300, "GP_RESUME_CHECKPOINT=%s", c->resume_id);
+        env_push(e, own[8]);
+        env_push(e, own[9]);
+    }
     for (uint32_t i = 0; i < c->nenv; i++)
         env_push(e, c->env[i]);
     for (int i = 0; i < ic->nenv; i++)
@@ -457,7 +474,7 @@ write_config(ctr *c, const char *imgdir, char *why, size_t wn)
 {
     img_config ic;
     strv       env = {0}, args = {0};
-    char       own[6][96], rootfs[600], cg[128], path[600];
+    char       own[10][300], rootfs[600], cg[128], path[600];
     gp_buf     b;
     gp_err     rc = img_config_read(imgdir, &ic, why, wn);
     FILE      *f;
@@ -474,6 +491,7 @@ write_config(ctr *c, const char *imgdir, char *why, size_t wn)
                  .memory_bytes = (uint64_t)c->memory_mb << 20, .cpu_millis = c->cpu_millis,
                  .pids = c->pids, .nofile = nofile_max(), .scratch_bytes = (uint64_t)c->scratch_mb << 20,
                  .devs = c->devs, .ndevs = c->ndevs, .ckpt_dir = c->ckpt[0] ? c->ckpt : NULL,
+                 .report_dir = c->report_dir,
                  .cgroups_path = cg, .seccomp_json = c->n->seccomp_json, .gpus = c->gpus};
 
     gp_buf_init(&b, 4u << 20);
@@ -495,6 +513,8 @@ fail(ctr *c, const char *why)
     GP_WARN("container_failed_to_start", "job=%s attempt=%u why=\"%s\"", c->job, c->attempt, why);
     c->cbs->failed(c->arg, why);
 }
+
+static void report_cb(struct ev_loop *loop, ev_stat *w, int revents);
 
 static void
 run(ctr *c)
@@ -522,6 +542,8 @@ run(ctr *c)
     log_open(c);
     ev_io_init(&c->out_io, out_cb, c->rfd, EV_READ);
     ev_io_start(c->loop, &c->out_io);
+    ev_stat_init(&c->report_w, report_cb, c->report, 0.5);
+    ev_stat_start(c->loop, &c->report_w);
     c->ran = true;
     c->cbs->running(c->arg, pid);
 }
@@ -582,6 +604,86 @@ slot_take(ctr_node *n)
     return -1;
 }
 
+/* A report folder left by an earlier run of the agent: its one file (a
+ * folder of the job's own making is not ours to walk: renamed aside). */
+static int
+rm_tree_quick(const char *dir)
+{
+    char path[600], aside[600];
+
+    strfmt(path, sizeof(path), "%s/checkpoint", dir);
+    unlink(path);
+    if (rmdir(dir) == 0 || errno == ENOENT)
+        return 0;
+    strfmt(aside, sizeof(aside), "%s.old.%ld", dir, (long)getpid());
+    return rename(dir, aside);
+}
+
+bool
+ctr_report_parse(const char *s, uint64_t *step, char *id, size_t idn)
+{
+    char              *end;
+    unsigned long long v;
+    size_t             k;
+
+    if (strncmp(s, "step=", 5) != 0 || s[5] < '0' || s[5] > '9')
+        return false;
+    errno = 0;
+    v = strtoull(s + 5, &end, 10);
+    if (errno != 0)
+        return false;
+    id[0] = '\0';
+    if (strncmp(end, " id=", 4) == 0) {
+        end += 4;
+        k = strspn(end, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/-");
+        if (k == 0 || k >= idn)
+            return false;
+        memcpy(id, end, k);
+        id[k] = '\0';
+        end += k;
+    }
+    end += strspn(end, " \r\n");
+    if (*end != '\0')
+        return false;
+    *step = v;
+    return true;
+}
+
+/* The job renamed a report into place: read it as root, safely (no link
+ * followed, no FIFO waited on, a regular file of at most 256 bytes). */
+static void
+report_cb(struct ev_loop *loop, ev_stat *w, int revents)
+{
+    ctr        *c = GP_CONTAINER_OF(w, ctr, report_w);
+    char        buf[CTR_REPORT_MAX + 1], id[MSG_ATTEMPT_EVENT_CHECKPOINT_ID_MAXLEN + 1];
+    struct stat st;
+    uint64_t    step;
+    ssize_t     k = -1;
+    int         fd;
+
+    (void)loop;
+    (void)revents;
+    if (w->attr.st_nlink == 0)
+        return;
+    fd = open(c->report, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= CTR_REPORT_MAX)
+        k = read(fd, buf, CTR_REPORT_MAX);
+    if (fd >= 0)
+        close(fd);
+    if (k <= 0)
+        return;
+    buf[k] = '\0';
+    if (!ctr_report_parse(buf, &step, id, sizeof(id))) {
+        GP_WARN("checkpoint_report_unreadable", "job=%s attempt=%u", c->job, c->attempt);
+        return;
+    }
+    if (c->reported_any && step <= c->last_step)
+        return;                          /* the same report seen again, or an older one */
+    c->reported_any = true;
+    c->last_step = step;
+    c->cbs->reported(c->arg, step, id);
+}
+
 /* Folders: the bundle (the agent's) and the log (kept after the end). */
 static gp_err
 folders(ctr *c, char *why, size_t wn)
@@ -590,8 +692,12 @@ folders(ctr *c, char *why, size_t wn)
     strfmt(c->pidfile, sizeof(c->pidfile), "%s/pid", c->bundle);
     strfmt(c->logdir, sizeof(c->logdir), "%s/logs/%s/%u", c->n->img.state_dir, c->job,
              c->attempt);
+    strfmt(c->report_dir, sizeof(c->report_dir), "%s/reports/%s", c->n->img.state_dir, c->id);
+    strfmt(c->report, sizeof(c->report), "%s/checkpoint", c->report_dir);
     if (mkdir_p(c->bundle, 0700) != 0 || mkdir_p(c->logdir, 0750) != 0 ||
-        (c->ckpt[0] != '\0' && mkdir_p(c->ckpt, 0700) != 0)) {
+        (c->ckpt[0] != '\0' && mkdir_p(c->ckpt, 0700) != 0) ||
+        rm_tree_quick(c->report_dir) != 0 || mkdir_p(c->report_dir, 0700) != 0 ||
+        lchown(c->report_dir, c->host_id, c->host_id) != 0) {
         strfmt(why, wn, "cannot make the attempt's folders: %s", strerror(errno));
         return GP_EINTERNAL;
     }
@@ -613,6 +719,32 @@ kill_argv_init(ctr *c)
     strfmt(c->sig_kill, sizeof(c->sig_kill), "KILL");
     c->kill_argv[k++] = c->sig_kill;
     c->kill_argv[k] = NULL;
+}
+
+/* file://PATH: the shared store's folder of this job, mounted at
+ * /checkpoint in place of the node-local one (it must lie under the node's
+ * checkpoint-shared-root: the control plane names it, never the tenant);
+ * another URI (the tenant's object store) goes to the container as is. */
+static gp_err
+checkpoint_location(ctr *c, const msg_run_attempt *in, char *why, size_t wn)
+{
+    const char *u = in->checkpoint_uri, *root = c->n->ckpt_shared_root;
+    size_t      k = root ? strlen(root) : 0;
+
+    if (strncmp(u, "file://", 7) != 0) {
+        strfmt(c->ckpt_uri, sizeof(c->ckpt_uri), "%s", u);
+        return GP_EOK;
+    }
+    u += 7;
+    if (k == 0 || strncmp(u, root, k) != 0 || u[k] != '/' || strstr(u, "/..") != NULL ||
+        strstr(u, "//") != NULL) {
+        strfmt(why, wn, "checkpoint_uri: %s is not under this node's shared store (%s)",
+               in->checkpoint_uri, k ? root : "none");
+        return GP_EINVAL;
+    }
+    strfmt(c->ckpt, sizeof(c->ckpt), "%s", u);
+    strfmt(c->ckpt_uri, sizeof(c->ckpt_uri), "file:///checkpoint");
+    return GP_EOK;
 }
 
 static gp_err
@@ -648,6 +780,9 @@ ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const in
     strfmt(c->job, sizeof(c->job), "%s", in->job_id);
     strfmt(c->id, sizeof(c->id), "gp-%s-%u", in->job_id, in->attempt);
     strfmt(c->ckpt, sizeof(c->ckpt), "%s", in->checkpoint_dir);
+    c->has_resume = GP_HAS(in, MSG_RUN_ATTEMPT__RESUME_STEP);
+    c->resume_step = in->resume_step;
+    strfmt(c->resume_id, sizeof(c->resume_id), "%s", in->resume_id);
     kill_argv_init(c);
     if (gp_image_ref_parse(in->image, &r, why, wn) != GP_EOK) {
         char w[200];
@@ -660,6 +795,8 @@ ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const in
         strfmt(why, wn, "the node runs %d containers already", CTR_SLOTS);
         rc = GP_EUNAVAIL;
     }
+    if (rc == GP_EOK)
+        rc = checkpoint_location(c, in, why, wn);
     if (rc == GP_EOK) {
         c->host_id = n->id_base + (uint32_t)c->slot * CTR_IDS;
         gpu_devs(c, in, minors);
@@ -702,6 +839,11 @@ ctr_exited(ctr *c, bool *started, char *why, size_t wn)
                    c->id, NULL};
     char *rm[] = {(char *)"rm", (char *)"-rf", rm_b, NULL};
 
+    if (ev_is_active(&c->report_w)) {    /* a report written just before the end counts */
+        ev_stat_stat(c->loop, &c->report_w);
+        report_cb(c->loop, &c->report_w, 0);
+        ev_stat_stop(c->loop, &c->report_w);
+    }
     *started = access(c->pidfile, F_OK) == 0;
     if (!*started) {
         char tail[240] = "", path[600];
@@ -750,6 +892,8 @@ ctr_free(ctr *c)
         return;
     img_cancel(c->pull);
     proc_cancel(c->step);
+    if (ev_is_active(&c->report_w))
+        ev_stat_stop(c->loop, &c->report_w);
     if (c->rfd >= 0) {
         ev_io_stop(c->loop, &c->out_io);
         close(c->rfd);

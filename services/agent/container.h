@@ -39,6 +39,7 @@ typedef struct ctr_node {
     uint32_t    cpu_millis, memory_mb, scratch_mb, pids;         /* defaults */
     uint32_t    max_cpu_millis, max_memory_mb, max_scratch_mb;   /* what one may ask */
     uint32_t    log_kb;
+    const char *ckpt_shared_root;   /* file:// checkpoint URIs must be under it; "" none */
 } ctr_node;
 
 typedef struct ctr ctr;
@@ -48,7 +49,23 @@ typedef struct ctr_cbs {
     void (*running)(void *arg, pid_t pid);
     /* it never ran: why starts with "image " when the image is at fault */
     void (*failed)(void *arg, const char *why);
+    /* it reported a completed checkpoint (the report protocol, below) */
+    void (*reported)(void *arg, uint64_t step, const char *id);
 } ctr_cbs;
+
+/* The checkpoint report protocol (the contract: AttemptEvent's
+ * checkpoint_step): once a checkpoint is complete where it lives, the job
+ * writes one line "step=N id=TEXT" (id optional, at most 127 bytes of
+ * [A-Za-z0-9._:/-]) to a new file and renames it to
+ * $GP_REPORT_DIR/checkpoint.  The agent reads it (a regular file, at most
+ * 256 bytes, never followed through a link) and publishes `checkpointed`
+ * with the step and id; the scheduler keeps the last one on the job and
+ * the next attempt, on any node, gets it in GP_RESUME_STEP and
+ * GP_RESUME_CHECKPOINT.  A step lower than one already reported is
+ * ignored. */
+#define CTR_REPORT_MAX 256
+/* Parses a report; false when it is not "step=N[ id=TEXT]". */
+bool   ctr_report_parse(const char *s, uint64_t *step, char *id, size_t idn);
 
 /* Loads the seccomp profile, resolves the runtime, makes the folders;
  * false with why. */

@@ -215,6 +215,29 @@ cached_dir(const img_cfg *c, const char *digest, char *out, size_t n)
     strfmt(out, n, "%s/images/%s", c->state_dir, digest + 7);
 }
 
+/* Mount points the runtime needs and a read-only root cannot get later.
+ * The image's own entries are never followed: a link where a mount point
+ * goes (run -> /var/run) would point mkdir at the node's own folders. */
+static void
+mountpoints(const char *bundle)
+{
+    static const char *const dirs[] = {"proc", "dev", "sys", "tmp", "scratch", "checkpoint", "run"};
+    char path[640];
+    int  root, run;
+
+    strfmt(path, sizeof(path), "%s/rootfs", bundle);
+    if ((root = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return;
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        (void)mkdirat(root, dirs[i], 0755);   /* EEXIST (a dir, or a link runc resolves) is fine */
+    run = openat(root, "run", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (run >= 0) {
+        (void)mkdirat(run, "gridpool", 0755);
+        close(run);
+    }
+    close(root);
+}
+
 static bool
 is_cached(const char *dir)
 {
@@ -224,20 +247,8 @@ is_cached(const char *dir)
     if (access(path, R_OK) != 0)
         return false;
     utimensat(AT_FDCWD, dir, NULL, 0);      /* in use: img_gc keeps the newest */
+    mountpoints(dir);                       /* one added since it was unpacked */
     return true;
-}
-
-/* Mount points the runtime needs and a read-only root cannot get later. */
-static void
-mountpoints(const char *bundle)
-{
-    static const char *const dirs[] = {"proc", "dev", "sys", "tmp", "scratch", "checkpoint"};
-    char path[640];
-
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-        strfmt(path, sizeof(path), "%s/rootfs/%s", bundle, dirs[i]);
-        (void)mkdir(path, 0755);             /* EEXIST (a dir, or a link runc resolves) is fine */
-    }
 }
 
 static void

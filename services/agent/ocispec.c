@@ -87,6 +87,11 @@ mounts(const oci_in *in, gp_buf *b)
         APPEND(str(b, in->ckpt_dir));
         APPEND(gp_buf_puts(b, ",\"options\":[\"rbind\",\"rw\",\"nosuid\",\"nodev\",\"noexec\"]}"));
     }
+    if (in->report_dir != NULL) {
+        APPEND(gp_buf_puts(b, ",{\"destination\":\"/run/gridpool\",\"type\":\"bind\",\"source\":"));
+        APPEND(str(b, in->report_dir));
+        APPEND(gp_buf_puts(b, ",\"options\":[\"rbind\",\"rw\",\"nosuid\",\"nodev\",\"noexec\"]}"));
+    }
     APPEND(gp_buf_puts(b, "],"));
     return rc;
 }

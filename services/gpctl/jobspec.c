@@ -39,6 +39,7 @@ static const spec_flag flags[] = {
     {"--priority", "priority", "N", "0 to 1000 (default 100); higher may preempt"},
     {"--interruptible", "interruptible", NULL, "may be preempted (=true|false with '=')"},
     {"--checkpoint-interval", "checkpoint_interval_s", "S", "seconds between checkpoints"},
+    {"--checkpoint-uri", "checkpoint_uri", "URI", "shared: (the operator's store) or s3://, gs://, https://"},
     {"--max-price", "max_price_micros_per_gpu_hour", "MICROS",
      "highest price per GPU-hour, micro-units (needs --currency)"},
     {"--currency", "currency", "CUR", "ISO 4217 code of --max-price"},

@@ -42,6 +42,10 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
     GP_CFG_STR("checkpoint-root", scheduler_cfg, checkpoint_root, "/tmp/gridpool-checkpoints",
                "an attempt's checkpoint folder on its node is <checkpoint-root>/<job id> (one "
                "per job, so the next attempt resumes from it)"),
+    GP_CFG_STR("checkpoint-shared-root", scheduler_cfg, checkpoint_shared_root, "",
+               "the shared checkpoint store every node mounts at this path (e.g. NFS): a job's "
+               "\"shared:\" checkpoints go to <root>/<tenant>/<job>; empty: none (jobs name "
+               "their object store)"),
     GP_CFG_UINT("fair-half-life-ms", scheduler_cfg, fair_half_life_ms, 3600000, 1000, 2592000000u,
                 "fair share: half-life of a tenant's GPU usage"),
     GP_CFG_UINT("hold-after-ms", scheduler_cfg, hold_after_ms, 1800000, 1000, 2592000000u,

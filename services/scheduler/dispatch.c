@@ -383,6 +383,20 @@ pin_image(char *out, size_t n, const sched_placed *p)
     memcpy(out + k + 1, p->image_digest, dl + 1);
 }
 
+/* "shared:" is the job's own folder of the shared store; an object store
+ * is the tenant's own URI. */
+static void
+checkpoint_uri(char *out, size_t n, const scheduler_cfg *cfg, const sched_placed *p)
+{
+    if (strcmp(p->spec.checkpoint_uri, "shared:") == 0 && cfg->checkpoint_shared_root[0] != '\0')
+        snprintf(out, n, "file://%.100s/%.63s/%.63s", cfg->checkpoint_shared_root, p->tenant,
+                 p->job);
+    else if (strcmp(p->spec.checkpoint_uri, "shared:") != 0)
+        snprintf(out, n, "%s", p->spec.checkpoint_uri);
+    else
+        out[0] = '\0';
+}
+
 static gp_err
 send_run_now(dround *d, uint32_t rank)
 {
@@ -406,6 +420,12 @@ send_run_now(dround *d, uint32_t rank)
     m.resources = p->spec.resources;
     m.gpus = (gp_arr){.v = g, .n = ng};
     m.resume_ms = p->resume_ms;
+    if (p->has_step) {
+        m.resume_step = p->resume_step;
+        GP_SET_HAS(&m, MSG_RUN_ATTEMPT__RESUME_STEP);
+        snprintf(m.resume_id, sizeof(m.resume_id), "%s", p->resume_id);
+    }
+    checkpoint_uri(m.checkpoint_uri, sizeof(m.checkpoint_uri), d->s->cfg, p);
     rc = gp_op_subjectf(GP_OP_NODE_RUN, subj, sizeof(subj), p->site, p->node[rank]);
     if (rc == GP_EOK)
         rc = gp_call2(gp_app_bus(d->s->app), subj, &msg_run_attempt_desc, &m,

@@ -233,16 +233,18 @@ static const char lock_pairs_sql[] =
  * before).  One statement per event was one of the round trips every job
  * cost PostgreSQL (place_bench). */
 
-#define EV_NPARAMS 14
+#define EV_NPARAMS 16
 
 static const char reported_sql[] =
     "SELECT r.* FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[],\n"
     "    $6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::bigint[],\n"
-    "    $12::text[], $13::text[])\n"
-    "  WITH ORDINALITY AS e(job, att, site, node, ev, code, at, gpu, mj, prog, now, why, dg, ord)\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[])\n"
+    "  WITH ORDINALITY AS e(job, att, site, node, ev, code, at, gpu, mj, prog, now, why, dg,\n"
+    "    step, cid, ord)\n"
     "CROSS JOIN LATERAL sched_attempt_event(e.job, e.att, e.site, e.node, e.ev,\n"
     "  NULLIF(e.code, '')::int, e.at, NULLIF(e.gpu, '')::bigint, NULLIF(e.mj, '')::bigint,\n"
-    "  NULLIF(e.prog, '')::bigint, e.now, $14::int, NULLIF(e.why, ''), NULLIF(e.dg, '')) r\n"
+    "  NULLIF(e.prog, '')::bigint, e.now, $16::int, NULLIF(e.why, ''), NULLIF(e.dg, ''),\n"
+    "  NULLIF(e.step, '')::bigint, e.cid) r\n"
     "ORDER BY e.ord";
 
 static void
@@ -254,11 +256,11 @@ u64_text(char *out, size_t n, const msg_attempt_event *ev, int field, uint64_t v
         out[0] = '\0';
 }
 
-/* One event's 13 values, as text, into the arrays. */
+/* One event's 15 values, as text, into the arrays. */
 static gp_err
 event_add(gp_buf *arr, const msg_attempt_event *ev, const char *now)
 {
-    char        att[16], code[16], at[24], gpu[24], mj[24], prog[24];
+    char        att[16], code[16], at[24], gpu[24], mj[24], prog[24], step[24];
     gp_err      rc = GP_EOK;
 
     snprintf(att, sizeof(att), "%u", ev->attempt);
@@ -270,12 +272,13 @@ event_add(gp_buf *arr, const msg_attempt_event *ev, const char *now)
     u64_text(gpu, sizeof(gpu), ev, MSG_ATTEMPT_EVENT__GPU_MS, ev->gpu_ms);
     u64_text(mj, sizeof(mj), ev, MSG_ATTEMPT_EVENT__ENERGY_MJ, ev->energy_mj);
     u64_text(prog, sizeof(prog), ev, MSG_ATTEMPT_EVENT__PROGRESS_MS, ev->progress_ms);
+    u64_text(step, sizeof(step), ev, MSG_ATTEMPT_EVENT__CHECKPOINT_STEP, ev->checkpoint_step);
     /* a digest the contract's pattern would refuse is not stored (the
      * column's CHECK would fail the whole batch) */
     const char *dg = gp_image_digest_ok(ev->image_digest) ? ev->image_digest : "";
     const char *v[EV_NPARAMS - 1] = {ev->job_id, att, ev->site, ev->node,
                                      msg_attempt_event_event_names[ev->event], code, at, gpu, mj,
-                                     prog, now, ev->reason, dg};
+                                     prog, now, ev->reason, dg, step, ev->checkpoint_id};
 
     for (int k = 0; k < EV_NPARAMS - 1 && rc == GP_EOK; k++)
         rc = gp_pgarr_add(&arr[k], v[k]);

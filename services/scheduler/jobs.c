@@ -120,6 +120,11 @@ spec_refs_check(sched *s, const char *tenant, const msg_job_spec *sp, char *why,
     const snap *sn = &s->snap;
     int32_t     i;
 
+    if (strcmp(sp->checkpoint_uri, "shared:") == 0 && s->cfg->checkpoint_shared_root[0] == '\0') {
+        snprintf(why, n, "checkpoint_uri: this control plane has no shared checkpoint store "
+                         "(checkpoint-shared-root): name your object store");
+        return GP_EINVAL;
+    }
     if (!s->fed)
         return GP_EOK;
     if (GP_HAS(sp, MSG_JOB_SPEC__PRODUCT) && sp->product[0] != '\0') {

@@ -448,6 +448,9 @@ dispatch_placed(sched_queue *q, qjob *qj, uint32_t attempt, const place_choice *
     }
     p->resume_ms = j->progress_ms;      /* work done at its last checkpoint */
     snprintf(p->image_digest, sizeof(p->image_digest), "%s", j->image_digest);
+    p->has_step = GP_HAS(j, MSG_JOB__CHECKPOINT_STEP);
+    p->resume_step = j->checkpoint_step;
+    snprintf(p->resume_id, sizeof(p->resume_id), "%s", j->checkpoint_id);
     p->spec = j->spec;                     /* moved: the job row's copy lets go of it */
     qj->job.spec = (msg_job_spec){0};
     sched_dispatch(q->s, p);

@@ -15,12 +15,13 @@
 const char sched_job_cols[] =
     "j.id, j.tenant, j.state, j.spec, j.image_digest, j.reason, j.attempts_made, j.preemptions, j.failures, "
     "j.platform_faults, "
-    "j.created_ms, j.updated_ms, j.ended_ms, j.exit_code, j.checkpoint_ms, j.progress_ms, j.gpu_ms, "
+    "j.created_ms, j.updated_ms, j.ended_ms, j.exit_code, j.checkpoint_ms, j.checkpoint_step, "
+    "j.checkpoint_id, j.progress_ms, j.gpu_ms, "
     "j.waiting, j.nodes_considered";
 
 const char sched_attempt_cols[] =
     "a.job_id, a.attempt, a.rank, a.site, a.node, a.image_digest, array_to_string(a.gpus, ',') AS gpus, a.state, "
-    "a.reason, a.exit_code, a.created_ms, a.started_ms, a.ended_ms, a.checkpoint_ms, "
+    "a.reason, a.exit_code, a.created_ms, a.started_ms, a.ended_ms, a.checkpoint_ms, a.resume_step, "
     "a.latency_est_ms, a.score, a.score_latency, a.score_price, a.score_packing, "
     "a.score_reliability, a.score_thermal, a.price_micros_per_gpu_hour, a.currency, "
     "a.preempted_by, a.gpu_ms, a.energy_mj";

@@ -40,6 +40,7 @@ typedef struct scheduler_cfg {
     unsigned      preempt_grace_ms;  /* checkpoint request -> stop */
     unsigned      attempt_lease_ms;  /* lease_ms sent in RunAttempt (0: the agent's own) */
     char          checkpoint_root[192]; /* checkpoint_dir = <root>/<job> */
+    char          checkpoint_shared_root[101]; /* "shared:" = file://<root>/<tenant>/<job> */
     unsigned      fair_half_life_ms; /* fair.h: usage decay */
     unsigned      hold_after_ms;     /* fair.h: a big job waiting this long is held */
     unsigned      hold_gpus;         /* fair.h: a big job asks at least this many GPUs */
@@ -288,6 +289,9 @@ typedef struct sched_placed {
     uint64_t gpus[8];
     uint64_t resume_ms;
     char     image_digest[72];    /* the job's pinned digest, "" before its first start */
+    bool     has_step;            /* the job reported a checkpoint: resume from it */
+    uint64_t resume_step;
+    char     resume_id[128];
     msg_job_spec spec;            /* owned: cleared by dispatch */
 } sched_placed;
 void   sched_dispatch(sched *s, sched_placed *p);   /* takes p */

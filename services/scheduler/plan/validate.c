@@ -121,6 +121,24 @@ check_image(const msg_job_spec *sp, char *msg, size_t n)
     return GP_EOK;
 }
 
+/* "shared:" (the operator's store) or the tenant's object store; never a
+ * path of the node's (the platform picks the shared store's folder). */
+static gp_err
+check_checkpoint(const msg_job_spec *sp, char *msg, size_t n)
+{
+    static const char *const schemes[] = {"s3://", "gs://", "https://"};
+    const char *u = sp->checkpoint_uri;
+
+    if (u[0] == '\0' || strcmp(u, "shared:") == 0)
+        return GP_EOK;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+        if (strncmp(u, schemes[i], strlen(schemes[i])) == 0 && u[strlen(schemes[i])] != '\0' &&
+            strpbrk(u, " \t\r\n\"'") == NULL)
+            return GP_EOK;
+    return refuse(msg, n, GP_EINVAL, "checkpoint_uri",
+                  "must be \"shared:\" or an object store: s3://, gs:// or https:// and a location");
+}
+
 gp_err
 sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
 {
@@ -129,6 +147,8 @@ sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
     if (sp->command[0] == '\0' && sp->image[0] == '\0')
         return refuse(msg, n, GP_EMISSING, "image", "needed (or a sim: command on the simulated fleet)");
     rc = check_image(sp, msg, n);
+    if (rc == GP_EOK)
+        rc = check_checkpoint(sp, msg, n);
     if (rc != GP_EOK)
         return rc;
     rc = check_lists(sp, msg, n);

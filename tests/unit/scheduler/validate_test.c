@@ -59,6 +59,20 @@ test_rules(void)
     base(&sp);
     snprintf(sp.image, sizeof(sp.image), "reg.example/acme/train:v3");
     T_OKM(refused(&sp, GP_EINVAL, "command"), "a sim: command with an image refused");
+    static const char *const uri_ok[] = {"shared:", "s3://bucket/run-7", "gs://b/p", "https://o.example/c"};
+    static const char *const uri_bad[] = {"file:///etc", "/var/lib/x", "s3://", "shared:/x", "s3://a b",
+                                          "nfs://h/x"};
+
+    for (size_t i = 0; i < sizeof(uri_ok) / sizeof(uri_ok[0]); i++) {
+        base(&sp);
+        snprintf(sp.checkpoint_uri, sizeof(sp.checkpoint_uri), "%s", uri_ok[i]);
+        T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "checkpoint_uri %s accepted", uri_ok[i]);
+    }
+    for (size_t i = 0; i < sizeof(uri_bad) / sizeof(uri_bad[0]); i++) {
+        base(&sp);
+        snprintf(sp.checkpoint_uri, sizeof(sp.checkpoint_uri), "%s", uri_bad[i]);
+        T_OKM(refused(&sp, GP_EINVAL, "checkpoint_uri"), "checkpoint_uri %s refused", uri_bad[i]);
+    }
     base(&sp);
     sp.max_latency_ms = 10;
     GP_SET_HAS(&sp, MSG_JOB_SPEC__MAX_LATENCY_MS);

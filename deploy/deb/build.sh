@@ -5,7 +5,8 @@
 # files under /etc/gridpool (conffiles: an upgrade keeps the node's), the
 # leaf-node NATS config, and the maintainer scripts (the system user
 # gridpool-agent).  Depends: the packages of the libraries the binary
-# names (NEEDED; ldd, dpkg -S), passwd for useradd.  Prints the package's path.
+# names (NEEDED; ldd, dpkg -S), passwd for useradd, the OCI runtime and the
+# image tools the agent runs.  Prints the package's path.
 set -eu
 build=$1
 out=$2
@@ -41,9 +42,11 @@ strip --strip-unneeded "$root/usr/bin/gridpool-agent"
 install -D -m 0644 "$here/gridpool-agent.service" "$root/lib/systemd/system/gridpool-agent.service"
 install -D -m 0644 "$here/gridpool-leaf.service" "$root/lib/systemd/system/gridpool-leaf.service"
 install -D -m 0644 "$here/agent.conf" "$root/etc/gridpool/agent.conf"
-install -D -m 0640 "$here/agent-credentials.env" "$root/etc/gridpool/agent-credentials.env"
+install -D -m 0600 "$here/agent-credentials.env" "$root/etc/gridpool/agent-credentials.env"
 install -D -m 0640 "$here/leaf.env" "$root/etc/gridpool/leaf.env"
 install -D -m 0644 "$top/deploy/nats/leaf.conf" "$root/usr/share/gridpool/nats/leaf.conf"
+# the containers' seccomp profile (make builds it from containers-common's)
+install -D -m 0644 "$build/seccomp.json" "$root/usr/share/gridpool/seccomp.json"
 install -D -m 0644 "$here/README" "$root/usr/share/doc/gridpool-agent/README"
 mkdir -p "$root/DEBIAN"
 install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$root/DEBIAN/"
@@ -55,7 +58,7 @@ Version: $version
 Architecture: $arch
 Maintainer: gridpool <ops@gridpool.example>
 Installed-Size: $size
-Depends: $deps, passwd
+Depends: $deps, passwd, runc (>= 1.1) | crun, skopeo, umoci
 Recommends: nats-server
 Suggests: libnvidia-ml1
 Section: admin
@@ -64,7 +67,8 @@ Homepage: https://gridpool.example
 Description: gridpool node agent
  Registers a GPU node with the gridpool control plane, heartbeats with
  its telemetry (NVML), renews its lease and runs the GPU jobs it is
- given, under systemd (gridpool-agent.service). gridpool-leaf.service
+ given, each in its own OCI container (runc or crun; images by skopeo and
+ umoci), under systemd (gridpool-agent.service). gridpool-leaf.service
  runs the site's NATS leaf node (with nats-server).
 CONTROL
 mkdir -p "$out"

@@ -59,5 +59,9 @@ const gp_cfg_opt agent_cfg_opts[] = {
                "where this node mounts the shared checkpoint store (the scheduler's "
                "checkpoint-shared-root): a job's \"shared:\" folder under it is its /checkpoint; "
                "empty: none"),
+    GP_CFG_STR("credentials", agent_cfg, credentials, "",
+               "a KEY=VALUE file with the node's NATS identity (GP_NATS_USER, GP_NATS_PASSWORD), "
+               "read after the config; empty: $CREDENTIALS_DIRECTORY/nats when systemd's "
+               "LoadCredential= gave one (the package's unit does)"),
     GP_CFG_END
 };

@@ -33,6 +33,7 @@ typedef struct agent_cfg {
     unsigned      log_kb;
     unsigned      image_keep;
     char          checkpoint_shared_root[101];
+    char          credentials[256];
 } agent_cfg;
 
 /* The process' state. */

@@ -6,6 +6,7 @@
  * gp.node.<site>.<node>.> is all it needs); it needs no Redis or
  * PostgreSQL. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -81,11 +82,38 @@ containers(const agent_cfg *c, agent_proc *p)
             n->runtime, c->state_dir, n->max_cpu_millis, n->max_memory_mb);
 }
 
+/* The node's NATS identity from a file only root reads (the package's unit
+ * hands it over with LoadCredential=): never in the agent's environment,
+ * so never in anything it starts.  false: unreadable (exit 78). */
+static bool
+credentials(agent_cfg *c)
+{
+    char        path[512], err[256];
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+
+    if (c->credentials[0] != '\0')
+        snprintf(path, sizeof(path), "%s", c->credentials);
+    else if (dir != NULL && dir[0] != '\0')
+        snprintf(path, sizeof(path), "%s/nats", dir);
+    else
+        return true;
+    if (c->credentials[0] == '\0' && access(path, R_OK) != 0)
+        return true;                      /* LoadCredential= of another name, or none */
+    if (gp_cfg_read_file(agent_cfg_opts, c, path, err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "gridpool-agent: credentials %s: %s\n", path, err);
+        return false;
+    }
+    return true;
+}
+
 int
 agent_prepare(void *cfg, void *state)
 {
     agent_cfg  *c = cfg;
     agent_proc *p = state;
+
+    if (!credentials(c))
+        return 78;
 
     if (!gp_id_ok(c->site) || !gp_id_ok(c->node)) {
         fprintf(stderr, "gridpool-agent: --site and --node are required (no '.', '*', '>', spaces)\n");

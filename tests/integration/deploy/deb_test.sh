@@ -46,13 +46,17 @@ grep -q '^-rwxr-xr-x root/root ./usr/bin/gridpool-agent$' "$tmp/contents" &&
     grep -q ' ./lib/systemd/system/gridpool-agent.service$' "$tmp/contents" &&
     grep -q ' ./lib/systemd/system/gridpool-leaf.service$' "$tmp/contents" &&
     grep -q ' ./usr/share/gridpool/nats/leaf.conf$' "$tmp/contents" &&
-    grep -q '^-rw-r----- root/root ./etc/gridpool/agent-credentials.env$' "$tmp/contents" &&
+    grep -q '^-rw------- root/root ./etc/gridpool/agent-credentials.env$' "$tmp/contents" &&
     dpkg-deb -I "$deb" conffiles | sort | tr '\n' ' ' | grep -qx \
         '/etc/gridpool/agent-credentials.env /etc/gridpool/agent.conf /etc/gridpool/leaf.env '
 ok "... the agent, both units, the leaf's NATS config; its three files under /etc/gridpool are conffiles" $?
 missing=""
-for p in $(f Depends | tr -d ' ' | tr ',' ' '); do
-    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+for alt in $(f Depends | tr -d ' ' | tr ',' ' '); do     # "a(>=1)|b": one of them
+    one=
+    for p in $(echo "$alt" | tr '|' ' '); do
+        dpkg -s "${p%%(*}" >/dev/null 2>&1 && one=1
+    done
+    [ -n "$one" ] || missing="$missing $alt"
 done
 f Depends | grep -q 'libnats' && f Depends | grep -q 'libev' && [ -z "$missing" ]
 st_=$?
@@ -83,9 +87,12 @@ out=$(systemd-analyze verify --man=no --root="$V" /lib/systemd/system/typo.servi
 echo "$out" | grep -q 'restart specifier'
 ok "... and it finds a planted typo (Restart=on-failur)" $?
 u() { sed -n "s/^$1=//p" "$V/lib/systemd/system/gridpool-agent.service"; }
-[ "$(u User)" = gridpool-agent ] && [ "$(u Restart)" = on-failure ] &&
-    [ "$(u EnvironmentFile)" = /etc/gridpool/agent-credentials.env ]
-ok "... the agent's unit: its own user, restarted on failure, credentials from agent-credentials.env" $?
+[ -z "$(u User)" ] && [ "$(u Restart)" = on-failure ] && [ -z "$(u EnvironmentFile)" ] &&
+    [ "$(u LoadCredential)" = nats:/etc/gridpool/agent-credentials.env ]
+ok "... the agent's unit: root (it maps the containers' ids), restarted on failure, its identity by LoadCredential= (not in its environment)" $?
+dpkg-deb -f "$deb" Depends | grep -q 'runc (>= 1.1) | crun, skopeo, umoci' &&
+    dpkg-deb -c "$deb" | grep -q ' ./usr/share/gridpool/seccomp.json$'
+ok "... it depends on an OCI runtime, skopeo and umoci, and ships the containers' seccomp profile" $?
 
 # ---- 3. installed in an empty root -------------------------------------------------------------
 dpkg --root="$R" --force-script-chrootless --force-depends --log=/dev/null -i "$deb" \
@@ -97,9 +104,10 @@ gid=$(awk -F: '$1 == "gridpool-agent" { print $3 }' "$R/etc/group")
 st_=$?
 ok "dpkg --root: installed in an empty root (its dependencies are the host's)" $st_
 [ -n "$uid" ] && [ "$uid" -gt 0 ] && [ -n "$gid" ] &&
-    [ "$(stat -c '%a %u %g' "$R/etc/gridpool/agent-credentials.env")" = "640 0 $gid" ] &&
+    [ "$(stat -c '%a %u %g' "$R/etc/gridpool/agent-credentials.env")" = "600 0 0" ] &&
+    [ "$(stat -c '%a %u %g' "$R/etc/gridpool/leaf.env")" = "640 0 $gid" ] &&
     grep -q '^gridpool-agent:.*:/usr/sbin/nologin$' "$R/etc/passwd"
-ok "... postinst: the system user gridpool-agent ($uid:$gid, no login), credentials 0640 root:gridpool-agent" $?
+ok "... postinst: the leaf's user gridpool-agent ($uid:$gid, no login); the agent's credentials 0600 root, the leaf's 0640" $?
 ldd "$R/usr/bin/gridpool-agent" | grep -q 'not found'
 [ $? -ne 0 ]
 ok "... the installed agent finds every library it loads" $?
@@ -115,13 +123,19 @@ sed -i -e 's/^GP_SITE=.*/GP_SITE=s0042/' -e 's/^GP_NODE=.*/GP_NODE=s0042-n01/' \
     -e "s|^GP_NATS_URL=.*|GP_NATS_URL=$GP_NATS_URL|" -e 's/^GP_GPU_BACKEND=.*/GP_GPU_BACKEND=sim/' "$conf"
 grep -E '^GP_NATS_(USER|PASSWORD)=' "$D/gp.env" >>"$R/etc/gridpool/agent-credentials.env"
 exec_start=$(u ExecStart | sed "s| /| $R/|g; s|^/|$R/|")
-(
-    set -a
-    # shellcheck disable=SC1090
-    . "$R/etc/gridpool/agent-credentials.env"      # EnvironmentFile=
-    set +a
-    exec setpriv --reuid="$uid" --regid="$gid" --clear-groups $exec_start
-) >"$tmp/agent.log" 2>&1 &
+# As systemd runs it: root, a clean environment, the credential in
+# $CREDENTIALS_DIRECTORY/nats (LoadCredential=nats:...).
+creds=$tmp/creds
+mkdir -p "$creds" && chmod 0700 "$creds"
+printf 'a line without an equals sign\n' >"$creds/nats"
+timeout 10 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CREDENTIALS_DIRECTORY="$creds" $exec_start \
+    >"$tmp/bad-creds.log" 2>&1
+st_=$?
+[ $st_ -eq 78 ] && grep -q "credentials $creds/nats" "$tmp/bad-creds.log"
+ok "the unit's ExecStart reads its LoadCredential= file: a malformed one stops it (exit $st_)" $?
+install -m 0600 "$R/etc/gridpool/agent-credentials.env" "$creds/nats"
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CREDENTIALS_DIRECTORY="$creds" $exec_start \
+    >"$tmp/agent.log" 2>&1 &
 agent=$!
 pids+=("$agent")
 for _ in $(seq 1 100); do
@@ -130,7 +144,9 @@ for _ in $(seq 1 100); do
 done
 $G get nodes -o json 2>/dev/null | grep -q '"id":"s0042-n01"'
 st_=$?
-ok "the unit's ExecStart from that root, as gridpool-agent ($(ps -o user= -p "$agent" 2>/dev/null)): node s0042-n01 registered" $st_
+ok "the unit's ExecStart from that root, as $(ps -o user= -p "$agent" 2>/dev/null): node s0042-n01 registered" $st_
+! tr '\0' '\n' <"/proc/$agent/environ" | grep -q '^GP_NATS'
+ok "... its NATS identity is not in its environment" $?
 kill -TERM "$agent" 2>/dev/null
 wait "$agent" 2>/dev/null
 

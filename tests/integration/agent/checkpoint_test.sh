@@ -7,7 +7,7 @@
 # other site and resumes from the last reported checkpoint: the attempt's
 # resume_step, the job's own output and its state file agree.
 #   Real registry, scheduler, recovery, runc, skopeo, umoci, docker-registry.
-# test-tags: pass=san timeout=600
+# test-tags: pass=normal timeout=600
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"

@@ -82,7 +82,7 @@ expect "submit -f job.json with a flag over it" 0 '' submit --tenant "$TENANT" -
 json_check "the flag overrides the file" "d['spec']['priority'] == 20"
 job3=$(pyjson 'd["id"]')
 expect "a spec the scheduler refuses: exit 1, code and field" 1 '^gpctl: [A-Z]+: .*pool' \
-    submit --tenant "$TENANT" --command x --gpus 1 --pool no-such-pool
+    submit --tenant "$TENANT" --command 'sim:run=1s' --gpus 1 --pool no-such-pool
 
 # ---- get, describe ----------------------------------------------------------------------
 

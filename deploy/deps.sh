@@ -20,7 +20,7 @@ pkgs=(
     podman runc docker-compose       # make image, compose_test: docker-compose.yml validated and run
     skopeo umoci golang-github-containers-common   # the containers: pull, unpack, seccomp default
     docker-registry busybox-static   # container tests: a real registry, an image built from busybox
-    iproute2                         # container tests: the node's addresses
+    iproute2 iptables containernetworking-plugins   # the containers' network: netns, firewall, CNI ptp
 )
 # deploy/k8s/validate: the Kubernetes API's types and validators for the
 # offline manifest check (tests/unit/deploy/k8s_test.sh), from the npm registry,

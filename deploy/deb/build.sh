@@ -58,7 +58,7 @@ Version: $version
 Architecture: $arch
 Maintainer: gridpool <ops@gridpool.example>
 Installed-Size: $size
-Depends: $deps, passwd, runc (>= 1.1) | crun, skopeo, umoci
+Depends: $deps, passwd, runc (>= 1.1) | crun, skopeo, umoci, containernetworking-plugins, iptables, iproute2
 Recommends: nats-server
 Suggests: libnvidia-ml1
 Section: admin

@@ -63,5 +63,12 @@ const gp_cfg_opt agent_cfg_opts[] = {
                "a KEY=VALUE file with the node's NATS identity (GP_NATS_USER, GP_NATS_PASSWORD), "
                "read after the config; empty: $CREDENTIALS_DIRECTORY/nats when systemd's "
                "LoadCredential= gave one (the package's unit does)"),
+    GP_CFG_STR("container-net", agent_cfg, container_net, "10.89.0.0/16",
+               "the containers' addresses (a routed veth each, masqueraded to the internet; "
+               "never to the node, other containers or private nets); empty: loopback only"),
+    GP_CFG_STR("container-allow-nets", agent_cfg, container_allow_nets, "",
+               "comma list of CIDRs containers may reach although private (a site's own mirror)"),
+    GP_CFG_STR("cni-path", agent_cfg, cni_path, "/usr/lib/cni",
+               "the CNI plugins (Debian's containernetworking-plugins): ptp and host-local"),
     GP_CFG_END
 };

@@ -58,6 +58,8 @@ struct ctr {
     char          (*args)[MSG_RUN_ATTEMPT_ARGS_ITEM_MAXLEN + 1];
     uint32_t        nargs;
     img_pull       *pull;
+    ctrnet_op      *netop;              /* the network being made */
+    bool            net_up;             /* made: taken down at the end */
     proc           *step;               /* the chown before the run */
     bool            ran;                /* `run` was spawned */
     char           *kill_argv[8];
@@ -149,12 +151,18 @@ ctr_node_init(ctr_node *n, const char *runtime, const char *seccomp_path, char *
     /* the state folder and the image cache are the agent's; the attempts
      * reach their own bundle and rootfs by path only (0711) */
     chmod(n->img.state_dir, 0711);
-    return true;
+    strfmt(n->cni_dir, sizeof(n->cni_dir), "%s/cni", n->img.state_dir);
+    n->net.state_dir = n->cni_dir;
+    if (n->net.cidr == NULL)
+        n->net.cidr = "";
+    return ctrnet_init(&n->net, why, wn);
 }
 
 void
 ctr_node_fini(ctr_node *n)
 {
+    if (n->seccomp_json != NULL)          /* it was initialised: its rules are installed */
+        ctrnet_fini(&n->net);
     free(n->seccomp_json);
     n->seccomp_json = NULL;
 }
@@ -478,6 +486,9 @@ write_config(ctr *c, const char *imgdir, char *why, size_t wn)
     gp_buf     b;
     gp_err     rc = img_config_read(imgdir, &ic, why, wn);
     FILE      *f;
+    char       netns[160];
+
+    ctrnet_path(c->id, netns, sizeof(netns));
 
     if (rc != GP_EOK)
         return rc;
@@ -491,7 +502,7 @@ write_config(ctr *c, const char *imgdir, char *why, size_t wn)
                  .memory_bytes = (uint64_t)c->memory_mb << 20, .cpu_millis = c->cpu_millis,
                  .pids = c->pids, .nofile = nofile_max(), .scratch_bytes = (uint64_t)c->scratch_mb << 20,
                  .devs = c->devs, .ndevs = c->ndevs, .ckpt_dir = c->ckpt[0] ? c->ckpt : NULL,
-                 .report_dir = c->report_dir,
+                 .report_dir = c->report_dir, .netns = c->n->net.cidr[0] ? netns : NULL,
                  .cgroups_path = cg, .seccomp_json = c->n->seccomp_json, .gpus = c->gpus};
 
     gp_buf_init(&b, 4u << 20);
@@ -563,13 +574,32 @@ chowned(void *arg, int status, const char *tail)
     run(c);
 }
 
-/* The image is here: the bundle, then the checkpoint folder handed to the
- * attempt's own ids (an earlier attempt had others), then the run. */
+static void after_net(ctr *c);
+
+static void
+net_ready(void *arg, int status, const char *tail)
+{
+    ctr *c = arg;
+    char why[300];
+
+    c->netop = NULL;
+    if (status != 0) {
+        strfmt(why, sizeof(why), "network: %s", tail);
+        fail(c, why);
+        return;
+    }
+    c->net_up = true;
+    after_net(c);
+}
+
+/* The image is here: the bundle, its network, then the checkpoint folder
+ * handed to the attempt's own ids (an earlier attempt had others), then
+ * the run. */
 static void
 pulled(void *arg, gp_err rc, const char *why_in, const char *digest, const char *dir)
 {
     ctr  *c = arg;
-    char  why[400], ids[32], log[600];
+    char  why[400];
 
     c->pull = NULL;
     if (rc != GP_EOK) {
@@ -581,6 +611,20 @@ pulled(void *arg, gp_err rc, const char *why_in, const char *digest, const char 
         fail(c, why);
         return;
     }
+    if (c->n->net.cidr[0] != '\0') {
+        if (ctrnet_up(&c->n->net, c->loop, c->id, net_ready, c, &c->netop) != GP_EOK)
+            fail(c, "network: cannot start making it");
+        return;
+    }
+    after_net(c);
+}
+
+/* The checkpoint folder handed to the attempt's own ids, then the run. */
+static void
+after_net(ctr *c)
+{
+    char ids[32], log[600];
+
     if (c->ckpt[0] == '\0') {
         run(c);
         return;
@@ -857,6 +901,9 @@ ctr_exited(ctr *c, bool *started, char *why, size_t wn)
     strfmt(rm_b, sizeof(rm_b), "%s", c->bundle);
     proc_run(c->loop, del, NULL, NULL, NULL, NULL);
     proc_run(c->loop, rm, NULL, NULL, NULL, NULL);
+    if (c->net_up)
+        ctrnet_down(&c->n->net, c->loop, c->id);
+    c->net_up = false;
     c->ran = false;
 }
 
@@ -865,6 +912,9 @@ ctr_kill_sync(ctr *c)
 {
     if (c->ran)
         (void)proc_run_sync(c->kill_argv, 3000);
+    if (c->net_up)                       /* the loop will not run its teardown */
+        ctrnet_down_sync(&c->n->net, c->id);
+    c->net_up = false;
 }
 
 char *const *
@@ -892,6 +942,9 @@ ctr_free(ctr *c)
         return;
     img_cancel(c->pull);
     proc_cancel(c->step);
+    ctrnet_forget(c->netop);
+    if (c->net_up)                       /* never ran, or freed before its end */
+        ctrnet_down(&c->n->net, c->loop, c->id);
     if (ev_is_active(&c->report_w))
         ev_stat_stop(c->loop, &c->report_w);
     if (c->rfd >= 0) {

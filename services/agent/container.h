@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "gp/err.h"
+#include "ctrnet.h"
 #include "image.h"
 #include "msg_gen.h"
 
@@ -40,6 +41,8 @@ typedef struct ctr_node {
     uint32_t    max_cpu_millis, max_memory_mb, max_scratch_mb;   /* what one may ask */
     uint32_t    log_kb;
     const char *ckpt_shared_root;   /* file:// checkpoint URIs must be under it; "" none */
+    ctrnet_cfg  net;                /* net.cidr "": loopback only */
+    char        cni_dir[300];       /* <state>/cni */
 } ctr_node;
 
 typedef struct ctr ctr;

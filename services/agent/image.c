@@ -235,6 +235,18 @@ mountpoints(const char *bundle)
         (void)mkdirat(run, "gridpool", 0755);
         close(run);
     }
+    /* /etc/resolv.conf: where the node's resolver is bound (a link of the
+     * image's is left alone: the runtime resolves it inside the rootfs) */
+    (void)mkdirat(root, "etc", 0755);
+    run = openat(root, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (run >= 0) {
+        int fd = openat(run, "resolv.conf", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0644);
+
+        if (fd >= 0)
+            close(fd);
+        close(run);
+    }
     close(root);
 }
 

@@ -75,8 +75,15 @@ mounts(const oci_in *in, gp_buf *b)
     APPEND(tmpfs(b, "/dev/shm", "\"nosuid\",\"noexec\",\"nodev\",\"mode=1777\",\"size=65536k\""));
     APPEND(gp_buf_puts(b, ",{\"destination\":\"/dev/mqueue\",\"type\":\"mqueue\",\"source\":"
                           "\"mqueue\",\"options\":[\"nosuid\",\"noexec\",\"nodev\"]}"));
-    APPEND(gp_buf_puts(b, ",{\"destination\":\"/sys\",\"type\":\"sysfs\",\"source\":\"sysfs\","
-                          "\"options\":[\"nosuid\",\"noexec\",\"nodev\",\"ro\"]}"));
+    /* sysfs can be mounted only by the owner of the network namespace:
+     * with one the agent made (ctrnet.c), the node's /sys, read-only (as
+     * podman does for a user namespace) */
+    if (in->netns != NULL)
+        APPEND(gp_buf_puts(b, ",{\"destination\":\"/sys\",\"type\":\"bind\",\"source\":\"/sys\","
+                              "\"options\":[\"rbind\",\"ro\",\"nosuid\",\"noexec\",\"nodev\"]}"));
+    else
+        APPEND(gp_buf_puts(b, ",{\"destination\":\"/sys\",\"type\":\"sysfs\",\"source\":\"sysfs\","
+                              "\"options\":[\"nosuid\",\"noexec\",\"nodev\",\"ro\"]}"));
     /* scratch: bounded, and charged to the attempt's memory cgroup */
     snprintf(o, sizeof(o), "\"nosuid\",\"nodev\",\"mode=1777\",\"size=%lluk\"",
              (unsigned long long)(in->scratch_bytes / 1024));
@@ -87,6 +94,10 @@ mounts(const oci_in *in, gp_buf *b)
         APPEND(str(b, in->ckpt_dir));
         APPEND(gp_buf_puts(b, ",\"options\":[\"rbind\",\"rw\",\"nosuid\",\"nodev\",\"noexec\"]}"));
     }
+    if (in->netns != NULL)               /* the node's resolver, read-only */
+        APPEND(gp_buf_puts(b, ",{\"destination\":\"/etc/resolv.conf\",\"type\":\"bind\","
+                              "\"source\":\"/etc/resolv.conf\",\"options\":[\"rbind\",\"ro\","
+                              "\"nosuid\",\"nodev\",\"noexec\"]}"));
     if (in->report_dir != NULL) {
         APPEND(gp_buf_puts(b, ",{\"destination\":\"/run/gridpool\",\"type\":\"bind\",\"source\":"));
         APPEND(str(b, in->report_dir));
@@ -166,10 +177,14 @@ linux_part(const oci_in *in, gp_buf *b)
                                  "\"hostID\":%u,\"size\":%u}],",
                               in->host_id, in->id_count, in->host_id, in->id_count);
 
-    /* network: a namespace of its own (only lo): nothing of the node's,
-     * the leaf's port and the agent included, is reachable */
-    APPEND(gp_buf_puts(b, "\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},"
-                          "{\"type\":\"ipc\"},{\"type\":\"uts\"},{\"type\":\"mount\"},"
+    /* network: a namespace of its own: loopback only, or ctrnet.c's
+     * routed veth behind the node's firewall rules */
+    APPEND(gp_buf_puts(b, "\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\""));
+    if (in->netns != NULL) {             /* its own, with the routed veth (ctrnet.h) */
+        APPEND(gp_buf_puts(b, ",\"path\":"));
+        APPEND(str(b, in->netns));
+    }
+    APPEND(gp_buf_puts(b, "},{\"type\":\"ipc\"},{\"type\":\"uts\"},{\"type\":\"mount\"},"
                           "{\"type\":\"user\"},{\"type\":\"cgroup\"}],"));
     APPEND(devices(in, b));
     APPEND(gp_buf_puts(b, "\"cgroupsPath\":"));

@@ -49,6 +49,7 @@ typedef struct oci_in {
     int                ndevs;
     const char        *ckpt_dir;       /* host folder bound at /checkpoint; NULL: none */
     const char        *report_dir;     /* host folder bound at /run/gridpool; NULL: none */
+    const char        *netns;          /* its network namespace (made by ctrnet.c); NULL: a new one, loopback only */
     const char        *cgroups_path;   /* "/gridpool/<id>" */
     const char        *seccomp_json;   /* an OCI linux.seccomp object, written as is */
     const char        *gpus;           /* "0,1": the node's GPU indices (an annotation) */

@@ -29,22 +29,17 @@ struct proc {
 static char *const tool_env[] = {(char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                  (char *)"HOME=/root", (char *)"LC_ALL=C", NULL};
 
-static pid_t spawn_with(char *const argv[], const char *out, int out_fd);
-
-static pid_t
-spawn(char *const argv[], const char *out)
-{
-    return spawn_with(argv, out, -1);
-}
+static pid_t spawn_with(char *const argv[], char *const envp[], const char *in, const char *out,
+                        int out_fd);
 
 pid_t
 proc_spawn_fd(char *const argv[], int out_fd)
 {
-    return spawn_with(argv, NULL, out_fd);
+    return spawn_with(argv, NULL, NULL, NULL, out_fd);
 }
 
 static pid_t
-spawn_with(char *const argv[], const char *out, int out_fd)
+spawn_with(char *const argv[], char *const envp[], const char *in, const char *out, int out_fd)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t          at;
@@ -54,7 +49,7 @@ spawn_with(char *const argv[], const char *out, int out_fd)
 
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 0, in ? in : "/dev/null", O_RDONLY, 0);
     if (out_fd >= 0) {
         posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
         posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
@@ -73,7 +68,7 @@ spawn_with(char *const argv[], const char *out, int out_fd)
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP);
-    rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, tool_env);
+    rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp ? envp : tool_env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rc != 0) {
@@ -142,6 +137,13 @@ gp_err
 proc_run(struct ev_loop *loop, char *const argv[], const char *out, proc_done_fn *cb, void *arg,
          proc **pp)
 {
+    return proc_run_env(loop, argv, NULL, NULL, out, cb, arg, pp);
+}
+
+gp_err
+proc_run_env(struct ev_loop *loop, char *const argv[], char *const envp[], const char *in_path,
+             const char *out, proc_done_fn *cb, void *arg, proc **pp)
+{
     proc *p = calloc(1, sizeof(*p));
     pid_t pid;
 
@@ -152,7 +154,7 @@ proc_run(struct ev_loop *loop, char *const argv[], const char *out, proc_done_fn
     p->cb = cb;
     p->arg = arg;
     snprintf(p->out, sizeof(p->out), "%s", out ? out : "");
-    pid = spawn(argv, out);
+    pid = spawn_with(argv, envp, in_path, out, -1);
     if (pid < 0) {
         free(p);
         return GP_EINTERNAL;
@@ -176,7 +178,13 @@ proc_cancel(proc *p)
 int
 proc_run_sync(char *const argv[], unsigned timeout_ms)
 {
-    pid_t    pid = spawn(argv, NULL);
+    return proc_run_sync_env(argv, NULL, timeout_ms);
+}
+
+int
+proc_run_sync_env(char *const argv[], char *const envp[], unsigned timeout_ms)
+{
+    pid_t    pid = spawn_with(argv, envp, NULL, NULL, -1);
     uint64_t end = gp_mono_ms() + timeout_ms;
     int      st;
 

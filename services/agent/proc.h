@@ -29,6 +29,10 @@ typedef void proc_done_fn(void *arg, int status, const char *tail);
  * the handle until cb has run. */
 gp_err proc_run(struct ev_loop *loop, char *const argv[], const char *out, proc_done_fn *cb,
                 void *arg, proc **p);
+/* proc_run with the child's environment (envp; NULL: the tools' own
+ * minimal one) and its stdin from the file in_path (NULL: /dev/null). */
+gp_err proc_run_env(struct ev_loop *loop, char *const argv[], char *const envp[],
+                    const char *in_path, const char *out, proc_done_fn *cb, void *arg, proc **p);
 /* Starts argv with stdout and stderr on out_fd (closed in the child's
  * copy only), its own process group; the caller watches the pid.  -1 with
  * errno. */
@@ -40,6 +44,8 @@ void   proc_cancel(proc *p);
  * teardown only, when the loop will not run again.  Its exit status, or
  * -1. */
 int    proc_run_sync(char *const argv[], unsigned timeout_ms);
+/* The same with the child's environment. */
+int    proc_run_sync_env(char *const argv[], char *const envp[], unsigned timeout_ms);
 /* snprintf for paths and reasons, which the agent's sizes keep short of
  * n (state-dir is at most 255 bytes, ids 63): false if it was cut.  Not
  * inlined, so gcc does not guess at truncation that cannot happen. */

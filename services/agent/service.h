@@ -34,6 +34,9 @@ typedef struct agent_cfg {
     unsigned      image_keep;
     char          checkpoint_shared_root[101];
     char          credentials[256];
+    char          container_net[64];
+    char          container_allow_nets[256];
+    char          cni_path[256];
 } agent_cfg;
 
 /* The process' state. */

@@ -12,9 +12,10 @@
 # the same host, one at a time.  Measured per attempt, on the client's
 # monotonic clock: send -> the agent's `exited` event (pull check, bundle,
 # config.json, `runc run`, the container's `true`, its delete, the event).
-# The reference, in the same run on the same machine: `runc run` by hand of
-# the bundle the agent wrote (same config, same rootfs), N times, start to
-# exit.  The ratio is gridpool's p50 over runc's p50.
+# The reference, in the same run on the same machine, by hand with the same
+# tools: a network namespace and the CNI ptp plugin's ADD, `runc run` of a
+# bundle like the agent's (same image rootfs, user namespace, seccomp,
+# limits), the plugin's DEL and the namespace's delete, N times.  The ratio is gridpool's p50 over runc's p50.
 set -u
 B=$GP_BUILD
 D=$(mktemp -d /tmp/gp-ctr.XXXXXX)
@@ -109,7 +110,7 @@ rc=$?
 cfgdir=$D/ref
 mkdir -p "$cfgdir"
 img=$(ls -d "$D"/state/images/*/ | head -n 1)
-$PY - "$img" "$cfgdir/config.json" "$B/seccomp.json" <<'PY'
+$PY - "$img" "$cfgdir/config.json" "$B/seccomp.json" "$$" <<'PY'
 import json, sys
 img, out, sec = sys.argv[1:4]
 # what the agent writes (ocispec.c), for `true`, without the GPU and the checkpoint folder
@@ -120,23 +121,33 @@ c = {"ociVersion": "1.0.2",
      "root": {"path": img.rstrip("/") + "/rootfs", "readonly": True}, "hostname": "ref",
      "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
                 {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=65536k"]},
-                {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+                {"destination": "/sys", "type": "bind", "source": "/sys", "options": ["rbind", "ro", "nosuid", "noexec", "nodev"]},
                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["size=16384k"]},
                 {"destination": "/scratch", "type": "tmpfs", "source": "tmpfs", "options": ["size=16384k"]}],
      "linux": {"uidMappings": [{"containerID": 0, "hostID": 1879048192 + 63 * 65536, "size": 65536}],
                "gidMappings": [{"containerID": 0, "hostID": 1879048192 + 63 * 65536, "size": 65536}],
-               "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "user", "cgroup")],
+               "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "cgroup")] +
+                             [{"type": "network", "path": "/run/netns/ctrref" + sys.argv[4]}],
                "cgroupsPath": "/gridpool-bench/ref",
                "resources": {"memory": {"limit": 268435456}, "pids": {"limit": 4096},
                              "devices": [{"allow": False, "access": "rwm"}]},
                "seccomp": json.load(open(sec))}}
 json.dump(c, open(out, "w"))
 PY
+# the same network by hand: a namespace, the ptp plugin's ADD and DEL
+cat >"$D/ref-cni.json" <<CNI
+{"cniVersion":"1.0.0","name":"gridpool-ref","type":"ptp","ipMasq":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.88.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$D/ref-ipam"}}
+CNI
+cni() { CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=/run/netns/$2 CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni \
+        /usr/lib/cni/ptp <"$D/ref-cni.json" >/dev/null; }
 for i in $(seq 1 "$N"); do
     s=$(date +%s%N)
-    runc --root "$D/runtime-ref" run --bundle "$cfgdir" "ref-$i" >/dev/null 2>>"$D/ref.err" ||
+    ip netns add "ctrref$$" && cni ADD "ctrref$$" &&
+        runc --root "$D/runtime-ref" run --bundle "$cfgdir" "ref-$i" >/dev/null 2>>"$D/ref.err" ||
         { echo "ctr_bench: runc run by hand failed: $(tail -2 "$D/ref.err")" >&2; exit 1; }
-    awk -v a="$s" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f\n", (b - a) / 1e6 }' 
+    e=$(date +%s%N)            # the agent's exited event also comes before its teardown
+    cni DEL "ctrref$$" && ip netns delete "ctrref$$"
+    awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f\n", (b - a) / 1e6 }'
 done >"$D/ref.txt"
 
 pct() { sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { i = int((NR - 1) * p + 0.5) + 1; print v[i] }'; }

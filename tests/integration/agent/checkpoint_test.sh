@@ -43,15 +43,16 @@ $G create tenant op --kind operator >/dev/null &&
     $G create site s2 --tenant op --region r1 --lat 48.1 --lon 11.6 >/dev/null &&
     $G create pool p-all --tenant op --scope global >/dev/null
 ok "a tenant, two sites and a global pool are created" $?
-agent() {     # site node
+agent() {     # site node containers' net (two agents on one host: two nets)
     spawn "agent-$2" "$B/bin/gridpool-agent" --config "$D/gp.env" --site "$1" --node "$2" \
         --gpu-backend sim --sim-gpus 1 --sim-model L4 --http-port 0 --heartbeat-ms 500 \
         --stop-grace-ms 1000 --state-dir "$D/state-$2" --runtime-root "$D/runtime-$2" \
         --seccomp-profile "$B/seccomp.json" --insecure-registries "$OCI_REG" \
-        --default-memory-mb 128 --default-scratch-mb 8 --checkpoint-shared-root "$STORE"
+        --default-memory-mb 128 --default-scratch-mb 8 --checkpoint-shared-root "$STORE" \
+        --container-net "$3"
 }
-agent s1 n1
-agent s2 n2
+agent s1 n1 10.89.0.0/16
+agent s2 n2 10.90.0.0/16
 for _ in $(seq 1 100); do
     [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 2 ] && break
     sleep 0.1
@@ -89,6 +90,12 @@ ok "its state lives in the store's folder of the job ($STORE/acme/$j, 0700)" $?
 # ---- the power cut: the agent and its container at once ------------------------------
 kill -9 "$(cat "$D/pids/agent-$node1.pid")"
 runc --root "$D/runtime-$node1" kill --all "gp-$j-1" KILL 2>/dev/null
+# its veth goes with the power; what the node's next boot would reclaim
+# (the plugin's DEL of the config the agent left) is done here, so no rule
+# of it stays on this machine
+CNI_COMMAND=DEL CNI_CONTAINERID="gp-$j-1" CNI_NETNS="/run/netns/gp-$j-1" CNI_IFNAME=eth0 \
+    CNI_PATH=/usr/lib/cni /usr/lib/cni/ptp <"$D/state-$node1/cni/gp-$j-1.json" >/dev/null 2>&1
+ip netns delete "gp-$j-1" 2>/dev/null
 sleep 0.3
 cut_step=$(sql "SELECT checkpoint_step FROM jobs WHERE id = '$j'")
 ok "site $site1 loses power at checkpoint step $cut_step" 0

@@ -10,12 +10,14 @@
 #      allow-list only (no GP_NATS_*, nothing of the agent's); the agent's
 #      credentials file is not there; its config.json grants exactly its
 #      GPU's device node; neither the leaf's (NATS) port nor any address of
-#      the node answers it; its root is read-only, /scratch writable and
+#      the node answers it, the internet (a namespace standing for it) does;
+#      its root is read-only, /scratch writable and
 #      bounded; its output is kept on the node;
 #   2. escapes: a setsid child that ignores SIGTERM is gone after a cancel,
 #      after the job's own end, and after its lease ran out on a hung agent;
 #   3. two tenants' attempts on one node: different id ranges, checkpoint
-#      folders only their own ids may enter, neither sees the other's processes;
+#      folders only their own ids may enter, neither sees the other's
+#      processes nor reaches the other's ports;
 #   4. bad input: an unknown image, a digest the registry lacks, memory
 #      beyond the node's: failed starts with the reason, the node not charged;
 #   5. the digest the first attempt pulled is recorded on the job.
@@ -42,6 +44,19 @@ on_fail() {
 }
 tap_on_fail=on_fail
 
+# "The internet": a namespace of its own behind a veth, at a public
+# address (TEST-NET-3), serving TCP on 8080; a container's egress reaches
+# it through the node's masquerade.
+INET=gpinet$$
+ip netns add "$INET" && ip link add "gpi${$}a" type veth peer name "gpi${$}b" &&
+    ip link set "gpi${$}b" netns "$INET" && ip addr add 203.0.113.1/24 dev "gpi${$}a" &&
+    ip link set "gpi${$}a" up && ip netns exec "$INET" ip addr add 203.0.113.10/24 dev "gpi${$}b" &&
+    ip netns exec "$INET" ip link set "gpi${$}b" up && ip netns exec "$INET" ip link set lo up
+inet_ok=$?
+inet_down() { ip link delete "gpi${$}a" 2>/dev/null; ip netns delete "$INET" 2>/dev/null; }
+testlib_at_exit inet_down
+ip netns exec "$INET" /usr/bin/python3 -m http.server 8080 --bind 203.0.113.10 >/dev/null 2>&1 &
+pids+=($!)
 ST=$D/agent-state
 # A container's ids pass through the stack folder (0700 by mktemp) to the
 # image cache and checkpoint folders, as through /var/lib on a node.
@@ -105,6 +120,8 @@ probe='echo "uid=$(id -u) gid=$(id -g)"; grep CapEff /proc/self/status; env | so
 echo "creds=$(cat '"$D/agent.cred"' 2>&1 | head -c 80)";
 if nc -z -w 2 127.0.0.1 '"$NPORT"' 2>/dev/null; then echo leaf=open; else echo leaf=closed; fi;
 if nc -z -w 2 '"$HOSTIP"' '"$NPORT"' 2>/dev/null; then echo host=open; else echo host=closed; fi;
+if nc -w 3 203.0.113.10 8080 </dev/null 2>/dev/null; then echo inet=open; else echo inet=closed; fi;
+if nc -w 2 10.89.0.1 22 </dev/null 2>/dev/null; then echo gw=open; else echo gw=closed; fi;
 if touch /bin/x 2>/dev/null; then echo root=rw; else echo root=ro; fi;
 if dd if=/dev/zero of=/scratch/f bs=1M count=8 2>/dev/null; then echo scratch8=ok; fi;
 if dd if=/dev/zero of=/scratch/g bs=1M count=32 2>/dev/null; then echo scratch32=ok; else echo scratch32=full; fi;
@@ -125,8 +142,11 @@ ok "1. root in the container holds no capability" $?
 ok "1. its environment: gridpool's variables and the image's, nothing of the agent's" $?
 echo "$out" | grep -q '^creds=cat: can.t open' && ! echo "$out" | grep -q 'canary'
 ok "1. the agent's credentials file is not there for it" $?
-echo "$out" | grep -q '^leaf=closed$' && echo "$out" | grep -q '^host=closed$'
-ok "1. neither the leaf's port nor the node's address ($HOSTIP) answers it" $?
+echo "$out" | grep -q '^leaf=closed$' && echo "$out" | grep -q '^host=closed$' &&
+    echo "$out" | grep -q '^gw=closed$'
+ok "1. neither the leaf's port nor the node's addresses ($HOSTIP, its gateway 10.89.0.1) answer it" $?
+[ $inet_ok -eq 0 ] && echo "$out" | grep -q '^inet=open$'
+ok "1. the internet does (203.0.113.10:8080, through the node's masquerade)" $?
 echo "$out" | grep -q '^root=ro$' && echo "$out" | grep -q '^scratch8=ok$' &&
     echo "$out" | grep -q '^scratch32=full$'
 ok "1. a read-only root; /scratch takes 8 MiB but not 32 (16 MiB)" $?
@@ -186,12 +206,19 @@ ok "2. the agent resumes; the job is ended and nothing of it runs" $?
 # ---- 3. two tenants on one node --------------------------------------------------------
 
 ja=$(TENANT=acme submit --image "$IMG" --gpus 1 --max-attempts 1 \
-    --command 'echo acme-secret >/scratch/s; echo acme-secret >/checkpoint/s; sleep 1001')
+    --command 'echo acme-secret >/scratch/s; echo acme-secret >/checkpoint/s;
+printf "#!/bin/sh\necho acme-port\n" >/tmp/hi && chmod +x /tmp/hi && nc -ll -p 7000 -e /tmp/hi & sleep 1001')
+wait_running "$ja"
+ipa=$(ip netns exec "gp-$ja-1" ip -4 -o addr show eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p')
+for _ in $(seq 1 30); do [ "$(/bin/busybox nc -w 2 "$ipa" 7000 </dev/null 2>/dev/null)" = acme-port ] && break; sleep 0.2; done
+[ -n "$ipa" ] && [ "$(/bin/busybox nc -w 2 "$ipa" 7000 </dev/null 2>/dev/null)" = acme-port ]
+ok "3. acme's attempt listens on $ipa:7000 (the node reaches it)" $?
 jb=$(TENANT=beta submit --image "$IMG" --gpus 1 --max-attempts 1 \
     --command 'sleep 1; for p in /proc/[0-9]*; do tr "\0" " " <$p/cmdline; echo; done >/tmp/ps;
 echo "procs: $(grep -c . /tmp/ps)"; grep -q "^sleep 1001 $" /tmp/ps && echo sees-acme;
+if nc -w 2 '"$ipa"' 7000 </dev/null 2>/dev/null | grep -q acme; then echo reaches-acme; fi;
 ls -A /scratch | tr "\n" " "; echo "scratch-listed"; cat /checkpoint/s 2>&1; sleep 1002')
-wait_running "$ja" && wait_running "$jb"
+wait_running "$jb"
 ok "3. acme's and beta's attempts run on n1 at once" $?
 ua=$(awk '/^Uid:/ { print $2 }' "/proc/$(ctr_init "$ja")/status")
 ub=$(awk '/^Uid:/ { print $2 }' "/proc/$(ctr_init "$jb")/status")
@@ -202,9 +229,9 @@ ca=$(stat -c '%u %a' "$D/ckpt/$ja") cb=$(stat -c '%u %a' "$D/ckpt/$jb")
 ok "3. each checkpoint folder is its own attempt's alone ($ca; $cb)" $?
 for _ in $(seq 1 50); do out_of "$jb" | grep -q scratch-listed && break; sleep 0.1; done
 ob=$(out_of "$jb")
-echo "$ob" | grep -q '^procs: [1-3]$' && echo "$ob" | grep -q '^scratch-listed$' &&
-    ! echo "$ob" | grep -q 'acme-secret\|sees-acme'
-ok "3. beta sees neither acme's processes, nor its scratch, nor its checkpoint" $?
+echo "$ob" | grep -q '^procs: [1-5]$' && echo "$ob" | grep -q '^scratch-listed$' &&
+    ! echo "$ob" | grep -q 'acme-secret\|sees-acme\|reaches-acme'
+ok "3. beta sees neither acme's processes, nor its scratch, nor its checkpoint, nor reaches its port" $?
 echo "$ob" | sed 's/^/#   beta saw: /'
 $G cancel job "$ja" --tenant acme >/dev/null; $G cancel job "$jb" --tenant beta >/dev/null
 gone 150

@@ -90,7 +90,7 @@ u() { sed -n "s/^$1=//p" "$V/lib/systemd/system/gridpool-agent.service"; }
 [ -z "$(u User)" ] && [ "$(u Restart)" = on-failure ] && [ -z "$(u EnvironmentFile)" ] &&
     [ "$(u LoadCredential)" = nats:/etc/gridpool/agent-credentials.env ]
 ok "... the agent's unit: root (it maps the containers' ids), restarted on failure, its identity by LoadCredential= (not in its environment)" $?
-dpkg-deb -f "$deb" Depends | grep -q 'runc (>= 1.1) | crun, skopeo, umoci' &&
+dpkg-deb -f "$deb" Depends | grep -q 'runc (>= 1.1) | crun, skopeo, umoci, containernetworking-plugins, iptables' &&
     dpkg-deb -c "$deb" | grep -q ' ./usr/share/gridpool/seccomp.json$'
 ok "... it depends on an OCI runtime, skopeo and umoci, and ships the containers' seccomp profile" $?
 

@@ -87,6 +87,18 @@ test_isolation(void)
     T_OK(strstr(b.p, "\"destination\":\"/checkpoint\",\"type\":\"bind\",\"source\":\"/var/lib/gp/ckpt/j1\""));
     T_OKM(strstr(b.p, "\"devices\":[]") != NULL, "no device node is made without GPUs");
     T_OKM(count(b.p, "\"major\":195") == 0, "no GPU rule without GPUs");
+    T_OKM(strstr(b.p, "{\"type\":\"network\"}") != NULL &&
+              strstr(b.p, "\"type\":\"sysfs\"") != NULL,
+          "no namespace given: a new, empty one, and its own sysfs");
+    gp_buf_reset(&b);
+    in.netns = "/run/netns/gp-j1-1";
+    T_EQ_INT(oci_config(&in, &b, why, sizeof(why)), GP_EOK);
+    T_OKM(strstr(b.p, "{\"type\":\"network\",\"path\":\"/run/netns/gp-j1-1\"}") != NULL,
+          "the agent's namespace (its veth) is joined");
+    T_OKM(strstr(b.p, "\"destination\":\"/sys\",\"type\":\"bind\",\"source\":\"/sys\","
+                      "\"options\":[\"rbind\",\"ro\"") != NULL &&
+              strstr(b.p, "\"destination\":\"/etc/resolv.conf\",\"type\":\"bind\"") != NULL,
+          "with it: the node's /sys and resolver, read-only");
     gp_buf_fini(&b);
 }
 

@@ -1,0 +1,314 @@
+/* ctrnet.c -- a container attempt's network (ctrnet.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ctrnet.h"
+#include "gp/log.h"
+
+/* what no container may reach unless container-allow-nets says so */
+static const char *const closed_nets[] = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                          "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8",
+                                          "224.0.0.0/4", "0.0.0.0/8"};
+
+/* iptables -w ARGS..., waited for (at start only); its exit status. */
+static int
+ipt_v(const char *const *args)
+{
+    char *argv[24] = {(char *)"iptables", (char *)"-w"};
+    int   k = 2;
+
+    for (; args[k - 2] != NULL && k < 23; k++)
+        argv[k] = (char *)args[k - 2];
+    argv[k] = NULL;
+    return proc_run_sync(argv, 10000);
+}
+#define ipt(...) ipt_v((const char *const[]){__VA_ARGS__, NULL})
+
+/* A rule at the head of a built-in chain, once. */
+static int
+jump_first(const char *chain, int pos, const char *m1, const char *m2, const char *target)
+{
+    char p[8];
+
+    if (ipt("-C", chain, m1, m2, "-j", target) == 0)
+        return 0;
+    snprintf(p, sizeof(p), "%d", pos);
+    return ipt("-I", chain, p, m1, m2, "-j", target);
+}
+
+static void reclaim(const ctrnet_cfg *c);
+
+bool
+ctrnet_init(const ctrnet_cfg *c, char *why, size_t wn)
+{
+    int rc = 0;
+
+    if (c->cidr[0] == '\0')
+        return true;
+    reclaim(c);
+    (void)ipt("-N", "GP-CTR-IN");
+    (void)ipt("-N", "GP-CTR-FWD");
+    rc |= ipt("-F", "GP-CTR-IN");
+    rc |= ipt("-F", "GP-CTR-FWD");
+    /* replies to what the node itself opened (an instance's port) pass */
+    rc |= ipt("-A", "GP-CTR-IN", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j",
+              "ACCEPT");
+    rc |= ipt("-A", "GP-CTR-IN", "-j", "DROP");
+    for (const char *s = c->allow; s != NULL && *s != '\0';) {
+        char   net[64];
+        size_t k = strcspn(s, ",");
+
+        snprintf(net, sizeof(net), "%.*s", (int)(k < sizeof(net) ? k : sizeof(net) - 1), s);
+        rc |= ipt("-A", "GP-CTR-FWD", "-d", net, "-j", "ACCEPT");
+        s += k + (s[k] == ',');
+    }
+    rc |= ipt("-A", "GP-CTR-FWD", "-d", c->cidr, "-j", "DROP");
+    for (size_t i = 0; i < sizeof(closed_nets) / sizeof(closed_nets[0]); i++)
+        rc |= ipt("-A", "GP-CTR-FWD", "-d", closed_nets[i], "-j", "DROP");
+    rc |= ipt("-A", "GP-CTR-FWD", "-j", "ACCEPT");
+    rc |= jump_first("INPUT", 1, "-s", c->cidr, "GP-CTR-IN");
+    rc |= jump_first("FORWARD", 1, "-s", c->cidr, "GP-CTR-FWD");
+    if (ipt("-C", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+            "-j", "ACCEPT") != 0)
+        rc |= ipt("-I", "FORWARD", "2", "-d", c->cidr, "-m", "conntrack", "--ctstate",
+                  "ESTABLISHED,RELATED", "-j", "ACCEPT");
+    if (rc != 0) {
+        snprintf(why, wn, "iptables: the containers' firewall rules could not be installed");
+        return false;
+    }
+    return true;
+}
+
+void
+ctrnet_fini(const ctrnet_cfg *c)
+{
+    if (c->cidr == NULL || c->cidr[0] == '\0')
+        return;
+    (void)ipt("-D", "INPUT", "-s", c->cidr, "-j", "GP-CTR-IN");
+    (void)ipt("-D", "FORWARD", "-s", c->cidr, "-j", "GP-CTR-FWD");
+    (void)ipt("-D", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+              "-j", "ACCEPT");
+    /* the chains go only when no other agent's rules jump to them */
+    if (ipt("-X", "GP-CTR-IN") != 0 || ipt("-X", "GP-CTR-FWD") != 0)
+        GP_INFO("container_firewall_kept", "reason=\"another net still uses the chains\"");
+}
+
+void
+ctrnet_path(const char *id, char *out, size_t n)
+{
+    snprintf(out, n, "/run/netns/%s", id);
+}
+
+struct net_step {
+    const ctrnet_cfg *c;
+    struct ev_loop   *loop;
+    char              id[96];
+    char              conf[512];
+    char              out[512];
+    proc_done_fn     *cb;
+    void             *arg;
+};
+typedef struct net_step net_step;
+
+static gp_err
+cni(net_step *st, const char *cmd, proc_done_fn *cb)
+{
+    char  e[6][600], plugin[300];
+    char *envp[7], *argv[] = {plugin, NULL};
+
+    snprintf(plugin, sizeof(plugin), "%s/ptp", st->c->cni_path);
+    snprintf(e[0], sizeof(e[0]), "CNI_COMMAND=%s", cmd);
+    snprintf(e[1], sizeof(e[1]), "CNI_CONTAINERID=%s", st->id);
+    snprintf(e[2], sizeof(e[2]), "CNI_NETNS=/run/netns/%s", st->id);
+    snprintf(e[3], sizeof(e[3]), "CNI_IFNAME=eth0");
+    snprintf(e[4], sizeof(e[4]), "CNI_PATH=%s", st->c->cni_path);
+    snprintf(e[5], sizeof(e[5]), "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    for (int i = 0; i < 6; i++)
+        envp[i] = e[i];
+    envp[6] = NULL;
+    return proc_run_env(st->loop, argv, envp, st->conf, st->out, cb, st, NULL);
+}
+
+static void deleted(void *arg, int status, const char *tail);
+
+static void
+added(void *arg, int status, const char *tail)
+{
+    net_step *st = arg;
+
+    if (st->cb == NULL) {                /* forgotten: undo it */
+        if (cni(st, "DEL", deleted) != GP_EOK)
+            free(st);
+        return;
+    }
+    st->cb(st->arg, status, tail);
+    free(st);
+}
+
+static void
+ns_made(void *arg, int status, const char *tail)
+{
+    net_step *st = arg;
+
+    if (status == 0 && cni(st, "ADD", added) == GP_EOK)
+        return;
+    if (st->cb != NULL)
+        st->cb(st->arg, status ? status : -1, status ? tail : "cannot run the CNI plugin");
+    free(st);
+}
+
+void
+ctrnet_forget(ctrnet_op *op)
+{
+    if (op != NULL)
+        op->cb = NULL;
+}
+
+/* The plugin's config: one routed veth, host-local addresses, masquerade. */
+static gp_err
+write_conf(net_step *st)
+{
+    FILE *f;
+
+    snprintf(st->conf, sizeof(st->conf), "%s/%s.json", st->c->state_dir, st->id);
+    snprintf(st->out, sizeof(st->out), "%s/%s.out", st->c->state_dir, st->id);
+    if ((f = fopen(st->conf, "w")) == NULL)
+        return GP_EINTERNAL;
+    fprintf(f, "{\"cniVersion\":\"1.0.0\",\"name\":\"gridpool\",\"type\":\"ptp\",\"ipMasq\":true,"
+               "\"ipam\":{\"type\":\"host-local\",\"ranges\":[[{\"subnet\":\"%s\"}]],"
+               "\"routes\":[{\"dst\":\"0.0.0.0/0\"}],\"dataDir\":\"%s/ipam\"}}\n",
+            st->c->cidr, st->c->state_dir);
+    return fclose(f) == 0 ? GP_EOK : GP_EINTERNAL;
+}
+
+static net_step *
+step_new(const ctrnet_cfg *c, struct ev_loop *loop, const char *id)
+{
+    net_step *st = calloc(1, sizeof(*st));
+
+    if (st == NULL)
+        return NULL;
+    st->c = c;
+    st->loop = loop;
+    snprintf(st->id, sizeof(st->id), "%s", id);
+    mkdir(c->state_dir, 0700);
+    if (write_conf(st) != GP_EOK) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+gp_err
+ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, proc_done_fn *cb, void *arg,
+          ctrnet_op **op)
+{
+    net_step *st = step_new(c, loop, id);
+    char     *argv[] = {(char *)"ip", (char *)"netns", (char *)"add", NULL, NULL};
+
+    *op = st;
+    if (st == NULL)
+        return GP_EINTERNAL;
+    st->cb = cb;
+    st->arg = arg;
+    argv[3] = st->id;
+    if (proc_run(loop, argv, st->out, ns_made, st, NULL) != GP_EOK) {
+        free(st);
+        *op = NULL;
+        return GP_EINTERNAL;
+    }
+    return GP_EOK;
+}
+
+static void
+deleted(void *arg, int status, const char *tail)
+{
+    net_step *st = arg;
+    char     *argv[] = {(char *)"ip", (char *)"netns", (char *)"delete", st->id, NULL};
+
+    if (status != 0)
+        GP_WARN("container_net_del_failed", "id=%s tail=\"%s\"", st->id, tail);
+    proc_run(st->loop, argv, NULL, NULL, NULL, NULL);
+    unlink(st->conf);
+    unlink(st->out);
+    free(st);
+}
+
+/* The plugin's DEL and the namespace's delete, waited for (no loop). */
+static void
+down_sync(const ctrnet_cfg *c, const char *id, const char *conf)
+{
+    char  e[6][600], plugin[300], ns[128];
+    char *envp[7];
+    char *del[] = {(char *)"ip", (char *)"netns", (char *)"delete", ns, NULL};
+    /* the plugin reads its config on stdin */
+    char *sh[] = {(char *)"sh", (char *)"-c", (char *)"exec \"$0\" <\"$1\"", plugin, (char *)conf,
+                  NULL};
+
+    snprintf(plugin, sizeof(plugin), "%s/ptp", c->cni_path);
+    snprintf(ns, sizeof(ns), "%s", id);
+    snprintf(e[0], sizeof(e[0]), "CNI_COMMAND=DEL");
+    snprintf(e[1], sizeof(e[1]), "CNI_CONTAINERID=%s", id);
+    snprintf(e[2], sizeof(e[2]), "CNI_NETNS=/run/netns/%s", id);
+    snprintf(e[3], sizeof(e[3]), "CNI_IFNAME=eth0");
+    snprintf(e[4], sizeof(e[4]), "CNI_PATH=%s", c->cni_path);
+    snprintf(e[5], sizeof(e[5]), "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    for (int i = 0; i < 6; i++)
+        envp[i] = e[i];
+    envp[6] = NULL;
+    (void)proc_run_sync_env(sh, envp, 10000);
+    (void)proc_run_sync(del, 5000);
+}
+
+void
+ctrnet_down_sync(const ctrnet_cfg *c, const char *id)
+{
+    char conf[512], out[512];
+
+    if (c->cidr == NULL || c->cidr[0] == '\0')
+        return;
+    snprintf(conf, sizeof(conf), "%s/%s.json", c->state_dir, id);
+    snprintf(out, sizeof(out), "%s/%s.out", c->state_dir, id);
+    if (access(conf, R_OK) != 0)
+        return;
+    down_sync(c, id, conf);
+    unlink(conf);
+    unlink(out);
+}
+
+static void
+reclaim(const ctrnet_cfg *c)
+{
+    DIR           *d = opendir(c->state_dir);
+    struct dirent *de;
+    char           id[96];
+
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        size_t k = strlen(de->d_name);
+
+        if (k < 6 || k - 5 >= sizeof(id) || strcmp(de->d_name + k - 5, ".json") != 0)
+            continue;
+        snprintf(id, sizeof(id), "%.*s", (int)(k - 5), de->d_name);
+        GP_WARN("container_net_reclaimed", "id=%s", id);
+        ctrnet_down_sync(c, id);
+    }
+    closedir(d);
+}
+
+void
+ctrnet_down(const ctrnet_cfg *c, struct ev_loop *loop, const char *id)
+{
+    net_step *st;
+
+    if (c->cidr[0] == '\0' || (st = step_new(c, loop, id)) == NULL)
+        return;
+    if (cni(st, "DEL", deleted) != GP_EOK)
+        free(st);
+}

@@ -68,6 +68,10 @@ sleep 5
 "$gpctl" get jobs --state running 2>/dev/null | head -8 || true
 
 echo
+echo "== a real node beside the fleet: jobs as OCI containers (deploy/demo-container.sh)"
+"$top/deploy/demo-container.sh" "$build" "$run"
+
+echo
 echo "== the fleet as one pool"
 "$gpctl" summary
 cat <<TXT
@@ -83,6 +87,9 @@ gridpool is up; the fleet keeps heartbeating.  Try:
   $build/bin/gpctl describe job \$($build/bin/gpctl get jobs -o json | head -2 | tail -1 | sed 's/.*"id":"\\([^"]*\\)".*/\\1/')
   $build/bin/gpctl watch jobs                          # live job events until Ctrl-C
   $build/bin/gpctl submit --tenant acme --command 'sim:run=60s' --gpus 2 --model L4
+  $build/bin/gpctl submit --tenant acme --pool p-acme-local --gpus 1 --command 'uname -a; id' \\
+      --image \$(grep -o '127.0.0.1:[0-9]*' $run/registry.yml)/demo/busybox:1   # a container on the real node
+  $build/bin/gpctl logs JOB --tenant acme --follow      # a container job's output, from its node
   $build/bin/gpctl get usage --tenant acme             # metered GPU time, rated (after the first minute's window)
   $build/bin/gpctl get balances --tenant fr-voltis     # a site partner's revenue share, in its payable account
   $build/bin/gpctl close period \$(date -u +%Y-%m) --tenant acme   # an immutable statement

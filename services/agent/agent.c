@@ -960,6 +960,26 @@ tell_end(agent *a, attempt *t, int event)
 
 /* attempt.c's calls (agent_attempt_ops): the child is gone (t->done set),
  * or it wrote its checkpoint marker. */
+/* An image no attempt runs may go (beyond the newest image-keep).  Not
+ * while an attempt is being prepared: the digest it just found cached
+ * must still be there when it runs. */
+static void
+images_gc(agent *a)
+{
+    const char *used[MAX_ATTEMPTS];
+    int         n = 0;
+
+    if (a->o.containers == NULL)
+        return;
+    for (attempt *t = a->atts; t != NULL; t = t->next) {
+        if (t->preparing)
+            return;
+        if (!t->done && t->ctr != NULL && n < MAX_ATTEMPTS)
+            used[n++] = ctr_digest(t->ctr);
+    }
+    img_gc(&a->o.containers->img, a->loop, used, n);
+}
+
 static void
 agent_attempt_exited(agent *a, attempt *t)
 {
@@ -972,6 +992,8 @@ agent_attempt_exited(agent *a, attempt *t)
     tell_end(a, t, ev);
     if (agent_attempts_running(a) == 0)
         ev_timer_stop(a->loop, &a->lease_t);
+    if (t->ctr != NULL || ev == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START)
+        images_gc(a);
 }
 
 static void

@@ -491,9 +491,14 @@ img_gc(const img_cfg *c, struct ev_loop *loop, const char *const *used, int nuse
     closedir(d);
     qsort(e, (size_t)n, sizeof(e[0]), gc_newest_first);
     for (int i = (int)c->keep; i < n; i++) {
-        char *rm[] = {(char *)"rm", (char *)"-rf", path, NULL};
+        char  gone[700];
+        char *rm[] = {(char *)"rm", (char *)"-rf", gone, NULL};
 
+        /* renamed first: a pull that checks the cache from now on misses it */
         strfmt(path, sizeof(path), "%s/%s", dir, e[i].name);
+        strfmt(gone, sizeof(gone), "%s/gc-%s", dir, e[i].name);
+        if (rename(path, gone) != 0)
+            continue;
         GP_INFO("image_removed", "digest=sha256:%s", e[i].name);
         proc_run(loop, rm, NULL, NULL, NULL, NULL);
     }

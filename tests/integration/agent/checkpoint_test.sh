@@ -90,12 +90,6 @@ ok "its state lives in the store's folder of the job ($STORE/acme/$j, 0700)" $?
 # ---- the power cut: the agent and its container at once ------------------------------
 kill -9 "$(cat "$D/pids/agent-$node1.pid")"
 runc --root "$D/runtime-$node1" kill --all "gp-$j-1" KILL 2>/dev/null
-# its veth goes with the power; what the node's next boot would reclaim
-# (the plugin's DEL of the config the agent left) is done here, so no rule
-# of it stays on this machine
-CNI_COMMAND=DEL CNI_CONTAINERID="gp-$j-1" CNI_NETNS="/run/netns/gp-$j-1" CNI_IFNAME=eth0 \
-    CNI_PATH=/usr/lib/cni /usr/lib/cni/ptp <"$D/state-$node1/cni/gp-$j-1.json" >/dev/null 2>&1
-ip netns delete "gp-$j-1" 2>/dev/null
 sleep 0.3
 cut_step=$(sql "SELECT checkpoint_step FROM jobs WHERE id = '$j'")
 ok "site $site1 loses power at checkpoint step $cut_step" 0
@@ -120,5 +114,16 @@ $G logs "$j" --tenant acme --attempt 2 | tail -n 2 | sed 's/^/# attempt 2 says: 
 $G cancel job "$j" --tenant acme >/dev/null
 wait_sql "SELECT state FROM jobs WHERE id = '$j'" cancelled 100
 ok "it is cancelled" $?
+
+# ---- the power comes back: the agent reclaims what its last run left -----------------
+ip netns list | grep -q "^gp-$j-1 "
+left=$?
+site_of() { [ "$1" = n1 ] && echo s1 || echo s2; }
+net_of() { [ "$1" = n1 ] && echo 10.89.0.0/16 || echo 10.90.0.0/16; }
+agent "$(site_of "$node1")" "$node1" "$(net_of "$node1")"
+for _ in $(seq 1 100); do grep -q containers_ready "$D/agent-$node1.log" && break; sleep 0.1; done
+[ $left -eq 0 ] && grep -q "container_net_reclaimed id=gp-$j-1" "$D/agent-$node1.log" &&
+    ! ip netns list | grep -q "^gp-$j-1 " && [ ! -e "$D/state-$node1/cni/gp-$j-1.json" ]
+ok "$node1 starts again: the network its attempt 1 left (namespace, veth, rules) is reclaimed" $?
 
 tap_end

@@ -20,7 +20,9 @@
 #      processes nor reaches the other's ports;
 #   4. bad input: an unknown image, a digest the registry lacks, memory
 #      beyond the node's: failed starts with the reason, the node not charged;
-#   5. the digest the first attempt pulled is recorded on the job.
+#   5. the digest the first attempt pulled is recorded on the job, and a
+#      later attempt runs it;
+#   6. an image no attempt runs leaves the cache (image-keep 0).
 # test-tags: pass=san timeout=600
 set -u
 B=$GP_BUILD
@@ -99,7 +101,7 @@ GP_CANARY=agent-env-canary spawn agent-n1 "$B/bin/gridpool-agent" --config "$D/g
     --site s1 --node n1 --gpu-backend sim --sim-gpus 2 --sim-model L4 --http-port 0 \
     --heartbeat-ms 500 --stop-grace-ms 1000 --state-dir "$ST" --runtime-root "$D/runtime" \
     --seccomp-profile "$B/seccomp.json" --insecure-registries "$OCI_REG" --id-base $IDBASE \
-    --default-memory-mb 256 --default-scratch-mb 16 --max-memory-mb 2048
+    --default-memory-mb 256 --default-scratch-mb 16 --max-memory-mb 2048 --image-keep 0
 apid=${pids[-1]}
 for _ in $(seq 1 100); do $G get nodes n1 -o json 2>/dev/null | grep -q '"state":"healthy"' && break; sleep 0.1; done
 grep -q 'containers_ready' "$D/agent-n1.log"
@@ -265,5 +267,8 @@ wait_sql "SELECT state FROM jobs WHERE id = '$jr'" failed 150
 grep -q "attempt_pulling.*job=$jr attempt=2 .*image=$OCI_REG/test/busybox@$dg" "$D/agent-n1.log" &&
     [ "$(sql "SELECT count(*) FROM attempts WHERE job_id = '$jr' AND image_digest = '$dg'")" = 2 ]
 ok "5. its second attempt is sent the pinned digest and runs it" $?
+for _ in $(seq 1 50); do [ -z "$(ls "$ST/images" | grep -v '^gc-')" ] && break; sleep 0.1; done
+[ -z "$(ls "$ST/images" | grep -v '^gc-')" ] && grep -q "image_removed digest=$dg" "$D/agent-n1.log"
+ok "6. no attempt runs it any more: the image is removed from the node's cache (image-keep 0)" $?
 
 tap_end

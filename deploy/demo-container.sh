@@ -42,13 +42,20 @@ spawn agent-demo-local "$build/bin/gridpool-agent" --config "$run/gp.env" ${cred
 for _ in $(seq 1 100); do grep -q agent_registered "$run/agent-demo-local.log" && break; sleep 0.1; done
 grep -q containers_ready "$run/agent-demo-local.log" &&
     echo "   node gpu1 at site demo-local: a real agent, containers ready ($run/agent-demo-local.log)"
-job=$("$gpctl" submit --tenant acme --pool p-acme-local --gpus 1 --image "$OCI_REG/demo/busybox:1" \
-      --command 'echo "hello from a container: uid $(id -u) in its own user namespace, GPUs $GP_GPUS"; for i in 1 2 3; do echo "step $i"; sleep 1; done' \
-      --memory 256 -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+# the scheduler learns the new pool from the registry's feed: a moment
+job=
+for _ in $(seq 1 50); do
+    job=$("$gpctl" submit --tenant acme --pool p-acme-local --gpus 1 --image "$OCI_REG/demo/busybox:1" \
+          --command 'echo "hello from a container: uid $(id -u) in its own user namespace, GPUs $GP_GPUS"; for i in 1 2 3; do echo "step $i"; sleep 1; done' \
+          --memory 256 -o json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' 2>/dev/null) &&
+        [ -n "$job" ] && break
+    sleep 0.2
+done
+[ -n "$job" ] || { echo "(the container job was not accepted: see gpctl submit)"; exit 0; }
 for _ in $(seq 1 100); do
     st=$("$gpctl" get jobs --tenant acme -o json 2>/dev/null | grep "\"id\":\"$job\"" | grep -o '"state":"[a-z]*"' | head -1)
     [ "$st" = '"state":"succeeded"' ] && break
     sleep 0.2
 done
-echo "   job $job: ${st:-?}; gpctl logs $job --tenant acme:"
+echo "   job $job: $(echo "${st:-?}" | sed 's/.*:"\(.*\)"/\1/'); gpctl logs $job --tenant acme:"
 "$gpctl" logs "$job" --tenant acme | sed 's/^/     | /'

@@ -115,23 +115,36 @@ struct net_step {
 };
 typedef struct net_step net_step;
 
+/* The plugin's environment (the CNI spec's variables). */
+typedef struct cni_env {
+    char  e[6][600];
+    char *v[7];
+} cni_env;
+
+static void
+cni_env_init(cni_env *ce, const ctrnet_cfg *c, const char *cmd, const char *id)
+{
+    snprintf(ce->e[0], sizeof(ce->e[0]), "CNI_COMMAND=%s", cmd);
+    snprintf(ce->e[1], sizeof(ce->e[1]), "CNI_CONTAINERID=%s", id);
+    snprintf(ce->e[2], sizeof(ce->e[2]), "CNI_NETNS=/run/netns/%s", id);
+    snprintf(ce->e[3], sizeof(ce->e[3]), "CNI_IFNAME=eth0");
+    snprintf(ce->e[4], sizeof(ce->e[4]), "CNI_PATH=%s", c->cni_path);
+    snprintf(ce->e[5], sizeof(ce->e[5]), "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    for (int i = 0; i < 6; i++)
+        ce->v[i] = ce->e[i];
+    ce->v[6] = NULL;
+}
+
 static gp_err
 cni(net_step *st, const char *cmd, proc_done_fn *cb)
 {
-    char  e[6][600], plugin[300];
-    char *envp[7], *argv[] = {plugin, NULL};
+    cni_env ce;
+    char    plugin[300];
+    char   *argv[] = {plugin, NULL};
 
     snprintf(plugin, sizeof(plugin), "%s/ptp", st->c->cni_path);
-    snprintf(e[0], sizeof(e[0]), "CNI_COMMAND=%s", cmd);
-    snprintf(e[1], sizeof(e[1]), "CNI_CONTAINERID=%s", st->id);
-    snprintf(e[2], sizeof(e[2]), "CNI_NETNS=/run/netns/%s", st->id);
-    snprintf(e[3], sizeof(e[3]), "CNI_IFNAME=eth0");
-    snprintf(e[4], sizeof(e[4]), "CNI_PATH=%s", st->c->cni_path);
-    snprintf(e[5], sizeof(e[5]), "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
-    for (int i = 0; i < 6; i++)
-        envp[i] = e[i];
-    envp[6] = NULL;
-    return proc_run_env(st->loop, argv, envp, st->conf, st->out, cb, st, NULL);
+    cni_env_init(&ce, st->c, cmd, st->id);
+    return proc_run_env(st->loop, argv, ce.v, st->conf, st->out, cb, st, NULL);
 }
 
 static void deleted(void *arg, int status, const char *tail);
@@ -243,25 +256,17 @@ deleted(void *arg, int status, const char *tail)
 static void
 down_sync(const ctrnet_cfg *c, const char *id, const char *conf)
 {
-    char  e[6][600], plugin[300], ns[128];
-    char *envp[7];
-    char *del[] = {(char *)"ip", (char *)"netns", (char *)"delete", ns, NULL};
+    cni_env ce;
+    char    plugin[300], ns[128];
+    char   *del[] = {(char *)"ip", (char *)"netns", (char *)"delete", ns, NULL};
     /* the plugin reads its config on stdin */
-    char *sh[] = {(char *)"sh", (char *)"-c", (char *)"exec \"$0\" <\"$1\"", plugin, (char *)conf,
-                  NULL};
+    char   *sh[] = {(char *)"sh", (char *)"-c", (char *)"exec \"$0\" <\"$1\"", plugin, (char *)conf,
+                    NULL};
 
     snprintf(plugin, sizeof(plugin), "%s/ptp", c->cni_path);
     snprintf(ns, sizeof(ns), "%s", id);
-    snprintf(e[0], sizeof(e[0]), "CNI_COMMAND=DEL");
-    snprintf(e[1], sizeof(e[1]), "CNI_CONTAINERID=%s", id);
-    snprintf(e[2], sizeof(e[2]), "CNI_NETNS=/run/netns/%s", id);
-    snprintf(e[3], sizeof(e[3]), "CNI_IFNAME=eth0");
-    snprintf(e[4], sizeof(e[4]), "CNI_PATH=%s", c->cni_path);
-    snprintf(e[5], sizeof(e[5]), "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
-    for (int i = 0; i < 6; i++)
-        envp[i] = e[i];
-    envp[6] = NULL;
-    (void)proc_run_sync_env(sh, envp, 10000);
+    cni_env_init(&ce, c, "DEL", id);
+    (void)proc_run_sync_env(sh, ce.v, 10000);
     (void)proc_run_sync(del, 5000);
 }
 

@@ -684,103 +684,20 @@ static const char step9_sql[] =
 
 /* Container workloads: the image digest each attempt ran and the one the
  * job is pinned to (every attempt after the first runs it); an agent's
- * reason for a failed start (a pull's registry error) on the attempt. */
+ * reason for a failed start (a pull's registry error) on the attempt;
+ * checkpoints that outlive the node: the step and id the job reported
+ * last (the next attempt resumes from them) and the step each attempt was
+ * told to resume from. */
 static const char step10_sql[] =
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS image_digest text\n"
     "  CHECK (image_digest ~ '^sha256:[0-9a-f]{64}$');\n"
     "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS image_digest text\n"
     "  CHECK (image_digest ~ '^sha256:[0-9a-f]{64}$');\n"
-    "DROP FUNCTION IF EXISTS sched_attempt_event(text, int, text, text, text, int, bigint,\n"
-    "  bigint, bigint, bigint, bigint, int);\n"
-    "CREATE FUNCTION sched_attempt_event(p_job text, p_attempt int, p_site text,\n"
-    "    p_node text, p_event text, p_exit int, p_at bigint, p_gpu bigint, p_mj bigint,\n"
-    "    p_progress bigint, p_now bigint, p_platform_max int DEFAULT 10,\n"
-    "    p_reason text DEFAULT NULL, p_digest text DEFAULT NULL)\n"
-    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
-    "#variable_conflict use_column\n"
-    "DECLARE\n"
-    "  j jobs%ROWTYPE;\n"
-    "  a attempts%ROWTYPE;\n"
-    "  cur boolean;\n"
-    "  st text;\n"
-    "BEGIN\n"
-    "  SELECT * INTO j FROM jobs WHERE jobs.id = p_job FOR UPDATE;\n"
-    "  IF NOT FOUND THEN RETURN; END IF;\n"
-    "  SELECT * INTO a FROM attempts x WHERE x.job_id = p_job AND x.attempt = p_attempt\n"
-    "    AND x.node = p_node FOR UPDATE;\n"
-    "  IF NOT FOUND THEN RETURN; END IF;\n"
-    /* counters are cumulative: the largest report is the latest, so a
-     * repeated or late event never lowers them */
-    "  UPDATE attempts x SET gpu_ms = GREATEST(x.gpu_ms, COALESCE(p_gpu, 0)),\n"
-    "    energy_mj = GREATEST(x.energy_mj, COALESCE(p_mj, 0))\n"
-    "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
-    "  cur := j.state IN ('starting','running') AND p_attempt =\n"
-    "    (SELECT max(y.attempt) FROM attempts y WHERE y.job_id = p_job);\n"
-    "  IF p_event = 'checkpointed' THEN\n"
-    "    UPDATE attempts x SET checkpoint_ms = GREATEST(x.checkpoint_ms, p_at),\n"
-    "      progress_ms = GREATEST(x.progress_ms, p_progress)\n"
-    "      WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
-    "    IF cur AND (j.checkpoint_ms IS NULL OR p_at > j.checkpoint_ms) THEN\n"
-    "      UPDATE jobs SET checkpoint_ms = p_at, updated_ms = p_now,\n"
-    "        progress_ms = GREATEST(jobs.progress_ms, COALESCE(p_progress, 0)) WHERE jobs.id = p_job;\n"
-    "      " EVE("'checkpointed'", "j.state", "''", "NULL")
-    "    END IF;\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  IF p_event = 'started' THEN\n"
-    /* the digest the first attempt ran is the job's: later ones run it */
-    "    IF p_digest IS NOT NULL THEN\n"
-    "      UPDATE attempts x SET image_digest = p_digest\n"
-    "        WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
-    "      UPDATE jobs SET image_digest = p_digest WHERE jobs.id = p_job AND image_digest IS NULL;\n"
-    "    END IF;\n"
-    "    IF a.state IN ('reserved','starting') THEN\n"
-    "      UPDATE attempts x SET state = 'running', started_ms = p_at,\n"
-    "        running_since_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint\n"
-    "        WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.rank = a.rank;\n"
-    "      IF cur AND j.state = 'starting' AND NOT EXISTS (SELECT 1 FROM attempts y\n"
-    "          WHERE y.job_id = p_job AND y.attempt = p_attempt AND y.state IN ('reserved','starting'))\n"
-    "      THEN\n"
-    "        UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
-    "        " EVE("'started'", "'running'", "''", "NULL")
-    "      END IF;\n"
-    "    END IF;\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  IF a.state NOT IN " LIVE " THEN RETURN; END IF;\n"
-    /* the durable consumer handles messages concurrently, so an end may
-     * be taken before its 'started': the job is told it started first */
-    "  IF cur AND j.state = 'starting' AND p_event <> 'failed_to_start' THEN\n"
-    "    UPDATE jobs SET state = 'running', updated_ms = p_now WHERE jobs.id = p_job;\n"
-    "    " EVE("'started'", "'running'", "''", "NULL")
-    "  END IF;\n"
-    /* killed: the agent stopped it because it was told to (a stop, a
-     * lease's kill list, a newer attempt); a process that died of a
-     * signal reports 'exited' with 128 + the signal */
-    "  UPDATE jobs SET gpu_ms = (SELECT COALESCE(sum(y.gpu_ms), 0) FROM attempts y\n"
-    "    WHERE y.job_id = p_job) WHERE jobs.id = p_job;\n"
-    "  st := CASE WHEN p_event = 'exited' AND p_exit = 0 THEN 'succeeded'\n"
-    "    WHEN p_event = 'exited' THEN 'failed' WHEN p_event = 'killed' THEN 'killed'\n"
-    "    WHEN p_event = 'lease_expired' THEN 'lost' ELSE 'failed_to_start' END;\n"
-    "  RETURN QUERY SELECT * FROM sched_attempt_end(p_job, p_attempt, p_node, false, st,\n"
-    "    CASE WHEN st IN ('failed','failed_to_start') THEN 'job'\n"
-    "      WHEN st IN ('killed','lost') THEN 'platform' END,\n"
-    "    CASE st WHEN 'succeeded' THEN '' WHEN 'failed' THEN 'exited with status ' || p_exit\n"
-    "      WHEN 'killed' THEN 'killed on the node' WHEN 'lost' THEN 'its lease expired on the node'\n"
-    "      ELSE 'failed to start' || COALESCE(': ' || NULLIF(p_reason, ''), '') END,\n"
-    "    p_exit, p_at, p_now, false, p_platform_max);\n"
-    "END\n"
-    "$f$";
-
-/* Checkpoints that outlive the node: the step and id the job reported
- * last (the next attempt resumes from them) and the step each attempt was
- * told to resume from. */
-static const char step11_sql[] =
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS checkpoint_step bigint CHECK (checkpoint_step >= 0);\n"
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS checkpoint_id text CHECK (length(checkpoint_id) <= 127);\n"
     "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS resume_step bigint CHECK (resume_step >= 0);\n"
     "DROP FUNCTION IF EXISTS sched_attempt_event(text, int, text, text, text, int, bigint,\n"
-    "  bigint, bigint, bigint, bigint, int, text, text);\n"
+    "  bigint, bigint, bigint, bigint, int);\n"
     "CREATE FUNCTION sched_attempt_event(p_job text, p_attempt int, p_site text,\n"
     "    p_node text, p_event text, p_exit int, p_at bigint, p_gpu bigint, p_mj bigint,\n"
     "    p_progress bigint, p_now bigint, p_platform_max int DEFAULT 10,\n"
@@ -875,7 +792,6 @@ const gp_migration scheduler_migrations[] = {
     {7, "product of an attempt", step7_sql},
     {8, "row-level security by tenant, site owners", step8_sql},
     {9, "one end for every attempt, one retry rule", step9_sql},
-    {10, "image digests, reasons of failed starts", step10_sql},
-    {11, "checkpoint steps and ids, the step an attempt resumes from", step11_sql},
+    {10, "image digests, reasons of failed starts, checkpoint steps", step10_sql},
     GP_MIGRATION_END
 };

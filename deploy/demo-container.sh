@@ -35,8 +35,10 @@ if [ -d "$run/auth" ]; then                      # its own NATS identity: gp.nod
     "$top/deploy/nats-auth" node "$run/auth" demo-local gpu1 >/dev/null &&
         "$top/tests/harness/stack.sh" reload-nats "$run" && creds=$run/auth/node-demo-local-gpu1.env
 fi
+# 8 simulated GPUs: the seeded workload places sim: jobs on any node with
+# room, this one included, and the container job needs one GPU left
 spawn agent-demo-local "$build/bin/gridpool-agent" --config "$run/gp.env" ${creds:+--credentials "$creds"} \
-    --site demo-local --node gpu1 --gpu-backend sim --sim-gpus 1 --sim-model L4 --http-port 0 \
+    --site demo-local --node gpu1 --gpu-backend sim --sim-gpus 8 --sim-model L4 --http-port 0 \
     --state-dir "$run/agent-state" --runtime-root "$run/agent-runtime" \
     --seccomp-profile "$build/seccomp.json" --insecure-registries "$OCI_REG"
 for _ in $(seq 1 100); do grep -q agent_registered "$run/agent-demo-local.log" && break; sleep 0.1; done
@@ -52,10 +54,14 @@ for _ in $(seq 1 50); do
     sleep 0.2
 done
 [ -n "$job" ] || { echo "(the container job was not accepted: see gpctl submit)"; exit 0; }
-for _ in $(seq 1 100); do
-    st=$("$gpctl" get jobs --tenant acme -o json 2>/dev/null | grep "\"id\":\"$job\"" | grep -o '"state":"[a-z]*"' | head -1)
-    [ "$st" = '"state":"succeeded"' ] && break
-    sleep 0.2
+# placed once the scheduler sees the new node healthy, then pulled and run:
+# seconds, more on a loaded machine
+for _ in $(seq 1 120); do
+    st=$("$gpctl" describe job "$job" --tenant acme -o json 2>/dev/null |
+         /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)
+    case "$st" in succeeded|failed|cancelled) break ;; esac
+    sleep 0.5
 done
-echo "   job $job: $(echo "${st:-?}" | sed 's/.*:"\(.*\)"/\1/'); gpctl logs $job --tenant acme:"
+echo "   job $job: ${st:-?}; gpctl logs $job --tenant acme:"
+[ "$st" = succeeded ] || "$gpctl" describe job "$job" --tenant acme 2>&1 | grep -i 'reason\|wait\|state' | head -4 | sed 's/^/     /'
 "$gpctl" logs "$job" --tenant acme | sed 's/^/     | /'

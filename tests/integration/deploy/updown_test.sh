@@ -26,9 +26,13 @@ check "the demo shows healthy services and the fleet ($sites sites)" sh -c "
     grep -q '^registry .* ok' '$GP_RUN_DIR/demo.out' &&
     grep -q '^sim: registered' '$GP_RUN_DIR/demo.out' &&
     grep -q '^Sites:  $sites\$' '$GP_RUN_DIR/demo.out'"
-check "the container demo's job ran on the real node and its output came back" sh -c "
-    ! grep -q 'containers ready' '$GP_RUN_DIR/demo.out' ||
-    grep -q '| hello from a container: uid 0 in its own user namespace' '$GP_RUN_DIR/demo.out'"
+if ! grep -q 'containers ready' "$GP_RUN_DIR/demo.out" ||
+    grep -q '| hello from a container: uid 0 in its own user namespace' "$GP_RUN_DIR/demo.out"; then
+    ok "the container demo's job ran on the real node and its output came back"
+else
+    nok "the container demo's job ran on the real node and its output came back"
+    sed -n '/a real node beside/,/the fleet as one pool/p' "$GP_RUN_DIR/demo.out" | sed 's/^/#   /'
+fi
 check "up again says it is already up" sh -c "'$top/deploy/up.sh' '$B' | grep -q 'already up'"
 
 # ---- NATS authorization (deploy/nats-auth): on, no anonymous user, one

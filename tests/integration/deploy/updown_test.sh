@@ -26,9 +26,15 @@ check "the demo shows healthy services and the fleet ($sites sites)" sh -c "
     grep -q '^registry .* ok' '$GP_RUN_DIR/demo.out' &&
     grep -q '^sim: registered' '$GP_RUN_DIR/demo.out' &&
     grep -q '^Sites:  $sites\$' '$GP_RUN_DIR/demo.out'"
+# The seeded workload of a 20-site fleet may fill the real node before the
+# container job comes (its GPUs are anyone's): then the job waits, and says
+# so; container_test.sh checks a container job's output on its own node.
 if ! grep -q 'containers ready' "$GP_RUN_DIR/demo.out" ||
     grep -q '| hello from a container: uid 0 in its own user namespace' "$GP_RUN_DIR/demo.out"; then
     ok "the container demo's job ran on the real node and its output came back"
+elif grep -q 'job j-[0-9a-f]*: pending' "$GP_RUN_DIR/demo.out" &&
+    grep -q 'Why It Waits: .* 1 reserved by other jobs' "$GP_RUN_DIR/demo.out"; then
+    ok "the container demo's job was accepted and waits for the real node, which the seeded workload filled"
 else
     nok "the container demo's job ran on the real node and its output came back"
     sed -n '/a real node beside/,/the fleet as one pool/p' "$GP_RUN_DIR/demo.out" | sed 's/^/#   /'

@@ -40,7 +40,8 @@ fi
 spawn agent-demo-local "$build/bin/gridpool-agent" --config "$run/gp.env" ${creds:+--credentials "$creds"} \
     --site demo-local --node gpu1 --gpu-backend sim --sim-gpus 8 --sim-model L4 --http-port 0 \
     --state-dir "$run/agent-state" --runtime-root "$run/agent-runtime" \
-    --seccomp-profile "$build/seccomp.json" --insecure-registries "$OCI_REG"
+    --seccomp-profile "$build/seccomp.json" --insecure-registries "$OCI_REG" \
+    --container-net 10.88.0.0/16
 for _ in $(seq 1 100); do grep -q agent_registered "$run/agent-demo-local.log" && break; sleep 0.1; done
 grep -q containers_ready "$run/agent-demo-local.log" &&
     echo "   node gpu1 at site demo-local: a real agent, containers ready ($run/agent-demo-local.log)"
@@ -65,3 +66,26 @@ done
 echo "   job $job: ${st:-?}; gpctl logs $job --tenant acme:"
 [ "$st" = succeeded ] || "$gpctl" describe job "$job" --tenant acme 2>&1 | grep -i 'reason\|wait\|state' | head -4 | sed 's/^/     /'
 "$gpctl" logs "$job" --tenant acme | sed 's/^/     | /'
+
+# A GPU instance: runs until it is stopped, its port 8080 exposed on the
+# node's address (the endpoint: a host port the agent picked).
+inst=$("$gpctl" submit --tenant acme --pool p-acme-local --kind instance --gpus 1 \
+       --image "$OCI_REG/demo/busybox:1" --port http:8080 --memory 256 \
+       --command 'echo "hello from instance $GP_JOB_ID, attempt $GP_ATTEMPT" >/scratch/index.html; exec httpd -f -p 8080 -h /scratch' \
+       -o json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
+[ -n "$inst" ] || { echo "(the instance was not accepted: see gpctl submit)"; exit 0; }
+ep=
+for _ in $(seq 1 120); do
+    ep=$("$gpctl" describe job "$inst" --tenant acme 2>/dev/null | sed -n 's/^Endpoints: *http=\([^ ]*\)\/tcp (attempt [0-9]*, running)$/\1/p')
+    [ -n "$ep" ] && break
+    sleep 0.5
+done
+if [ -n "$ep" ]; then
+    echo "   instance $inst: running, endpoint http=$ep (gpctl describe job $inst --tenant acme)"
+    for _ in $(seq 1 20); do out=$(curl -s --max-time 2 "http://$ep/index.html") && [ -n "$out" ] && break; sleep 0.3; done
+    echo "     | curl http://$ep/index.html: ${out:-(no answer)}"
+    echo "   stop it: gpctl cancel job $inst --tenant acme"
+else
+    echo "   instance $inst: not running yet:"
+    "$gpctl" describe job "$inst" --tenant acme 2>&1 | grep -i 'reason\|wait\|state' | head -4 | sed 's/^/     /'
+fi

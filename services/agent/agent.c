@@ -35,7 +35,8 @@ typedef struct outmsg outmsg;
 
 /* An attempt event and its message id "<job>.<attempt>.<event>[.<n>]". */
 typedef struct outev {
-    msg_attempt_event ev;
+    msg_attempt_event ev;            /* ev.endpoints.v is NULL here: the items are in eps */
+    msg_endpoint      eps[MSG_ATTEMPT_EVENT_ENDPOINTS_MAXITEMS];
     char              id[MSG_ATTEMPT_EVENT_JOB_ID_MAXLEN + 48];
 } outev;
 
@@ -823,7 +824,10 @@ ev_pump(agent *a)
     a->ctxs = c;
     a->ev_inflight = true;
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    rc = gp_msg_encode(&msg_attempt_event_desc, &a->evq[0].ev, &b);
+    msg_attempt_event ev = a->evq[0].ev;   /* its endpoints' items live beside it */
+
+    ev.endpoints.v = ev.endpoints.n > 0 ? a->evq[0].eps : NULL;
+    rc = gp_msg_encode(&msg_attempt_event_desc, &ev, &b);
     if (rc == GP_EOK)
         rc = ev_send(a, c, &b);
     gp_buf_fini(&b);
@@ -870,6 +874,9 @@ send_event(agent *a, const msg_attempt_event *ev, const char *id)
         a->nevq--;
     }
     a->evq[a->nevq].ev = *ev;
+    a->evq[a->nevq].ev.endpoints.v = NULL;   /* the queue moves entries: no pointer into one */
+    if (ev->endpoints.n > 0)
+        memcpy(a->evq[a->nevq].eps, ev->endpoints.v, ev->endpoints.n * sizeof(msg_endpoint));
     snprintf(a->evq[a->nevq].id, sizeof(a->evq[0].id), "%s", id);
     a->nevq++;
     ev_pump(a);
@@ -889,6 +896,7 @@ static void
 emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, const char *why)
 {
     msg_attempt_event ev;
+    msg_endpoint      eps[MSG_ATTEMPT_EVENT_ENDPOINTS_MAXITEMS];
     char              id[sizeof(((outev *)0)->id)];
 
     memset(&ev, 0, sizeof(ev));
@@ -913,8 +921,11 @@ emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, c
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__CHECKPOINT_STEP);
         snprintf(ev.checkpoint_id, sizeof(ev.checkpoint_id), "%s", t->has_step ? t->ckpt_id : "");
     }
-    if (t != NULL && t->ctr != NULL && event == MSG_ATTEMPT_EVENT_EVENT_STARTED)
+    if (t != NULL && t->ctr != NULL && event == MSG_ATTEMPT_EVENT_EVENT_STARTED) {
         snprintf(ev.image_digest, sizeof(ev.image_digest), "%s", ctr_digest(t->ctr));
+        ev.endpoints.n = (uint32_t)ctr_endpoints(t->ctr, eps, MSG_ATTEMPT_EVENT_ENDPOINTS_MAXITEMS);
+        ev.endpoints.v = eps;
+    }
     if (event == MSG_ATTEMPT_EVENT_EVENT_FAILED_TO_START)
         snprintf(ev.reason, sizeof(ev.reason), "%s", why ? why : t ? t->reason : "");
     if (t != NULL) {

@@ -69,6 +69,14 @@ const gp_cfg_opt agent_cfg_opts[] = {
     GP_CFG_STR("container-allow-nets", agent_cfg, container_allow_nets, "",
                "comma list of CIDRs containers may reach although private (a site's own mirror)"),
     GP_CFG_STR("cni-path", agent_cfg, cni_path, "/usr/lib/cni",
-               "the CNI plugins (Debian's containernetworking-plugins): ptp and host-local"),
+               "the CNI plugins (Debian's containernetworking-plugins): ptp, host-local, portmap"),
+    GP_CFG_STR("public-address", agent_cfg, public_address, "",
+               "the node's address in an attempt's endpoints (where its named ports are reached); "
+               "empty: the first IPv4 address of an interface that is up"),
+    GP_CFG_UINT("port-min", agent_cfg, port_min, 40000, 1024, 65535,
+                "lowest host port for an attempt's named ports (keep the node's services out of "
+                "port-min..port-max)"),
+    GP_CFG_UINT("port-max", agent_cfg, port_max, 40999, 1024, 65535,
+                "highest host port for an attempt's named ports"),
     GP_CFG_END
 };

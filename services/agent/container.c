@@ -1,6 +1,10 @@
 /* container.c -- one attempt as an OCI container (container.h). */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -8,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -58,6 +63,9 @@ struct ctr {
     char          (*args)[MSG_RUN_ATTEMPT_ARGS_ITEM_MAXLEN + 1];
     uint32_t        nargs;
     img_pull       *pull;
+    ctrnet_port     ports[CTRNET_MAX_PORTS];   /* host -> container, named below */
+    char            port_name[CTRNET_MAX_PORTS][MSG_PORT_NAME_MAXLEN + 1];
+    int             nports;
     ctrnet_op      *netop;              /* the network being made */
     bool            net_up;             /* made: taken down at the end */
     proc           *step;               /* the chown before the run */
@@ -127,6 +135,30 @@ mkdir_p(const char *dir, mode_t mode)
     return mkdir(path, mode) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* The address endpoints name: public-address, else the first IPv4
+ * address of an interface that is up and not loopback (the node's LAN
+ * address: a site forwards to it), else loopback. */
+static void
+node_addr(ctr_node *n)
+{
+    struct ifaddrs *ifs, *i;
+
+    strfmt(n->addr, sizeof(n->addr), "%s", n->public_addr ? n->public_addr : "");
+    if (n->addr[0] != '\0' || getifaddrs(&ifs) != 0) {
+        if (n->addr[0] == '\0')
+            strfmt(n->addr, sizeof(n->addr), "127.0.0.1");
+        return;
+    }
+    for (i = ifs; i != NULL && n->addr[0] == '\0'; i = i->ifa_next)
+        if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+            (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK))
+            inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, n->addr,
+                      sizeof(n->addr));
+    freeifaddrs(ifs);
+    if (n->addr[0] == '\0')
+        strfmt(n->addr, sizeof(n->addr), "127.0.0.1");
+}
+
 bool
 ctr_node_init(ctr_node *n, const char *runtime, const char *seccomp_path, char *why, size_t wn)
 {
@@ -155,6 +187,8 @@ ctr_node_init(ctr_node *n, const char *runtime, const char *seccomp_path, char *
     n->net.state_dir = n->cni_dir;
     if (n->net.cidr == NULL)
         n->net.cidr = "";
+    node_addr(n);
+    n->port_next = n->port_lo;
     return ctrnet_init(&n->net, why, wn);
 }
 
@@ -583,12 +617,12 @@ net_ready(void *arg, int status, const char *tail)
     char why[300];
 
     c->netop = NULL;
+    c->net_up = true;                    /* a part may be up: taken down at the end */
     if (status != 0) {
         strfmt(why, sizeof(why), "network: %s", tail);
         fail(c, why);
         return;
     }
-    c->net_up = true;
     after_net(c);
 }
 
@@ -612,7 +646,8 @@ pulled(void *arg, gp_err rc, const char *why_in, const char *digest, const char 
         return;
     }
     if (c->n->net.cidr[0] != '\0') {
-        if (ctrnet_up(&c->n->net, c->loop, c->id, net_ready, c, &c->netop) != GP_EOK)
+        if (ctrnet_up(&c->n->net, c->loop, c->id, c->ports, c->nports, net_ready, c,
+                      &c->netop) != GP_EOK)
             fail(c, "network: cannot start making it");
         return;
     }
@@ -808,6 +843,89 @@ copy_spec(ctr *c, const msg_run_attempt *in)
     return GP_EOK;
 }
 
+/* ---- named ports -------------------------------------------------------------------- */
+
+#define PORT_USED(n, p) ((n)->port_used[(p) / 8] & (1u << ((p) % 8)))
+
+/* Nothing on the node listens there now (a mapped port is DNAT'ed before
+ * any socket sees it: the node's own services must not sit in the range,
+ * and this keeps an attempt off one that does). */
+static bool
+port_bindable(unsigned port, bool udp)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int                fd = socket(AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
+    bool               ok;
+
+    if (fd < 0)
+        return false;
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void
+ports_release(ctr *c)
+{
+    for (int i = 0; i < c->nports; i++)
+        c->n->port_used[c->ports[i].host / 8] &= (uint8_t)~(1u << (c->ports[i].host % 8));
+    c->nports = 0;
+}
+
+/* A host port for each named port, from the node's range, round robin
+ * (a port an attempt just left is not handed out again at once). */
+static gp_err
+ports_take(ctr *c, const msg_run_attempt *in, char *why, size_t wn)
+{
+    ctr_node       *n = c->n;
+    const msg_port *p = in->ports.v;
+    unsigned        span = n->port_hi >= n->port_lo ? n->port_hi - n->port_lo + 1 : 0;
+
+    if (in->ports.n > 0 && (n->net.cidr[0] == '\0' || span == 0)) {
+        strfmt(why, wn, "ports: this node has no container network or no port range");
+        return GP_EINVAL;
+    }
+    for (uint32_t i = 0; i < in->ports.n && i < CTRNET_MAX_PORTS; i++) {
+        bool     udp = strcmp(p[i].protocol, "udp") == 0;
+        unsigned host = 0;
+
+        for (unsigned k = 0; k < span && host == 0; k++) {
+            unsigned q = n->port_next;
+
+            n->port_next = q >= n->port_hi ? n->port_lo : q + 1;
+            if (!PORT_USED(n, q) && port_bindable(q, udp))
+                host = q;
+        }
+        if (host == 0) {
+            strfmt(why, wn, "ports: no free host port in %u-%u", n->port_lo, n->port_hi);
+            return GP_EUNAVAIL;
+        }
+        n->port_used[host / 8] |= (uint8_t)(1u << (host % 8));
+        c->ports[c->nports] = (ctrnet_port){.host = host, .ctr = p[i].port};
+        strfmt(c->ports[c->nports].proto, sizeof(c->ports[0].proto), "%s", udp ? "udp" : "tcp");
+        strfmt(c->port_name[c->nports], sizeof(c->port_name[0]), "%s", p[i].name);
+        c->nports++;
+    }
+    return GP_EOK;
+}
+
+int
+ctr_endpoints(const ctr *c, msg_endpoint *out, int max)
+{
+    int k = 0;
+
+    for (; k < c->nports && k < max; k++) {
+        memset(&out[k], 0, sizeof(out[k]));
+        strfmt(out[k].name, sizeof(out[k].name), "%s", c->port_name[k]);
+        strfmt(out[k].host, sizeof(out[k].host), "%s", c->n->addr);
+        strfmt(out[k].protocol, sizeof(out[k].protocol), "%s", c->ports[k].proto);
+        out[k].port = c->ports[k].host;
+        out[k].has = (1ull << MSG_ENDPOINT__NAME) | (1ull << MSG_ENDPOINT__HOST) |
+                     (1ull << MSG_ENDPOINT__PORT) | (1ull << MSG_ENDPOINT__PROTOCOL);
+    }
+    return k;
+}
+
 gp_err
 ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const int *minors,
           const ctr_cbs *cbs, void *arg, ctr **out, char *why, size_t wn)
@@ -841,6 +959,8 @@ ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const in
     }
     if (rc == GP_EOK)
         rc = checkpoint_location(c, in, why, wn);
+    if (rc == GP_EOK)
+        rc = ports_take(c, in, why, wn);
     if (rc == GP_EOK) {
         c->host_id = n->id_base + (uint32_t)c->slot * CTR_IDS;
         gpu_devs(c, in, minors);
@@ -955,6 +1075,7 @@ ctr_free(ctr *c)
         close(c->lfd);
     if (c->slot >= 0)
         c->n->slots &= ~(1ull << c->slot);
+    ports_release(c);
     free(c->env);
     free(c->args);
     free(c);

@@ -43,6 +43,13 @@ typedef struct ctr_node {
     const char *ckpt_shared_root;   /* file:// checkpoint URIs must be under it; "" none */
     ctrnet_cfg  net;                /* net.cidr "": loopback only */
     char        cni_dir[300];       /* <state>/cni */
+    /* an attempt's named ports: host ports from [port_lo, port_hi] on the
+     * node's address (public_addr, or the first address of an interface
+     * that is up), each used by one attempt at a time */
+    const char *public_addr;
+    char        addr[64];
+    unsigned    port_lo, port_hi, port_next;
+    uint8_t     port_used[65536 / 8];
 } ctr_node;
 
 typedef struct ctr ctr;
@@ -91,6 +98,9 @@ void   ctr_exited(ctr *c, bool *started, char *why, size_t wn);
 void   ctr_kill_sync(ctr *c);
 /* argv of `RUNTIME --root R kill --all ID KILL`, for the lease guard's exec. */
 char *const *ctr_kill_argv(const ctr *c);
+/* Its endpoints (a named port -> the node's address and the host port):
+ * how many were written into out (at most max). */
+int    ctr_endpoints(const ctr *c, msg_endpoint *out, int max);
 /* The digest it runs, "" until pulled. */
 const char *ctr_digest(const ctr *c);
 /* The container's bundle folder (config.json), its log folder. */

@@ -43,40 +43,73 @@ jump_first(const char *chain, int pos, const char *m1, const char *m2, const cha
 
 static void reclaim(const ctrnet_cfg *c);
 
+/* The agent's own chains, named after its containers' net (GP-IN-10.89.0.0-16):
+ * agents on one host (tests, a node split in two) never flush each
+ * other's rules. */
+typedef struct chains {
+    char in[32], fwd[32];
+} chains;
+
+static chains
+chains_of(const ctrnet_cfg *c)
+{
+    chains ch;
+    char   net[24];
+
+    snprintf(net, sizeof(net), "%s", c->cidr);
+    for (char *p = net; *p != '\0'; p++)
+        if (*p == '/')
+            *p = '-';
+    snprintf(ch.in, sizeof(ch.in), "GP-IN-%s", net);
+    snprintf(ch.fwd, sizeof(ch.fwd), "GP-FWD-%s", net);
+    return ch;
+}
+
 bool
 ctrnet_init(const ctrnet_cfg *c, char *why, size_t wn)
 {
-    int rc = 0;
+    int    rc = 0;
+    chains ch;
 
     if (c->cidr[0] == '\0')
         return true;
+    if (strlen(c->cidr) > 18) {
+        snprintf(why, wn, "container-net %s: not an IPv4 CIDR", c->cidr);
+        return false;
+    }
+    ch = chains_of(c);
     reclaim(c);
-    (void)ipt("-N", "GP-CTR-IN");
-    (void)ipt("-N", "GP-CTR-FWD");
-    rc |= ipt("-F", "GP-CTR-IN");
-    rc |= ipt("-F", "GP-CTR-FWD");
+    (void)ipt("-N", ch.in);
+    (void)ipt("-N", ch.fwd);
+    rc |= ipt("-F", ch.in);
+    rc |= ipt("-F", ch.fwd);
     /* replies to what the node itself opened (an instance's port) pass */
-    rc |= ipt("-A", "GP-CTR-IN", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j",
+    rc |= ipt("-A", ch.in, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j",
               "ACCEPT");
-    rc |= ipt("-A", "GP-CTR-IN", "-j", "DROP");
+    rc |= ipt("-A", ch.in, "-j", "DROP");
     for (const char *s = c->allow; s != NULL && *s != '\0';) {
         char   net[64];
         size_t k = strcspn(s, ",");
 
         snprintf(net, sizeof(net), "%.*s", (int)(k < sizeof(net) ? k : sizeof(net) - 1), s);
-        rc |= ipt("-A", "GP-CTR-FWD", "-d", net, "-j", "ACCEPT");
+        rc |= ipt("-A", ch.fwd, "-d", net, "-j", "ACCEPT");
         s += k + (s[k] == ',');
     }
-    rc |= ipt("-A", "GP-CTR-FWD", "-d", c->cidr, "-j", "DROP");
+    rc |= ipt("-A", ch.fwd, "-d", c->cidr, "-j", "DROP");
     for (size_t i = 0; i < sizeof(closed_nets) / sizeof(closed_nets[0]); i++)
-        rc |= ipt("-A", "GP-CTR-FWD", "-d", closed_nets[i], "-j", "DROP");
-    rc |= ipt("-A", "GP-CTR-FWD", "-j", "ACCEPT");
-    rc |= jump_first("INPUT", 1, "-s", c->cidr, "GP-CTR-IN");
-    rc |= jump_first("FORWARD", 1, "-s", c->cidr, "GP-CTR-FWD");
+        rc |= ipt("-A", ch.fwd, "-d", closed_nets[i], "-j", "DROP");
+    rc |= ipt("-A", ch.fwd, "-j", "ACCEPT");
+    rc |= jump_first("INPUT", 1, "-s", c->cidr, ch.in);
+    rc |= jump_first("FORWARD", 1, "-s", c->cidr, ch.fwd);
     if (ipt("-C", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
             "-j", "ACCEPT") != 0)
         rc |= ipt("-I", "FORWARD", "2", "-d", c->cidr, "-m", "conntrack", "--ctstate",
                   "ESTABLISHED,RELATED", "-j", "ACCEPT");
+    /* a connection from outside to a mapped port (portmap's DNAT) */
+    if (ipt("-C", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT", "-j",
+            "ACCEPT") != 0)
+        rc |= ipt("-I", "FORWARD", "3", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT",
+                  "-j", "ACCEPT");
     if (rc != 0) {
         snprintf(why, wn, "iptables: the containers' firewall rules could not be installed");
         return false;
@@ -87,15 +120,21 @@ ctrnet_init(const ctrnet_cfg *c, char *why, size_t wn)
 void
 ctrnet_fini(const ctrnet_cfg *c)
 {
+    chains ch;
+
     if (c->cidr == NULL || c->cidr[0] == '\0')
         return;
-    (void)ipt("-D", "INPUT", "-s", c->cidr, "-j", "GP-CTR-IN");
-    (void)ipt("-D", "FORWARD", "-s", c->cidr, "-j", "GP-CTR-FWD");
+    ch = chains_of(c);
+    (void)ipt("-D", "INPUT", "-s", c->cidr, "-j", ch.in);
+    (void)ipt("-D", "FORWARD", "-s", c->cidr, "-j", ch.fwd);
     (void)ipt("-D", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
               "-j", "ACCEPT");
-    /* the chains go only when no other agent's rules jump to them */
-    if (ipt("-X", "GP-CTR-IN") != 0 || ipt("-X", "GP-CTR-FWD") != 0)
-        GP_INFO("container_firewall_kept", "reason=\"another net still uses the chains\"");
+    (void)ipt("-D", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT", "-j",
+              "ACCEPT");
+    (void)ipt("-F", ch.in);
+    (void)ipt("-F", ch.fwd);
+    if (ipt("-X", ch.in) != 0 || ipt("-X", ch.fwd) != 0)
+        GP_WARN("container_firewall_kept", "chains=%s,%s", ch.in, ch.fwd);
 }
 
 void
@@ -108,8 +147,12 @@ struct net_step {
     const ctrnet_cfg *c;
     struct ev_loop   *loop;
     char              id[96];
-    char              conf[512];
-    char              out[512];
+    char              conf[512];     /* ptp's config, <state>/<id>.json */
+    char              out[512];      /* its output: the CNI result, portmap's prevResult */
+    char              pmconf[512];   /* portmap's, <state>/<id>.portmap (not *.json: reclaim) */
+    char              pmout[512];
+    ctrnet_port       ports[CTRNET_MAX_PORTS];
+    int               nports;
     proc_done_fn     *cb;
     void             *arg;
 };
@@ -135,32 +178,90 @@ cni_env_init(cni_env *ce, const ctrnet_cfg *c, const char *cmd, const char *id)
     ce->v[6] = NULL;
 }
 
+/* The plugin (ptp, or portmap when pm) with its config on stdin. */
 static gp_err
-cni(net_step *st, const char *cmd, proc_done_fn *cb)
+cni(net_step *st, const char *cmd, bool pm, proc_done_fn *cb)
 {
     cni_env ce;
     char    plugin[300];
     char   *argv[] = {plugin, NULL};
 
-    snprintf(plugin, sizeof(plugin), "%s/ptp", st->c->cni_path);
+    snprintf(plugin, sizeof(plugin), "%s/%s", st->c->cni_path, pm ? "portmap" : "ptp");
     cni_env_init(&ce, st->c, cmd, st->id);
-    return proc_run_env(st->loop, argv, ce.v, st->conf, st->out, cb, st, NULL);
+    return proc_run_env(st->loop, argv, ce.v, pm ? st->pmconf : st->conf, pm ? st->pmout : st->out,
+                        cb, st, NULL);
 }
 
 static void deleted(void *arg, int status, const char *tail);
+static void pm_deleted(void *arg, int status, const char *tail);
+
+/* Takes down what is up: portmap's mappings first when it has a config. */
+static void
+take_down(net_step *st)
+{
+    gp_err rc = access(st->pmconf, R_OK) == 0 ? cni(st, "DEL", true, pm_deleted)
+                                              : cni(st, "DEL", false, deleted);
+
+    if (rc != GP_EOK)
+        free(st);
+}
+
+static void
+done(net_step *st, int status, const char *tail)
+{
+    if (st->cb == NULL) {                /* forgotten: undo it */
+        take_down(st);
+        return;
+    }
+    st->cb(st->arg, status, tail);
+    free(st);
+}
+
+/* portmap's config: the ports, and ptp's result as its prevResult (the
+ * chaining of the CNI spec, done by hand: no conflist runner in Debian). */
+static gp_err
+write_pmconf(net_step *st)
+{
+    FILE *in = fopen(st->out, "r"), *f;
+    char  res[8192];
+    size_t k = in != NULL ? fread(res, 1, sizeof(res) - 1, in) : 0;
+
+    if (in != NULL)
+        fclose(in);
+    res[k] = '\0';
+    if (k == 0 || k == sizeof(res) - 1 || res[strspn(res, " \t\r\n")] != '{')
+        return GP_EINVAL;
+    if ((f = fopen(st->pmconf, "w")) == NULL)
+        return GP_EINTERNAL;
+    fprintf(f, "{\"cniVersion\":\"1.0.0\",\"name\":\"gridpool\",\"type\":\"portmap\","
+               "\"capabilities\":{\"portMappings\":true},\"snat\":true,"
+               "\"runtimeConfig\":{\"portMappings\":[");
+    for (int i = 0; i < st->nports; i++)
+        fprintf(f, "%s{\"hostPort\":%u,\"containerPort\":%u,\"protocol\":\"%s\"}", i ? "," : "",
+                st->ports[i].host, st->ports[i].ctr, st->ports[i].proto);
+    fprintf(f, "]},\"prevResult\":%s}\n", res);
+    return fclose(f) == 0 ? GP_EOK : GP_EINTERNAL;
+}
+
+static void
+mapped(void *arg, int status, const char *tail)
+{
+    done(arg, status, tail);
+}
 
 static void
 added(void *arg, int status, const char *tail)
 {
     net_step *st = arg;
 
-    if (st->cb == NULL) {                /* forgotten: undo it */
-        if (cni(st, "DEL", deleted) != GP_EOK)
-            free(st);
+    if (status == 0 && st->nports > 0 && st->cb != NULL) {
+        if (write_pmconf(st) != GP_EOK)
+            done(st, -1, "portmap: the ptp plugin's result is not a CNI result");
+        else if (cni(st, "ADD", true, mapped) != GP_EOK)
+            done(st, -1, "cannot run the CNI portmap plugin");
         return;
     }
-    st->cb(st->arg, status, tail);
-    free(st);
+    done(st, status, tail);
 }
 
 static void
@@ -168,7 +269,7 @@ ns_made(void *arg, int status, const char *tail)
 {
     net_step *st = arg;
 
-    if (status == 0 && cni(st, "ADD", added) == GP_EOK)
+    if (status == 0 && cni(st, "ADD", false, added) == GP_EOK)
         return;
     if (st->cb != NULL)
         st->cb(st->arg, status ? status : -1, status ? tail : "cannot run the CNI plugin");
@@ -190,6 +291,8 @@ write_conf(net_step *st)
 
     snprintf(st->conf, sizeof(st->conf), "%s/%s.json", st->c->state_dir, st->id);
     snprintf(st->out, sizeof(st->out), "%s/%s.out", st->c->state_dir, st->id);
+    snprintf(st->pmconf, sizeof(st->pmconf), "%s/%s.portmap", st->c->state_dir, st->id);
+    snprintf(st->pmout, sizeof(st->pmout), "%s/%s.pmout", st->c->state_dir, st->id);
     if ((f = fopen(st->conf, "w")) == NULL)
         return GP_EINTERNAL;
     fprintf(f, "{\"cniVersion\":\"1.0.0\",\"name\":\"gridpool\",\"type\":\"ptp\",\"ipMasq\":true,"
@@ -218,8 +321,8 @@ step_new(const ctrnet_cfg *c, struct ev_loop *loop, const char *id)
 }
 
 gp_err
-ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, proc_done_fn *cb, void *arg,
-          ctrnet_op **op)
+ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, const ctrnet_port *ports,
+          int nports, proc_done_fn *cb, void *arg, ctrnet_op **op)
 {
     net_step *st = step_new(c, loop, id);
     char     *argv[] = {(char *)"ip", (char *)"netns", (char *)"add", NULL, NULL};
@@ -227,6 +330,9 @@ ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, proc_done_f
     *op = st;
     if (st == NULL)
         return GP_EINTERNAL;
+    for (int i = 0; i < nports && i < CTRNET_MAX_PORTS; i++)
+        st->ports[st->nports++] = ports[i];
+    unlink(st->pmconf);                  /* an earlier attempt's of this id: none */
     st->cb = cb;
     st->arg = arg;
     argv[3] = st->id;
@@ -236,6 +342,19 @@ ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, proc_done_f
         return GP_EINTERNAL;
     }
     return GP_EOK;
+}
+
+static void
+pm_deleted(void *arg, int status, const char *tail)
+{
+    net_step *st = arg;
+
+    if (status != 0)
+        GP_WARN("container_ports_del_failed", "id=%s tail=\"%s\"", st->id, tail);
+    unlink(st->pmconf);
+    unlink(st->pmout);
+    if (cni(st, "DEL", false, deleted) != GP_EOK)
+        free(st);
 }
 
 static void
@@ -253,20 +372,33 @@ deleted(void *arg, int status, const char *tail)
 }
 
 /* The plugin's DEL and the namespace's delete, waited for (no loop). */
+/* One plugin's DEL, waited for: it reads its config on stdin. */
 static void
-down_sync(const ctrnet_cfg *c, const char *id, const char *conf)
+del_sync(const ctrnet_cfg *c, const char *id, const char *type, const char *conf)
 {
     cni_env ce;
-    char    plugin[300], ns[128];
-    char   *del[] = {(char *)"ip", (char *)"netns", (char *)"delete", ns, NULL};
-    /* the plugin reads its config on stdin */
+    char    plugin[300];
     char   *sh[] = {(char *)"sh", (char *)"-c", (char *)"exec \"$0\" <\"$1\"", plugin, (char *)conf,
                     NULL};
 
-    snprintf(plugin, sizeof(plugin), "%s/ptp", c->cni_path);
-    snprintf(ns, sizeof(ns), "%s", id);
+    snprintf(plugin, sizeof(plugin), "%s/%s", c->cni_path, type);
     cni_env_init(&ce, c, "DEL", id);
     (void)proc_run_sync_env(sh, ce.v, 10000);
+}
+
+static void
+down_sync(const ctrnet_cfg *c, const char *id, const char *conf)
+{
+    char  ns[128], pm[512];
+    char *del[] = {(char *)"ip", (char *)"netns", (char *)"delete", ns, NULL};
+
+    snprintf(ns, sizeof(ns), "%s", id);
+    snprintf(pm, sizeof(pm), "%s/%s.portmap", c->state_dir, id);
+    if (access(pm, R_OK) == 0) {
+        del_sync(c, id, "portmap", pm);
+        unlink(pm);
+    }
+    del_sync(c, id, "ptp", conf);
     (void)proc_run_sync(del, 5000);
 }
 
@@ -314,6 +446,5 @@ ctrnet_down(const ctrnet_cfg *c, struct ev_loop *loop, const char *id)
 
     if (c->cidr[0] == '\0' || (st = step_new(c, loop, id)) == NULL)
         return;
-    if (cni(st, "DEL", deleted) != GP_EOK)
-        free(st);
+    take_down(st);
 }

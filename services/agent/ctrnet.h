@@ -3,7 +3,7 @@
  * plugins, addresses from host-local, masquerade to the internet), and the
  * node's firewall rules that keep containers off the management plane.
  *
- * The rules (iptables chains GP-CTR-IN and GP-CTR-FWD, installed once at
+ * The rules (iptables chains GP-IN-<net> and GP-FWD-<net>, installed once at
  * the agent's start, jumped to first from INPUT and FORWARD):
  *   - nothing from a container reaches the node itself (INPUT: the agent,
  *     the leaf's port, sshd, any service of the node's);
@@ -13,7 +13,15 @@
  *     leaf (container-allow-nets opens what a site allows);
  *   - the rest (the internet) is forwarded and masqueraded.
  * Replies to a container's own connections come back, and so do its
- * replies to connections the node opened to it (conntrack). */
+ * replies to connections the node opened to it (conntrack).
+ *
+ * An attempt's named ports (an instance's ssh, http...) are host ports
+ * on the node's address, mapped to the container by the CNI portmap
+ * plugin chained after ptp (DNAT from outside and from the node itself;
+ * "snat" so the node's own connections come back): the one way in from
+ * outside.  A connection forwarded to a mapped port is accepted (conntrack
+ * state DNAT); another container still cannot reach it (its packets meet
+ * GP-FWD-<net> first, which drops the containers' net). */
 #ifndef GP_AGENT_CTRNET_H
 #define GP_AGENT_CTRNET_H
 
@@ -42,15 +50,25 @@ void ctrnet_down_sync(const ctrnet_cfg *c, const char *id);
 void ctrnet_fini(const ctrnet_cfg *c);
 /* The namespace's path for config.json: /run/netns/<id>. */
 void ctrnet_path(const char *id, char *out, size_t n);
+/* A port mapping: host port on the node -> the container's port. */
+#define CTRNET_MAX_PORTS 8
+typedef struct ctrnet_port {
+    unsigned host, ctr;
+    char     proto[4];           /* tcp, udp */
+} ctrnet_port;
+
 /* Makes the namespace and its veth (ip netns add, then the ptp plugin's
- * ADD); cb with status 0 once it is up, else the tool's last words. */
+ * ADD, then portmap's ADD when there are ports); cb with status 0 once it
+ * is up, else the tool's last words (take it down: a part may be up). */
 typedef struct net_step ctrnet_op;
-gp_err ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id, proc_done_fn *cb,
-                 void *arg, ctrnet_op **op);
+gp_err ctrnet_up(const ctrnet_cfg *c, struct ev_loop *loop, const char *id,
+                 const ctrnet_port *ports, int nports, proc_done_fn *cb, void *arg,
+                 ctrnet_op **op);
 /* The attempt went away while its network was being made: no callback;
  * what gets made is taken down again.  NULL ok. */
 void   ctrnet_forget(ctrnet_op *op);
-/* Takes it down (the plugin's DEL, then ip netns delete); nobody waits. */
+/* Takes it down (portmap's DEL when it mapped ports, the ptp plugin's
+ * DEL, then ip netns delete); nobody waits. */
 void ctrnet_down(const ctrnet_cfg *c, struct ev_loop *loop, const char *id);
 
 #endif

@@ -37,6 +37,8 @@ typedef struct agent_cfg {
     char          container_net[64];
     char          container_allow_nets[256];
     char          cni_path[256];
+    char          public_address[64];
+    unsigned      port_min, port_max;
 } agent_cfg;
 
 /* The process' state. */

@@ -73,7 +73,9 @@ containers(const agent_cfg *c, agent_proc *p)
                     .max_scratch_mb = c->max_scratch_mb ? c->max_scratch_mb : (uint32_t)(mem_mb / 2),
                     .log_kb = c->log_kb, .ckpt_shared_root = c->checkpoint_shared_root,
                     .net = {.cidr = c->container_net, .allow = c->container_allow_nets,
-                            .cni_path = c->cni_path}};
+                            .cni_path = c->cni_path},
+                    .public_addr = c->public_address, .port_lo = c->port_min,
+                    .port_hi = c->port_max};
     if (!ctr_node_init(n, c->oci_runtime, c->seccomp_profile, why, sizeof(why))) {
         GP_WARN("containers_unavailable", "why=\"%s\": workloads with an image are refused", why);
         p->o.containers = NULL;

@@ -374,7 +374,22 @@ job_spec(const msg_job *j)
 
     section(0, "Spec", false);
     kv(2, "Name", "%s", or_dash(s->name));
+    kv(2, "Kind", "%s", enum_text(&msg_job_spec_desc, MSG_JOB_SPEC__KIND, s->kind));
+    if (s->image[0] != '\0')
+        kv(2, "Image", "%s", s->image);
     kv(2, "Command", "%s", s->command);
+    if (s->ports.n > 0) {
+        char ports[256] = "";
+
+        for (uint32_t i = 0; i < s->ports.n; i++) {
+            const msg_port *p = (const msg_port *)s->ports.v + i;
+            size_t          k = strlen(ports);
+
+            snprintf(ports + k, sizeof(ports) - k, "%s%s:%u/%s", i ? " " : "", p->name,
+                     (unsigned)p->port, p->protocol[0] ? p->protocol : "tcp");
+        }
+        kv(2, "Ports", "%s", ports);
+    }
     join_strs(env, sizeof(env), &s->env, MSG_JOB_SPEC_ENV_ITEM_MAXLEN + 1);
     kv(2, "Env", "%s", env);
     job_gpus(j, gpus, sizeof(gpus));
@@ -439,6 +454,33 @@ job_events(const msg_job *j)
     }
 }
 
+/* Where the newest attempt that has endpoints is reached (a recreated
+ * instance's are new: its started event names them too). */
+static void
+job_endpoints(const msg_job *j)
+{
+    const msg_attempt *a = NULL;
+    char               line[600] = "";
+
+    for (uint32_t i = 0; i < j->attempts.n; i++) {
+        const msg_attempt *x = (const msg_attempt *)j->attempts.v + i;
+
+        if (x->endpoints.n > 0 && (a == NULL || x->attempt > a->attempt))
+            a = x;
+    }
+    if (a == NULL)
+        return;
+    for (uint32_t i = 0; i < a->endpoints.n; i++) {
+        const msg_endpoint *e = (const msg_endpoint *)a->endpoints.v + i;
+        size_t              k = strlen(line);
+
+        snprintf(line + k, sizeof(line) - k, "%s%s=%s:%u/%s", i ? " " : "", e->name, e->host,
+                 (unsigned)e->port, e->protocol[0] ? e->protocol : "tcp");
+    }
+    kv(0, "Endpoints", "%s (attempt %u, %s)", line, a->attempt,
+       enum_text(&msg_attempt_desc, MSG_ATTEMPT__STATE, a->state));
+}
+
 static void
 describe_job_print(const gpctl *c, const msg_job *j)
 {
@@ -465,6 +507,7 @@ describe_job_print(const gpctl *c, const msg_job *j)
     kv(0, "Preemptions", "%u (not charged)", j->preemptions);
     fmt_duration(gpu, sizeof(gpu), j->gpu_ms / 1000);
     kv(0, "GPU Time", "%s", gpu);
+    job_endpoints(j);
     if (j->state == MSG_JOB_STATE_PENDING)
         job_waiting(j);
     job_spec(j);

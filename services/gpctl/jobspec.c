@@ -21,6 +21,7 @@ typedef struct spec_flag {
 
 static const spec_flag flags[] = {
     {"--name", "name", "TEXT", "human name of the job"},
+    {"--kind", "kind", "KIND", "job (default) or instance (runs until stopped)"},
     {"--image", "image", "REF", "container image: host[:port]/repo[:tag][@sha256:...]"},
     {"--command", "command", "CMD", "in the image: /bin/sh -c CMD; or sim:... on the simulator"},
     {"--arg", "args", "ARG", "argument after the image's entrypoint (repeatable; not with --command)"},
@@ -28,6 +29,8 @@ static const spec_flag flags[] = {
     {"--memory", "resources.memory_mb", "MIB", "memory limit of each attempt, MiB"},
     {"--scratch", "resources.scratch_mb", "MIB", "size of /scratch (and /tmp), MiB"},
     {"--env", "env", "K=V", "environment variable (repeatable)"},
+    {"--port", "ports", "NAME:PORT[/udp]", "a port the container listens on, exposed on the node "
+     "(repeatable)"},
     {"--gpus", "gpus_per_node", "N", "GPUs on each node"},
     {"--nodes", "nodes", "N", "nodes, all on one site (default 1)"},
     {"--model", "gpu_models", "M", "acceptable GPU model (repeatable, or M1,M2)"},
@@ -76,6 +79,32 @@ arr_clear(msg_job_spec *s, const gp_field *f)
     a->n = 0;
 }
 
+/* "NAME:PORT[/PROTO]" -> one more Port (the scheduler checks the rest). */
+static int
+port_add(msg_job_spec *s, const char *text, char *err, size_t n)
+{
+    msg_port     *v = s->ports.v, *p;
+    const char   *colon = strchr(text, ':');
+    char         *end;
+    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+
+    if (colon == NULL || colon == text || (size_t)(colon - text) > MSG_PORT_NAME_MAXLEN ||
+        port < 1 || port > 65535 || (*end != '\0' && *end != '/') ||
+        (*end == '/' && strlen(end + 1) > MSG_PORT_PROTOCOL_MAXLEN))
+        return snprintf(err, n, "ports: \"%.40s\" is not NAME:PORT or NAME:PORT/udp", text), -1;
+    if (s->ports.n >= MSG_JOB_SPEC_PORTS_MAXITEMS)
+        return snprintf(err, n, "ports: more than %d", MSG_JOB_SPEC_PORTS_MAXITEMS), -1;
+    if (v == NULL && (v = s->ports.v = calloc(MSG_JOB_SPEC_PORTS_MAXITEMS, sizeof(*v))) == NULL)
+        return snprintf(err, n, "out of memory"), -1;
+    p = &v[s->ports.n++];
+    snprintf(p->name, sizeof(p->name), "%.*s", (int)(colon - text), text);
+    snprintf(p->protocol, sizeof(p->protocol), "%s", *end == '/' ? end + 1 : "tcp");
+    p->port = (uint32_t)port;
+    p->has = (1ull << MSG_PORT__NAME) | (1ull << MSG_PORT__PORT) | (1ull << MSG_PORT__PROTOCOL);
+    s->has |= (uint64_t)1 << MSG_JOB_SPEC__PORTS;
+    return 0;
+}
+
 /* One more string item: checked for count, length and (env) its shape. */
 static int
 arr_add(msg_job_spec *s, const gp_field *f, int index, const char *text, char *err, size_t n)
@@ -83,6 +112,8 @@ arr_add(msg_job_spec *s, const gp_field *f, int index, const char *text, char *e
     gp_arr *a = arr_of(s, f);
     size_t  len = strlen(text), es = f->elem_limit + 1u;
 
+    if (index == MSG_JOB_SPEC__PORTS)
+        return port_add(s, text, err, n);
     if (a->n >= f->limit)
         return snprintf(err, n, "%s: more than %u items", f->name, f->limit), -1;
     if (len == 0 || len > f->elem_limit)

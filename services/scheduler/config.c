@@ -37,6 +37,9 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                 "attempts being dispatched at once, at most (placement waits above it)"),
     GP_CFG_UINT("preempt-grace-ms", scheduler_cfg, preempt_grace_ms, 10000, 0, 3600000,
                 "time between a victim's checkpoint request and its stop signal"),
+    GP_CFG_UINT("instance-drain-notice-ms", scheduler_cfg, instance_drain_notice_ms, 300000, 0,
+                86400000, "notice an instance gets before it moves off a draining node (its "
+                "tenant hears it in a preempting event); a quarantined node's move at once"),
     GP_CFG_UINT("attempt-lease-ms", scheduler_cfg, attempt_lease_ms, 0, 0, 3600000,
                 "lease_ms sent with RunAttempt (0: the agent's own lease from registration)"),
     GP_CFG_STR("checkpoint-root", scheduler_cfg, checkpoint_root, "/tmp/gridpool-checkpoints",

@@ -418,6 +418,9 @@ send_run_now(dround *d, uint32_t rank)
     m.args = p->spec.args;                /* shared for the encode, owned by the spec */
     m.env = p->spec.env;
     m.resources = p->spec.resources;
+    m.ports = p->spec.ports;
+    m.kind = p->spec.kind == MSG_JOB_SPEC_KIND_INSTANCE ? MSG_RUN_ATTEMPT_KIND_INSTANCE
+                                                        : MSG_RUN_ATTEMPT_KIND_JOB;
     m.gpus = (gp_arr){.v = g, .n = ng};
     m.resume_ms = p->resume_ms;
     if (p->has_step) {

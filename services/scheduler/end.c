@@ -27,6 +27,7 @@
 #include "gp/dbarray.h"
 #include "gp/imageref.h"
 #include "gp/log.h"
+#include "plan/endpoints.h"
 #include "scheduler.h"
 #include "signal.h"
 
@@ -233,18 +234,18 @@ static const char lock_pairs_sql[] =
  * before).  One statement per event was one of the round trips every job
  * cost PostgreSQL (place_bench). */
 
-#define EV_NPARAMS 16
+#define EV_NPARAMS 17
 
 static const char reported_sql[] =
     "SELECT r.* FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[],\n"
     "    $6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::bigint[],\n"
-    "    $12::text[], $13::text[], $14::text[], $15::text[])\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])\n"
     "  WITH ORDINALITY AS e(job, att, site, node, ev, code, at, gpu, mj, prog, now, why, dg,\n"
-    "    step, cid, ord)\n"
+    "    step, cid, eps, ord)\n"
     "CROSS JOIN LATERAL sched_attempt_event(e.job, e.att, e.site, e.node, e.ev,\n"
     "  NULLIF(e.code, '')::int, e.at, NULLIF(e.gpu, '')::bigint, NULLIF(e.mj, '')::bigint,\n"
-    "  NULLIF(e.prog, '')::bigint, e.now, $16::int, NULLIF(e.why, ''), NULLIF(e.dg, ''),\n"
-    "  NULLIF(e.step, '')::bigint, e.cid) r\n"
+    "  NULLIF(e.prog, '')::bigint, e.now, $17::int, NULLIF(e.why, ''), NULLIF(e.dg, ''),\n"
+    "  NULLIF(e.step, '')::bigint, e.cid, NULLIF(e.eps, '')) r\n"
     "ORDER BY e.ord";
 
 static void
@@ -256,11 +257,12 @@ u64_text(char *out, size_t n, const msg_attempt_event *ev, int field, uint64_t v
         out[0] = '\0';
 }
 
-/* One event's 15 values, as text, into the arrays. */
+/* One event's 16 values, as text, into the arrays. */
 static gp_err
 event_add(gp_buf *arr, const msg_attempt_event *ev, const char *now)
 {
     char        att[16], code[16], at[24], gpu[24], mj[24], prog[24], step[24];
+    char        eps[SCHED_ENDPOINTS_MAX];
     gp_err      rc = GP_EOK;
 
     snprintf(att, sizeof(att), "%u", ev->attempt);
@@ -278,7 +280,9 @@ event_add(gp_buf *arr, const msg_attempt_event *ev, const char *now)
     const char *dg = gp_image_digest_ok(ev->image_digest) ? ev->image_digest : "";
     const char *v[EV_NPARAMS - 1] = {ev->job_id, att, ev->site, ev->node,
                                      msg_attempt_event_event_names[ev->event], code, at, gpu, mj,
-                                     prog, now, ev->reason, dg, step, ev->checkpoint_id};
+                                     prog, now, ev->reason, dg, step, ev->checkpoint_id, eps};
+
+    sched_endpoints_text(&ev->endpoints, eps, sizeof(eps));
 
     for (int k = 0; k < EV_NPARAMS - 1 && rc == GP_EOK; k++)
         rc = gp_pgarr_add(&arr[k], v[k]);

@@ -226,6 +226,7 @@ submit_params(submit *sb, const msg_job_spec *sp)
                                            : gp_dbparams_add(p, ""));
     ADD(gp_dbparams_add(p, sp->currency));
     ADD(gp_dbparams_add(p, sb->now));
+    ADD(gp_dbparams_add(p, msg_job_spec_kind_names[sp->kind]));
 #undef HAS
 #undef ADD
     return rc;
@@ -237,10 +238,10 @@ submit_params(submit *sb, const msg_job_spec *sp)
 static const char submit_insert_sql[] =
     "WITH ins AS (INSERT INTO jobs (id, tenant, client_request_id, state, spec, name, priority,\n"
     "    gpus_per_node, nodes, interruptible, max_run_s, max_attempts, pool, product,\n"
-    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq)\n"
+    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq, kind)\n"
     "  VALUES ($1, $2, NULLIF($3, ''), 'pending', $4::bytea, $5, $6::int, $7::int, $8::int,\n"
     "    $9::bool, $10::bigint, $11::int, NULLIF($12, ''), NULLIF($13, ''),\n"
-    "    NULLIF($14, '')::bigint, NULLIF($15, ''), $16::bigint, $16::bigint, 1)\n"
+    "    NULLIF($14, '')::bigint, NULLIF($15, ''), $16::bigint, $16::bigint, 1, $17)\n"
     "  ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING id)\n"
     "INSERT INTO job_events (job_id, seq, event, state, at_ms)\n"
     "  SELECT id, 1, 'submitted', 'pending', $16::bigint FROM ins";
@@ -327,27 +328,27 @@ static struct {
     uint64_t   *m_batches, *m_batched;   /* transactions of 2+ submits, their submits */
 } sq;
 
-/* The submits' 16 parameters as 16 arrays (column i of every row).
+/* The submits' 17 parameters as 17 arrays (column i of every row).
  * Rows go in in key order: two instances' batches sharing keys then wait
  * for each other in one order, never in a circle (a deadlock PostgreSQL
  * would break by failing one batch, written again job by job). */
 static const char submit_batch_sql[] =
     "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[],\n"
     "    $5::text[], $6::int[], $7::int[], $8::int[], $9::bool[], $10::bigint[], $11::int[],\n"
-    "    $12::text[], $13::text[], $14::text[], $15::text[], $16::bigint[])\n"
+    "    $12::text[], $13::text[], $14::text[], $15::text[], $16::bigint[], $17::text[])\n"
     "  AS v(id, tenant, crid, spec, name, prio, gpn, nodes, intr, maxrun, maxatt, pool,\n"
-    "    product, price, cur, now)),\n"
+    "    product, price, cur, now, kind)),\n"
     "ins AS (INSERT INTO jobs (id, tenant, client_request_id, state, spec, name, priority,\n"
     "    gpus_per_node, nodes, interruptible, max_run_s, max_attempts, pool, product,\n"
-    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq)\n"
+    "    max_price_micros_per_gpu_hour, currency, created_ms, updated_ms, event_seq, kind)\n"
     "  SELECT id, tenant, NULLIF(crid, ''), 'pending', spec, name, prio, gpn, nodes, intr,\n"
     "    maxrun, maxatt, NULLIF(pool, ''), NULLIF(product, ''), NULLIF(price, '')::bigint,\n"
-    "    NULLIF(cur, ''), now, now, 1 FROM v ORDER BY tenant, crid\n"
+    "    NULLIF(cur, ''), now, now, 1, kind FROM v ORDER BY tenant, crid\n"
     "  ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING id, created_ms)\n"
     "INSERT INTO job_events (job_id, seq, event, state, at_ms)\n"
     "  SELECT id, 1, 'submitted', 'pending', created_ms FROM ins";
 
-#define SUBMIT_NPARAMS 16          /* submit_params */
+#define SUBMIT_NPARAMS 17          /* submit_params */
 
 typedef struct sbatch {
     submit  *v[SUBMIT_BATCH];      /* NULL once answered */

@@ -782,6 +782,85 @@ static const char step10_sql[] =
     "END\n"
     "$f$";
 
+/* GPU instances: a job's kind ('instance': runs until stopped, no max
+ * run) and each attempt's endpoints (name=host:port/proto, comma list:
+ * where its named ports are reached).  The event function of step 10 is
+ * wrapped, not copied: the wrapper records the endpoints a 'started'
+ * carries (and names them in the job's started event: the tenant learns
+ * a recreated instance's new endpoints from its events), and an
+ * instance's exit with status 0 ends its attempt as its own failure, not
+ * a success (an instance runs until it is stopped: it is restarted, with
+ * the backoff of step 6, its exits counted against max_attempts).  An
+ * instance on a draining node moves at evacuate_at_ms (the notice).  And
+ * a lost node's attempt that never reached running ends without the
+ * 'started' job event step 10 would tell first. */
+#define EV_ARGS "p_job, p_attempt, p_site, p_node, p_event, p_exit, p_at, p_gpu, p_mj,\n" \
+    "    p_progress, p_now, p_platform_max, p_reason, p_digest, p_step, p_ckpt_id"
+static const char step11_sql[] =
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'job'\n"
+    "  CHECK (kind IN ('job', 'instance'));\n"
+    "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS endpoints text\n"
+    "  CHECK (length(endpoints) <= 1024);\n"
+    "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS evacuate_at_ms bigint;\n"
+    "ALTER FUNCTION sched_attempt_event(text, int, text, text, text, int, bigint, bigint,\n"
+    "  bigint, bigint, bigint, int, text, text, bigint, text) RENAME TO sched_attempt_event_v10;\n"
+    "CREATE FUNCTION sched_attempt_event(p_job text, p_attempt int, p_site text,\n"
+    "    p_node text, p_event text, p_exit int, p_at bigint, p_gpu bigint, p_mj bigint,\n"
+    "    p_progress bigint, p_now bigint, p_platform_max int DEFAULT 10,\n"
+    "    p_reason text DEFAULT NULL, p_digest text DEFAULT NULL, p_step bigint DEFAULT NULL,\n"
+    "    p_ckpt_id text DEFAULT NULL, p_endpoints text DEFAULT NULL)\n"
+    "RETURNS TABLE (" END_COLS ") LANGUAGE plpgsql AS $f$\n"
+    "#variable_conflict use_column\n"
+    "DECLARE\n"
+    "  jk text;\n"
+    "  ep text := 'endpoints ' || p_endpoints;\n"
+    "  r record;\n"
+    "BEGIN\n"
+    "  SELECT j.kind INTO jk FROM jobs j WHERE j.id = p_job FOR UPDATE;\n"
+    "  IF NOT FOUND THEN RETURN; END IF;\n"
+    "  IF jk = 'instance' AND p_event = 'exited' AND p_exit = 0 THEN\n"
+    "    UPDATE attempts x SET gpu_ms = GREATEST(x.gpu_ms, COALESCE(p_gpu, 0)),\n"
+    "      energy_mj = GREATEST(x.energy_mj, COALESCE(p_mj, 0))\n"
+    "      WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.node = p_node;\n"
+    "    UPDATE jobs SET gpu_ms = (SELECT COALESCE(sum(y.gpu_ms), 0) FROM attempts y\n"
+    "      WHERE y.job_id = p_job) WHERE jobs.id = p_job;\n"
+    "    RETURN QUERY SELECT * FROM sched_attempt_end(p_job, p_attempt, p_node, false, 'failed',\n"
+    "      'job', 'exited with status 0 (an instance runs until it is stopped)', 0, p_at, p_now,\n"
+    "      false, p_platform_max);\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    /* a lost node's attempt that never ran: no 'started' for the job
+     * (step 10's function tells a starting job it started before any end) */
+    "  IF p_event = 'lease_expired' AND NOT EXISTS (SELECT 1 FROM attempts x\n"
+    "      WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.node = p_node\n"
+    "        AND x.state = 'running') THEN\n"
+    "    RETURN QUERY SELECT * FROM sched_attempt_end(p_job, p_attempt, p_node, false, 'lost',\n"
+    "      'platform', 'its lease expired on the node', p_exit, p_at, p_now, false,\n"
+    "      p_platform_max);\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  IF p_event <> 'started' OR p_endpoints IS NULL THEN\n"
+    "    RETURN QUERY SELECT * FROM sched_attempt_event_v10(" EV_ARGS ");\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  UPDATE attempts x SET endpoints = p_endpoints\n"
+    "    WHERE x.job_id = p_job AND x.attempt = p_attempt AND x.node = p_node;\n"
+    /* row by row: an UPDATE in the same statement would not see the
+     * event row the function inserted */
+    "  FOR r IN SELECT * FROM sched_attempt_event_v10(" EV_ARGS ") LOOP\n"
+    "    IF r.kind = 'event' AND r.event = 'started' THEN\n"
+    "      UPDATE job_events e SET reason = ep WHERE e.job_id = r.job_id AND e.seq = r.seq;\n"
+    "      r.reason := ep;\n"
+    "    END IF;\n"
+    "    kind := r.kind; tenant := r.tenant; job_id := r.job_id; seq := r.seq;\n"
+    "    event := r.event; state := r.state; attempt := r.attempt; site := r.site;\n"
+    "    node := r.node; reason := r.reason; exit_code := r.exit_code; at_ms := r.at_ms;\n"
+    "    heir := r.heir;\n"
+    "    RETURN NEXT;\n"
+    "  END LOOP;\n"
+    "END\n"
+    "$f$";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -793,5 +872,6 @@ const gp_migration scheduler_migrations[] = {
     {8, "row-level security by tenant, site owners", step8_sql},
     {9, "one end for every attempt, one retry rule", step9_sql},
     {10, "image digests, reasons of failed starts, checkpoint steps", step10_sql},
+    {11, "instances: kind, endpoints", step11_sql},
     GP_MIGRATION_END
 };

@@ -385,16 +385,35 @@ sched_preempt_try(sched *s, const msg_job *job, const place_params *pp)
  * a preemptor (checkpoint now, stop after preempt-grace-ms, the job back
  * to pending resuming from it, not charged against max_attempts, the GPUs
  * released).  Work that cannot be interrupted runs to its end there.
- * Every scheduler instance hears the node's state; the job rows are
- * locked first (the order every writer keeps) and only attempts nobody
- * marked yet are marked, so one instance evacuates each. */
+ * Instances (kind instance: they never end by themselves) move too, after
+ * notice on a draining node: the first pass that sees one marks when it
+ * moves (attempts.evacuate_at_ms, instance-drain-notice-ms on, by
+ * PostgreSQL's clock: the one all scheduler instances share) and tells its
+ * tenant (a preempting event); a pass at or after that time moves it.
+ * A quarantined node's instances move at once.
+ * Every scheduler instance hears the node's state, and each reconcile-ms
+ * asks again (sched_evacuate_sweep); the job rows are locked first (the
+ * order every writer keeps) and only attempts nobody marked yet are
+ * marked, so one instance evacuates each. */
+#define DB_NOW_MS "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+#define EVAC_WHO "(j.interruptible OR (j.kind = 'instance' AND a.evacuate_at_ms <= " DB_NOW_MS "))"
 static const char evac_lock_sql[] =
-    "SELECT j.id FROM jobs j WHERE j.interruptible AND j.id IN (SELECT a.job_id FROM attempts a\n"
-    "  WHERE a.node = $1 AND a.state IN ('reserved','starting','running')\n"
-    "    AND a.preempted_by IS NULL) ORDER BY j.id FOR UPDATE OF j";
+    "SELECT j.id FROM jobs j WHERE j.id IN (SELECT a.job_id FROM attempts a JOIN jobs j\n"
+    "  ON j.id = a.job_id WHERE a.node = $1 AND a.state IN ('reserved','starting','running')\n"
+    "    AND a.preempted_by IS NULL AND (j.interruptible OR j.kind = 'instance'))\n"
+    "  ORDER BY j.id FOR UPDATE OF j";
+static const char evac_notice_sql[] =
+    "WITH n AS (UPDATE attempts a SET evacuate_at_ms = " DB_NOW_MS " + $4::bigint FROM jobs j\n"
+    "  WHERE a.node = $1 AND j.id = a.job_id AND j.kind = 'instance' AND a.rank = 0\n"
+    "    AND a.state IN ('reserved','starting','running') AND a.preempted_by IS NULL\n"
+    "    AND a.evacuate_at_ms IS NULL\n"
+    "  RETURNING a.job_id, a.attempt, a.site, a.node, j.tenant, j.state)\n"
+    "SELECT n.tenant, e.* FROM n CROSS JOIN LATERAL sched_event_add(n.job_id, 'preempting',\n"
+    "  n.state, n.attempt, n.site, n.node, 'notice: ' || $2 || '; the instance moves in ' ||\n"
+    "  ($4::bigint / 1000) || ' s', NULL, $3::bigint) e WHERE $4::bigint > 0";
 static const char evac_mark_sql[] =
     "WITH v AS (SELECT DISTINCT a.job_id, a.attempt FROM attempts a JOIN jobs j ON j.id = a.job_id\n"
-    "  WHERE a.node = $1 AND j.interruptible AND a.state IN ('reserved','starting','running')\n"
+    "  WHERE a.node = $1 AND " EVAC_WHO " AND a.state IN ('reserved','starting','running')\n"
     "    AND a.preempted_by IS NULL),\n"
     "a AS (UPDATE attempts a SET preempted_by = '" EVAC_BY "', reason = $2 FROM v\n"
     "  WHERE a.job_id = v.job_id AND a.attempt = v.attempt\n"
@@ -418,28 +437,32 @@ evac_recorded(void *arg, gp_err err, PGresult *const *res, int nres, const char 
 {
     preemption *pr = arg;
 
-    if (err != GP_EOK || nres != 3) {
+    if (err != GP_EOK || nres != 4) {
         GP_WARN("evacuation_write_failed", "node=%s code=%s detail=\"%s\"", pr->job,
                 gp_err_name(err), detail);
         free(pr);
         return;
     }
+    if (PQntuples(res[1]) > 0)
+        GP_INFO("evacuation_notice", "node=%s instances=%d notice_ms=%u", pr->job,
+                PQntuples(res[1]), pr->s->cfg->instance_drain_notice_ms);
     sched_event_rows(pr->s, NULL, res[1]);
-    if (PQntuples(res[1]) == 0) {          /* nothing interruptible, or marked by another */
+    sched_event_rows(pr->s, NULL, res[2]);
+    if (PQntuples(res[2]) == 0) {          /* nothing to move now, or marked by another */
         free(pr);
         return;
     }
-    for (int r = 0; r < PQntuples(res[2]); r++) {
-        preempt_victim pv = {.attempt = (uint32_t)strtoul(PQgetvalue(res[2], r, 1), NULL, 10)};
+    for (int r = 0; r < PQntuples(res[3]); r++) {
+        preempt_victim pv = {.attempt = (uint32_t)strtoul(PQgetvalue(res[3], r, 1), NULL, 10)};
         victim        *v;
 
-        snprintf(pv.job, sizeof(pv.job), "%s", PQgetvalue(res[2], r, 0));
+        snprintf(pv.job, sizeof(pv.job), "%s", PQgetvalue(res[3], r, 0));
         if (pr->nv >= PREEMPT_MAX_VICTIMS && victim_of_find(pr, &pv) == NULL)
             break;
-        v = victim_of(pr, &pv, PQgetvalue(res[2], r, 2));
+        v = victim_of(pr, &pv, PQgetvalue(res[3], r, 2));
         if (v->nnodes < PLACE_MAX_NODES)
-            snprintf(v->node[v->nnodes++], sizeof(v->node[0]), "%s", PQgetvalue(res[2], r, 3));
-        snap_mark_evicting(&pr->s->snap, PQgetvalue(res[2], r, 3), pv.job, pv.attempt);
+            snprintf(v->node[v->nnodes++], sizeof(v->node[0]), "%s", PQgetvalue(res[3], r, 3));
+        snap_mark_evicting(&pr->s->snap, PQgetvalue(res[3], r, 3), pv.job, pv.attempt);
     }
     GP_INFO("evacuation_started", "node=%s attempts=%u grace_ms=%u", pr->job, pr->nv,
             pr->s->cfg->preempt_grace_ms);
@@ -451,18 +474,21 @@ void
 sched_evacuate(sched *s, const char *node, const char *state)
 {
     preemption *pr = calloc(1, sizeof(*pr));
-    char        by[GP_MAX_ID + 64], now[24];
-    const char *v[] = {node, by, now};
+    char        by[GP_MAX_ID + 64], now[24], notice[16];
+    const char *v[] = {node, by, now, notice};
     gp_db_tx   *tx;
 
     if (pr == NULL)
         return;
+    snprintf(notice, sizeof(notice), "%u",
+             strcmp(state, "draining") == 0 ? s->cfg->instance_drain_notice_ms : 0);
     pr->s = s;
     snprintf(pr->job, sizeof(pr->job), "%s", node);
     snprintf(by, sizeof(by), "evacuation of %s (%s)", node, state);
     snprintf(now, sizeof(now), "%llu", (unsigned long long)gp_wall_ms());
     tx = gp_db_tx_new(gp_app_db(s->app));
     gp_db_tx_add(tx, evac_lock_sql, 1, v);
+    gp_db_tx_add(tx, evac_notice_sql, 4, v);
     gp_db_tx_add(tx, evac_mark_sql, 3, v);
     gp_db_tx_add(tx, evac_nodes_sql, 2, v);
     if (gp_db_tx_run(tx, 0, evac_recorded, pr) != GP_EOK)

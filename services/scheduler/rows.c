@@ -10,6 +10,7 @@
 
 #include "gp/dbrow.h"
 #include "gp/log.h"
+#include "plan/endpoints.h"
 #include "scheduler.h"
 
 const char sched_job_cols[] =
@@ -20,7 +21,7 @@ const char sched_job_cols[] =
     "j.waiting, j.nodes_considered";
 
 const char sched_attempt_cols[] =
-    "a.job_id, a.attempt, a.rank, a.site, a.node, a.image_digest, array_to_string(a.gpus, ',') AS gpus, a.state, "
+    "a.job_id, a.attempt, a.rank, a.site, a.node, a.image_digest, a.endpoints, array_to_string(a.gpus, ',') AS gpus, a.state, "
     "a.reason, a.exit_code, a.created_ms, a.started_ms, a.ended_ms, a.checkpoint_ms, a.resume_step, "
     "a.latency_est_ms, a.score, a.score_latency, a.score_price, a.score_packing, "
     "a.score_reliability, a.score_thermal, a.price_micros_per_gpu_hour, a.currency, "
@@ -132,6 +133,9 @@ set_column(const gp_msg_desc *d, const gp_field *f, void *msg, const char *text)
 {
     if (d == &msg_job_desc && strcmp(f->name, "waiting") == 0)
         return set_waiting(msg, f, text);
+    if (d == &msg_attempt_desc && strcmp(f->name, "endpoints") == 0)
+        return sched_endpoints_parse(text, (gp_arr *)((char *)msg + f->offset)) == 0
+                   ? GP_EOK : GP_ENOMEM;
     if (f->type == GP_T_OBJ)
         return set_spec(msg, f, text);
     if (f->type == GP_T_ARR && f->elem == GP_T_I32)

@@ -38,6 +38,7 @@ typedef struct scheduler_cfg {
     unsigned      dispatch_timeout_ms; /* RunAttempt deadline: no answer = failed to start */
     unsigned      dispatch_max;      /* dispatches in flight, at most */
     unsigned      preempt_grace_ms;  /* checkpoint request -> stop */
+    unsigned      instance_drain_notice_ms;   /* a draining node's instances: notice -> move */
     unsigned      attempt_lease_ms;  /* lease_ms sent in RunAttempt (0: the agent's own) */
     char          checkpoint_root[192]; /* checkpoint_dir = <root>/<job> */
     char          checkpoint_shared_root[101]; /* "shared:" = file://<root>/<tenant>/<job> */

@@ -139,6 +139,44 @@ check_checkpoint(const msg_job_spec *sp, char *msg, size_t n)
                   "must be \"shared:\" or an object store: s3://, gs:// or https:// and a location");
 }
 
+static bool
+port_name_ok(const char *s)
+{
+    size_t k = strlen(s);
+
+    return k >= 1 && k <= 15 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == k;
+}
+
+/* Named ports (each an endpoint on the node's address: container
+ * workloads only, names and container ports unique), and an instance's
+ * shape: one node, no max run (it runs until the tenant stops it). */
+static gp_err
+check_ports(const msg_job_spec *sp, char *msg, size_t n)
+{
+    const msg_port *p = sp->ports.v;
+
+    if (sp->kind == MSG_JOB_SPEC_KIND_INSTANCE && sp->max_run_s > 0)
+        return refuse(msg, n, GP_EINVAL, "max_run_s", "an instance runs until it is stopped");
+    if (sp->kind == MSG_JOB_SPEC_KIND_INSTANCE && sp->nodes > 1)
+        return refuse(msg, n, GP_EINVAL, "nodes", "an instance is one node");
+    if (sp->ports.n > 0 && sp->image[0] == '\0')
+        return refuse(msg, n, GP_EINVAL, "ports", "need an image (a container exposes them)");
+    for (size_t i = 0; i < sp->ports.n; i++) {
+        if (!port_name_ok(p[i].name))
+            return refuse(msg, n, GP_EINVAL, "ports", "a name is 1 to 15 of [a-z0-9-]");
+        if (p[i].protocol[0] != '\0' && strcmp(p[i].protocol, "tcp") != 0 &&
+            strcmp(p[i].protocol, "udp") != 0)
+            return refuse(msg, n, GP_EINVAL, "ports", "protocol is tcp or udp");
+        if (p[i].port < 1 || p[i].port > 65535)
+            return refuse(msg, n, GP_EINVAL, "ports", "port is 1 to 65535");
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(p[k].name, p[i].name) == 0 ||
+                (p[k].port == p[i].port && strcmp(p[k].protocol, p[i].protocol) == 0))
+                return refuse(msg, n, GP_EINVAL, "ports", "names and ports are unique");
+    }
+    return GP_EOK;
+}
+
 gp_err
 sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
 {
@@ -149,6 +187,8 @@ sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
     rc = check_image(sp, msg, n);
     if (rc == GP_EOK)
         rc = check_checkpoint(sp, msg, n);
+    if (rc == GP_EOK)
+        rc = check_ports(sp, msg, n);
     if (rc != GP_EOK)
         return rc;
     rc = check_lists(sp, msg, n);

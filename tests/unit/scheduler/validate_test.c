@@ -148,10 +148,50 @@ test_ids(void)
     T_OK(strcmp(a, b) != 0);
 }
 
+/* Instances and named ports. */
+static void
+test_instances(void)
+{
+    msg_port     ports[2] = {{.port = 22}, {.port = 8080}};
+    msg_job_spec sp;
+    char         msg[256];
+
+    snprintf(ports[0].name, sizeof(ports[0].name), "ssh");
+    snprintf(ports[1].name, sizeof(ports[1].name), "http");
+    base(&sp);
+    sp.kind = MSG_JOB_SPEC_KIND_INSTANCE;
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "a sim: instance is accepted");
+    sp.max_run_s = 60;
+    T_OK(refused(&sp, GP_EINVAL, "max_run_s"));
+    sp.max_run_s = 0;
+    sp.nodes = 2;
+    T_OK(refused(&sp, GP_EINVAL, "nodes"));
+    sp.nodes = 1;
+    sp.ports = (gp_arr){.v = ports, .n = 2};
+    T_OK(refused(&sp, GP_EINVAL, "ports"));          /* no image */
+    snprintf(sp.command, sizeof(sp.command), "%s", "");
+    snprintf(sp.image, sizeof(sp.image), "registry.example/app:1");
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "two named ports: %s", msg);
+    snprintf(ports[1].name, sizeof(ports[1].name), "ssh");
+    T_OK(refused(&sp, GP_EINVAL, "ports"));          /* a name twice */
+    snprintf(ports[1].name, sizeof(ports[1].name), "Web");
+    T_OK(refused(&sp, GP_EINVAL, "ports"));          /* not [a-z0-9-] */
+    snprintf(ports[1].name, sizeof(ports[1].name), "web");
+    ports[1].port = 22;
+    T_OK(refused(&sp, GP_EINVAL, "ports"));          /* a port twice */
+    ports[1].port = 8080;
+    snprintf(ports[1].protocol, sizeof(ports[1].protocol), "sct");
+    T_OK(refused(&sp, GP_EINVAL, "ports"));          /* tcp or udp */
+    snprintf(ports[1].protocol, sizeof(ports[1].protocol), "udp");
+    ports[1].port = 22;
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "tcp 22 and udp 22: %s", msg);
+}
+
 int
 main(void)
 {
     test_rules();
+    test_instances();
     test_normalize();
     test_ids();
     return T_DONE();

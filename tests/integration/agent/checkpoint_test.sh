@@ -51,8 +51,8 @@ agent() {     # site node containers' net (two agents on one host: two nets)
         --default-memory-mb 128 --default-scratch-mb 8 --checkpoint-shared-root "$STORE" \
         --container-net "$3"
 }
-agent s1 n1 10.89.0.0/16
-agent s2 n2 10.90.0.0/16
+agent s1 n1 10.91.0.0/16
+agent s2 n2 10.92.0.0/16
 for _ in $(seq 1 100); do
     [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 2 ] && break
     sleep 0.1
@@ -83,7 +83,7 @@ ok "a job with its checkpoints in the shared store runs" $?
 node1=$(sql "SELECT node FROM attempts WHERE job_id = '$j' AND attempt = 1")
 site1=$(sql "SELECT site FROM attempts WHERE job_id = '$j' AND attempt = 1")
 wait_sql "SELECT checkpoint_step >= 4 FROM jobs WHERE id = '$j'" t 100
-ok "its reported checkpoints reach the job ($(sql "SELECT 'step ' || checkpoint_step || ', id ' || checkpoint_id FROM jobs WHERE id = '$j'"))" $?
+rc_=$?; ok "its reported checkpoints reach the job ($(sql "SELECT 'step ' || checkpoint_step || ', id ' || checkpoint_id FROM jobs WHERE id = '$j'"))" $rc_
 [ -f "$STORE/acme/$j/state" ] && [ "$(stat -c %a "$STORE/acme/$j")" = 700 ]
 ok "its state lives in the store's folder of the job ($STORE/acme/$j, 0700)" $?
 
@@ -93,9 +93,11 @@ runc --root "$D/runtime-$node1" kill --all "gp-$j-1" KILL 2>/dev/null
 sleep 0.3
 cut_step=$(sql "SELECT checkpoint_step FROM jobs WHERE id = '$j'")
 ok "site $site1 loses power at checkpoint step $cut_step" 0
-wait_sql "SELECT state || ' ' || (node <> '$node1') FROM attempts WHERE job_id = '$j' AND attempt = 2" \
-    'running t' 150
-ok "the job runs again on the other site ($(sql "SELECT site FROM attempts WHERE job_id = '$j' AND attempt = 2"))" $?
+# (a boolean cast to text is 'true')
+wait_sql "SELECT state || ' ' || (node <> '$node1')::text FROM attempts WHERE job_id = '$j' AND attempt = 2" \
+    'running true' 150
+st=$?
+ok "the job runs again on the other site ($(sql "SELECT site FROM attempts WHERE job_id = '$j' AND attempt = 2"))" $st
 [ "$(sql "SELECT failures || ' ' || platform_faults FROM jobs WHERE id = '$j'")" = "0 1" ]
 ok "the power cut is the platform's fault: not charged (failures 0, platform_faults 1)" $?
 rs=$(sql "SELECT resume_step FROM attempts WHERE job_id = '$j' AND attempt = 2")
@@ -108,7 +110,7 @@ case "$line" in "resumed from step $cut_step (checkpoint state-$cut_step; state 
     [ -n "$said" ] && [ "$said" -ge "$cut_step" ]
 ok "its own output: $line (a state past the last report was not reported: not resumed from)" $?
 $G logs "$j" --tenant acme --attempt 2 | grep -q "^at step $((cut_step + 1))$"
-ok "... and it goes on from step $((cut_step + 1))" $?
+rc_=$?; ok "... and it goes on from step $((cut_step + 1))" $rc_
 sql "SELECT a.attempt, a.resume_step, j.checkpoint_step, j.checkpoint_id FROM jobs j JOIN attempts a ON a.job_id = j.id" | sed 's/^/# /'
 $G logs "$j" --tenant acme --attempt 2 | tail -n 2 | sed 's/^/# attempt 2 says: /'
 $G cancel job "$j" --tenant acme >/dev/null
@@ -119,7 +121,7 @@ ok "it is cancelled" $?
 ip netns list | grep -q "^gp-$j-1 "
 left=$?
 site_of() { [ "$1" = n1 ] && echo s1 || echo s2; }
-net_of() { [ "$1" = n1 ] && echo 10.89.0.0/16 || echo 10.90.0.0/16; }
+net_of() { [ "$1" = n1 ] && echo 10.91.0.0/16 || echo 10.92.0.0/16; }
 agent "$(site_of "$node1")" "$node1" "$(net_of "$node1")"
 for _ in $(seq 1 100); do grep -q containers_ready "$D/agent-$node1.log" && break; sleep 0.1; done
 [ $left -eq 0 ] && grep -q "container_net_reclaimed id=gp-$j-1" "$D/agent-$node1.log" &&

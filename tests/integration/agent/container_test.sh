@@ -169,7 +169,7 @@ $G logs "$j1" --tenant acme >"$D/logs.acme" 2>&1 && grep -q '^probe-done$' "$D/l
 ok "1. gpctl logs: its output comes back to its tenant" $?
 $G logs "$j1" --tenant beta >"$D/logs.beta" 2>&1
 [ $? -eq 1 ] && grep -q 'NOTFOUND' "$D/logs.beta" && ! grep -q 'probe-done' "$D/logs.beta"
-ok "1. gpctl logs: another tenant is refused ($(head -c 100 "$D/logs.beta"))" $?
+rc_=$?; ok "1. gpctl logs: another tenant is refused ($(head -c 100 "$D/logs.beta"))" $rc_
 $G logs "$j1" --tenant acme --bytes 11 >"$D/logs.tail" 2>&1 && [ "$(cat "$D/logs.tail")" = "probe-done" ]
 ok "1. gpctl logs --bytes 11: the last 11 bytes" $?
 $G cancel job "$j1" --tenant acme >/dev/null
@@ -186,7 +186,7 @@ escaper="setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' & sleep 1"
 j2=$(TENANT=acme submit --image "$IMG" --command "$escaper; sleep 1000" --gpus 1 --max-attempts 1)
 wait_running "$j2" && for _ in $(seq 1 50); do [ "$(ctr_pids | wc -l)" -ge 3 ] && break; sleep 0.1; done
 [ "$(ctr_pids | wc -l)" -ge 3 ]
-ok "2. a job with a setsid child that ignores SIGTERM runs ($(ctr_pids | wc -l) processes)" $?
+rc_=$?; ok "2. a job with a setsid child that ignores SIGTERM runs ($(ctr_pids | wc -l) processes)" $rc_
 $G cancel job "$j2" --tenant acme >/dev/null
 wait_sql "SELECT state FROM jobs WHERE id = '$j2'" cancelled 100 && gone 100
 ok "2. cancelled: no process of it is left on the node" $?
@@ -199,7 +199,7 @@ j4=$(TENANT=acme submit --image "$IMG" --command "$escaper; sleep 1000" --gpus 1
 wait_running "$j4" && sleep 0.5 && kill -STOP "$apid"
 t0=$(date +%s)
 gone 200
-ok "2. the agent hangs (SIGSTOP): its lease guard kills the container at the lease's end ($(( $(date +%s) - t0 )) s)" $?
+rc_=$?; ok "2. the agent hangs (SIGSTOP): its lease guard kills the container at the lease's end ($(( $(date +%s) - t0 )) s)" $rc_
 kill -CONT "$apid"
 $G cancel job "$j4" --tenant acme >/dev/null
 wait_sql "SELECT state IN ('cancelled','failed') FROM jobs WHERE id = '$j4'" t 100 && gone 100
@@ -258,7 +258,7 @@ case "$rm_" in *"memory_mb 999999 is beyond"*) true ;; *) false ;; esac
 ok "4. memory beyond the node's: refused at start ($rm_)" $?
 $G submit --tenant acme --image busybox --command true --gpus 1 >/dev/null 2>"$D/short.err"
 [ $? -ne 0 ] && grep -q 'INVAL.*image: needs a registry host' "$D/short.err"
-ok "4. a short image name is refused at submit: $(head -c 120 "$D/short.err")" $?
+rc_=$?; ok "4. a short image name is refused at submit: $(head -c 120 "$D/short.err")" $rc_
 
 # ---- 5. a second attempt runs the first one's digest -------------------------------
 

@@ -55,12 +55,12 @@ testlib_at_exit cleanup
 # ---- 1. the file ------------------------------------------------------------------------
 bash deploy/compose/init.sh >/dev/null
 docker-compose --profile demo config -q
-ok "docker-compose config: the file is valid ($(docker-compose --profile demo config --services | wc -l) services)" $?
+rc_=$?; ok "docker-compose config: the file is valid ($(docker-compose --profile demo config --services | wc -l) services)" $rc_
 sed 's/^    restart: unless-stopped$/    restart: unless-stopped\n    bogus_key: 1/' docker-compose.yml >"$tmp/bad.yml"
 docker-compose --project-directory . -f "$tmp/bad.yml" config -q >"$tmp/bad.out" 2>&1
 st_=$?
 [ $st_ -ne 0 ] && grep -q "bogus_key" "$tmp/bad.out"
-ok "... and a planted bad key fails it ($(head -n 1 "$tmp/bad.out" | cut -c1-100))" $?
+rc_=$?; ok "... and a planted bad key fails it ($(head -n 1 "$tmp/bad.out" | cut -c1-100))" $rc_
 
 # ---- 2. the images ------------------------------------------------------------------------
 imgs=$(bash deploy/compose/images.sh "$B" 2>"$tmp/images.err" | tr '\n' ' ')
@@ -77,7 +77,7 @@ $PC ps >"$tmp/ps.out" 2>&1
 st_=$?
 sed 's/^/#   /' "$tmp/ps.out"
 [ $st_ -eq 0 ] && [ "$(grep -c ' running  *healthy$' "$tmp/ps.out")" -eq 10 ]
-ok "every container running and healthy by its own check ($(grep -c 'healthy$' "$tmp/ps.out") of 10)" $?
+rc_=$?; ok "every container running and healthy by its own check ($(grep -c 'healthy$' "$tmp/ps.out") of 10)" $rc_
 
 # ---- 4. a job placed, run and billed --------------------------------------------------------
 sed "s|^GP_NATS_URL=.*|GP_NATS_URL=nats://172.28.0.10:4222|" build/compose/gpctl.env >"$tmp/gpctl.env"

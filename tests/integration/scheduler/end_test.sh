@@ -106,7 +106,7 @@ ok "1. exit 3 twice with max_attempts 2: the job failed" $?
 [ "$(counts "$j1")" = 'failed 2 0' ] &&
     [ "$(events "$j1")" = 'submitted,placed,started,attempt_failed,requeued,placed,started,attempt_failed,failed' ] &&
     sql "SELECT reason FROM jobs WHERE id = '$j1'" | grep -q 'no attempts left'
-ok "... each failure charged (failures 2, platform_faults 0; $(events "$j1"))" $?
+rc_=$?; ok "... each failure charged (failures 2, platform_faults 0; $(events "$j1"))" $rc_
 
 # ---- 2. a failed start of the job's own: charged ------------------------------
 
@@ -114,7 +114,7 @@ wait_sql "SELECT state FROM jobs WHERE id = '$j2'" failed 100
 ok "2. a command that cannot start, max_attempts 1: the job failed" $?
 [ "$(counts "$j2")" = 'failed 1 0' ] &&
     [ "$(sql "SELECT count(*) || ' ' || min(state) FROM attempts WHERE job_id = '$j2'")" = '1 failed_to_start' ]
-ok "... charged: one attempt, failed_to_start, failures 1 ($(counts "$j2"))" $?
+rc_=$?; ok "... charged: one attempt, failed_to_start, failures 1 ($(counts "$j2"))" $rc_
 
 # ---- 3. a failed start of the platform's: not charged ---------------------------
 
@@ -123,16 +123,16 @@ ok "... charged: one attempt, failed_to_start, failures 1 ($(counts "$j2"))" $?
 wait_sql "SELECT (a.state IN ('failed_to_start','lost')) || ' ' || j.failures || ' ' ||
           j.platform_faults FROM attempts a JOIN jobs j ON j.id = a.job_id
           WHERE a.job_id = '$j3' AND a.attempt = 1" 'true 0 1' 100
-ok "3. n4 never answers the dispatch: attempt 1 $(sql "SELECT state FROM attempts WHERE job_id = '$j3' AND attempt = 1"), not charged (failures 0, platform_faults 1)" $?
+rc_=$?; ok "3. n4 never answers the dispatch: attempt 1 $(sql "SELECT state FROM attempts WHERE job_id = '$j3' AND attempt = 1"), not charged (failures 0, platform_faults 1)" $rc_
 [ "$(sql "SELECT state FROM jobs WHERE id = '$j3'")" = pending ] &&
     events "$j3" | grep -q '^submitted,placed,attempt_failed,requeued'
-ok "... the job is pending again ($(events "$j3"))" $?
+rc_=$?; ok "... the job is pending again ($(events "$j3"))" $rc_
 kill -CONT "$n4pid"
 wait_sql "SELECT state FROM jobs WHERE id = '$j3'" succeeded 150
-ok "... and succeeds on its next attempt once n4 answers ($(counts "$j3"), attempts $(sql "SELECT max(attempt) FROM attempts WHERE job_id = '$j3'"))" $?
+rc_=$?; ok "... and succeeds on its next attempt once n4 answers ($(counts "$j3"), attempts $(sql "SELECT max(attempt) FROM attempts WHERE job_id = '$j3'"))" $rc_
 $G describe job "$j3" --tenant "$TENANT" >"$tmp/j3.txt" 2>&1
 grep -Eq '^Failures: +0 of 1 allowed' "$tmp/j3.txt" && grep -Eq '^Platform Faults: +1 \(not charged\)' "$tmp/j3.txt"
-ok "... gpctl describe job says so ($(grep -E '^(Failures|Platform Faults):' "$tmp/j3.txt" | tr -s ' ' | paste -sd ';' -))" $?
+rc_=$?; ok "... gpctl describe job says so ($(grep -E '^(Failures|Platform Faults):' "$tmp/j3.txt" | tr -s ' ' | paste -sd ';' -))" $rc_
 
 # ---- 4. a stale attempt (never dispatched): not charged; the platform bound ------
 
@@ -141,13 +141,13 @@ wait_sql "SELECT a.state || ' ' || j.state || ' ' || j.failures || ' ' || j.plat
     'failed_to_start pending 0 1' 150
 ok "4. a never-dispatched attempt ends failed_to_start; the job is pending again, not charged" $?
 sql "SELECT reason FROM attempts WHERE job_id = '$j4' AND attempt = 1" | grep -q '^never dispatched'
-ok "... its reason: $(sql "SELECT reason FROM attempts WHERE job_id = '$j4' AND attempt = 1")" $?
+rc_=$?; ok "... its reason: $(sql "SELECT reason FROM attempts WHERE job_id = '$j4' AND attempt = 1")" $rc_
 plant 2
 wait_sql "SELECT state || ' ' || failures || ' ' || platform_faults FROM jobs WHERE id = '$j4'" \
     'failed 0 2' 150
 ok "... a second platform fault, past max-platform-retries 1, fails it (failures 0)" $?
 sql "SELECT reason FROM jobs WHERE id = '$j4'" | grep -q 'more than max-platform-retries 1'
-ok "... and says why: $(sql "SELECT reason FROM jobs WHERE id = '$j4'")" $?
+rc_=$?; ok "... and says why: $(sql "SELECT reason FROM jobs WHERE id = '$j4'")" $rc_
 
 # ---- 5. a cancel: the job ends, nothing charged ----------------------------------
 
@@ -165,9 +165,9 @@ ok "... its node was told to stop it ($node5)" $?
 wait_sql "SELECT a.state || ' ' || j.failures || ' ' || j.platform_faults FROM attempts a
           JOIN jobs j ON j.id = a.job_id WHERE a.job_id = '$j6' AND a.attempt = 1" 'lost 0 1' 150
 ok "6. $node6 killed: attempt 1 lost, not charged (failures 0, platform_faults 1)" $?
-wait_sql "SELECT state || ' ' || (node <> '$node6') FROM attempts WHERE job_id = '$j6' AND attempt = 2" \
-    'running t' 100
-ok "... the job runs again on another node ($(sql "SELECT node FROM attempts WHERE job_id = '$j6' AND attempt = 2"))" $?
+wait_sql "SELECT state || ' ' || (node <> '$node6')::text FROM attempts WHERE job_id = '$j6' AND attempt = 2" \
+    'running true' 100
+rc_=$?; ok "... the job runs again on another node ($(sql "SELECT node FROM attempts WHERE job_id = '$j6' AND attempt = 2"))" $rc_
 
 # ---- 7. a preempted attempt: not charged ------------------------------------------
 
@@ -176,7 +176,7 @@ ok "7. a higher-priority job takes n5 from the interruptible one" $?
 [ "$(sql "SELECT a.state || ' ' || j.state || ' ' || j.failures || ' ' || j.platform_faults
           || ' ' || j.preemptions FROM attempts a JOIN jobs j ON j.id = a.job_id
           WHERE a.job_id = '$j7' AND a.attempt = 1")" = 'preempted pending 0 0 1' ]
-ok "... the victim's attempt ended preempted, its job pending, nothing charged ($(counts "$j7"))" $?
+rc_=$?; ok "... the victim's attempt ended preempted, its job pending, nothing charged ($(counts "$j7"))" $rc_
 
 # ---- 8. the max run time: the job fails, no retry ---------------------------------
 
@@ -184,7 +184,7 @@ wait_sql "SELECT state FROM jobs WHERE id = '$j8'" failed 100
 ok "8. max run time 1 s: the job failed" $?
 [ "$(sql "SELECT count(*) || ' ' || min(state) FROM attempts WHERE job_id = '$j8'")" = '1 timed_out' ] &&
     [ "$(counts "$j8")" = 'failed 0 0' ] && events "$j8" | grep -q 'timed_out$'
-ok "... one attempt, timed_out, not retried though 2 attempts were left ($(events "$j8"))" $?
+rc_=$?; ok "... one attempt, timed_out, not retried though 2 attempts were left ($(events "$j8"))" $rc_
 
 # ---- the invariants after all of it ----------------------------------------------
 

@@ -526,5 +526,6 @@ sched_dispatch(sched *s, sched_placed *p)
     if (!sched_spec_names_secrets(&p->spec))
         send_all(d);
     else if (sched_secrets_resolve(s, p->tenant, &p->spec, secrets_resolved, d) != GP_EOK)
-        secrets_resolved(d, GP_EUNAVAIL, "secrets: cannot be read now (database queue)", NULL, 0);
+        secrets_resolved(d, GP_EUNAVAIL, sched_secrets_on(s) ? "secrets: cannot be read now"
+                         : "secrets: " SCHED_SECRETS_OFF, NULL, 0);
 }

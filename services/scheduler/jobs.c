@@ -609,6 +609,10 @@ on_submit(gp_req *req, const void *in, void *out)
         sched_count(s->m_submits[SUBMIT_INVALID]);
         return gp_req_fail(req, rc, "%s", why);
     }
+    if (sched_spec_names_secrets(&sp) && !sched_secrets_on(s)) {
+        sched_count(s->m_submits[SUBMIT_INVALID]);
+        return gp_req_fail(req, GP_EUNAVAIL, "secrets: %s", SCHED_SECRETS_OFF);
+    }
     sched_spec_normalize(&sp);
     if ((sb = calloc(1, sizeof(*sb))) == NULL)
         return GP_ENOMEM;

@@ -131,7 +131,7 @@ typedef struct sched {
     uint64_t            *m_ends[SCHED_END_STATES]; /* end.c: node rows ended, by state */
     /* secrets.c: the key of tenant secrets ("" : secrets are off) */
     char                 secret_key[129];
-    uint64_t            *m_secrets[4];    /* by outcome (secrets.c: SECRET_*) */
+    uint64_t            *m_secrets[5];    /* by outcome (secrets.c: SECRET_*) */
 
 } sched;
 
@@ -237,13 +237,16 @@ void sched_jobs_count(gp_app *app, void *arg);
  * exists and is the tenant's, seen under its role (cb: OK, NOTFOUND or
  * UNAVAIL with why).  sched_secrets_resolve (dispatch): their values,
  * decrypted, one item per use the spec names; cb owns v and must hand it
- * to sched_secrets_scrub.  Callbacks exactly once when OK is returned;
- * the spec need outlive the call only. */
+ * to sched_secrets_scrub.  Callbacks exactly once when OK is returned,
+ * never inside the call (UNAVAIL without a key: sched_secrets_on); the
+ * spec need outlive the call only. */
 #define SCHED_SECRETS_MAX 3
+#define SCHED_SECRETS_OFF "secrets are not configured on this control plane (the scheduler's secret-key)"
 typedef void sched_secrets_cb(void *arg, gp_err err, const char *why, msg_attempt_secret *v,
                               unsigned n);
 extern const gp_route sched_secret_routes[];
 gp_err sched_secrets_start(sched *s);
+bool   sched_secrets_on(const sched *s);
 bool   sched_spec_names_secrets(const msg_job_spec *sp);
 gp_err sched_secrets_check(sched *s, const char *tenant, const msg_job_spec *sp,
                            sched_secrets_cb *cb, void *arg);

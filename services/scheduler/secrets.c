@@ -23,12 +23,12 @@
 #include "gp/tenancy.h"
 #include "scheduler.h"
 
-enum { SECRET_SET, SECRET_DELETED, SECRET_REFUSED, SECRET_ERROR };
-static const char *const secret_outcomes[] = {"set", "deleted", "refused", "error"};
+enum { SECRET_SET, SECRET_LISTED, SECRET_DELETED, SECRET_REFUSED, SECRET_ERROR };
+static const char *const secret_outcomes[] = {"set", "listed", "deleted", "refused", "error"};
 
 #define SECRETS_PER_TENANT 256
 #define SECRET_KEY_MIN     16
-#define NOT_CONFIGURED     "secrets are not configured on this control plane (the scheduler's secret-key)"
+#define NOT_CONFIGURED     SCHED_SECRETS_OFF
 
 /* ---- the key ------------------------------------------------------------------- */
 
@@ -61,7 +61,7 @@ sched_secrets_start(sched *s)
     const char *from = "secret-key";
 
     gp_metrics_counters(gp_app_metrics(s->app), "gp_scheduler_secret_requests_total", "outcome",
-                        secret_outcomes, 4, "Tenant secret requests by outcome (values never "
+                        secret_outcomes, 5, "Tenant secret requests by outcome (values never "
                         "leave the scheduler but in a RunAttempt)", s->m_secrets);
     if (s->cfg->secret_key[0] != '\0') {
         snprintf(s->secret_key, sizeof(s->secret_key), "%s", s->cfg->secret_key);
@@ -108,6 +108,12 @@ names_of(const msg_job_spec *sp, named *o)
             o->name[o->n] = v[i];
             o->use[o->n++] = u[i];
         }
+}
+
+bool
+sched_secrets_on(const sched *s)
+{
+    return s->secret_key[0] != '\0';
 }
 
 bool
@@ -220,10 +226,8 @@ sched_secrets_check(sched *s, const char *tenant, const msg_job_spec *sp, sched_
     gp_db_tx *tx;
     gp_err    rc;
 
-    if (s->secret_key[0] == '\0') {
-        cb(arg, GP_EUNAVAIL, "secrets: " NOT_CONFIGURED ": a job cannot name one", NULL, 0);
-        return GP_EOK;
-    }
+    if (!sched_secrets_on(s))
+        return GP_EUNAVAIL;
     if ((q = squery_new(s, sp, cb, arg)) == NULL)
         return GP_ENOMEM;
     gp_buf_init(&arr, 4096);
@@ -328,10 +332,8 @@ sched_secrets_resolve(sched *s, const char *tenant, const msg_job_spec *sp, sche
     gp_buf  arr;
     gp_err  rc;
 
-    if (s->secret_key[0] == '\0') {
-        cb(arg, GP_EUNAVAIL, "secrets: " NOT_CONFIGURED, NULL, 0);
-        return GP_EOK;
-    }
+    if (!sched_secrets_on(s))
+        return GP_EUNAVAIL;
     if ((q = squery_new(s, sp, cb, arg)) == NULL)
         return GP_ENOMEM;
     gp_buf_init(&arr, 4096);
@@ -497,25 +499,25 @@ list_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
     int              n = err == GP_EOK && nres == 3 ? PQntuples(res[2]) : 0;
 
     if (err != GP_EOK || nres != 3) {
-        answered(req, db_error(req, err != GP_EOK ? err : GP_EINTERNAL, detail), SECRET_SET);
+        answered(req, db_error(req, err != GP_EOK ? err : GP_EINTERNAL, detail), SECRET_LISTED);
         return;
     }
     if (n == 0) {
-        answered(req, GP_EOK, SECRET_SET);
+        answered(req, GP_EOK, SECRET_LISTED);
         return;
     }
     if ((v = calloc((size_t)n, sizeof(*v))) == NULL) {
-        answered(req, gp_req_fail(req, GP_ENOMEM, "out of memory"), SECRET_SET);
+        answered(req, gp_req_fail(req, GP_ENOMEM, "out of memory"), SECRET_LISTED);
         return;
     }
     out->items = (gp_arr){.v = v, .n = (uint32_t)n};
     for (int r = 0; r < n; r++)
         if (sched_row_to_msg(&msg_secret_desc, res[2], r, &v[r]) != GP_EOK) {
-            answered(req, gp_req_fail(req, GP_EINTERNAL, "secret row unreadable"), SECRET_SET);
+            answered(req, gp_req_fail(req, GP_EINTERNAL, "secret row unreadable"), SECRET_LISTED);
             return;
         }
     GP_SET_HAS(out, MSG_SECRET_LIST__ITEMS);
-    gp_req_done(req, GP_EOK);
+    answered(req, GP_EOK, SECRET_LISTED);
 }
 
 static gp_err

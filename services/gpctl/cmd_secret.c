@@ -75,8 +75,8 @@ read_value(const secret_args *a, gp_bytes *v)
         n -= n > 1 && v->p[n - 2] == '\r' ? 2 : 1;
     v->n = (uint32_t)n;
     if (n == 0 || n > MSG_SECRET_SET_VALUE_MAXLEN) {
-        fprintf(stderr, "gpctl: the value must be 1 to %u bytes (%s)\n",
-                MSG_SECRET_SET_VALUE_MAXLEN, n == 0 ? "it is empty" : "it is longer");
+        fprintf(stderr, "gpctl: the value must be 1 to %d bytes (%s)\n",
+                (int)MSG_SECRET_SET_VALUE_MAXLEN, n == 0 ? "it is empty" : "it is longer");
         return GPCTL_USAGE;
     }
     return GPCTL_OK;

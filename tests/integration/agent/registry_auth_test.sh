@@ -15,7 +15,7 @@
 #   4. a secret deleted while a job that names it waits: the job fails to
 #      start, its own failure, with a reason naming the secret;
 #   5. no secret in any log of the control plane or the agent.
-# test-tags: pass=san timeout=300
+# test-tags: pass=san timeout=300 (tests/run.sh)
 set -u
 B=$GP_BUILD
 G="$B/bin/gpctl --timeout 5000"

@@ -17,7 +17,7 @@
 #      file stops it at start.
 # The values reach an agent in the RunAttempt of an attempt that names
 # them: tests/integration/agent/registry_auth_test.sh.
-# test-tags: pass=normal
+# test-tags: pass=san (tests/run.sh)
 set -u
 B=$GP_BUILD
 D=$GP_STACK_DIR

@@ -901,7 +901,7 @@ ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const in
         rc = GP_EINTERNAL;
     }
     if (auth.p != NULL)
-        explicit_bzero(auth.p, auth.n);
+        explicit_bzero(auth.p, auth.cap);
     gp_buf_fini(&auth);
     if (rc != GP_EOK) {
         ctr_free(c);

@@ -59,8 +59,11 @@ secretfile_auth_json(const uint8_t *v, size_t n, const char *host, gp_buf *out, 
                      size_t wn)
 {
     size_t k = 0;
-    gp_err rc;
+    /* all at once: a buffer that grew would leave copies in freed memory */
+    gp_err rc = gp_buf_reserve(out, 4 * (n / 3 + 1) + strlen(host) + 48);
 
+    if (rc != GP_EOK)
+        return rc;
     while (k < n && (v[k] == ' ' || v[k] == '\t' || v[k] == '\n' || v[k] == '\r'))
         k++;
     if (k < n && v[k] == '{') {                 /* a docker config JSON: skopeo reads it */

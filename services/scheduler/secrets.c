@@ -442,11 +442,15 @@ static const char set_sql[] =
     "  size = length($3::bytea), updated_ms = $5::bigint\n"
     "RETURNING name, size, created_ms, updated_ms";
 
-/* bytea input in hex, zeroed by the caller */
+/* bytea input in hex, zeroed by the caller (all of it reserved at once:
+ * a growing buffer would leave copies in freed memory) */
 static gp_err
 hex_of(const gp_bytes *v, gp_buf *hex)
 {
-    gp_err rc = gp_buf_puts(hex, "\\x");
+    gp_err rc = gp_buf_reserve(hex, 2u * (size_t)v->n + 4);
+
+    if (rc == GP_EOK)
+        rc = gp_buf_puts(hex, "\\x");
 
     for (uint32_t i = 0; rc == GP_EOK && i < v->n; i++)
         rc = gp_buf_printf(hex, "%02x", v->p[i]);
@@ -482,7 +486,7 @@ on_set(gp_req *req, const void *in, void *out)
     rc = rc == GP_EOK ? run_as(req, tenant, set_sql, 5, p, set_done)
                       : gp_req_fail(req, GP_ENOMEM, "out of memory");
     if (hex.p != NULL)
-        explicit_bzero(hex.p, hex.n);
+        explicit_bzero(hex.p, hex.cap);
     gp_buf_fini(&hex);
     explicit_bzero(r->value.p, r->value.n);   /* the request's copy: no use left */
     return rc;

@@ -24,6 +24,7 @@
 #include "gp/log.h"
 #include "ocispec.h"
 #include "proc.h"
+#include "secretfile.h"
 
 #define CTR_ENV_MAX (MSG_RUN_ATTEMPT_ENV_MAXITEMS + IMG_ENV_MAX + 8)
 #define CTR_ARG_MAX (IMG_ARGS_MAX + MSG_RUN_ATTEMPT_ARGS_MAXITEMS + 4)
@@ -49,6 +50,7 @@ struct ctr {
     char            resume_id[MSG_RUN_ATTEMPT_RESUME_ID_MAXLEN + 1];
     char            report_dir[512];    /* bound at /run/gridpool: the job's reports */
     char            report[530];        /* report_dir/checkpoint */
+    bool            has_ssh, has_ckpt_cred;   /* secret files in report_dir (secretfile.h) */
     ev_stat         report_w;
     uint64_t        last_step;
     bool            reported_any;
@@ -474,6 +476,10 @@ build_env(ctr *c, const img_config *ic, strv *e, char (*own)[300])
         env_push(e, own[8]);
         env_push(e, own[9]);
     }
+    if (c->has_ssh)
+        env_push(e, "GP_SSH_AUTHORIZED_KEYS=/run/gridpool/" SECRETFILE_SSH);
+    if (c->has_ckpt_cred)
+        env_push(e, "GP_CHECKPOINT_CREDENTIALS=/run/gridpool/" SECRETFILE_CHECKPOINT);
     for (uint32_t i = 0; i < c->nenv; i++)
         env_push(e, c->env[i]);
     for (int i = 0; i < ic->nenv; i++)
@@ -926,12 +932,50 @@ ctr_endpoints(const ctr *c, msg_endpoint *out, int max)
     return k;
 }
 
+/* The attempt's secrets (RunAttempt.secrets): the registry credential as
+ * the pull's authfile JSON into auth; the SSH key and the checkpoint
+ * credentials as files of the report folder (/run/gridpool), the
+ * container root's own, 0600.  Every copy here is zeroed after use, the
+ * message's too (nothing reads it after the start). */
+static gp_err
+secrets_place(ctr *c, const msg_run_attempt *in, const gp_image_ref *r, gp_buf *auth, char *why,
+              size_t wn)
+{
+    msg_attempt_secret *v = in->secrets.v;
+    char                path[600];
+    gp_err              rc = GP_EOK;
+
+    for (uint32_t i = 0; i < in->secrets.n && rc == GP_EOK; i++) {
+        const char *f = v[i].use == MSG_ATTEMPT_SECRET_USE_SSH ? SECRETFILE_SSH
+                      : v[i].use == MSG_ATTEMPT_SECRET_USE_CHECKPOINT ? SECRETFILE_CHECKPOINT : NULL;
+
+        if (v[i].use == MSG_ATTEMPT_SECRET_USE_REGISTRY) {
+            rc = secretfile_auth_json(v[i].value.p, v[i].value.n, r->host, auth, why, wn);
+            continue;
+        }
+        if (f == NULL)
+            continue;
+        strfmt(path, sizeof(path), "%s/%s", c->report_dir, f);
+        if (secretfile_write(path, v[i].value.p, v[i].value.n, c->host_id, c->host_id) != 0) {
+            strfmt(why, wn, "cannot write /run/gridpool/%s: %s", f, strerror(errno));
+            rc = GP_EINTERNAL;
+        }
+        c->has_ssh = c->has_ssh || (rc == GP_EOK && v[i].use == MSG_ATTEMPT_SECRET_USE_SSH);
+        c->has_ckpt_cred = c->has_ckpt_cred || (rc == GP_EOK && v[i].use != MSG_ATTEMPT_SECRET_USE_SSH);
+    }
+    for (uint32_t i = 0; i < in->secrets.n; i++)
+        if (v[i].value.p != NULL)
+            explicit_bzero(v[i].value.p, v[i].value.n);
+    return rc;
+}
+
 gp_err
 ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const int *minors,
           const ctr_cbs *cbs, void *arg, ctr **out, char *why, size_t wn)
 {
     ctr         *c = calloc(1, sizeof(*c));
     gp_image_ref r;
+    gp_buf       auth;
     gp_err       rc;
 
     *out = NULL;
@@ -968,10 +1012,17 @@ ctr_start(ctr_node *n, struct ev_loop *loop, const msg_run_attempt *in, const in
     }
     if (rc == GP_EOK)
         rc = folders(c, why, wn);
-    if (rc == GP_EOK && img_get(&n->img, loop, in->image, c->id, pulled, c, &c->pull) != GP_EOK) {
+    gp_buf_init(&auth, 64u << 10);
+    if (rc == GP_EOK)
+        rc = secrets_place(c, in, &r, &auth, why, wn);
+    if (rc == GP_EOK && img_get(&n->img, loop, in->image, c->id, auth.n ? auth.p : NULL, pulled,
+                                c, &c->pull) != GP_EOK) {
         strfmt(why, wn, "image %s: cannot start the pull", in->image);
         rc = GP_EINTERNAL;
     }
+    if (auth.p != NULL)
+        explicit_bzero(auth.p, auth.cap);
+    gp_buf_fini(&auth);
     if (rc != GP_EOK) {
         ctr_free(c);
         return rc;
@@ -993,6 +1044,18 @@ ctr_signal(ctr *c, int sig)
     strfmt(s, sizeof(s), "%d", sig);
     if (proc_run(c->loop, argv, NULL, NULL, NULL, NULL) != GP_EOK)
         GP_WARN("container_kill_not_run", "id=%s sig=%d", c->id, sig);
+}
+
+/* The attempt's secret files outlive it nowhere on the node. */
+static void
+secrets_remove(ctr *c)
+{
+    char path[600];
+
+    strfmt(path, sizeof(path), "%s/" SECRETFILE_SSH, c->report_dir);
+    (void)unlink(path);
+    strfmt(path, sizeof(path), "%s/" SECRETFILE_CHECKPOINT, c->report_dir);
+    (void)unlink(path);
 }
 
 void
@@ -1019,6 +1082,7 @@ ctr_exited(ctr *c, bool *started, char *why, size_t wn)
     }
     strfmt(root, sizeof(root), "%s", c->n->runtime_root);
     strfmt(rm_b, sizeof(rm_b), "%s", c->bundle);
+    secrets_remove(c);
     proc_run(c->loop, del, NULL, NULL, NULL, NULL);
     proc_run(c->loop, rm, NULL, NULL, NULL, NULL);
     if (c->net_up)

@@ -14,6 +14,7 @@
 #include "gp/log.h"
 #include "image.h"
 #include "proc.h"
+#include "secretfile.h"
 
 struct img_pull {
     const img_cfg  *c;
@@ -23,6 +24,7 @@ struct img_pull {
     char            pull[512];          /* <state>/pull/<id> */
     char            digest[72];
     char            dir[512];           /* <state>/images/<hex> */
+    char            authfile[540];      /* <pull>/auth.json while skopeo runs, or "" */
     img_done_fn    *cb;
     void           *arg;
     proc           *child;
@@ -181,11 +183,21 @@ img_config_read(const char *dir, img_config *out, char *why, size_t n)
 
 /* ---- the pull ------------------------------------------------------------------ */
 
+/* The credential's file goes the moment skopeo no longer needs it. */
+static void
+auth_drop(img_pull *p)
+{
+    if (p->authfile[0] != '\0' && unlink(p->authfile) != 0 && errno != ENOENT)
+        GP_WARN("authfile_not_removed", "path=%s err=%s", p->authfile, strerror(errno));
+    p->authfile[0] = '\0';
+}
+
 static void
 finish(img_pull *p, gp_err rc, const char *why)
 {
     char *rm[] = {(char *)"rm", (char *)"-rf", p->pull, NULL};
 
+    auth_drop(p);
     ev_timer_stop(p->loop, &p->later);
     if (p->pull[0] != '\0')
         proc_run(p->loop, rm, NULL, NULL, NULL, NULL);
@@ -305,6 +317,7 @@ pulled(void *arg, int status, const char *tail)
     FILE     *f;
 
     p->child = NULL;
+    auth_drop(p);
     if (status != 0) {
         strfmt(why, sizeof(why), "image %s: pull failed: %s",
                  p->ref.digest[0] ? p->ref.digest : p->ref.repo, tail);
@@ -353,11 +366,19 @@ later_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 static gp_err
-pull_start(img_pull *p)
+pull_start(img_pull *p, const char *auth)
 {
     char src[GP_IMAGE_REF_MAX + 16], dst[600], dg[600], out[600], name[GP_IMAGE_REF_MAX + 1];
-    char *argv[12];
+    char *argv[14];
     int   k = 0;
+
+    if (auth != NULL) {
+        strfmt(p->authfile, sizeof(p->authfile), "%s/auth.json", p->pull);
+        if (secretfile_write(p->authfile, auth, strlen(auth), (uid_t)-1, (gid_t)-1) != 0) {
+            p->authfile[0] = '\0';
+            return GP_EINTERNAL;
+        }
+    }
 
     strfmt(name, sizeof(name), "%s%s%s%s%s", p->ref.repo, p->ref.tag[0] ? ":" : "", p->ref.tag,
              p->ref.digest[0] ? "@" : "", p->ref.digest);
@@ -370,6 +391,10 @@ pull_start(img_pull *p)
     argv[k++] = (char *)"--quiet";
     if (insecure(p->c, p->ref.host))
         argv[k++] = (char *)"--src-tls-verify=false";
+    if (p->authfile[0] != '\0') {
+        argv[k++] = (char *)"--src-authfile";
+        argv[k++] = p->authfile;
+    }
     argv[k++] = (char *)"--digestfile";
     argv[k++] = dg;
     argv[k++] = src;
@@ -390,8 +415,8 @@ mkdirs(const char *imgs, const char *pulls)
 }
 
 gp_err
-img_get(const img_cfg *c, struct ev_loop *loop, const char *ref, const char *id, img_done_fn *cb,
-        void *arg, img_pull **out)
+img_get(const img_cfg *c, struct ev_loop *loop, const char *ref, const char *id, const char *auth,
+        img_done_fn *cb, void *arg, img_pull **out)
 {
     img_pull *p = calloc(1, sizeof(*p));
     char      why[160], pulls[512], imgs[512];
@@ -425,7 +450,9 @@ img_get(const img_cfg *c, struct ev_loop *loop, const char *ref, const char *id,
     }
     strfmt(p->pull, sizeof(p->pull), "%s/%s", pulls, id);
     rm[0] = (char *)"rm", rm[1] = (char *)"-rf", rm[2] = p->pull, rm[3] = NULL;
-    if (proc_run_sync(rm, 5000) != 0 || mkdir(p->pull, 0700) != 0 || pull_start(p) != GP_EOK) {
+    if (proc_run_sync(rm, 5000) != 0 || mkdir(p->pull, 0700) != 0 ||
+        pull_start(p, auth) != GP_EOK) {
+        auth_drop(p);
         free(p);
         return GP_EINTERNAL;
     }
@@ -442,6 +469,7 @@ img_cancel(img_pull *p)
         return;
     ev_timer_stop(p->loop, &p->later);
     proc_cancel(p->child);
+    auth_drop(p);
     if (p->pull[0] != '\0')
         proc_run(p->loop, rm, NULL, NULL, NULL, NULL);
     free(p);

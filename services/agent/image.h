@@ -48,10 +48,14 @@ typedef void img_done_fn(void *arg, gp_err rc, const char *why, const char *dige
                          const char *dir);
 
 /* Starts getting ref (gp/imageref.h grammar; checked again here) for an
- * attempt named id (its pull folder).  cb runs later from the loop, never
- * from inside this call. */
+ * attempt named id (its pull folder).  auth: the registry's credential as
+ * a docker config JSON (secretfile.h), or NULL: written to a 0600 file in
+ * the pull folder for skopeo's --src-authfile and removed as soon as
+ * skopeo ends (never on its command line); copied, the caller zeroes its
+ * own.  A digest already cached needs no registry, hence no credential.
+ * cb runs later from the loop, never from inside this call. */
 gp_err img_get(const img_cfg *c, struct ev_loop *loop, const char *ref, const char *id,
-               img_done_fn *cb, void *arg, img_pull **out);
+               const char *auth, img_done_fn *cb, void *arg, img_pull **out);
 /* The attempt went away: no callback; the child is killed. */
 void   img_cancel(img_pull *p);
 

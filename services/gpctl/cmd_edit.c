@@ -307,7 +307,11 @@ int
 cmd_create(gpctl *c, int argc, char **argv)
 {
     edit_args a;
-    int       rc = parse_target("create", argc, argv, false, &a);
+    int       rc;
+
+    if (argc > 0 && strcmp(argv[0], "secret") == 0)     /* the scheduler's, not the registry's */
+        return cmd_create_secret(c, argc - 1, argv + 1);
+    rc = parse_target("create", argc, argv, false, &a);
 
     if (rc == GPCTL_OK)
         rc = parse_fields("create", argc, argv, &a);
@@ -376,7 +380,11 @@ cmd_delete(gpctl *c, int argc, char **argv)
     edit_args      a;
     msg_id_request req = {0};
     msg_deleted    del = {0};
-    int            rc = parse_target("delete", argc, argv, true, &a);
+    int            rc;
+
+    if (argc > 0 && strcmp(argv[0], "secret") == 0)
+        return cmd_delete_secret(c, argc - 1, argv + 1);
+    rc = parse_target("delete", argc, argv, true, &a);
 
     if (rc == GPCTL_OK && argc > 2)
         rc = usage_error("delete", "unexpected argument \"%s\"", argv[2]);

@@ -503,6 +503,8 @@ cmd_get(gpctl *c, int argc, char **argv)
         return cmd_get_alerts(c, argc - 1, argv + 1);
     if (argc > 0 && (strcmp(argv[0], "silences") == 0 || strcmp(argv[0], "silence") == 0))
         return cmd_get_silences(c, argc - 1, argv + 1);
+    if (argc > 0 && (strcmp(argv[0], "secrets") == 0 || strcmp(argv[0], "secret") == 0))
+        return cmd_get_secrets(c, argc - 1, argv + 1);
     rc = parse_get(argc, argv, &a);
 
     if (rc != GPCTL_OK || (rc = ctl_connect(c)) != GPCTL_OK)

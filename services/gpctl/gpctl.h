@@ -13,6 +13,7 @@
  *   cmd_job.c   submit, get jobs|attempts, describe job, cancel job
  *   cmd_watch.c watch jobs (live job events until Ctrl-C)
  *   cmd_logs.c  logs JOB (an attempt's output, from its node)
+ *   cmd_secret.c    create|get|delete secret (a tenant's secrets; values never shown)
  *   cmd_billing.c   get usage|statements|balances, describe statement, close period
  *   jobspec.c   a JobSpec from flags and JSON/YAML files (pure)
  *   jobview.c   job rows, "why it waits", event lines, job sums (pure)
@@ -151,6 +152,10 @@ int cmd_get_silences(gpctl *c, int argc, char **argv);
 int cmd_expire(gpctl *c, int argc, char **argv);
 int cmd_set(gpctl *c, int argc, char **argv);
 int cmd_describe_statement(gpctl *c, int argc, char **argv);
+/* create|get|delete secret: argv after the kind word. */
+int cmd_create_secret(gpctl *c, int argc, char **argv);
+int cmd_get_secrets(gpctl *c, int argc, char **argv);
+int cmd_delete_secret(gpctl *c, int argc, char **argv);
 int cmd_close(gpctl *c, int argc, char **argv);
 
 /* ---- jobs (cmd_job.c) ------------------------------------------------------- */

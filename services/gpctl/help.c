@@ -29,6 +29,7 @@ static const help helps[] = {
      "\n"
      "       gpctl get jobs [ID] [--tenant T] [--state S] [--site S] [--scope own|sites]\n"
      "       gpctl get attempts --job ID [--tenant T]\n"
+     "       gpctl get secrets [NAME] --tenant T     (names, sizes, ages; never a value)\n"
      "\n"
      "  jobs: from the scheduler, every page (gp.api.<T>.job.list with --tenant,\n"
      "  else gp.admin.job.list); --state: pending, starting, running, succeeded,\n"
@@ -78,13 +79,22 @@ static const help helps[] = {
      "                            --power-prices 0:180000,420:250000\n"
      "       gpctl create pool p1 --tenant op --scope region --region eu-west --models L4,H100\n"
      "  Lists take comma-separated items; items of objects take colon-separated\n"
-     "  values in the fields' order.  -o json prints the created object.\n"},
+     "  values in the fields' order.  -o json prints the created object.\n"
+     "\n"
+     "       gpctl create secret NAME --tenant T (--from-file F | --from-stdin)\n"
+     "\n"
+     "  A tenant secret (gp.api.<T>.secret.set), stored encrypted by the scheduler;\n"
+     "  a job names it (submit --registry-auth, --ssh-key, --checkpoint-secret).  The\n"
+     "  value (at most 16 KiB; one final newline dropped) comes from a file or stdin,\n"
+     "  never from the command line, and nothing ever shows it again.  Setting a\n"
+     "  name again replaces its value.\n"},
     {"update",
      "Usage: gpctl update site|pool|product|tenant NAME --FIELD VALUE ...\n"
      "\n"
      "  Changes only the fields given (same flags as create).\n"},
     {"delete",
      "Usage: gpctl delete site|pool|product|tenant|node NAME\n"
+     "       gpctl delete secret NAME --tenant T\n"
      "\n"
      "  A deleted node is refused when it registers again (its agent stops)\n"
      "  until it is readmitted.\n"},

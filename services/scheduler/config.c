@@ -49,6 +49,12 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
                "the shared checkpoint store every node mounts at this path (e.g. NFS): a job's "
                "\"shared:\" checkpoints go to <root>/<tenant>/<job>; empty: none (jobs name "
                "their object store)"),
+    GP_CFG_SECRET_STR("secret-key", scheduler_cfg, secret_key, "",
+                      "key of tenant secrets (pgcrypto in PostgreSQL, which never stores it; 16 "
+                      "to 128 bytes); empty: secret-key-file, else $CREDENTIALS_DIRECTORY/"
+                      "secret-key (systemd), else secrets are off"),
+    GP_CFG_STR("secret-key-file", scheduler_cfg, secret_key_file, "",
+               "a file holding the secret-key (its first line), readable by the scheduler only"),
     GP_CFG_UINT("fair-half-life-ms", scheduler_cfg, fair_half_life_ms, 3600000, 1000, 2592000000u,
                 "fair share: half-life of a tenant's GPU usage"),
     GP_CFG_UINT("hold-after-ms", scheduler_cfg, hold_after_ms, 1800000, 1000, 2592000000u,

@@ -63,6 +63,8 @@ struct dround {
     uint32_t      wait_ms;
     uint64_t      retry_at;      /* monotonic ms */
     dround       *next;
+    msg_attempt_secret *sec;     /* the secrets the job names, decrypted (secrets.c) */
+    unsigned      nsec;
 };
 
 /* ---- failed to start ------------------------------------------------------- */
@@ -72,6 +74,7 @@ round_free(dround *d)
 {
     if (!d->retiring)
         d->s->dispatching--;
+    sched_secrets_scrub(d->sec, d->nsec);
     gp_msg_clear(&msg_job_spec_desc, &d->p->spec);
     free(d->p);
     free(d);
@@ -187,6 +190,7 @@ sched_dispatch_free(sched *s)
         dround *d = s->retiring;
 
         s->retiring = d->next;
+        sched_secrets_scrub(d->sec, d->nsec);
         gp_msg_clear(&msg_job_spec_desc, &d->p->spec);
         free(d->p);
         free(d);
@@ -213,6 +217,8 @@ failed_to_start(dround *d)
         write_failed_start(d);
         return;
     }
+    sched_secrets_scrub(d->sec, d->nsec);   /* nothing more is sent: no need left */
+    d->sec = NULL, d->nsec = 0;
     GP_WARN("attempt_retiring", "job=%s attempt=%u why=\"a node may run it unanswered: its GPUs "
             "stay booked and its job waits until its lease has surely run out there\"",
             p->job, p->attempt);
@@ -429,6 +435,7 @@ send_run_now(dround *d, uint32_t rank)
         snprintf(m.resume_id, sizeof(m.resume_id), "%s", p->resume_id);
     }
     checkpoint_uri(m.checkpoint_uri, sizeof(m.checkpoint_uri), d->s->cfg, p);
+    m.secrets = (gp_arr){.v = d->sec, .n = d->nsec};   /* shared for the encode */
     rc = gp_op_subjectf(GP_OP_NODE_RUN, subj, sizeof(subj), p->site, p->node[rank]);
     if (rc == GP_EOK)
         rc = gp_call2(gp_app_bus(d->s->app), subj, &msg_run_attempt_desc, &m,
@@ -459,18 +466,11 @@ send_run(dround *d, uint32_t rank)
                              stamped, &d->dn[rank]);
 }
 
-void
-sched_dispatch(sched *s, sched_placed *p)
+static void
+send_all(dround *d)
 {
-    dround *d = calloc(1, sizeof(*d));
+    sched_placed *p = d->p;
 
-    if (d == NULL) {
-        gp_msg_clear(&msg_job_spec_desc, &p->spec);
-        free(p);
-        return;
-    }
-    *d = (dround){.s = s, .p = p, .fail = FAIL_NONE};
-    s->dispatching++;
     d->pending = p->nnodes + 1;           /* +1: held while sending, so no early finish */
     for (uint32_t i = 0; i < p->nnodes; i++) {
         gp_err rc = send_run(d, i);
@@ -488,4 +488,47 @@ sched_dispatch(sched *s, sched_placed *p)
         else
             failed_to_start(d);
     }
+}
+
+/* The job's secrets, decrypted (secrets.c), before any node is sent a
+ * thing.  One that no longer exists (the tenant deleted it) is the job's
+ * own failure to start; one that cannot be read (the database, a changed
+ * key) is the platform's.  No node is blamed: none was asked. */
+static void
+secrets_resolved(void *arg, gp_err err, const char *why, msg_attempt_secret *v, unsigned n)
+{
+    dround *d = arg;
+
+    if (err == GP_EOK) {
+        d->sec = v;
+        d->nsec = n;
+        send_all(d);
+        return;
+    }
+    GP_WARN("attempt_failed_to_start", "job=%s attempt=%u why=\"%s\"", d->p->job, d->p->attempt,
+            why);
+    sched_count(d->s->m_failed_start[FAIL_ERROR]);
+    d->own = err == GP_ENOTFOUND;
+    snprintf(d->why, sizeof(d->why), "%s", why);
+    snprintf(d->bad_node, sizeof(d->bad_node), "%s", d->p->node[0]);
+    write_failed_start(d);
+}
+
+void
+sched_dispatch(sched *s, sched_placed *p)
+{
+    dround *d = calloc(1, sizeof(*d));
+
+    if (d == NULL) {
+        gp_msg_clear(&msg_job_spec_desc, &p->spec);
+        free(p);
+        return;
+    }
+    *d = (dround){.s = s, .p = p, .fail = FAIL_NONE};
+    s->dispatching++;
+    if (!sched_spec_names_secrets(&p->spec))
+        send_all(d);
+    else if (sched_secrets_resolve(s, p->tenant, &p->spec, secrets_resolved, d) != GP_EOK)
+        secrets_resolved(d, GP_EUNAVAIL, sched_secrets_on(s) ? "secrets: cannot be read now"
+                         : "secrets: " SCHED_SECRETS_OFF, NULL, 0);
 }

@@ -571,6 +571,22 @@ tenant_check(submit *sb)
         tenant_checked(sb, rc, true, NULL, "not sent");
 }
 
+/* The secrets the spec names are the tenant's (secrets.c): a typed
+ * refusal at submit, not a job that fails at its first start. */
+static void
+secrets_checked(void *arg, gp_err err, const char *why, msg_attempt_secret *v, unsigned n)
+{
+    submit *sb = arg;
+
+    (void)v, (void)n;
+    if (err == GP_EOK) {
+        tenant_check(sb);
+        return;
+    }
+    gp_req_fail(sb->req, err, "%s", why);
+    submit_end(sb, err == GP_ENOTFOUND ? SUBMIT_INVALID : SUBMIT_ERROR, err);
+}
+
 static gp_err
 on_submit(gp_req *req, const void *in, void *out)
 {
@@ -594,6 +610,10 @@ on_submit(gp_req *req, const void *in, void *out)
         sched_count(s->m_submits[SUBMIT_INVALID]);
         return gp_req_fail(req, rc, "%s", why);
     }
+    if (sched_spec_names_secrets(&sp) && !sched_secrets_on(s)) {
+        sched_count(s->m_submits[SUBMIT_INVALID]);
+        return gp_req_fail(req, GP_EUNAVAIL, "secrets: %s", SCHED_SECRETS_OFF);
+    }
     sched_spec_normalize(&sp);
     if ((sb = calloc(1, sizeof(*sb))) == NULL)
         return GP_ENOMEM;
@@ -610,7 +630,11 @@ on_submit(gp_req *req, const void *in, void *out)
         submit_free(sb);
         return gp_req_fail(req, rc, "spec: cannot be stored (%s)", gp_err_name(rc));
     }
-    tenant_check(sb);
+    if (!sched_spec_names_secrets(&sp))
+        tenant_check(sb);
+    else if ((rc = sched_secrets_check(s, tenant, &sp, secrets_checked, sb)) != GP_EOK)
+        submit_end(sb, SUBMIT_ERROR, gp_req_fail(req, GP_EUNAVAIL, "secrets: cannot be checked "
+                                                 "now (%s)", gp_err_name(rc)));
     return GP_EPENDING;
 }
 

@@ -20,7 +20,7 @@ static const gp_svc_task sched_tasks[] = {
 
 static const gp_route *const sched_routes[] = {
     sched_job_routes, sched_attempt_routes, sched_lease_routes, sched_replace_routes,
-    sched_facts_routes, sched_logs_routes, NULL,
+    sched_facts_routes, sched_logs_routes, sched_secret_routes, NULL,
 };
 
 static const gp_service scheduler_service = {

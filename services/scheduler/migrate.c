@@ -861,6 +861,30 @@ static const char step11_sql[] =
     "END\n"
     "$f$";
 
+/* Tenant secrets (secrets.c): the value encrypted by pgcrypto's
+ * pgp_sym_encrypt_bytea under the deployment's secret-key, which the
+ * scheduler passes as a query parameter and the database never stores.
+ * Only the tenant's own role sees its rows (not a parent's: a secret is
+ * not inventory), and no tenant role may read the value column at all:
+ * a partner's login reads names and times, never even the ciphertext.
+ * Version 12: 11 is the GPU-instance step being written beside this one. */
+static const char step12_sql[] =
+    "CREATE EXTENSION IF NOT EXISTS pgcrypto;\n"
+    "CREATE TABLE IF NOT EXISTS secrets (\n"
+    "  tenant text NOT NULL " ID_CHECK("tenant") ",\n"
+    "  name text NOT NULL " ID_CHECK("name") ",\n"
+    "  value bytea NOT NULL,\n"
+    "  size int NOT NULL CHECK (size BETWEEN 1 AND 16384),\n"
+    "  created_ms bigint NOT NULL,\n"
+    "  updated_ms bigint NOT NULL,\n"
+    "  PRIMARY KEY (tenant, name));\n"
+    "GRANT SELECT (tenant, name, size, created_ms, updated_ms), INSERT, DELETE,\n"
+    "  UPDATE (value, size, updated_ms) ON secrets TO gp_tenant;\n"
+    "ALTER TABLE secrets ENABLE ROW LEVEL SECURITY;\n"
+    "DROP POLICY IF EXISTS tenant_rows ON secrets;\n"
+    "CREATE POLICY tenant_rows ON secrets FOR ALL TO gp_tenant\n"
+    "  USING (current_user = 'gpt_' || tenant) WITH CHECK (current_user = 'gpt_' || tenant)";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -873,5 +897,7 @@ const gp_migration scheduler_migrations[] = {
     {9, "one end for every attempt, one retry rule", step9_sql},
     {10, "image digests, reasons of failed starts, checkpoint steps", step10_sql},
     {11, "instances: kind, endpoints", step11_sql},
+
+    {12, "tenant secrets", step12_sql},
     GP_MIGRATION_END
 };

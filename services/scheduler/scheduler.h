@@ -42,6 +42,8 @@ typedef struct scheduler_cfg {
     unsigned      attempt_lease_ms;  /* lease_ms sent in RunAttempt (0: the agent's own) */
     char          checkpoint_root[192]; /* checkpoint_dir = <root>/<job> */
     char          checkpoint_shared_root[101]; /* "shared:" = file://<root>/<tenant>/<job> */
+    char          secret_key[129];   /* secrets.c: never logged (a GP_CFG_SECRET_STR) */
+    char          secret_key_file[256];
     unsigned      fair_half_life_ms; /* fair.h: usage decay */
     unsigned      hold_after_ms;     /* fair.h: a big job waiting this long is held */
     unsigned      hold_gpus;         /* fair.h: a big job asks at least this many GPUs */
@@ -128,6 +130,10 @@ typedef struct sched {
     uint64_t            *m_reconcile_runs[3];   /* done, skipped (another instance), failed */
     double              *m_reconcile_last[3];   /* removed, rebuilt, conflicts of the last pass */
     uint64_t            *m_ends[SCHED_END_STATES]; /* end.c: node rows ended, by state */
+    /* secrets.c: the key of tenant secrets ("" : secrets are off) */
+    char                 secret_key[129];
+    uint64_t            *m_secrets[5];    /* by outcome (secrets.c: SECRET_*) */
+
 } sched;
 
 /* start.c: gp_app_main's init and free hooks (main.c). */
@@ -224,6 +230,30 @@ extern const gp_route sched_logs_routes[];
 void sched_jobs_start(sched *s);
 /* The gauge task: counts jobs by state. */
 void sched_jobs_count(gp_app *app, void *arg);
+
+/* secrets.c: gp.api.<t>.secret.set|list|delete, and the secrets a job
+ * names.  sched_secrets_start loads the key (secret-key, secret-key-file,
+ * or $CREDENTIALS_DIRECTORY/secret-key); INVAL when one is given but
+ * unusable.  sched_secrets_check (submit): every secret the spec names
+ * exists and is the tenant's, seen under its role (cb: OK, NOTFOUND or
+ * UNAVAIL with why).  sched_secrets_resolve (dispatch): their values,
+ * decrypted, one item per use the spec names; cb owns v and must hand it
+ * to sched_secrets_scrub.  Callbacks exactly once when OK is returned,
+ * never inside the call (UNAVAIL without a key: sched_secrets_on); the
+ * spec need outlive the call only. */
+#define SCHED_SECRETS_MAX 3
+#define SCHED_SECRETS_OFF "secrets are not configured on this control plane (the scheduler's secret-key)"
+typedef void sched_secrets_cb(void *arg, gp_err err, const char *why, msg_attempt_secret *v,
+                              unsigned n);
+extern const gp_route sched_secret_routes[];
+gp_err sched_secrets_start(sched *s);
+bool   sched_secrets_on(const sched *s);
+bool   sched_spec_names_secrets(const msg_job_spec *sp);
+gp_err sched_secrets_check(sched *s, const char *tenant, const msg_job_spec *sp,
+                           sched_secrets_cb *cb, void *arg);
+gp_err sched_secrets_resolve(sched *s, const char *tenant, const msg_job_spec *sp,
+                             sched_secrets_cb *cb, void *arg);
+void   sched_secrets_scrub(msg_attempt_secret *v, unsigned n);
 
 /* attempts.c: AttemptEvent from the stream ATTEMPTS (a durable route),
  * and the "maxrun" task (max run time). */

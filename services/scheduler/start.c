@@ -33,6 +33,8 @@ sched_init(gp_app *app, const void *cfg, void *state)
     sched_replace_start(s);
     sched_end_start(s);
     sched_reconcile_start(s);
+    if ((rc = sched_secrets_start(s)) != GP_EOK)
+        return rc;
     rc = sched_queue_start(s);
     return rc == GP_EOK ? sched_feed_start(s) : rc;
 }

@@ -76,6 +76,7 @@ typedef enum mig_phase {
 
 typedef struct db_stmt {
     char  *blob;        /* one allocation: params array, sql, params */
+    size_t size;        /* of blob: zeroed before it is freed */
     char  *sql;
     char **params;
     int    nparams;
@@ -278,6 +279,7 @@ stmt_init(db_stmt *s, const char *sql, int nparams, const char *const *params)
     s->blob = malloc(hdr + len);
     if (s->blob == NULL)
         return GP_ENOMEM;
+    s->size = hdr + len;
     s->params = nparams > 0 ? (char **)(void *)s->blob : NULL;
     p = s->blob + hdr;
     s->sql = p;
@@ -324,6 +326,9 @@ static void
 job_free(db_job *job)
 {
     for (int i = 0; i < job->nstmts; i++) {
+        /* parameters may be secrets (a tenant's, the key of them): no
+         * copy is left in freed memory */
+        explicit_bzero(job->stmts[i].blob, job->stmts[i].size);
         free(job->stmts[i].blob);
         if (job->res != NULL && job->res[i] != NULL)
             PQclear(job->res[i]);

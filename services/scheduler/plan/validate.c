@@ -177,6 +177,29 @@ check_ports(const msg_job_spec *sp, char *msg, size_t n)
     return GP_EOK;
 }
 
+/* Secrets are named, never given, in a spec (their values are the
+ * tenant's, set once: secrets.c), and each names what it is for. */
+static gp_err
+check_secrets(const msg_job_spec *sp, char *msg, size_t n)
+{
+    static const char why[] = "a secret's name: 1 to 63 of [A-Za-z0-9_-]";
+    const char       *u = sp->checkpoint_uri;
+
+    if (HAS(sp, REGISTRY_AUTH) && !gp_id_ok(sp->registry_auth))
+        return refuse(msg, n, GP_EINVAL, "registry_auth", why);
+    if (HAS(sp, SSH_KEY) && !gp_id_ok(sp->ssh_key))
+        return refuse(msg, n, GP_EINVAL, "ssh_key", why);
+    if (HAS(sp, CHECKPOINT_SECRET) && !gp_id_ok(sp->checkpoint_secret))
+        return refuse(msg, n, GP_EINVAL, "checkpoint_secret", why);
+    if ((sp->registry_auth[0] || sp->ssh_key[0]) && sp->image[0] == '\0')
+        return refuse(msg, n, GP_EINVAL, sp->registry_auth[0] ? "registry_auth" : "ssh_key",
+                      "needs an image (a container)");
+    if (sp->checkpoint_secret[0] && (u[0] == '\0' || strcmp(u, "shared:") == 0))
+        return refuse(msg, n, GP_EINVAL, "checkpoint_secret",
+                      "needs checkpoint_uri naming the tenant's object store");
+    return GP_EOK;
+}
+
 gp_err
 sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
 {
@@ -196,6 +219,8 @@ sched_spec_check(msg_job_spec *sp, char *msg, size_t n)
         rc = check_ids(sp, msg, n);
     if (rc == GP_EOK)
         rc = check_pairs(sp, msg, n);
+    if (rc == GP_EOK)
+        rc = check_secrets(sp, msg, n);
     return rc;
 }
 

@@ -137,6 +137,47 @@ test_normalize(void)
     gp_buf_fini(&eb);
 }
 
+/* Secrets are named (their names follow the id rule) and each for a use
+ * it can have: a registry and an SSH key need a container, checkpoint
+ * credentials an object store. */
+static void
+test_secrets(void)
+{
+    msg_job_spec sp;
+    char         msg[256];
+
+    base(&sp);
+    sp.command[0] = '\0';
+    snprintf(sp.image, sizeof(sp.image), "reg.example/acme/train:v3");
+    snprintf(sp.registry_auth, sizeof(sp.registry_auth), "ghcr-pull");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__REGISTRY_AUTH);
+    snprintf(sp.ssh_key, sizeof(sp.ssh_key), "laptop");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__SSH_KEY);
+    snprintf(sp.checkpoint_uri, sizeof(sp.checkpoint_uri), "s3://b/p");
+    snprintf(sp.checkpoint_secret, sizeof(sp.checkpoint_secret), "s3-cred");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__CHECKPOINT_SECRET);
+    T_OKM(sched_spec_check(&sp, msg, sizeof(msg)) == GP_EOK, "three secrets named: accepted (%s)", msg);
+    snprintf(sp.registry_auth, sizeof(sp.registry_auth), "a.b");
+    T_OKM(refused(&sp, GP_EINVAL, "registry_auth"), "a name with '.': refused");
+    sp.registry_auth[0] = '\0';
+    T_OKM(refused(&sp, GP_EINVAL, "registry_auth"), "an empty name given: refused");
+    sp.has &= ~(1ull << MSG_JOB_SPEC__REGISTRY_AUTH);
+    snprintf(sp.ssh_key, sizeof(sp.ssh_key), "x y");
+    T_OK(refused(&sp, GP_EINVAL, "ssh_key"));
+    snprintf(sp.ssh_key, sizeof(sp.ssh_key), "laptop");
+    snprintf(sp.checkpoint_secret, sizeof(sp.checkpoint_secret), "s3/cred");
+    T_OK(refused(&sp, GP_EINVAL, "checkpoint_secret"));
+    snprintf(sp.checkpoint_secret, sizeof(sp.checkpoint_secret), "s3-cred");
+    snprintf(sp.checkpoint_uri, sizeof(sp.checkpoint_uri), "shared:");
+    T_OKM(refused(&sp, GP_EINVAL, "checkpoint_secret"), "credentials for the shared store: refused");
+    sp.checkpoint_uri[0] = '\0';
+    T_OKM(refused(&sp, GP_EINVAL, "checkpoint_secret"), "credentials without a location: refused");
+    base(&sp);
+    snprintf(sp.ssh_key, sizeof(sp.ssh_key), "laptop");
+    GP_SET_HAS(&sp, MSG_JOB_SPEC__SSH_KEY);
+    T_OKM(refused(&sp, GP_EINVAL, "ssh_key"), "an SSH key for a sim: job (no container): refused");
+}
+
 static void
 test_ids(void)
 {
@@ -194,5 +235,6 @@ main(void)
     test_instances();
     test_normalize();
     test_ids();
+    test_secrets();
     return T_DONE();
 }

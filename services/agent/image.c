@@ -25,6 +25,7 @@ struct img_pull {
     char            digest[72];
     char            dir[512];           /* <state>/images/<hex> */
     char            authfile[540];      /* <pull>/auth.json while skopeo runs, or "" */
+    bool            had_auth;           /* pulled with a credential: the copy is private */
     img_done_fn    *cb;
     void           *arg;
     proc           *child;
@@ -275,6 +276,31 @@ is_cached(const char *dir)
     return true;
 }
 
+/* A copy pulled with a credential is marked: a later attempt that finds it
+ * in the cache (any tenant's, by digest) may run it only once the registry
+ * has let that attempt's own credential read its manifest (checked()). */
+#define PRIVATE_MARK "private"
+
+static int
+mark_private(const char *dir)
+{
+    char path[640];
+    int  fd;
+
+    strfmt(path, sizeof(path), "%s/" PRIVATE_MARK, dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    return fd >= 0 ? close(fd) : -1;
+}
+
+static bool
+is_private(const char *dir)
+{
+    char path[640];
+
+    strfmt(path, sizeof(path), "%s/" PRIVATE_MARK, dir);
+    return access(path, F_OK) == 0;
+}
+
 static void
 unpacked(void *arg, int status, const char *tail)
 {
@@ -298,6 +324,10 @@ unpacked(void *arg, int status, const char *tail)
     }
     mountpoints(bundle);
     chmod(bundle, 0711);                 /* umoci's 0700: the containers pass through */
+    if (p->had_auth && mark_private(bundle) != 0) {
+        finish(p, GP_EINTERNAL, "image: cannot mark the cached copy private");
+        return;
+    }
     /* another attempt may have unpacked the same digest meanwhile: its
      * copy stays, ours goes with the pull folder */
     if (rename(bundle, p->dir) != 0 && errno != ENOTEMPTY && errno != EEXIST) {
@@ -356,6 +386,55 @@ pulled(void *arg, int status, const char *tail)
 }
 
 static void
+checked(void *arg, int status, const char *tail)
+{
+    img_pull *p = arg;
+    char      why[400];
+
+    p->child = NULL;
+    auth_drop(p);
+    if (status != 0) {
+        strfmt(why, sizeof(why), "image %s: the registry refused this attempt's credential for "
+               "a private image: %s", p->digest, tail);
+        finish(p, GP_ENOTFOUND, why);
+        return;
+    }
+    finish(p, GP_EOK, "");
+}
+
+/* skopeo inspect --raw: the manifest only, with the attempt's own
+ * credential (none: the registry must serve it anonymously). */
+static gp_err
+check_start(img_pull *p, const char *auth)
+{
+    char  src[GP_IMAGE_REF_MAX + 96], out[600];
+    char *argv[10];
+    int   k = 0;
+
+    if (auth != NULL) {
+        strfmt(p->authfile, sizeof(p->authfile), "%s/auth.json", p->pull);
+        if (secretfile_write(p->authfile, auth, strlen(auth), (uid_t)-1, (gid_t)-1) != 0) {
+            p->authfile[0] = '\0';
+            return GP_EINTERNAL;
+        }
+    }
+    strfmt(src, sizeof(src), "docker://%s@%s", p->ref.repo, p->digest);
+    strfmt(out, sizeof(out), "%s/check.log", p->pull);
+    argv[k++] = (char *)p->c->skopeo;
+    argv[k++] = (char *)"inspect";
+    argv[k++] = (char *)"--raw";
+    if (insecure(p->c, p->ref.host))
+        argv[k++] = (char *)"--tls-verify=false";
+    if (p->authfile[0] != '\0') {
+        argv[k++] = (char *)"--authfile";
+        argv[k++] = p->authfile;
+    }
+    argv[k++] = src;
+    argv[k] = NULL;
+    return proc_run(p->loop, argv, out, checked, p, &p->child);
+}
+
+static void
 later_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     img_pull *p = GP_CONTAINER_OF(w, img_pull, later);
@@ -378,6 +457,7 @@ pull_start(img_pull *p, const char *auth)
             p->authfile[0] = '\0';
             return GP_EINTERNAL;
         }
+        p->had_auth = true;
     }
 
     strfmt(name, sizeof(name), "%s%s%s%s%s", p->ref.repo, p->ref.tag[0] ? ":" : "", p->ref.tag,
@@ -438,20 +518,23 @@ img_get(const img_cfg *c, struct ev_loop *loop, const char *ref, const char *id,
         free(p);
         return GP_EINTERNAL;
     }
+    bool check = false;
+
     if (p->ref.digest[0] != '\0') {
         strfmt(p->digest, sizeof(p->digest), "%s", p->ref.digest);
         cached_dir(c, p->digest, p->dir, sizeof(p->dir));
-        if (is_cached(p->dir)) {
+        if (is_cached(p->dir) && !(check = is_private(p->dir))) {
             ev_timer_start(loop, &p->later);
             *out = p;
             return GP_EOK;
         }
-        p->digest[0] = '\0';
+        if (!check)
+            p->digest[0] = '\0';
     }
     strfmt(p->pull, sizeof(p->pull), "%s/%s", pulls, id);
     rm[0] = (char *)"rm", rm[1] = (char *)"-rf", rm[2] = p->pull, rm[3] = NULL;
     if (proc_run_sync(rm, 5000) != 0 || mkdir(p->pull, 0700) != 0 ||
-        pull_start(p, auth) != GP_EOK) {
+        (check ? check_start(p, auth) : pull_start(p, auth)) != GP_EOK) {
         auth_drop(p);
         free(p);
         return GP_EINTERNAL;

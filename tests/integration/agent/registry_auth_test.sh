@@ -80,7 +80,7 @@ ok "the test image is pushed with the password" $?
 IMG=$OCI_REG/private/busybox:1
 skopeo inspect --tls-verify=false "docker://$IMG" >/dev/null 2>"$tmp/anon.err"
 [ $? -ne 0 ] && grep -qi 'unauthorized\|authentication required' "$tmp/anon.err"
-ok "1. without credentials the registry refuses the pull ($(grep -oi 'unauthorized[^"]*' "$tmp/anon.err" | head -1))" $?
+rc_=$?; ok "1. without credentials the registry refuses the pull ($(grep -oi 'unauthorized[^"]*' "$tmp/anon.err" | head -1))" $rc_
 
 # ---- the stack ---------------------------------------------------------------------
 
@@ -124,9 +124,9 @@ ok "1. without registry_auth, and with a wrong password: both jobs fail" $?
 r0=$(sql "SELECT reason FROM attempts WHERE job_id = '$j0'")
 r1=$(sql "SELECT reason FROM attempts WHERE job_id = '$j1'")
 echo "$r0" | grep -qi 'pull failed.*\(unauthorized\|authentication required\)'
-ok "1. no credential: the registry's reason ($(echo "$r0" | cut -c1-150))" $?
+rc_=$?; ok "1. no credential: the registry's reason ($(echo "$r0" | cut -c1-150))" $rc_
 echo "$r1" | grep -qi 'pull failed.*\(unauthorized\|authentication required\)'
-ok "1. a wrong password: the registry's reason ($(echo "$r1" | cut -c1-150))" $?
+rc_=$?; ok "1. a wrong password: the registry's reason ($(echo "$r1" | cut -c1-150))" $rc_
 
 # ---- 2., 3. the right secret -----------------------------------------------------------------
 
@@ -143,7 +143,7 @@ ok "3. its SSH key is at \$GP_SSH_AUTHORIZED_KEYS" $?
 echo "$out" | grep -qxF "ckpt=$CKPT"
 ok "3. its checkpoint credentials at \$GP_CHECKPOINT_CREDENTIALS" $?
 [ "$(echo "$out" | grep -c '^perm=-rw------- 0 ')" = 2 ]
-ok "3. both are the container root's only, 0600 ($(echo "$out" | grep '^perm=' | tr '\n' ' '))" $?
+rc_=$?; ok "3. both are the container root's only, 0600 ($(echo "$out" | grep '^perm=' | tr '\n' ' '))" $rc_
 echo "$out" | grep -qx 'regenv=0'
 ok "3. the registry credential is nowhere in its environment" $?
 [ -z "$(find "$ST" -name auth.json 2>/dev/null)" ] && [ ! -e "$ST/pull/gp-$j2-1" ]
@@ -155,6 +155,19 @@ ok "2. the agent never logged the credential (nor its base64)" $?
 j3=$(submit --image "$IMG" --command 'echo json-ok' --gpus 1 --max-attempts 1 --registry-auth reg-json)
 wait_sql "SELECT state FROM jobs WHERE id = '$j3'" succeeded 150 && out_of "$j3" | grep -qx json-ok
 ok "2. a docker config JSON secret pulls too" $?
+# the node's cached copy of a private image (pulled with a credential) is
+# not the next job's without one: by its digest, it runs only once the
+# registry has let that job's own credential read the manifest
+dig=$(sql "SELECT image_digest FROM jobs WHERE id = '$j2'")
+IMGD="${IMG%:*}@$dig"
+j5=$(submit --image "$IMGD" --command 'echo cached' --gpus 1 --max-attempts 1)
+wait_sql "SELECT state FROM jobs WHERE id = '$j5'" failed 150
+r5=$(sql "SELECT reason FROM attempts WHERE job_id = '$j5' AND attempt = 1")
+echo "$r5" | grep -q "refused this attempt's credential for a private image"
+rc_=$?; ok "2. the cached private image by digest without a credential: refused ($(echo "$r5" | cut -c1-160))" $rc_
+j6=$(submit --image "$IMGD" --command 'echo cached-ok' --gpus 1 --max-attempts 1 --registry-auth reg)
+wait_sql "SELECT state FROM jobs WHERE id = '$j6'" succeeded 150 && out_of "$j6" | grep -qx cached-ok
+ok "2. ... with the credential it runs from the cache" $?
 
 # ---- 4. a secret deleted while its job waits ------------------------------------------------
 

@@ -55,6 +55,9 @@ const gp_cfg_opt agent_cfg_opts[] = {
                 "output kept per attempt (the last this many KiB)"),
     GP_CFG_UINT("image-keep", agent_cfg, image_keep, 8, 0, 10000,
                 "unpacked image digests kept beyond those in use"),
+    GP_CFG_UINT("image-cache-mb", agent_cfg, image_cache_mb, 51200, 0, 16777216,
+                "the image cache's size bound, MiB: the oldest images no attempt runs go "
+                "beyond it (0: no bound; image-keep bounds their number)"),
     GP_CFG_STR("checkpoint-shared-root", agent_cfg, checkpoint_shared_root, "",
                "where this node mounts the shared checkpoint store (the scheduler's "
                "checkpoint-shared-root): a job's \"shared:\" folder under it is its /checkpoint; "

@@ -301,6 +301,18 @@ is_private(const char *dir)
     return access(path, F_OK) == 0;
 }
 
+/* Its size for img_gc's bound, once, in the background (du reads the
+ * whole tree: not on the loop). */
+static void
+measure(img_pull *p)
+{
+    char *argv[] = {(char *)"sh", (char *)"-c",
+                    (char *)"du -sk \"$0\" | cut -f1 >\"$0/size_kb.tmp\" && mv \"$0/size_kb.tmp\" \"$0/size_kb\"",
+                    p->dir, NULL};
+
+    proc_run(p->loop, argv, NULL, NULL, NULL, NULL);
+}
+
 static void
 unpacked(void *arg, int status, const char *tail)
 {
@@ -336,6 +348,7 @@ unpacked(void *arg, int status, const char *tail)
         finish(p, GP_EINTERNAL, why);
         return;
     }
+    measure(p);
     finish(p, GP_EOK, "");
 }
 
@@ -561,9 +574,26 @@ img_cancel(img_pull *p)
 /* ---- garbage collection ------------------------------------------------------------ */
 
 typedef struct gc_ent {
-    char   name[80];
-    time_t mtime;
+    char     name[80];
+    time_t   mtime;
+    uint64_t kb;
 } gc_ent;
+
+static uint64_t
+size_kb(const char *dir)
+{
+    char               path[700];
+    FILE              *f;
+    unsigned long long kb = 0;
+
+    strfmt(path, sizeof(path), "%s/size_kb", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+        if (fscanf(f, "%llu", &kb) != 1)
+            kb = 0;
+        fclose(f);
+    }
+    return kb;
+}
 
 static int
 gc_newest_first(const void *a, const void *b)
@@ -579,6 +609,7 @@ img_gc(const img_cfg *c, struct ev_loop *loop, const char *const *used, int nuse
     char    dir[512], path[640];
     gc_ent  e[256];
     int     n = 0;
+    uint64_t total = 0;                  /* the newest ones' sizes so far */
     DIR    *d;
     struct dirent *de;
     struct stat st;
@@ -597,20 +628,26 @@ img_gc(const img_cfg *c, struct ev_loop *loop, const char *const *used, int nuse
         if (in_use || stat(path, &st) != 0)
             continue;
         strfmt(e[n].name, sizeof(e[n].name), "%s", de->d_name);
+        e[n].kb = size_kb(path);
         e[n++].mtime = st.st_mtime;
     }
     closedir(d);
     qsort(e, (size_t)n, sizeof(e[0]), gc_newest_first);
-    for (int i = (int)c->keep; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         char  gone[700];
         char *rm[] = {(char *)"rm", (char *)"-rf", gone, NULL};
+
+        total += e[i].kb;
+        if (i < (int)c->keep && (c->cache_kb == 0 || total <= c->cache_kb))
+            continue;
 
         /* renamed first: a pull that checks the cache from now on misses it */
         strfmt(path, sizeof(path), "%s/%s", dir, e[i].name);
         strfmt(gone, sizeof(gone), "%s/gc-%s", dir, e[i].name);
         if (rename(path, gone) != 0)
             continue;
-        GP_INFO("image_removed", "digest=sha256:%s", e[i].name);
+        GP_INFO("image_removed", "digest=sha256:%s kb=%llu reason=%s", e[i].name,
+                (unsigned long long)e[i].kb, i >= (int)c->keep ? "image-keep" : "image-cache-mb");
         proc_run(loop, rm, NULL, NULL, NULL, NULL);
     }
 }

@@ -23,6 +23,7 @@ typedef struct img_cfg {
     const char *skopeo, *umoci;     /* program names or paths */
     const char *insecure;           /* comma list of host[:port] pulled over plain HTTP */
     unsigned    keep;               /* digests kept by img_gc beyond those in use */
+    uint64_t    cache_kb;           /* and at most this much of them (0: no bound) */
 } img_cfg;
 
 #define IMG_ARGS_MAX 64
@@ -62,8 +63,10 @@ void   img_cancel(img_pull *p);
 gp_err img_config_read(const char *dir, img_config *out, char *why, size_t n);
 void   img_config_free(img_config *c);
 
-/* Removes cached digests not named in used[] beyond the newest c->keep
- * (by the folder's mtime, touched at each use).  Runs rm as children. */
+/* Removes cached digests not named in used[]: the oldest (by the folder's
+ * mtime, touched at each use) beyond the newest c->keep, or beyond
+ * c->cache_kb of them in all (each image's size is measured once, by du,
+ * after its unpack: <dir>/size_kb).  Runs rm as children. */
 void   img_gc(const img_cfg *c, struct ev_loop *loop, const char *const *used, int nused);
 
 #endif

@@ -32,6 +32,7 @@ typedef struct agent_cfg {
     unsigned      max_cpu_millis, max_memory_mb, max_scratch_mb;
     unsigned      log_kb;
     unsigned      image_keep;
+    unsigned      image_cache_mb;
     char          checkpoint_shared_root[101];
     char          credentials[256];
     char          container_net[64];

@@ -63,7 +63,8 @@ containers(const agent_cfg *c, agent_proc *p)
     char      why[400];
 
     *n = (ctr_node){.img = {.state_dir = c->state_dir, .skopeo = c->skopeo, .umoci = c->umoci,
-                            .insecure = c->insecure_registries, .keep = c->image_keep},
+                            .insecure = c->insecure_registries, .keep = c->image_keep,
+                            .cache_kb = (uint64_t)c->image_cache_mb * 1024},
                     .runtime_root = c->runtime_root, .id_base = c->id_base,
                     .cpu_millis = c->default_cpu_millis, .memory_mb = c->default_memory_mb,
                     .scratch_mb = c->default_scratch_mb, .pids = c->default_pids,

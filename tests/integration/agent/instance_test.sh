@@ -8,7 +8,8 @@
 # fault); metering bills each attempt only for the time it ran.  An
 # instance that exits by itself (status 0 too) is restarted with backoff,
 # each exit counted against max_attempts.  A draining node's instance moves
-# after the operator's notice period, not at once.
+# after the operator's notice period, not at once.  The image cache keeps
+# to its size bound.
 #   Real registry, scheduler, recovery, metering, runc, skopeo, umoci,
 #   docker-registry, CNI ptp and portmap.
 # test-tags: pass=normal timeout=600
@@ -55,7 +56,7 @@ agent() {     # site node containers' net, first host port (two agents on one ho
         --stop-grace-ms 1000 --state-dir "$D/state-$2" --runtime-root "$D/runtime-$2" \
         --seccomp-profile "$B/seccomp.json" --insecure-registries "$OCI_REG" \
         --default-memory-mb 128 --default-scratch-mb 8 --container-net "$3" \
-        --port-min "$4" --port-max $(($4 + 99))
+        --port-min "$4" --port-max $(($4 + 99)) --image-keep 8 --image-cache-mb 1
 }
 agent s1 n1 10.93.0.0/16 42100
 agent s2 n2 10.94.0.0/16 43100
@@ -219,5 +220,9 @@ ok "... its attempt on $nodem ended preempted" $?
 [ "$(sql "SELECT failures FROM jobs WHERE id = '$m'")" = 0 ]
 ok "... not charged (failures 0)" $?
 $G cancel job "$m" --tenant acme >/dev/null
+wait_sql "SELECT state FROM jobs WHERE id = '$m'" cancelled 100
+for _ in $(seq 1 100); do grep -q 'image_removed.*reason=image-cache-mb' "$D"/agent-n*.log && break; sleep 0.1; done
+grep -h 'image_removed.*reason=image-cache-mb' "$D"/agent-n*.log | head -n 1 | grep -q 'kb=[1-9]'
+rc_=$?; ok "the image cache is bounded by size: with image-cache-mb 1 and image-keep 8 the busybox image left once no attempt ran it ($(grep -ho 'image_removed.*' "$D"/agent-n*.log | head -n 1))" $rc_
 
 tap_end

@@ -34,16 +34,23 @@ done
 GP_STACK_NATS_AUTH=1 GP_STACK_SERVICES="$services" GP_PG_TEMPLATE=$build/pg-template \
     "$stack" start "$run"
 
+# The key tenant secrets are encrypted under (the scheduler's alone, in a
+# file only root reads; never in gp.env, which every program reads).
+( umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run/secret-key" )
+
 # A service's own identity comes in its environment, which wins over the
 # file (gp.env holds the operator's).
 for name in $services; do
     bin=$build/bin/gridpool-$name
+    extra=
+    [ "$name" = scheduler ] && extra="--secret-key-file $run/secret-key"
     (
         set -a
         # shellcheck disable=SC1090
         . "$run/auth/service-$name.env"
         set +a
-        exec "$bin" --config "$run/gp.env" --http-port 0 >"$run/logs/$name.log" 2>&1 </dev/null
+        # shellcheck disable=SC2086
+        exec "$bin" --config "$run/gp.env" --http-port 0 $extra >"$run/logs/$name.log" 2>&1 </dev/null
     ) &
     echo $! >"$run/pids/$name.pid"
     echo "up: $name (pid $!, log build/run/logs/$name.log)"

@@ -39,6 +39,16 @@ else
     nok "the container demo's job ran on the real node and its output came back"
     sed -n '/a real node beside/,/the fleet as one pool/p' "$GP_RUN_DIR/demo.out" | sed 's/^/#   /'
 fi
+if ! grep -q 'containers ready' "$GP_RUN_DIR/demo.out" ||
+    grep -q '| curl http://[0-9.]*:[0-9]*/index.html: hello from instance j-[0-9a-f]*, attempt 1' "$GP_RUN_DIR/demo.out"; then
+    ok "the demo's GPU instance answered on its endpoint"
+elif grep -q 'instance j-[0-9a-f]*: not running yet' "$GP_RUN_DIR/demo.out" &&
+    grep -q 'Why It Waits: ' "$GP_RUN_DIR/demo.out"; then
+    ok "the demo's GPU instance was accepted and waits for the real node, which the seeded workload filled"
+else
+    nok "the demo's GPU instance answered on its endpoint"
+    grep -A3 'instance j-' "$GP_RUN_DIR/demo.out" | sed 's/^/#   /'
+fi
 check "up again says it is already up" sh -c "'$top/deploy/up.sh' '$B' | grep -q 'already up'"
 
 # ---- NATS authorization (deploy/nats-auth): on, no anonymous user, one

@@ -45,6 +45,10 @@ install -D -m 0644 "$here/agent.conf" "$root/etc/gridpool/agent.conf"
 install -D -m 0600 "$here/agent-credentials.env" "$root/etc/gridpool/agent-credentials.env"
 install -D -m 0640 "$here/leaf.env" "$root/etc/gridpool/leaf.env"
 install -D -m 0644 "$top/deploy/nats/leaf.conf" "$root/usr/share/gridpool/nats/leaf.conf"
+# leaf.conf includes leaf-auth.conf beside it (nats-server takes no absolute
+# or $VAR include): the site's own file, provisioned in /etc/gridpool/leaf/
+ln -s /etc/gridpool/leaf/auth.conf "$root/usr/share/gridpool/nats/leaf-auth.conf"
+install -d -m 0750 "$root/etc/gridpool/leaf"
 # the containers' seccomp profile (make builds it from containers-common's)
 install -D -m 0644 "$build/seccomp.json" "$root/usr/share/gridpool/seccomp.json"
 install -D -m 0644 "$here/README" "$root/usr/share/doc/gridpool-agent/README"

@@ -50,6 +50,11 @@ grep -q '^-rwxr-xr-x root/root ./usr/bin/gridpool-agent$' "$tmp/contents" &&
     dpkg-deb -I "$deb" conffiles | sort | tr '\n' ' ' | grep -qx \
         '/etc/gridpool/agent-credentials.env /etc/gridpool/agent.conf /etc/gridpool/leaf.env '
 ok "... the agent, both units, the leaf's NATS config; its three files under /etc/gridpool are conffiles" $?
+dpkg-deb -c "$deb" >"$tmp/contents-full"
+grep -q ' ./usr/share/gridpool/nats/leaf-auth.conf -> /etc/gridpool/leaf/auth.conf$' "$tmp/contents-full" &&
+    grep -q '^include "leaf-auth.conf"$' "$TOP/deploy/nats/leaf.conf" &&
+    grep -q '^drwxr-x--- root/root .* ./etc/gridpool/leaf/$' "$tmp/contents-full"
+ok "... leaf.conf's include leaf-auth.conf is a link to the site's /etc/gridpool/leaf/auth.conf (nats-auth site), in a folder closed to others" $?
 missing=""
 for alt in $(f Depends | tr -d ' ' | tr ',' ' '); do     # "a(>=1)|b": one of them
     one=
@@ -106,8 +111,9 @@ ok "dpkg --root: installed in an empty root (its dependencies are the host's)" $
 [ -n "$uid" ] && [ "$uid" -gt 0 ] && [ -n "$gid" ] &&
     [ "$(stat -c '%a %u %g' "$R/etc/gridpool/agent-credentials.env")" = "600 0 0" ] &&
     [ "$(stat -c '%a %u %g' "$R/etc/gridpool/leaf.env")" = "640 0 $gid" ] &&
+    [ "$(stat -c '%a %u %g' "$R/etc/gridpool/leaf")" = "750 0 $gid" ] &&
     grep -q '^gridpool-agent:.*:/usr/sbin/nologin$' "$R/etc/passwd"
-ok "... postinst: the leaf's user gridpool-agent ($uid:$gid, no login); the agent's credentials 0600 root, the leaf's 0640" $?
+ok "... postinst: the leaf's user gridpool-agent ($uid:$gid, no login); the agent's credentials 0600 root, the leaf's 0640, its folder 0750" $?
 ldd "$R/usr/bin/gridpool-agent" | grep -q 'not found'
 [ $? -ne 0 ]
 ok "... the installed agent finds every library it loads" $?

@@ -5,10 +5,18 @@
 # per site, all from deploy/nats/hub.conf and leaf.conf on loopback ports;
 # the control plane (registry, scheduler, recovery) on the hub, one
 # gridpool-agent per site on its site's leaf, each leaf linked to another
-# hub server.
+# hub server.  Authorization on everywhere, as deployed: the identities of
+# deploy/nats-auth (every service its own, gpctl the operator's, each agent
+# its node's, each leaf its site's with its certificate, over TLS the
+# hubs verify), each leaf admitting only its site's nodes; the configs are
+# the shipped files themselves (linked into a folder per server, beside
+# the authorization file they include).  leaf_auth_test.sh checks the
+# refusals; this one that everything the control plane does across leaf
+# links passes them.
 #
 #   1. the agents register, beat and run jobs through their leaf (attempt
-#      events reach the hub's stream ATTEMPTS across the link);
+#      events reach the hub's stream ATTEMPTS across the link), no server
+#      logs a permissions violation;
 #   2. cutting one site's uplink (its leaf server killed): the hub sees the
 #      leaf link drop (/leafz), the node is lost, one site event, its job
 #      runs at another site once the fence opens;
@@ -26,6 +34,7 @@ NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-serve
 # shellcheck source=tests/lib/lib.sh
 . "$(dirname "$0")/../../lib/lib.sh"
 CONF=$(cd "$(dirname "$0")/../../../deploy/nats" && pwd)
+NATS_AUTH=$(cd "$(dirname "$0")/../../../deploy" && pwd)/nats-auth
 
 read -r -a P < <($PY -c "
 import socket
@@ -34,8 +43,15 @@ for s in ss: s.bind(('127.0.0.1', 0))
 print(' '.join(str(s.getsockname()[1]) for s in ss))")
 # per hub i (0..2): client P[i], cluster P[3+i], leaf P[6+i], http P[9+i]; leaf j: P[12+j]
 hubs="nats://127.0.0.1:${P[0]},nats://127.0.0.1:${P[1]},nats://127.0.0.1:${P[2]}"
-G="$B/bin/gpctl --timeout 10000 --nats-url $hubs"
 sites=(la lb lc)
+
+# The network's identities, CA and certificates; the operator's for gpctl
+A=$tmp/auth
+{ "$NATS_AUTH" init "$A" && "$NATS_AUTH" hub "$A" &&
+    for s in "${sites[@]}"; do "$NATS_AUTH" site "$A" "$s" && "$NATS_AUTH" node "$A" "$s" "$s-n1"; done
+} >"$tmp/nats-auth.out" 2>&1 || { echo "not ok - deploy/nats-auth: $(cat "$tmp/nats-auth.out")"; exit 1; }
+envv() { sed -n "s/^$2=//p" "$A/$1"; }        # FILE KEY: a value of one of its env files
+G="env GP_NATS_USER=admin GP_NATS_PASSWORD=$(envv admin.env GP_NATS_PASSWORD) $B/bin/gpctl --timeout 10000 --nats-url $hubs"
 
 on_fail() {
     echo "# recovery log:"; grep -vE 'level=debug' "$D/recovery.log" | tail -n 12 | sed 's/^/#   /'
@@ -45,18 +61,26 @@ on_fail() {
 }
 tap_on_fail=on_fail
 
-hub() {       # i
+hub() {       # i: hub.conf in its folder, auth/ beside it (its include)
     local i=$1 a=$(( ($1 + 1) % 3 )) b=$(( ($1 + 2) % 3 ))
+    mkdir -p "$tmp/hub-$i"
+    ln -sfn "$CONF/hub.conf" "$tmp/hub-$i/hub.conf"
+    ln -sfn "$A" "$tmp/hub-$i/auth"
+    HUB_LEAF_TLS_CA=$A/tls/ca.crt HUB_LEAF_TLS_CERT=$A/tls/hub.crt HUB_LEAF_TLS_KEY=$A/tls/hub.key \
     HUB_NAME=hub-$i HUB_HOST=127.0.0.1 HUB_PORT=${P[$i]} HUB_CLUSTER_PORT=${P[$((3 + i))]} \
     HUB_LEAF_PORT=${P[$((6 + i))]} HUB_HTTP_PORT=${P[$((9 + i))]} HUB_STORE=$tmp/js$i \
     HUB_ROUTES="nats-route://127.0.0.1:${P[$((3 + a))]}, nats-route://127.0.0.1:${P[$((3 + b))]}" \
-        spawn "hub-$i" "$NATS_SERVER" -c "$CONF/hub.conf"
+        spawn "hub-$i" "$NATS_SERVER" -c "$tmp/hub-$i/hub.conf"
 }
-leaf() {      # j: site j's leaf, linked to hub j
-    local j=$1
-    SITE=${sites[$j]} LEAF_HOST=127.0.0.1 LEAF_PORT=${P[$((12 + j))]} \
-    HUB_LEAF_URL="nats-leaf://127.0.0.1:${P[$((6 + j))]}" \
-        spawn "leaf-${sites[$j]}" "$NATS_SERVER" -c "$CONF/leaf.conf"
+leaf() {      # j: site j's leaf, linked to hub j as the site, its nodes' authorization beside it
+    local j=$1 s=${sites[$1]}
+    mkdir -p "$tmp/leaf-$s"
+    ln -sfn "$CONF/leaf.conf" "$tmp/leaf-$s/leaf.conf"
+    ln -sfn "$A/site-$s/auth.conf" "$tmp/leaf-$s/leaf-auth.conf"
+    SITE=$s LEAF_HOST=127.0.0.1 LEAF_PORT=${P[$((12 + j))]} \
+    HUB_LEAF_URL="nats-leaf://site-$s:$(envv "site-$s/leaf.env" SITE_PASSWORD)@127.0.0.1:${P[$((6 + j))]}" \
+    LEAF_TLS_CA=$A/site-$s/ca.crt LEAF_TLS_CERT=$A/site-$s/site.crt LEAF_TLS_KEY=$A/site-$s/site.key \
+        spawn "leaf-$s" "$NATS_SERVER" -c "$tmp/leaf-$s/leaf.conf"
 }
 leafs_on_hubs() {   # leaf links the hub servers hold
     local n=0 i c
@@ -82,10 +106,12 @@ for _ in $(seq 1 100); do [ "$(leafs_on_hubs)" = 3 ] && break; sleep 0.1; done
 [ "$(leafs_on_hubs)" = 3 ]
 ok "a 3-server hub cluster with JetStream; three site leaf nodes linked to it" $?
 
-svc() {       # name, program, args...
-    local name=$1 prog=$2
+svc() {       # name, program, args...: as its service identity
+    local name=$1 prog=$2 id
+    id=service-${2#gridpool-}
     shift 2
-    spawn "$name" "$B/bin/$prog" --config "$D/gp.env" --nats-url "$hubs" --http-port 0 "$@"
+    spawn "$name" "$B/bin/$prog" --config "$D/gp.env" --nats-url "$hubs" --http-port 0 \
+        --nats-user "$id" --nats-password "$(envv "$id.env" GP_NATS_PASSWORD)" "$@"
 }
 svc registry gridpool-registry --heartbeat-ms 500 --lease-ms 6000 --sweep-ms 200
 # through every hub server: the registry's interest has crossed the routes
@@ -120,12 +146,15 @@ create tenant op --kind operator &&
 rc=$?
 ok "tenant, three sites and a pool created through the hub" $rc
 cat "$tmp/create.out"
-for j in 0 1 2; do
-    s=${sites[$j]}
+agent() {     # j [args...]: site j's agent on its leaf, as its node
+    local j=$1 s=${sites[$1]}
+    shift
     spawn "agent-$s" "$B/bin/gridpool-agent" --config "$D/gp.env" \
         --nats-url "nats://127.0.0.1:${P[$((12 + j))]}" --site "$s" --node "$s-n1" \
-        --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0
-done
+        --nats-user "node-$s-$s-n1" --nats-password "$(envv "node-$s-$s-n1.env" GP_NATS_PASSWORD)" \
+        --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0 "$@"
+}
+for j in 0 1 2; do agent "$j"; done
 for _ in $(seq 1 150); do
     [ "$($G get nodes -o json 2>/dev/null | grep -o '"state":"healthy"' | wc -l)" -ge 3 ] && break
     sleep 0.1
@@ -138,6 +167,11 @@ jobs=()
 for i in 1 2 3; do jobs+=("$(submit --command 'sim:run=600s ckpt=1s' --gpus 2)"); done
 wait_sql "SELECT count(*) FROM attempts WHERE state = 'running'" 3 300
 ok "three jobs run (their started events crossed the leaf links into ATTEMPTS)" $?
+# the servers' logs exist and say they started, so "no violation" means something
+v=$(grep -l 'Server is ready' "$D"/hub-*.log "$D"/leaf-*.log | wc -l)
+viol=$(cat "$D"/hub-*.log "$D"/leaf-*.log | grep -i 'violation' | head -n 3)
+[ "$v" = 6 ] && [ -z "$viol" ]
+ok "no permissions violation on the hubs or the leaves for the control plane's traffic ($v logs${viol:+: $viol})" $?
 cs=$(sql "SELECT site FROM attempts WHERE state = 'running' GROUP BY site ORDER BY count(*) DESC, site LIMIT 1")
 for cj in 0 1 2; do [ "${sites[$cj]}" = "$cs" ] && break; done
 jb=$(sql "SELECT job_id FROM attempts WHERE state = 'running' AND site = '$cs' LIMIT 1")
@@ -184,9 +218,7 @@ grep "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" | grep 'ca
     grep -q 'leaf link is still up'
 ok "agent of $ps killed, its leaf up: one site event, cause power (the leaf link stayed up)" $?
 grep "event=site_event site=$ps .*kind=unreachable" "$D/recovery.log" | sed 's/^.*event=site_event/# site_event/'
-spawn "agent-$ps" "$B/bin/gridpool-agent" --config "$D/gp.env" \
-    --nats-url "nats://127.0.0.1:${P[$((12 + (cj + 1) % 3))]}" --site "$ps" --node "$ps-n1" \
-    --gpu-backend sim --sim-gpus 4 --sim-model L4 --http-port 0 --boot-id "rebooted-$ps"
+agent "$(( (cj + 1) % 3 ))" --boot-id "rebooted-$ps"
 for _ in $(seq 1 200); do grep -q "event=site_event site=$ps .*kind=returned" "$D/recovery.log" && break; sleep 0.1; done
 grep "event=site_event site=$ps .*kind=returned" "$D/recovery.log" | grep -q 'cause=power '
 ok "... the node back (registered anew): returned, cause power" $?

@@ -3,7 +3,8 @@
 # (deploy/nats-auth), once, before `docker-compose up`: DIR/auth/ (default
 # build/compose/auth) holds auth.conf (the server's authorization block,
 # mounted into the nats container), service-<name>.env (each service's
-# identity, its env_file) and sim.env; DIR/gpctl.env is the operator's, for
+# identity, its env_file) and sim.env; DIR/scheduler-secret.env the key of
+# tenant secrets (the scheduler's alone); DIR/gpctl.env is the operator's, for
 # gpctl on this host (NATS published on 127.0.0.1:4222).  Run again, it
 # keeps the identities it made (nats-auth keeps its list).
 set -eu
@@ -13,6 +14,12 @@ mkdir -p "$dir"
 "$top/deploy/nats-auth" init "$dir/auth" --url nats://nats:4222 >/dev/null
 "$top/deploy/nats-auth" sim "$dir/auth" >/dev/null
 chmod 0644 "$dir/auth/auth.conf"       # read by the nats container's user
+# the key tenant secrets are encrypted under: the scheduler's env_file
+# alone, made once (a new key would leave the stored secrets unreadable)
+if [ ! -s "$dir/scheduler-secret.env" ]; then
+    ( umask 077 && printf 'GP_SECRET_KEY=%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
+        >"$dir/scheduler-secret.env" )
+fi
 sed 's|^GP_NATS_URL=.*|GP_NATS_URL=nats://127.0.0.1:4222|' "$dir/auth/admin.env" >"$dir/gpctl.env"
 chmod 0600 "$dir/gpctl.env"
 echo "$dir/auth"

@@ -76,7 +76,8 @@ ok "podman-compose up --profile demo: $(grep -c '^started' "$tmp/up.out") contai
 $PC ps >"$tmp/ps.out" 2>&1
 st_=$?
 sed 's/^/#   /' "$tmp/ps.out"
-[ $st_ -eq 0 ] && [ "$(grep -c ' running  *healthy$' "$tmp/ps.out")" -eq 10 ]
+# podman-compose ps: "NAME  Up  healthy" (podman's own ps says running)
+[ $st_ -eq 0 ] && [ "$(grep -cE ' (running|Up) +healthy$' "$tmp/ps.out")" -eq 10 ]
 rc_=$?; ok "every container running and healthy by its own check ($(grep -c 'healthy$' "$tmp/ps.out") of 10)" $rc_
 
 # ---- 4. a job placed, run and billed --------------------------------------------------------

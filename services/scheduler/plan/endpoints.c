@@ -81,9 +81,10 @@ parse_one(const char *s, size_t k, msg_endpoint *e)
         strlen(eq + 1) >= sizeof(e->host) || strlen(slash + 1) >= sizeof(e->protocol))
         return false;
     memset(e, 0, sizeof(*e));
-    snprintf(e->name, sizeof(e->name), "%s", buf);
-    snprintf(e->host, sizeof(e->host), "%s", eq + 1);
-    snprintf(e->protocol, sizeof(e->protocol), "%s", slash + 1);
+    /* each fits: the lengths were checked above */
+    memcpy(e->name, buf, strlen(buf) + 1);
+    memcpy(e->host, eq + 1, strlen(eq + 1) + 1);
+    memcpy(e->protocol, slash + 1, strlen(slash + 1) + 1);
     e->port = (uint32_t)port;
     GP_SET_HAS(e, MSG_ENDPOINT__NAME);
     GP_SET_HAS(e, MSG_ENDPOINT__HOST);

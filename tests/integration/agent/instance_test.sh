@@ -46,13 +46,14 @@ spawn registry "$B/bin/gridpool-registry" --config "$D/gp.env" --http-port 0 --h
 for _ in $(seq 1 100); do $G health registry >/dev/null 2>&1 && break; sleep 0.1; done
 $G create tenant op --kind operator >/dev/null &&
     $G create tenant acme --kind customer --parent op >/dev/null &&
+    $G create tenant beta --kind customer --parent op >/dev/null &&
     $G create site s1 --tenant op --region r1 --lat 52.5 --lon 13.4 >/dev/null &&
     $G create site s2 --tenant op --region r1 --lat 48.1 --lon 11.6 >/dev/null &&
     $G create pool p-all --tenant op --scope global >/dev/null
 ok "a tenant, two sites and a global pool are created" $?
 agent() {     # site node containers' net, first host port (two agents on one host: two of each)
     spawn "agent-$2" "$B/bin/gridpool-agent" --config "$D/gp.env" --site "$1" --node "$2" \
-        --gpu-backend sim --sim-gpus 1 --sim-model L4 --http-port 0 --heartbeat-ms 500 \
+        --gpu-backend sim --sim-gpus 2 --sim-model L4 --http-port 0 --heartbeat-ms 500 \
         --stop-grace-ms 1000 --state-dir "$D/state-$2" --runtime-root "$D/runtime-$2" \
         --seccomp-profile "$B/seccomp.json" --insecure-registries "$OCI_REG" \
         --default-memory-mb 128 --default-scratch-mb 8 --container-net "$3" \
@@ -117,6 +118,22 @@ grep -q "^Endpoints: *http=$ADDR:$hp1/tcp (attempt 1, running)" "$tmp/describe1"
 ok "gpctl describe job shows its kind and endpoint" $?
 [ "$(sql "SELECT reason FROM job_events WHERE job_id = '$j' AND event = 'started'")" = "endpoints $ep1" ]
 ok "its started event names the endpoint" $?
+# another tenant's container tries the endpoint: its packets are DNAT'ed to
+# the instance's container address, which its own net's chain drops
+p=$(TENANT=beta submit --image "$OCI_REG/test/busybox:1" --gpus 1 --max-attempts 1 \
+    --command "if nc -w 2 $ADDR $hp1 </dev/null; then echo port=open; else echo port=closed; fi")
+wait_sql "SELECT state FROM jobs WHERE id = '$p'" succeeded 150
+pn=$(sql "SELECT node FROM attempts WHERE job_id = '$p' AND attempt = 1")
+out=$($G logs "$p" --tenant beta 2>/dev/null)
+echo "$out" | grep -qx port=closed
+rc_=$?
+if [ $rc_ != 0 ]; then
+    echo "$out" | sed 's/^/#   probe: /'
+    iptables -L FORWARD -v -n | sed 's/^/#   forward: /'
+    iptables -t nat -S | grep -E 'HOSTPORT|CNI-DN' | sed 's/^/#   nat: /'
+fi
+(exit $rc_)
+ok "another tenant's container (on $pn) cannot reach the instance's endpoint" $?
 
 # ---- the power cut: the agent and its container at once ------------------------------
 sleep 1

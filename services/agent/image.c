@@ -398,6 +398,21 @@ pulled(void *arg, int status, const char *tail)
         finish(p, GP_EINTERNAL, "image: cannot run umoci");
 }
 
+/* The attempt's credential (NULL: none) as skopeo's authfile in the pull
+ * folder, 0600; auth_drop removes it. */
+static gp_err
+authfile_write(img_pull *p, const char *auth)
+{
+    if (auth == NULL)
+        return GP_EOK;
+    strfmt(p->authfile, sizeof(p->authfile), "%s/auth.json", p->pull);
+    if (secretfile_write(p->authfile, auth, strlen(auth), (uid_t)-1, (gid_t)-1) != 0) {
+        p->authfile[0] = '\0';
+        return GP_EINTERNAL;
+    }
+    return GP_EOK;
+}
+
 static void
 checked(void *arg, int status, const char *tail)
 {
@@ -424,13 +439,8 @@ check_start(img_pull *p, const char *auth)
     char *argv[10];
     int   k = 0;
 
-    if (auth != NULL) {
-        strfmt(p->authfile, sizeof(p->authfile), "%s/auth.json", p->pull);
-        if (secretfile_write(p->authfile, auth, strlen(auth), (uid_t)-1, (gid_t)-1) != 0) {
-            p->authfile[0] = '\0';
-            return GP_EINTERNAL;
-        }
-    }
+    if (authfile_write(p, auth) != GP_EOK)
+        return GP_EINTERNAL;
     strfmt(src, sizeof(src), "docker://%s@%s", p->ref.repo, p->digest);
     strfmt(out, sizeof(out), "%s/check.log", p->pull);
     argv[k++] = (char *)p->c->skopeo;
@@ -464,14 +474,9 @@ pull_start(img_pull *p, const char *auth)
     char *argv[14];
     int   k = 0;
 
-    if (auth != NULL) {
-        strfmt(p->authfile, sizeof(p->authfile), "%s/auth.json", p->pull);
-        if (secretfile_write(p->authfile, auth, strlen(auth), (uid_t)-1, (gid_t)-1) != 0) {
-            p->authfile[0] = '\0';
-            return GP_EINTERNAL;
-        }
-        p->had_auth = true;
-    }
+    if (authfile_write(p, auth) != GP_EOK)
+        return GP_EINTERNAL;
+    p->had_auth = auth != NULL;
 
     strfmt(name, sizeof(name), "%s%s%s%s%s", p->ref.repo, p->ref.tag[0] ? ":" : "", p->ref.tag,
              p->ref.digest[0] ? "@" : "", p->ref.digest);

@@ -105,11 +105,13 @@ ctrnet_init(const ctrnet_cfg *c, char *why, size_t wn)
             "-j", "ACCEPT") != 0)
         rc |= ipt("-I", "FORWARD", "2", "-d", c->cidr, "-m", "conntrack", "--ctstate",
                   "ESTABLISHED,RELATED", "-j", "ACCEPT");
-    /* a connection from outside to a mapped port (portmap's DNAT) */
-    if (ipt("-C", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT", "-j",
-            "ACCEPT") != 0)
-        rc |= ipt("-I", "FORWARD", "3", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT",
-                  "-j", "ACCEPT");
+    /* a connection from outside to a mapped port (portmap's DNAT); not one
+     * from a container (its host veth, ptp's veth*): where agents' rules
+     * interleave this accept may come before that container's own chain */
+    if (ipt("-C", "FORWARD", "!", "-i", "veth+", "-d", c->cidr, "-m", "conntrack", "--ctstate",
+            "DNAT", "-j", "ACCEPT") != 0)
+        rc |= ipt("-I", "FORWARD", "3", "!", "-i", "veth+", "-d", c->cidr, "-m", "conntrack",
+                  "--ctstate", "DNAT", "-j", "ACCEPT");
     if (rc != 0) {
         snprintf(why, wn, "iptables: the containers' firewall rules could not be installed");
         return false;
@@ -129,8 +131,8 @@ ctrnet_fini(const ctrnet_cfg *c)
     (void)ipt("-D", "FORWARD", "-s", c->cidr, "-j", ch.fwd);
     (void)ipt("-D", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
               "-j", "ACCEPT");
-    (void)ipt("-D", "FORWARD", "-d", c->cidr, "-m", "conntrack", "--ctstate", "DNAT", "-j",
-              "ACCEPT");
+    (void)ipt("-D", "FORWARD", "!", "-i", "veth+", "-d", c->cidr, "-m", "conntrack",
+              "--ctstate", "DNAT", "-j", "ACCEPT");
     (void)ipt("-F", ch.in);
     (void)ipt("-F", ch.fwd);
     if (ipt("-X", ch.in) != 0 || ipt("-X", ch.fwd) != 0)

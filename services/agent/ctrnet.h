@@ -20,8 +20,9 @@
  * plugin chained after ptp (DNAT from outside and from the node itself;
  * "snat" so the node's own connections come back): the one way in from
  * outside.  A connection forwarded to a mapped port is accepted (conntrack
- * state DNAT); another container still cannot reach it (its packets meet
- * GP-FWD-<net> first, which drops the containers' net). */
+ * state DNAT) unless it came in on a container's veth: another container
+ * cannot reach it (its packets go to its own GP-FWD-<net>, which drops the
+ * containers' nets, whatever order agents' rules were inserted in). */
 #ifndef GP_AGENT_CTRNET_H
 #define GP_AGENT_CTRNET_H
 

@@ -350,15 +350,18 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
 }
 
-/* Redis is behind (hb-backlog commands in flight): the caller drops its
- * write, counted. */
+/* Redis is behind (hb-backlog commands in flight, or the oldest waiting
+ * hb-max-wait-ms): the caller drops its write, counted.  The age matters
+ * more than the count: how many commands Redis clears in a second depends
+ * on the machine, and a queue that reaches the command timeout makes the
+ * client drop the connection, failing registrations with the beats. */
 static bool
 shed(registry *r)
 {
     gp_kv_stats ks;
 
     gp_kv_get_stats(gp_app_kv(r->app), &ks);
-    if (ks.inflight < r->cfg->hb_backlog)
+    if (ks.inflight < r->cfg->hb_backlog && ks.oldest_ms < r->cfg->hb_max_wait_ms)
         return false;
     (*r->m_hb_shed)++;
     return true;

@@ -34,6 +34,7 @@ typedef struct registry_cfg {
     unsigned      history_days;      /* node_transitions older than this are deleted */
     unsigned      history_ms;        /* ... looked for this often */
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
+    unsigned      hb_max_wait_ms;    /* or the age of the oldest one */
 } registry_cfg;
 
 /* config.c: the options; prepare: the detector's settings (r->detect and

@@ -1142,11 +1142,14 @@ kvc_stats(const struct kvc *cl, gp_kv_stats *out)
 {
     *out = cl->st;
     out->inflight = cl->inflight;
+    out->oldest_ms = 0;
     out->reconnects = 0;
     for (unsigned i = 0; i < cl->nnodes; i++) {
         gp_kv_stats ns;
 
         kvn_stats(cl->nodes[i]->conn, &ns);
         out->reconnects += ns.reconnects;
+        if (ns.oldest_ms > out->oldest_ms)
+            out->oldest_ms = ns.oldest_ms;
     }
 }

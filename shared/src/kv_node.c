@@ -459,6 +459,14 @@ kvn_stats(const kvn *kv, gp_kv_stats *out)
     }
     *out = kv->st;
     out->inflight = (uint32_t)(kv->tail - kv->head);
+    out->oldest_ms = 0;
+    if (kv->tail != kv->head) {
+        /* Sent at its deadline less the command timeout. */
+        double sent = kv->ring[kv->head & (kv->ring_cap - 1)].deadline - kv->command_timeout;
+        double age = gp_mono_s() - sent;
+
+        out->oldest_ms = age > 0 ? (uint32_t)(age * 1000) : 0;
+    }
 }
 
 /* Checks and reserves a ring slot; the caller sends, then kv_commit. */

@@ -73,6 +73,7 @@ typedef struct gp_kv_stats {
     uint64_t timeouts;
     uint64_t reconnects;
     uint32_t inflight;
+    uint32_t oldest_ms;                    /* how long the oldest command in flight has waited */
     /* cluster mode only (0 otherwise) */
     uint64_t moved;                        /* MOVED redirections followed */
     uint64_t ask;                          /* ASK redirections followed */

@@ -350,6 +350,16 @@ p_timeout_done(void *ctx)
     return r[0].calls && r[1].calls && r[2].calls && r[3].calls;
 }
 
+static gp_kv_stats age_st;                 /* kv2's stats 100 ms into the block */
+
+static void
+age_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l;
+    (void)revents;
+    gp_kv_get_stats(w->data, &age_st);
+}
+
 static void
 test_timeout(gp_kv *main_kv)
 {
@@ -359,7 +369,7 @@ test_timeout(gp_kv *main_kv)
     res         probe = {0}, r[4] = {{0}}, after = {0};
     gp_kv_stats st;
     bool        debug_ok;
-    ev_timer    t_late, t_late7;
+    ev_timer    t_late, t_late7, t_age;
     late        l2 = {kv2, &r[1], 1}, l7 = {kv7, &r[2], 2};
     double      t0;
 
@@ -391,8 +401,16 @@ test_timeout(gp_kv *main_kv)
     ev_timer_init(&t_late7, late_cb, 0.05, 0.);
     t_late7.data = &l7;
     ev_timer_start(L, &t_late7);
+    ev_timer_init(&t_age, age_cb, 0.1, 0.);
+    t_age.data = kv2;
+    ev_timer_start(L, &t_age);
     r[2].free_me = &kv7;
     T_OK(run_until(p_timeout_done, r, 3));
+    /* The age of the oldest command in flight is what the registry sheds
+     * heartbeats by. */
+    T_OKM(age_st.inflight >= 1 && age_st.oldest_ms >= 90,
+          "100 ms into the block: %u in flight, the oldest waiting %u ms", age_st.inflight,
+          age_st.oldest_ms);
 
     double el = r[0].at - t0;
     T_OKM(r[0].calls == 1 && r[0].err == GP_ETIMEOUT, "blocked command: %d call(s), %s",
@@ -420,6 +438,7 @@ test_timeout(gp_kv *main_kv)
     T_OK(after.calls == 1 && after.err == GP_EOK && strcmp(after.str, "PONG") == 0);
     T_EQ_INT(cs2.up, 2);
     gp_kv_get_stats(kv2, &st);
+    T_OKM(st.inflight == 0 && st.oldest_ms == 0, "nothing in flight: oldest %u ms", st.oldest_ms);
     T_OKM(st.reconnects >= 1, "kv2 reconnects=%llu", (unsigned long long)st.reconnects);
     gp_kv_free(kv2);
     run_for(0.05);

@@ -12,7 +12,8 @@ run=${GP_RUN_DIR:-$top/build/run}
 # The private stack's own settings come from its files; settings of some
 # other stack in the environment (which would win over a file) must not.
 unset GP_NATS_URL GP_NATS_USER GP_NATS_PASSWORD GP_NATS_TOKEN GP_TENANT \
-    GP_REDIS_HOST GP_REDIS_PORT GP_PG_CONNINFO GP_CONFIG
+    GP_REDIS_HOST GP_REDIS_PORT GP_REDIS_USER GP_REDIS_PASSWORD GP_REDIS_PASSWORD_FILE \
+    GP_PG_CONNINFO GP_CONFIG
 stack=$top/tests/harness/stack.sh
 
 if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.pid")" 2>/dev/null; then
@@ -31,8 +32,9 @@ done
 # NATS runs with authorization on and no anonymous user (deploy/nats-auth):
 # one identity per service, the operator's (admin, in gp.env, which gpctl
 # reads), the simulator's; demo.sh adds one per tenant.
-GP_STACK_NATS_AUTH=1 GP_STACK_SERVICES="$services" GP_PG_TEMPLATE=$build/pg-template \
-    "$stack" start "$run"
+# Redis likewise: a user per service (deploy/redis-acl), no default user.
+GP_STACK_NATS_AUTH=1 GP_STACK_REDIS_STRICT=1 GP_STACK_SERVICES="$services" \
+    GP_PG_TEMPLATE=$build/pg-template "$stack" start "$run"
 
 # The key tenant secrets are encrypted under (the scheduler's alone, in a
 # file only root reads; never in gp.env, which every program reads).
@@ -57,3 +59,4 @@ for name in $services; do
 done
 echo "up: nats, redis and postgres settings in build/run/gp.env (the operator's NATS identity)"
 echo "up: NATS authorization on: identities in build/run/auth/ (deploy/nats-auth)"
+echo "up: Redis ACL users in build/run/redis-acl/ (deploy/redis-acl)"

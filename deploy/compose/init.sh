@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deploy/compose/init.sh [DIR] -- the compose stack's NATS identities
-# (deploy/nats-auth), once, before `docker-compose up`: DIR/auth/ (default
+# (deploy/nats-auth) and Redis users (deploy/redis-acl: DIR/redis/), once,
+# before `docker-compose up`: DIR/auth/ (default
 # build/compose/auth) holds auth.conf (the server's authorization block,
 # mounted into the nats container), service-<name>.env (each service's
 # identity, its env_file) and sim.env; DIR/scheduler-secret.env the key of
@@ -14,6 +15,11 @@ mkdir -p "$dir"
 "$top/deploy/nats-auth" init "$dir/auth" --url nats://nats:4222 >/dev/null
 "$top/deploy/nats-auth" sim "$dir/auth" >/dev/null
 chmod 0644 "$dir/auth/auth.conf"       # read by the nats container's user
+# Redis's ACL users: redis/users.acl for the server (hashes only, read by
+# the redis container's user), redis/<service>.env each service's env_file
+"$top/deploy/redis-acl" init "$dir/redis"
+chmod 0755 "$dir/redis"
+chmod 0644 "$dir/redis/users.acl"
 # the key tenant secrets are encrypted under: the scheduler's env_file
 # alone, made once (a new key would leave the stored secrets unreadable)
 if [ ! -s "$dir/scheduler-secret.env" ]; then

@@ -17,6 +17,7 @@
  * from the route, so a binding may go away while its requests finish. */
 #include "gp/app.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -188,6 +189,9 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_INT("redis-port", gp_common_cfg, redis_port, 6379, 1, 65535, "Redis port"),
     GP_CFG_BOOL("redis-cluster", gp_common_cfg, redis_cluster, 0, "Redis Cluster: route by hash slot, follow MOVED/ASK"),
     GP_CFG_STR("redis-seeds", gp_common_cfg, redis_seeds, "", "cluster seeds host:port,host:port (empty: redis-host:redis-port)"),
+    GP_CFG_STR("redis-user", gp_common_cfg, redis_user, "", "Redis ACL user (\"{service}\" is replaced by the service's name; empty: the default user)"),
+    GP_CFG_SECRET_STR("redis-password", gp_common_cfg, redis_password, "", "Redis password (AUTH; empty: none)"),
+    GP_CFG_STR("redis-password-file", gp_common_cfg, redis_password_file, "", "file holding the Redis password, read at start (\"{service}\" as in redis-user)"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),
     GP_CFG_STR("http-host", gp_common_cfg, http_host, "127.0.0.1", "address of the /metrics and /healthz endpoint"),
     GP_CFG_INT("http-port", gp_common_cfg, http_port, 0, -1, 65535, "port of /metrics and /healthz (0 any, -1 off)"),
@@ -890,6 +894,59 @@ on_db_refused(void *arg, gp_err err, const char *detail)
     gp_app_fail(app, err);
 }
 
+/* The password of redis-password-file: its first line.  Read once at
+ * start, before the loop runs. */
+static gp_err
+read_secret_file(const char *path, char *out, size_t outlen)
+{
+    FILE  *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL) {
+        GP_ERROR("secret_file_unreadable", "path=%s detail=\"%s\"", path, strerror(errno));
+        return GP_EINVAL;
+    }
+    n = fread(out, 1, outlen - 1, f);
+    fclose(f);
+    out[n] = '\0';
+    out[strcspn(out, "\r\n")] = '\0';
+    if (n == outlen - 1 || out[0] == '\0') {
+        GP_ERROR("secret_file_bad", "path=%s detail=\"empty, or longer than %zu bytes\"", path,
+                 outlen - 2);
+        explicit_bzero(out, outlen);
+        return GP_EINVAL;
+    }
+    return GP_EOK;
+}
+
+/* Redis as this service's own ACL user, when one is configured. */
+static gp_err
+connect_kv(gp_app *app)
+{
+    const gp_common_cfg *c = &app->cfg;
+    char                 user[sizeof(c->redis_user) + 64], path[sizeof(c->redis_password_file) + 64];
+    char                 pw[sizeof(c->redis_password)];
+    gp_kv_opts           ko = {.host = c->redis_host, .port = c->redis_port,
+                               .command_timeout_ms = c->redis_timeout_ms,
+                               .cluster = c->redis_cluster, .seeds = c->redis_seeds,
+                               .user = user, .password = pw};
+    gp_err               rc;
+
+    if (gp_cfg_subst_service(c->redis_user, app->service, user, sizeof(user)) != GP_EOK ||
+        gp_cfg_subst_service(c->redis_password_file, app->service, path, sizeof(path)) != GP_EOK)
+        return GP_EINVAL;
+    snprintf(pw, sizeof(pw), "%s", c->redis_password);
+    if (pw[0] == '\0' && path[0] != '\0' && (rc = read_secret_file(path, pw, sizeof(pw))) != GP_EOK)
+        return rc;
+    if (user[0] != '\0' && pw[0] == '\0') {
+        GP_ERROR("redis_user_without_password", "user=%s", user);
+        return GP_EINVAL;
+    }
+    rc = gp_kv_new(app->loop, &ko, NULL, NULL, &app->kv);
+    explicit_bzero(pw, sizeof(pw));        /* the client keeps its own copy */
+    return rc;
+}
+
 static gp_err
 connect_deps(gp_app *app, const gp_migration *migrations)
 {
@@ -903,12 +960,8 @@ connect_deps(gp_app *app, const gp_migration *migrations)
                       .max_pending = c->bus_max_pending};
     gp_err      rc = gp_bus_new(app->loop, &bo, on_bus_conn, app, &app->bus);
 
-    if (rc == GP_EOK && (app->needs & GP_NEED_REDIS)) {
-        gp_kv_opts ko = {.host = app->cfg.redis_host, .port = app->cfg.redis_port,
-                         .command_timeout_ms = app->cfg.redis_timeout_ms,
-                         .cluster = app->cfg.redis_cluster, .seeds = app->cfg.redis_seeds};
-        rc = gp_kv_new(app->loop, &ko, NULL, NULL, &app->kv);
-    }
+    if (rc == GP_EOK && (app->needs & GP_NEED_REDIS))
+        rc = connect_kv(app);
     if (rc == GP_EOK && (app->needs & GP_NEED_PG)) {
         gp_db_opts dopt = {.conninfo = app->cfg.pg_conninfo, .pool_size = app->cfg.pg_pool,
                            .query_timeout_ms = app->cfg.pg_timeout_ms,

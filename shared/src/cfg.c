@@ -543,3 +543,33 @@ gp_cfg_load(const char *prog, const gp_cfg_opt *opts, void *cfg, int argc, char 
     *exit_code = GP_CFG_CONTINUE;
     return GP_EOK;
 }
+
+gp_err
+gp_cfg_subst_service(const char *in, const char *service, char *out, size_t outlen)
+{
+    static const char tag[] = "{service}";
+    size_t            n = 0, sl = strlen(service);
+
+    if (outlen == 0)
+        return GP_ETOOBIG;
+    while (*in != '\0') {
+        const char *from = in;
+        size_t      len = 1;
+
+        if (strncmp(in, tag, sizeof(tag) - 1) == 0) {
+            from = service;
+            len = sl;
+            in += sizeof(tag) - 1;
+        } else {
+            in++;
+        }
+        if (n + len >= outlen) {
+            out[0] = '\0';
+            return GP_ETOOBIG;
+        }
+        memcpy(out + n, from, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return GP_EOK;
+}

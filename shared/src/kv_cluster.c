@@ -90,6 +90,8 @@ struct kvc {
     unsigned        connect_timeout_ms;
     unsigned        command_timeout_ms;
     double          timeout;               /* seconds */
+    char            user[128];             /* AUTH of every node connection */
+    char            password[256];
 
     char          (*seeds)[KVC_ADDR];
     unsigned        nseeds;
@@ -343,6 +345,7 @@ kvc_release(struct kvc *cl)
         free(cl->nodes[i]);
     free(cl->nodes);
     free(cl->seeds);
+    explicit_bzero(cl->password, sizeof(cl->password));
     free(cl);
 }
 
@@ -399,7 +402,8 @@ node_get(struct kvc *cl, const char *host, int port)
     n->port = port;
     n->cl = cl;
     o = (gp_kv_opts){.host = host, .port = port, .connect_timeout_ms = cl->connect_timeout_ms,
-                     .command_timeout_ms = cl->command_timeout_ms};
+                     .command_timeout_ms = cl->command_timeout_ms, .user = cl->user,
+                     .password = cl->password};
     if (kvn_new(cl->loop, &o, kvc_node_conn_cb, n, &n->conn) != GP_EOK) {
         free(n);
         return NULL;
@@ -1067,6 +1071,14 @@ kvc_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, vo
     cl->connect_timeout_ms = opts->connect_timeout_ms;
     cl->command_timeout_ms = opts->command_timeout_ms ? opts->command_timeout_ms : 2000;
     cl->timeout = cl->command_timeout_ms / 1000.0;
+    if (snprintf(cl->user, sizeof(cl->user), "%s", opts->user ? opts->user : "") >=
+            (int)sizeof(cl->user) ||
+        snprintf(cl->password, sizeof(cl->password), "%s", opts->password ? opts->password : "") >=
+            (int)sizeof(cl->password)) {
+        explicit_bzero(cl->password, sizeof(cl->password));
+        free(cl);
+        return GP_EINVAL;
+    }
     gp_backoff_init(&cl->refresh_bo, cl);
     ev_timer_init(&cl->w_refresh, kvc_refresh_timer_cb, 0., 0.);
     if (opts->seeds == NULL || opts->seeds[0] == '\0') {

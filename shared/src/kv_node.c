@@ -59,7 +59,9 @@
 
 typedef struct kvn kvn;
 
-enum kv_state { KV_CLOSED, KV_CONNECTING, KV_CONNECTED };
+/* KV_AUTHING: connected, AUTH sent, its reply awaited (nothing else is
+ * sent meanwhile). */
+enum kv_state { KV_CLOSED, KV_CONNECTING, KV_AUTHING, KV_CONNECTED };
 
 typedef struct kv_rec {                    /* one command in flight */
     gp_kv_cb  *cb;
@@ -76,6 +78,9 @@ struct kvn {
     int                port;
     double             connect_timeout;    /* seconds */
     double             command_timeout;
+    char              *user;               /* NULL: the default user */
+    char              *password;           /* NULL: no AUTH */
+    bool               auth_failed;        /* keep the backoff growing */
     gp_kv_conn_cb     *conn_cb;
     void              *conn_arg;
 
@@ -132,6 +137,17 @@ ring_grow(kvn *kv)
     return GP_EOK;
 }
 
+/* The password is wiped before its memory goes back. */
+static void
+kvn_secrets_free(kvn *kv)
+{
+    if (kv->password != NULL)
+        explicit_bzero(kv->password, strlen(kv->password));
+    free(kv->password);
+    free(kv->user);
+    kv->password = kv->user = NULL;
+}
+
 static void
 kv_release(kvn *kv)
 {
@@ -139,6 +155,7 @@ kv_release(kvn *kv)
     ev_timer_stop(kv->loop, &kv->w_cmd);
     free(kv->ring);
     free(kv->host);
+    kvn_secrets_free(kv);
     free(kv);
 }
 
@@ -214,6 +231,69 @@ kv_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 static void
+kv_up(kvn *kv)
+{
+    kv->state = KV_CONNECTED;
+    gp_backoff_reset(&kv->backoff);
+    kv->down_logged = false;
+    GP_INFO("redis_up", "host=%s port=%d reconnects=%llu", kv->host, kv->port,
+            (unsigned long long)kv->st.reconnects);
+    if (kv->conn_cb != NULL && !kv->freeing) {
+        kv->in_connect_cb = true;
+        kv->conn_cb(kv->conn_arg, true);
+        kv->in_connect_cb = false;
+    }
+}
+
+/* The AUTH reply.  NULL: the connection went meanwhile (the disconnect
+ * callback retries).  A refusal closes the connection; the retry keeps
+ * the backoff growing, since a wrong password stays wrong. */
+static void
+kv_auth_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+    kvn        *kv = ac->data;
+    redisReply *reply = r;
+
+    (void)privdata;
+    if (reply == NULL || kv->state != KV_AUTHING)
+        return;
+    kv_enter(kv);
+    ev_timer_stop(kv->loop, &kv->w_conn);
+    if (reply->type == REDIS_REPLY_ERROR) {
+        GP_ERROR("redis_auth_refused", "host=%s port=%d user=%s detail=\"%s\"", kv->host,
+                 kv->port, kv->user != NULL ? kv->user : "default", reply->str);
+        kv->st.errors++;
+        kv->auth_failed = true;
+        kv->drop_why = "AUTH refused";
+        redisAsyncDisconnect(ac);          /* deferred: we are in a reply callback */
+    } else {
+        kv_up(kv);
+    }
+    kv_leave(kv);
+}
+
+/* Sends AUTH [user] password ahead of everything; false if it could not
+ * be queued (then the connection is used without it and fails loudly). */
+static bool
+send_auth(kvn *kv, const redisAsyncContext *cac)
+{
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    const char        *argv[3] = {"AUTH", kv->user, kv->password};
+    int                argc = 3;
+
+    if (kv->user == NULL) {
+        argv[1] = kv->password;
+        argc = 2;
+    }
+    if (redisAsyncCommandArgv(ac, kv_auth_cb, NULL, argc, argv, NULL) != REDIS_OK)
+        return false;
+    kv->state = KV_AUTHING;
+    ev_timer_set(&kv->w_conn, kv->connect_timeout, 0.);
+    ev_timer_start(kv->loop, &kv->w_conn);
+    return true;
+}
+
+static void
 kv_connect_cb(const redisAsyncContext *ac, int status)
 {
     kvn *kv = ac->data;
@@ -232,16 +312,11 @@ kv_connect_cb(const redisAsyncContext *ac, int status)
         kv_leave(kv);
         return;
     }
-    kv->state = KV_CONNECTED;
-    gp_backoff_reset(&kv->backoff);
-    kv->down_logged = false;
-    GP_INFO("redis_up", "host=%s port=%d reconnects=%llu", kv->host, kv->port,
-            (unsigned long long)kv->st.reconnects);
-    if (kv->conn_cb != NULL && !kv->freeing) {
-        kv->in_connect_cb = true;
-        kv->conn_cb(kv->conn_arg, true);
-        kv->in_connect_cb = false;
+    if (kv->password != NULL && !kv->freeing && send_auth(kv, ac)) {
+        kv_leave(kv);
+        return;
     }
+    kv_up(kv);
     kv_leave(kv);
 }
 
@@ -266,7 +341,9 @@ kv_disconnect_cb(const redisAsyncContext *ac, int status)
     else
         kv_log_down(kv, status != REDIS_OK && ac->c.errstr[0] ? ac->c.errstr : "connection closed");
     kv->drop_why = NULL;
-    gp_backoff_reset(&kv->backoff);
+    if (!kv->auth_failed)
+        gp_backoff_reset(&kv->backoff);
+    kv->auth_failed = false;
     kv_schedule_retry(kv);
     if (was_up && kv->conn_cb != NULL)
         kv->conn_cb(kv->conn_arg, false);
@@ -343,6 +420,9 @@ kv_conn_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         kv_drop(kv, "connect timeout");    /* not connected: no callbacks run */
         kv_log_down(kv, "connect timeout");
         kv_schedule_retry(kv);
+    } else if (kv->state == KV_AUTHING) {
+        kv->auth_failed = true;
+        kv_drop(kv, "AUTH timeout");       /* connected: kv_disconnect_cb retries */
     } else if (kv->state == KV_CLOSED) {
         kv_connect(kv);
     }
@@ -379,6 +459,7 @@ kv_cmd_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- for kv.c and kv_cluster.c (kv_int.h) ------------------------------ */
 
+
 gp_err
 kvn_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, void *conn_arg,
         kvn **out)
@@ -401,6 +482,17 @@ kvn_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, vo
     kv->port = opts->port;
     kv->connect_timeout = (opts->connect_timeout_ms ? opts->connect_timeout_ms : 2000) / 1000.0;
     kv->command_timeout = (opts->command_timeout_ms ? opts->command_timeout_ms : 2000) / 1000.0;
+    if (opts->password != NULL && opts->password[0] != '\0') {
+        kv->password = strdup(opts->password);
+        if (opts->user != NULL && opts->user[0] != '\0')
+            kv->user = strdup(opts->user);
+        if (kv->password == NULL || (opts->user != NULL && opts->user[0] && kv->user == NULL)) {
+            kvn_secrets_free(kv);
+            free(kv->host);
+            free(kv);
+            return GP_ENOMEM;
+        }
+    }
     kv->conn_cb = conn_cb;
     kv->conn_arg = conn_arg;
     kv->state = KV_CLOSED;
@@ -408,6 +500,7 @@ kvn_new(struct ev_loop *loop, const gp_kv_opts *opts, gp_kv_conn_cb *conn_cb, vo
     ev_timer_init(&kv->w_conn, kv_conn_timer_cb, 0., 0.);
     ev_timer_init(&kv->w_cmd, kv_cmd_timer_cb, 0., 0.);
     if (ring_grow(kv) != GP_EOK) {
+        kvn_secrets_free(kv);
         free(kv->host);
         free(kv);
         return GP_ENOMEM;

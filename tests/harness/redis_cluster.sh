@@ -47,7 +47,11 @@ start_node() {  # dir, n   (ports in dir/cluster/n/ports)
     read -r p bus <"$d/ports"
     # node timeout 15 s: a test that stops one master (no replicas) checks
     # the others still answer before the cluster would mark it failed
-    redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
+    # the stack's ACL users (stack.sh), so the services log in as themselves
+    local acl=()
+    [ -f "${GP_STACK_DIR:-/nonexistent}/redis-acl/users.acl" ] &&
+        acl=(--aclfile "$GP_STACK_DIR/redis-acl/users.acl")
+    redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no "${acl[@]}" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-port "$bus" --cluster-node-timeout 15000 \
         --daemonize yes --pidfile "$1/pids/redis-cluster-$2.pid" \

@@ -60,9 +60,22 @@ include "auth/auth.conf"
 CONF
 }
 
+# Redis's ACL users (deploy/redis-acl): each service logs in as its own
+# user (gp.env: GP_REDIS_USER, GP_REDIS_PASSWORD_FILE), so a command
+# outside its key families fails the suite.  The default user stays open
+# for the tests' own checks (--test), unless GP_STACK_REDIS_STRICT=1
+# (make up): then a connection without a user is refused.
+acl_redis() {
+    local test=--test
+    [ "${GP_STACK_REDIS_STRICT:-0}" = 1 ] && test=
+    # shellcheck disable=SC2086
+    "$(cd "$(dirname "$0")/../.." && pwd)/deploy/redis-acl" init "$dir/redis-acl" $test
+}
+
 start_redis() {
     mkdir -p "$dir/redis"
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --aclfile "$dir/redis-acl/users.acl" \
         --daemonize yes --pidfile "$dir/redis.pid" --dir "$dir/redis" \
         --logfile "$dir/redis.log" >/dev/null
     wait_port "$REDIS_PORT" 10
@@ -149,6 +162,7 @@ start)
         "$PG_PORT" "$NATS_MON_PORT" >"$dir/ports"
     init_pg
     [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
+    acl_redis
     start_nats
     start_redis
     start_pg
@@ -159,6 +173,8 @@ start)
 GP_NATS_URL=nats://127.0.0.1:$NATS_PORT
 GP_REDIS_HOST=127.0.0.1
 GP_REDIS_PORT=$REDIS_PORT
+GP_REDIS_USER=gridpool_{service}
+GP_REDIS_PASSWORD_FILE=$dir/redis-acl/{service}.pw
 GP_PG_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
 GP_STACK_DIR=$dir
 ENV

@@ -43,6 +43,9 @@ typedef struct gp_common_cfg {
     int      redis_port;
     bool     redis_cluster;          /* Redis Cluster mode (gp/kv.h) */
     char     redis_seeds[512];       /* cluster seeds "h:p,h:p"; "" = redis-host:redis-port */
+    char     redis_user[64];         /* ACL user; "{service}" = the service's name */
+    char     redis_password[128];
+    char     redis_password_file[256];/* read at start; "{service}" as above */
     char     pg_conninfo[512];
     char     http_host[64];
     int      http_port;              /* 0 = any free port, -1 = no HTTP endpoint */

@@ -91,5 +91,9 @@ void   gp_cfg_help(const char *prog, const gp_cfg_opt *opts, FILE *out);
 size_t gp_cfg_mask(const char *in, char *out, size_t outlen);
 /* "nats-url" -> "GP_NATS_URL" */
 void   gp_cfg_env_name(const char *name, char *out, size_t outlen);
+/* A per-service identity: each "{service}" in `in` becomes `service`
+ * ("gridpool_{service}" -> "gridpool_scheduler"), so one environment
+ * serves every service of a host.  TOOBIG if out would not hold it. */
+gp_err gp_cfg_subst_service(const char *in, const char *service, char *out, size_t outlen);
 
 #endif

@@ -56,6 +56,12 @@ typedef struct gp_kv_opts {
     unsigned    command_timeout_ms;        /* 0 = 2000 */
     bool        cluster;                   /* Redis Cluster mode (see above) */
     const char *seeds;                     /* cluster: "h:p,h:p"; NULL/"" = host:port */
+    /* AUTH sent on every connection before any command (an ACL user, or
+     * the default user's requirepass when user is NULL/""); NULL/"" = no
+     * AUTH.  A refused AUTH is logged (redis_auth_refused) and retried
+     * with the reconnect backoff: the connection never counts as up. */
+    const char *user;
+    const char *password;
 } gp_kv_opts;
 
 /* Called exactly once per command, on the loop thread.  On OK reply is the

@@ -691,7 +691,7 @@ wait_reg_mark(const char *node, long long want, double s)
     return reg_mark(node) == want;
 }
 
-/* A reseed whose script calls fail (ACL refuses HSETNX, which only the
+/* A reseed whose script calls fail (ACL refuses the registry's user HSETNX, which only the
  * reseed script uses) leaves the epoch unset, and is tried again until it
  * succeeds: the node's 'reg' mark comes back and its beats count again.
  * (Before: the epoch was set first and failed chunks were never retried,
@@ -705,7 +705,7 @@ test_reseed_retry(void)
     beating = 1;
     wait_s(HB_MS * 1.5 / 1000);
     T_OKM(reg_mark("n1") == 1, "n1 is in the live view before the flush");
-    rep = redis("ACL SETUSER default -hsetnx");
+    rep = redis("ACL SETUSER gridpool_registry -hsetnx");
     T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses HSETNX");
     freeReplyObject(rep);
     freeReplyObject(redis("FLUSHALL"));
@@ -714,7 +714,7 @@ test_reseed_retry(void)
     T_OKM(redis_int("EXISTS %s", "gp:epoch:v3") == 0, "a failed reseed leaves no epoch");
     fails = metric("gp_registry_redis_reseed_failures_total");
     T_OKM(fails >= 2, "the failed reseed was tried again (%.0f failures)", fails);
-    freeReplyObject(redis("ACL SETUSER default +hsetnx"));
+    freeReplyObject(redis("ACL SETUSER gridpool_registry +hsetnx"));
     T_OKM(wait_reg_mark("n1", 1, 10), "once Redis takes the reseed, n1's 'reg' mark is back");
     T_OKM(redis_int("EXISTS %s", "gp:epoch:v3") == 1, "and the epoch is written");
     T_OKM(redis_int("EXISTS %s", "gp:reseed:lock:v3") == 0, "and the reseed lock released");
@@ -1287,7 +1287,7 @@ test_forget_retry(void)
     registry_node_key(km, registry_shard("s7"), "m2");
     register_at("s7", "d1", GP_EOK);
     register_at("s7", "m2", GP_EOK);
-    rep = redis("ACL SETUSER default -del");
+    rep = redis("ACL SETUSER gridpool_registry -del");
     T_OKM(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL refuses DEL");
     freeReplyObject(rep);
     snprintf(id.id, sizeof(id.id), "d1");
@@ -1301,7 +1301,7 @@ test_forget_retry(void)
     T_OKM(metric("gp_registry_live_cleanup_failures_total") >= 2, "failed removals are counted");
     T_OKM(metric("gp_registry_live_cleanup_pending") == 2, "two removals pending (%.0f)",
           metric("gp_registry_live_cleanup_pending"));
-    freeReplyObject(redis("ACL SETUSER default +del"));
+    freeReplyObject(redis("ACL SETUSER gridpool_registry +del"));
     t0 = tl_now();
     while ((redis_int("EXISTS %s", kd) != 0 || redis_int("EXISTS %s", km) != 0) &&
            tl_now() - t0 < 10)

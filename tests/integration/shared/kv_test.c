@@ -630,6 +630,53 @@ test_connect_timeout(void)
         close(lfd);
 }
 
+/* ---- AUTH as an ACL user ------------------------------------------------ */
+
+static gp_kv *
+auth_kv(const char *user, const char *pw, conn_st *cs)
+{
+    gp_kv_opts o = {.host = host, .port = port, .connect_timeout_ms = 500,
+                    .command_timeout_ms = 2000, .user = user, .password = pw};
+    gp_kv     *kv = NULL;
+
+    T_ERR(gp_kv_new(L, &o, conn_cb, cs, &kv), GP_EOK);
+    return kv;
+}
+
+static void
+test_auth(gp_kv *main_kv)
+{
+    conn_st     ok_cs = {0}, bad_cs = {0};
+    res         setup = {0}, mine = {0}, other = {0}, probe = {0};
+    gp_kv      *good, *bad;
+    gp_kv_stats st;
+
+    gp_kv_cmdf(main_kv, res_cb, &setup, "ACL SETUSER kvt_user reset on >kvt-pw ~kvt:* +@all");
+    T_OK(run_until(p_called, &setup, 3) && setup.err == GP_EOK &&
+         setup.type != REDIS_REPLY_ERROR);
+    good = auth_kv("kvt_user", "kvt-pw", &ok_cs);
+    bad = auth_kv("kvt_user", "wrong", &bad_cs);
+    T_OKM(run_until(p_up, &ok_cs, 5), "the right password: connected as the ACL user");
+    T_ERR(gp_kv_cmdf(good, res_cb, &mine, "SET kvt:a 1"), GP_EOK);
+    T_ERR(gp_kv_cmdf(good, res_cb, &other, "SET other:a 1"), GP_EOK);
+    T_ERR(gp_kv_cmdf(good, res_cb, &probe, "ACL WHOAMI"), GP_EOK);
+    T_OK(run_until(p_called, &probe, 3));
+    T_OKM(mine.err == GP_EOK && mine.type == REDIS_REPLY_STATUS, "its own keys: %s", mine.str);
+    T_OKM(other.err == GP_EOK && other.type == REDIS_REPLY_ERROR &&
+          strncmp(other.str, "NOPERM", 6) == 0, "another key refused by Redis: %s", other.str);
+    T_OKM(strcmp(probe.str, "kvt_user") == 0, "ACL WHOAMI: %s", probe.str);
+    /* A wrong password never counts as up, and is retried with backoff. */
+    run_for(1.0);
+    T_OKM(bad_cs.up == 0 && !gp_kv_is_connected(bad), "a wrong password never connects (%d ups)",
+          bad_cs.up);
+    gp_kv_get_stats(bad, &st);
+    T_OKM(st.errors >= 1, "the refused AUTH counted (%llu errors)", (unsigned long long)st.errors);
+    T_ERR(gp_kv_cmdf(bad, res_cb, NULL, "PING"), GP_EUNAVAIL);
+    gp_kv_free(good);
+    gp_kv_free(bad);
+    run_for(0.05);
+}
+
 int
 main(void)
 {
@@ -662,6 +709,7 @@ main(void)
     test_restart(kv, &cs);
     test_closed_port();
     test_connect_timeout();
+    test_auth(kv);
 
     gp_kv_stats st;
     gp_kv_get_stats(kv, &st);

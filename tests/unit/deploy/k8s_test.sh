@@ -99,6 +99,30 @@ done <"$tmp/needs.out"
 [ "$(wc -l <"$tmp/needs.out")" -eq 2 ]
 ok $? "... both overlays read back as objects$( [ -s "$tmp/docs.err" ] && echo ": $(head -c 200 "$tmp/docs.err")")"
 
+# ---- Redis authentication ------------------------------------------------------------------------
+/usr/bin/python3 - "$tmp/docs.jsonl" >"$tmp/redis.out" <<'PY'
+import json, sys
+for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
+    by = {(d['kind'], d['metadata']['name']): d for d in json.loads(line)}
+    bad = []
+    for s in ['registry', 'scheduler', 'recovery', 'metering']:
+        c = by[('Deployment', s)]['spec']['template']['spec']['containers'][0]
+        if 'gridpool-redis-' + s not in {r.get('secretRef', {}).get('name') for r in c['envFrom']}:
+            bad.append(s + ' lacks its Redis user')
+    if name == 'pilot':
+        r = by[('StatefulSet', 'redis')]['spec']['template']['spec']['containers'][0]
+        acl = by[('Secret', 'redis-acl')]['stringData']['users.acl']
+        if '--aclfile' not in r['args']:
+            bad.append('redis runs without its ACL file')
+        if 'user default off' not in acl:
+            bad.append('the placeholder ACL lets the default user in')
+    print(name, 'ok' if not bad else 'bad: ' + '; '.join(bad))
+PY
+while read -r o res; do
+    [ "$res" = ok ]
+    ok $? "$o: each Redis-using service logs in as its own user (a Secret each); the pilot's Redis runs with an ACL file whose placeholder refuses the default user ($res)"
+done <"$tmp/redis.out"
+
 # ---- mistakes are caught -----------------------------------------------------------------------
 sed '0,/^        image: \(.*gridpool.*\)$/s//        image: \1\n        imagePullPolic: Always/' "$tmp/production.yaml" \
     >"$tmp/typo.yaml"

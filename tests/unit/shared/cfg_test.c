@@ -201,6 +201,25 @@ test_bare_bool(void)
     }
 }
 
+static void
+test_subst_service(void)
+{
+    char out[32];
+
+    T_EQ_INT(gp_cfg_subst_service("gridpool_{service}", "scheduler", out, sizeof(out)), GP_EOK);
+    T_OKM(strcmp(out, "gridpool_scheduler") == 0, "got \"%s\"", out);
+    T_EQ_INT(gp_cfg_subst_service("/run/{service}/{service}.pw", "ab", out, sizeof(out)), GP_EOK);
+    T_OKM(strcmp(out, "/run/ab/ab.pw") == 0, "got \"%s\"", out);
+    T_EQ_INT(gp_cfg_subst_service("plain {servic}", "x", out, sizeof(out)), GP_EOK);
+    T_OKM(strcmp(out, "plain {servic}") == 0, "got \"%s\"", out);
+    T_EQ_INT(gp_cfg_subst_service("", "x", out, sizeof(out)), GP_EOK);
+    T_OKM(strcmp(out, "") == 0, "got \"%s\"", out);
+    /* 31 bytes fit in 32, 32 do not: refused, never cut */
+    T_EQ_INT(gp_cfg_subst_service("{service}", "0123456789012345678901234567890", out, sizeof(out)), GP_EOK);
+    T_EQ_INT(gp_cfg_subst_service("{service}x", "0123456789012345678901234567890", out, sizeof(out)), GP_ETOOBIG);
+    T_OKM(strcmp(out, "") == 0, "got \"%s\"", out);
+}
+
 int
 main(void)
 {
@@ -211,6 +230,7 @@ main(void)
     int   fd = mkstemp(path);
     FILE *f = fdopen(fd, "w");
 
+    test_subst_service();
     gp_cfg_defaults(opts, &c);
     T_OK(strcmp(c.name, "abc") == 0 && c.level == -2 && c.count == 10 && !c.on);
     T_OK(c.common.redis_port == 6379 && strcmp(c.common.nats_url, "nats://127.0.0.1:4222") == 0);

@@ -118,6 +118,19 @@
 #ifndef GP_HTTP_MAX_CLIENTS
 # define GP_HTTP_MAX_CLIENTS     32
 #endif
+/* Of those, slots only /healthz and /readyz are answered in (anything
+ * else gets 503 there): a scraper that stops reading holds at most the
+ * others, so a liveness probe always finds a slot (gp/http.h). */
+#ifndef GP_HTTP_PROBE_SLOTS
+# define GP_HTTP_PROBE_SLOTS     2
+#endif
+/* Kernel send buffer of one HTTP client's socket: a client that stops
+ * reading pins at most this much (twice this, as Linux counts it) until
+ * the write deadline resets it; a 50 KiB /metrics takes a few more
+ * EV_WRITE turns. */
+#ifndef GP_HTTP_SNDBUF
+# define GP_HTTP_SNDBUF          (8 * 1024)
+#endif
 
 /* Reconnect backoff for NATS, Redis and PostgreSQL (ms): doubles from MIN
  * to MAX with +-25% jitter so a fleet of services does not reconnect in
@@ -131,6 +144,9 @@
 
 #if GP_MAX_MSG_BYTES > (1024 * 1024)
 # error "GP_MAX_MSG_BYTES must not exceed the NATS server's max_payload (1 MiB)"
+#endif
+#if GP_HTTP_PROBE_SLOTS < 1 || GP_HTTP_PROBE_SLOTS >= GP_HTTP_MAX_CLIENTS
+# error "GP_HTTP_PROBE_SLOTS must leave at least one general HTTP slot"
 #endif
 #if GP_MAX_ID < 8 || GP_MAX_ID > 255
 # error "GP_MAX_ID out of range"

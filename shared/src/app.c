@@ -180,6 +180,7 @@ struct gp_app {
     uint64_t            *m_bus_dropped, *m_bus_reconnects, *m_kv_timeouts, *m_kv_reconnects;
     uint64_t            *m_kv_moved, *m_kv_ask, *m_kv_tryagain, *m_kv_crossslot;
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
+    uint64_t            *m_bus_dropped_bytes, *m_bus_nats_dropped, *m_bus_js_refused;
     uint64_t            *m_http_accepted, *m_http_refused, *m_http_evicted, *m_http_probe_only;
     uint64_t            *m_http_timeouts[2], *m_tenant_overflows, *m_limited[2];
     double              *m_http_clients;
@@ -897,6 +898,9 @@ collect(void *arg)
 
     gp_bus_get_stats(app->bus, &bs);
     *app->m_bus_dropped = bs.dropped;
+    *app->m_bus_dropped_bytes = bs.dropped_bytes;
+    *app->m_bus_nats_dropped = bs.nats_dropped;
+    *app->m_bus_js_refused = bs.js_refused;
     *app->m_bus_reconnects = bs.reconnects;
     *app->m_up_nats = gp_bus_is_connected(app->bus);
     *app->m_inflight = app->inflight;
@@ -979,6 +983,9 @@ register_metrics(gp_app *app)
         if (app->var == NULL) app->var = dg; } while (0)
     C(m_inflight_rejects, "gp_request_rejected_total", "Requests refused: in-flight cap or shutdown");
     C(m_bus_dropped, "gp_bus_dropped_total", "Messages dropped at the full loop inbox");
+    C(m_bus_dropped_bytes, "gp_bus_dropped_bytes_total", "Of gp_bus_dropped_total: dropped at the inbox's byte bound");
+    C(m_bus_nats_dropped, "gp_bus_nats_dropped_total", "Messages the NATS client dropped at a subscription's pending limits");
+    C(m_bus_js_refused, "gp_bus_js_refused_total", "JetStream publishes refused: the worker's queue full (count or bytes)");
     C(m_bus_reconnects, "gp_bus_reconnects_total", "NATS reconnects");
     C(m_kv_timeouts, "gp_redis_timeouts_total", "Redis commands past their deadline");
     C(m_kv_reconnects, "gp_redis_reconnects_total", "Redis reconnects");

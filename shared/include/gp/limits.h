@@ -31,6 +31,22 @@
 #ifndef GP_MAX_INBOX_BULK
 # define GP_MAX_INBOX_BULK       32768
 #endif
+/* The same lanes bounded in bytes (message bodies) too: 65,536 requests
+ * of up to GP_MAX_MSG_BYTES each would be 64 GiB.  Past it a message is
+ * dropped and counted (gp_bus_stats.dropped_bytes).  cnats' own queue of
+ * each subscription has the same bounds (its pending limits). */
+#ifndef GP_MAX_INBOX_BYTES
+# define GP_MAX_INBOX_BYTES      (64 * 1024 * 1024)
+#endif
+#ifndef GP_MAX_INBOX_BULK_BYTES
+# define GP_MAX_INBOX_BULK_BYTES (32 * 1024 * 1024)
+#endif
+
+/* Bytes of JetStream publishes waiting for the bus's worker thread (at
+ * most GP_MAX_PENDING_REQ of them); past it gp_bus_js_pub says TOOBIG. */
+#ifndef GP_MAX_JS_QUEUE_BYTES
+# define GP_MAX_JS_QUEUE_BYTES   (64 * 1024 * 1024)
+#endif
 
 /* Outstanding bus requests (request/reply we initiated) per service. */
 #ifndef GP_MAX_PENDING_REQ
@@ -144,6 +160,10 @@
 
 #if GP_MAX_MSG_BYTES > (1024 * 1024)
 # error "GP_MAX_MSG_BYTES must not exceed the NATS server's max_payload (1 MiB)"
+#endif
+#if GP_MAX_INBOX_BULK_BYTES < GP_MAX_MSG_BYTES || GP_MAX_INBOX_BYTES < GP_MAX_MSG_BYTES || \
+    GP_MAX_JS_QUEUE_BYTES < GP_MAX_MSG_BYTES
+# error "a byte bound of a queue must hold at least one message of GP_MAX_MSG_BYTES"
 #endif
 #if GP_HTTP_PROBE_SLOTS < 1 || GP_HTTP_PROBE_SLOTS >= GP_HTTP_MAX_CLIENTS
 # error "GP_HTTP_PROBE_SLOTS must leave at least one general HTTP slot"

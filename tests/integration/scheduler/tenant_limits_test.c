@@ -36,7 +36,7 @@ typedef struct stats {
     int    sent, ok, limited, other, hinted;
     double lat[PHASES][PER_PHASE];    /* calm: latencies by phase sent in, s */
     int    nlat[PHASES];
-    char   first_other[GP_ERRBUF_LEN];
+    char   first_other[GP_ERRBUF_LEN + 32];
     char   detail[GP_ERRBUF_LEN];     /* a RATE_LIMITED detail as a client decodes it */
     unsigned retry_max;
 } stats;

@@ -81,6 +81,10 @@ ASYNCAPI (standard AsyncAPI 3.0.0 request/reply with dynamic reply address):
   tests/unit/schemas/contract_drift_test.sh checks the services serve exactly these.
   A channel with "x-gp-inbox": true is a reply inbox (where replies arrive):
   addressed, with parameters, no messages of its own.
+  "x-gp-limit-by": "<parameter>" on a receive operation with a reply: the
+  serving chassis keeps a request-rate and in-flight limit per value of that
+  parameter (the tenant of gp.api.{tenant}.>), refusing the excess with
+  RATE_LIMITED and a retry hint (gp/ratelimit.h).
 
 OUTPUT (msg_gen.h), per message Title (snake = title_snake):
   typedef struct msg_<snake> { uint64_t has; <fields in schema order> } msg_<snake>;
@@ -180,6 +184,7 @@ class Op:
         self.reply = None         # Msg of the reply, or None (an event)
         self.params = params      # parameter names, address order
         self.services = []
+        self.limit_by = None      # x-gp-limit-by: the parameter a limit is kept per
 
     def pattern(self):
         return re.sub(r'\{[^{}]*\}', '*', self.addr)
@@ -660,6 +665,7 @@ class Gen:
             o.services = self.op_services(op, services, w)
             self.ops.append(o)
             rp = op.get('reply')
+            o.limit_by = self.op_limit_by(op, o, rp, w)
             if rp is None:
                 continue
             if op['action'] != 'receive':
@@ -755,6 +761,16 @@ class Gen:
             raise GenError('%s: x-gp-service %s not one of %s' % (w, bad, sorted(services)))
         return sv
 
+    def op_limit_by(self, op, o, rp, w):
+        lb = op.get('x-gp-limit-by')
+        if lb is None:
+            return None
+        if op['action'] != 'receive' or rp is None:
+            raise GenError('%s: x-gp-limit-by is for receive operations with a reply' % w)
+        if lb not in o.params:
+            raise GenError('%s: x-gp-limit-by %r is not a parameter of %s' % (w, lb, o.addr))
+        return lb
+
     # ---- emit ------------------------------------------------------------
     def build(self):
         h, c = [], []
@@ -823,13 +839,15 @@ class Gen:
                     S, ', '.join(cstr(x) for x in o.services)))
             c.append('const gp_op gp_op_%s = {\n    .id = %s, .address = %s, .pattern = %s,\n'
                      '    .in = &msg_%s_desc, .out = %s, .receive = %s,\n'
-                     '    .nparams = %d, .params = %s, .param_tok = %s, .services = %s\n};' % (
+                     '    .nparams = %d, .params = %s, .param_tok = %s, .services = %s,\n'
+                     '    .limit_by = %s\n};' % (
                          S, cstr(o.id), cstr(o.addr), cstr(o.pattern()), o.req.snake,
                          '&msg_%s_desc' % o.reply.snake if o.reply else 'NULL',
                          'true' if o.action == 'receive' else 'false', len(o.params),
                          'gp_op_%s_params' % S if o.params else 'NULL',
                          'gp_op_%s_ptok' % S if o.params else 'NULL',
-                         'gp_op_%s_svc' % S if o.services else 'NULL'))
+                         'gp_op_%s_svc' % S if o.services else 'NULL',
+                         cstr(o.limit_by) if o.limit_by else 'NULL'))
         h.append('/* Reply inboxes, as gp_op with no message of their own (in = out = NULL),\n'
                  ' * so a client builds its inbox subject from the contract too. */')
         for cid, addr in self.inboxes:

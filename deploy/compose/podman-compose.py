@@ -141,7 +141,9 @@ def run_args(project, name, s, addr, hosts, publish):
         a += ['--volume', v]
     if publish:
         for p in s.get('ports') or []:
-            a += ['--publish', p if isinstance(p, str) else '%s:%s' % (p['published'], p['target'])]
+            if isinstance(p, dict):      # the long form, with its host address if any
+                p = ':'.join(str(x) for x in (p.get('host_ip'), p['published'], p['target']) if x)
+            a += ['--publish', p]
     if s.get('restart'):
         a += ['--restart', s['restart']]
     hc = s.get('healthcheck')

@@ -31,12 +31,17 @@
 #include "gp/backoff.h"
 #include "gp/clock.h"
 #include "gp/http.h"
+#include "gp/id.h"
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "gp/ratelimit.h"
 #include "msg_gen.h"
 #include <nats/nats.h>
 
 #define LOG_EVERY_S 1.0    /* at most one log line per route and second for bad input */
+/* Tenants with a series of their own in gp_tenant_limited_total; the
+ * others are counted as tenant="_other" (bounded metric cardinality). */
+#define LIMIT_SERIES 32
 #define DLQ_STREAM  "DLQ"
 
 typedef struct op_rt {
@@ -48,6 +53,7 @@ typedef struct op_rt {
     double          last_log;
     uint64_t        suppressed;
     bool            served;          /* subscribed at least once (vs only declared) */
+    int             limit_tok;       /* subject token of op->limit_by, or -1 */
     gp_app         *app;
     struct gp_req  *spare;           /* freed request blocks of this op, for reuse */
     int             nspare;
@@ -112,12 +118,18 @@ struct gp_req {
     bool            replied;
     bool            pending;
     char            detail[GP_ERRBUF_LEN];
+    int             tslot;            /* its tenant's gp_tlimits entry, or -1 */
     struct gp_req  *prev, *next;      /* pending list, for shutdown */
     void           *in;
     void           *out;
     const void     *body;             /* during the handler call only */
     size_t          body_len;
 };
+
+typedef struct limit_series {
+    char      tenant[GP_MAX_ID + 1];
+    uint64_t *count;
+} limit_series;
 
 typedef struct stream_rt {
     const gp_stream_cfg *cfg;
@@ -169,6 +181,13 @@ struct gp_app {
     uint64_t            *m_bus_dropped, *m_bus_reconnects, *m_kv_timeouts, *m_kv_reconnects;
     uint64_t            *m_kv_moved, *m_kv_ask, *m_kv_tryagain, *m_kv_crossslot;
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
+    uint64_t            *m_bus_dropped_bytes, *m_bus_nats_dropped, *m_bus_js_refused;
+    uint64_t            *m_http_accepted, *m_http_refused, *m_http_evicted, *m_http_probe_only;
+    uint64_t            *m_http_timeouts[2], *m_tenant_overflows, *m_limited[2];
+    double              *m_http_clients;
+    gp_tlimits          *tlimits;
+    limit_series         limited[LIMIT_SERIES + 1];    /* + "_other" */
+    int                  nlimited;
     uint64_t             spare_counter;
     double               spare_gauge;
     gp_buf               reply_buf;    /* send_reply's, reused (loop thread only) */
@@ -205,6 +224,11 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_UINT("drain-ms", gp_common_cfg, drain_ms, 5000, 0, 600000, "shutdown waits this long for in-flight requests"),
     GP_CFG_UINT("presence-ms", gp_common_cfg, presence_ms, 5000, 0, 600000, "the instance says it is there (gp.int.presence.<service>) this often; 0: never"),
     GP_CFG_BOOL("print-routes", gp_common_cfg, print_routes, 0, "print the operations this service serves (service, operation id, subject pattern) and exit"),
+    GP_CFG_UINT("http-timeout-ms", gp_common_cfg, http_timeout_ms, 5000, 100, 600000, "an HTTP client must send its request within this, then take the answer within this again, or it is closed"),
+    GP_CFG_UINT("tenant-rate", gp_common_cfg, tenant_rate, 1000, 0, 1000000, "requests a second one tenant may make on its API (gp.api.<tenant>.>) to this instance; past it RATE_LIMITED (0: no rate limit)"),
+    GP_CFG_UINT("tenant-burst", gp_common_cfg, tenant_burst, 2000, 0, 1000000, "requests a tenant may make at once above tenant-rate (its token bucket)"),
+    GP_CFG_UINT("tenant-inflight", gp_common_cfg, tenant_inflight, 1024, 0, GP_MAX_INFLIGHT, "requests of one tenant in flight at once in this instance, of its GP_MAX_INFLIGHT shared slots (0: no cap)"),
+    GP_CFG_STR("tenant-limits", gp_common_cfg, tenant_limits, "", "per-tenant overrides, space or comma separated: tenant=rate/burst/inflight, an empty field keeping the default (acme=100/200/50 beta=5//)"),
     GP_CFG_END
 };
 
@@ -248,13 +272,15 @@ bad_input(gp_err rc)
            rc == GP_ETOOBIG;
 }
 
+/* retry_ms: RATE_LIMITED's hint (0: none). */
 static void
-send_error(gp_app *app, const char *reply, gp_err rc, const char *detail)
+send_error(gp_app *app, const char *reply, gp_err rc, const char *detail, unsigned retry_ms)
 {
     gp_buf b;
 
     gp_buf_init(&b, GP_MAX_MSG_BYTES);
-    if (gp_msg_encode_error(rc, detail && *detail ? detail : gp_err_str(rc), &b) == GP_EOK)
+    if (gp_msg_encode_error_retry(rc, detail && *detail ? detail : gp_err_str(rc), retry_ms,
+                                  &b) == GP_EOK)
         gp_bus_pub(app->bus, reply, NULL, b.p, b.n);
     gp_buf_fini(&b);
 }
@@ -281,7 +307,7 @@ send_reply(gp_req *req, gp_err rc)
     if (req->reply[0] == '\0' || o->op->out == NULL)
         return;
     if (rc != GP_EOK) {
-        send_error(req->app, req->reply, rc, req->detail);
+        send_error(req->app, req->reply, rc, req->detail, 0);
         return;
     }
     b = &req->app->reply_buf;
@@ -294,7 +320,7 @@ send_reply(gp_req *req, gp_err rc)
     } else {
         count_error(o, rc);
         GP_ERROR("reply_encode_failed", "route=%s code=%s", o->op->pattern, gp_err_name(rc));
-        send_error(req->app, req->reply, rc, "reply could not be encoded");
+        send_error(req->app, req->reply, rc, "reply could not be encoded", 0);
     }
     if (b->cap > REPLY_BUF_KEEP)
         gp_buf_fini(b);
@@ -309,6 +335,8 @@ req_free(gp_req *req)
         gp_msg_clear(o->op->in, req->in);
     if (req->out != NULL && o->op->out != NULL)
         gp_msg_clear(o->op->out, req->out);
+    if (req->tslot >= 0)
+        gp_tlimits_end(req->app->tlimits, req->tslot);
     if (o->nspare < REQ_SPARES) {
         req->next = o->spare;
         o->spare = req;
@@ -549,6 +577,7 @@ req_new(sub_rt *s, const char *subject, const char *reply)
     req->o = s->o;
     req->r = s->r;
     req->data = s->data;
+    req->tslot = -1;
     req->deliveries = 1;
     req->in = (char *)req + base;
     req->out = out_sz ? (char *)req + base + in_al : NULL;
@@ -560,12 +589,103 @@ req_new(sub_rt *s, const char *subject, const char *reply)
 
 /* A request we cannot even allocate or accept: answer without a gp_req. */
 static void
-reject(sub_rt *s, const gp_bus_msg *m, gp_err rc, const char *detail)
+reject(sub_rt *s, const gp_bus_msg *m, gp_err rc, const char *detail, unsigned retry_ms)
 {
     count_error(s->o, rc);
     log_bad(s->o, m->subject, rc, detail);
     if (m->reply != NULL && s->o->op->out != NULL)
-        send_error(s->app, m->reply, rc, detail);
+        send_error(s->app, m->reply, rc, detail, retry_ms);
+}
+
+/* ---- per-tenant limits (gp/ratelimit.h) ------------------------------------ */
+
+static uint64_t *
+limited_other(gp_app *app)
+{
+    limit_series *ls = &app->limited[LIMIT_SERIES];
+
+    if (ls->count == NULL)
+        ls->count = gp_metrics_counter(app->metrics, "gp_tenant_limited_total",
+                                       "tenant=\"" GP_TLIMIT_OTHER "\"",
+                                       "Requests refused RATE_LIMITED, by tenant");
+    return ls->count != NULL ? ls->count : &app->spare_counter;
+}
+
+/* The counter of a refused tenant: its own series for the first
+ * LIMIT_SERIES tenants refused, then one shared "_other" (also for a
+ * subject token that is not an id, which must not reach a label). */
+static uint64_t *
+limited_series(gp_app *app, const char *tenant)
+{
+    limit_series *ls;
+    char          labels[GP_MAX_ID + 16];
+    int           i;
+
+    for (i = 0; i < app->nlimited; i++)
+        if (strcmp(app->limited[i].tenant, tenant) == 0)
+            return app->limited[i].count;
+    ls = &app->limited[app->nlimited];
+    if (app->nlimited == LIMIT_SERIES || !gp_id_ok(tenant))
+        return limited_other(app);
+    snprintf(ls->tenant, sizeof(ls->tenant), "%s", tenant);
+    snprintf(labels, sizeof(labels), "tenant=\"%s\"", tenant);
+    ls->count = gp_metrics_counter(app->metrics, "gp_tenant_limited_total", labels,
+                                   "Requests refused RATE_LIMITED, by tenant");
+    if (ls->count == NULL)
+        return &app->spare_counter;
+    app->nlimited++;
+    return ls->count;
+}
+
+/* A request of the tenant of entry slot, over its rate or in-flight cap:
+ * the detail and the hint of its RATE_LIMITED reply. */
+static unsigned
+limited_detail(gp_app *app, op_rt *o, int slot, gp_tl_verdict v, unsigned retry_ms,
+               char *detail, size_t n)
+{
+    const gp_tlimit_cfg *c = gp_tlimits_cfg(app->tlimits, slot);
+    const char          *who = gp_tlimits_name(app->tlimits, slot);
+
+    if (v == GP_TL_RATE) {
+        snprintf(detail, n, "tenant %s is over its request rate (%u/s, burst %u)", who, c->rate,
+                 c->burst);
+        return retry_ms;
+    }
+    snprintf(detail, n, "tenant %s has %u requests in flight, its limit", who, c->inflight);
+    /* when one of them is likely to have ended: the route's median time */
+    retry_ms = (unsigned)(gp_hist_quantile(o->latency, 0.5) * 1000);
+    return retry_ms < 10 ? 10 : retry_ms > 5000 ? 5000 : retry_ms;
+}
+
+/* Checks the request's tenant before it takes a shared in-flight slot;
+ * false when it was refused (answered RATE_LIMITED), else *slot is its
+ * entry for gp_tlimits_end. */
+static bool
+tenant_admit(sub_rt *s, const gp_bus_msg *m, int *slot)
+{
+    gp_app       *app = s->app;
+    const char   *p = m->subject;
+    char          tenant[GP_MAX_ID + 1], detail[GP_ERRBUF_LEN];
+    size_t        len;
+    unsigned      retry_ms;
+    gp_tl_verdict v;
+
+    for (int i = 0; i < s->o->limit_tok && p != NULL; i++)
+        if ((p = strchr(p, '.')) != NULL)
+            p++;
+    if (p == NULL)
+        return true;                       /* cannot happen: the subject matched the op */
+    len = strcspn(p, ".");
+    copy_str(tenant, len < sizeof(tenant) ? len + 1 : sizeof(tenant), p);
+    v = gp_tlimits_admit(app->tlimits, tenant, (int64_t)gp_mono_ms(), slot, &retry_ms);
+    if (v == GP_TL_OK)
+        return true;
+    (*app->m_limited[v - GP_TL_RATE])++;
+    (*limited_series(app, gp_tlimits_name(app->tlimits, *slot)))++;
+    retry_ms = limited_detail(app, s->o, *slot, v, retry_ms, detail, sizeof(detail));
+    *slot = -1;
+    reject(s, m, GP_ERATE_LIMITED, detail, retry_ms);
+    return false;
 }
 
 /* Decodes and runs the handler; a request that ends at once is finished
@@ -606,24 +726,31 @@ on_msg(void *arg, const gp_bus_msg *m)
     gp_app *app = s->app;
     gp_req *req;
     char    detail[GP_ERRBUF_LEN];
+    int     tslot = -1;
 
     (*s->o->calls)++;
     if (m->len > GP_MAX_MSG_BYTES) {
         snprintf(detail, sizeof(detail), "body of %zu bytes exceeds the limit of %d", m->len,
                  GP_MAX_MSG_BYTES);
-        reject(s, m, GP_ETOOBIG, detail);
+        reject(s, m, GP_ETOOBIG, detail, 0);
         return;
     }
+    if (s->o->limit_tok >= 0 && !tenant_admit(s, m, &tslot))
+        return;
     if (app->inflight >= GP_MAX_INFLIGHT || app->stopping) {
         (*app->m_inflight_rejects)++;
-        reject(s, m, GP_EUNAVAIL, app->stopping ? "shutting down" : "too many requests in flight");
+        gp_tlimits_end(app->tlimits, tslot);
+        reject(s, m, GP_EUNAVAIL, app->stopping ? "shutting down" : "too many requests in flight",
+               0);
         return;
     }
     req = req_new(s, m->subject, m->reply);
     if (req == NULL) {
-        reject(s, m, GP_ENOMEM, "out of memory");
+        gp_tlimits_end(app->tlimits, tslot);
+        reject(s, m, GP_ENOMEM, "out of memory", 0);
         return;
     }
+    req->tslot = tslot;
     dispatch(req, m->data, m->len);
 }
 
@@ -775,6 +902,9 @@ collect(void *arg)
 
     gp_bus_get_stats(app->bus, &bs);
     *app->m_bus_dropped = bs.dropped;
+    *app->m_bus_dropped_bytes = bs.dropped_bytes;
+    *app->m_bus_nats_dropped = bs.nats_dropped;
+    *app->m_bus_js_refused = bs.js_refused;
     *app->m_bus_reconnects = bs.reconnects;
     *app->m_up_nats = gp_bus_is_connected(app->bus);
     *app->m_inflight = app->inflight;
@@ -800,6 +930,19 @@ collect(void *arg)
         *app->m_db_errors = ds.errors;
         *app->m_up_pg = gp_db_is_connected(app->db);
     }
+    if (app->http != NULL) {
+        gp_http_stats hs;
+
+        gp_http_get_stats(app->http, &hs);
+        *app->m_http_clients = hs.clients;
+        *app->m_http_accepted = hs.accepted;
+        *app->m_http_refused = hs.refused;
+        *app->m_http_evicted = hs.evicted;
+        *app->m_http_probe_only = hs.probe_only;
+        *app->m_http_timeouts[0] = hs.read_timeouts;
+        *app->m_http_timeouts[1] = hs.write_timeouts;
+    }
+    *app->m_tenant_overflows = gp_tlimits_overflows(app->tlimits);
 }
 
 static gp_err
@@ -828,6 +971,9 @@ on_http(void *arg, const char *path, gp_buf *body, const char **ctype)
     return GP_ENOTFOUND;
 }
 
+static const char *const http_deadlines[] = {"read", "write"};
+static const char *const limit_reasons[] = {"rate", "inflight"};    /* GP_TL_RATE - 1, ... */
+
 static void
 register_metrics(gp_app *app)
 {
@@ -841,6 +987,9 @@ register_metrics(gp_app *app)
         if (app->var == NULL) app->var = dg; } while (0)
     C(m_inflight_rejects, "gp_request_rejected_total", "Requests refused: in-flight cap or shutdown");
     C(m_bus_dropped, "gp_bus_dropped_total", "Messages dropped at the full loop inbox");
+    C(m_bus_dropped_bytes, "gp_bus_dropped_bytes_total", "Of gp_bus_dropped_total: dropped at the inbox's byte bound");
+    C(m_bus_nats_dropped, "gp_bus_nats_dropped_total", "Messages the NATS client dropped at a subscription's pending limits");
+    C(m_bus_js_refused, "gp_bus_js_refused_total", "JetStream publishes refused: the worker's queue full (count or bytes)");
     C(m_bus_reconnects, "gp_bus_reconnects_total", "NATS reconnects");
     C(m_kv_timeouts, "gp_redis_timeouts_total", "Redis commands past their deadline");
     C(m_kv_reconnects, "gp_redis_reconnects_total", "Redis reconnects");
@@ -852,12 +1001,30 @@ register_metrics(gp_app *app)
     C(m_db_timeouts, "gp_pg_timeouts_total", "PostgreSQL queries past their deadline");
     C(m_db_reconnects, "gp_pg_reconnects_total", "PostgreSQL reconnects");
     C(m_db_errors, "gp_pg_errors_total", "PostgreSQL queries that failed");
+    C(m_http_accepted, "gp_http_accepted_total", "HTTP connections accepted");
+    C(m_http_refused, "gp_http_refused_total", "HTTP connections closed at once: every slot busy answering");
+    C(m_http_evicted, "gp_http_evicted_total", "HTTP connections closed to make room while still sending their request");
+    C(m_http_probe_only, "gp_http_probe_only_total", "HTTP requests answered 503 in a slot kept for /healthz and /readyz");
+    C(m_tenant_overflows, "gp_tenant_limit_overflows_total", "Tenants limited together as _other: the table of tenants was full");
+    G(m_http_clients, "gp_http_clients", "HTTP connections open");
     G(m_inflight, "gp_requests_inflight", "Requests accepted and not yet answered");
     G(m_up_nats, "gp_nats_up", "1 when connected to NATS");
     G(m_up_redis, "gp_redis_up", "1 when connected to Redis");
     G(m_up_pg, "gp_pg_up", "1 when a PostgreSQL connection is ready");
 #undef C
 #undef G
+    gp_metrics_counters(m, "gp_http_timeouts_total", "deadline", http_deadlines, 2,
+                        "HTTP connections closed at a deadline: no whole request (read), the "
+                        "answer not taken (write)", app->m_http_timeouts);
+    gp_metrics_counters(m, "gp_tenant_limited_reason_total", "reason", limit_reasons, 2,
+                        "Requests refused RATE_LIMITED: over the tenant's rate, or its "
+                        "in-flight cap", app->m_limited);
+    for (int i = 0; i < 2; i++) {
+        if (app->m_http_timeouts[i] == NULL)
+            app->m_http_timeouts[i] = dc;
+        if (app->m_limited[i] == NULL)
+            app->m_limited[i] = dc;
+    }
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -972,7 +1139,33 @@ connect_deps(gp_app *app, const gp_migration *migrations)
     if (rc == GP_EOK && app->cfg.http_port >= 0) {
         rc = gp_http_new(app->loop, app->cfg.http_host, app->cfg.http_port, on_http, app,
                          &app->http);
+        if (rc == GP_EOK && c->http_timeout_ms > 0)
+            gp_http_set_timeout(app->http, c->http_timeout_ms);
     }
+    return rc;
+}
+
+/* The per-tenant limits of the config (gp_app_check_cfg said why not). */
+static gp_err
+tenant_limits_new(const gp_common_cfg *cfg, gp_tlimits **out)
+{
+    gp_tlimit_cfg def = {cfg->tenant_rate, cfg->tenant_burst, cfg->tenant_inflight};
+    char          err[GP_ERRBUF_LEN];
+    gp_err        rc = gp_tlimits_new(&def, cfg->tenant_limits, err, sizeof(err), out);
+
+    if (rc != GP_EOK)
+        GP_ERROR("config_invalid", "detail=\"%s\"", err);
+    return rc;
+}
+
+gp_err
+gp_app_check_cfg(const gp_common_cfg *cfg, char *err, size_t errlen)
+{
+    gp_tlimit_cfg def = {cfg->tenant_rate, cfg->tenant_burst, cfg->tenant_inflight};
+    gp_tlimits   *t = NULL;
+    gp_err        rc = gp_tlimits_new(&def, cfg->tenant_limits, err, errlen, &t);
+
+    gp_tlimits_free(t);
     return rc;
 }
 
@@ -1008,7 +1201,9 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
     }
     register_metrics(app);
     gp_metrics_on_collect(app->metrics, collect, app);
-    rc = connect_deps(app, migrations);
+    rc = tenant_limits_new(cfg, &app->tlimits);
+    if (rc == GP_EOK)
+        rc = connect_deps(app, migrations);
     if (rc != GP_EOK) {
         GP_ERROR("start_failed", "code=%s", gp_err_name(rc));
         gp_app_free(app);
@@ -1244,6 +1439,9 @@ op_get(gp_app *app, const gp_op *op)
     o = &app->ops[app->nops];
     o->op = op;
     o->app = app;
+    o->limit_tok = -1;
+    if (op->limit_by != NULL && gp_op_param_index(op, op->limit_by) >= 0)
+        o->limit_tok = op->param_tok[gp_op_param_index(op, op->limit_by)];
     snprintf(labels, sizeof(labels), "route=\"%s\"", op->pattern);
     o->calls = gp_metrics_counter(app->metrics, "gp_requests_total", labels, "Requests received, by route");
     o->errors = gp_metrics_counter(app->metrics, "gp_request_failures_total", labels, "Requests that ended in any error, by route");
@@ -1713,6 +1911,7 @@ gp_app_free(gp_app *app)
             free(r);
         }
     gp_buf_fini(&app->reply_buf);
+    gp_tlimits_free(app->tlimits);
     free(app);
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/limits.h"
 #include "gp/log.h"
 
 /* One process' run: what gp_app_main made and how far it got. */
@@ -48,6 +49,7 @@ load(svc_run *r, int argc, char **argv)
 {
     const gp_service *svc = r->svc;
     int               code;
+    char              err[GP_ERRBUF_LEN];
 
     r->cfg = calloc(1, svc->cfg_size);
     r->state = calloc(1, svc->state_size > 0 ? svc->state_size : 1);
@@ -56,6 +58,11 @@ load(svc_run *r, int argc, char **argv)
         return 1;
     }
     gp_cfg_load(r->prog, svc->opts, r->cfg, argc, argv, NULL, &code);
+    if ((code == GP_CFG_CONTINUE || (code == 0 && check_config_asked(argc, argv))) &&
+        gp_app_check_cfg(common_of(r), err, sizeof(err)) != GP_EOK) {
+        fprintf(stderr, "%s: %s\n", r->prog, err);
+        return 78;                           /* EX_CONFIG */
+    }
     if (code == 0 && svc->check != NULL && check_config_asked(argc, argv)) {
         r->hooked = true;
         return svc->check(r->cfg, r->state);

@@ -67,7 +67,7 @@ typedef struct rec {
     struct rec *next;
     rec_kind    kind;
     union {
-        struct { gp_bus_sub *sub; natsMsg *msg; } m;
+        struct { gp_bus_sub *sub; natsMsg *msg; size_t len; } m;
         conn_ev conn;
         struct { gp_bus_done_cb *cb; void *arg; gp_err err; bool pub; } d;
         gp_jsmsg *jm;
@@ -153,12 +153,15 @@ struct gp_bus {
     pthread_cond_t    cond;      /* subs_live / closed_seen changes */
     recq              q[GP_BUS_LANES];
     size_t            q_msgs[GP_BUS_LANES]; /* REC_MSG records not yet delivered */
+    size_t            q_bytes[GP_BUS_LANES]; /* and their bodies' bytes */
     rec              *spare;     /* free records, for reuse */
     size_t            nspare;
     bool              closing;   /* gp_bus_free started: refuse messages */
     bool              closed_seen;
     int               subs_live; /* subscriptions whose on-complete is due */
     atomic_uint_fast64_t dropped[GP_BUS_LANES];
+    atomic_uint_fast64_t dropped_bytes;   /* of dropped: at the byte bound */
+    atomic_uint_fast64_t js_refused;
 
     /* Loop thread only. */
     recq              batch[GP_BUS_LANES]; /* taken from q, being delivered */
@@ -172,6 +175,7 @@ struct gp_bus {
     char             *inbox;     /* "<prefix>.<nuid>", prefix "_INBOX" by default */
     char             *inbox_prefix;
     uint64_t          next_token;
+    uint64_t          nats_dropped_gone; /* cnats' drops of freed subscriptions */
     size_t            npending;
     size_t            max_pending;    /* opts.max_pending or GP_MAX_PENDING_REQ */
     req              *pending[REQ_BUCKETS];
@@ -184,6 +188,7 @@ struct gp_bus {
     pthread_cond_t    jw_cond;
     job              *jw_head, *jw_tail;
     size_t            jw_len;
+    size_t            jw_bytes;  /* JOB_PUB data queued */
     bool              jw_stop;
 };
 
@@ -207,6 +212,12 @@ static size_t
 lane_budget(gp_bus_lane lane)
 {
     return lane == GP_LANE_BULK ? GP_MAX_INBOX_BULK : GP_MAX_INBOX;
+}
+
+static size_t
+lane_bytes(gp_bus_lane lane)
+{
+    return lane == GP_LANE_BULK ? GP_MAX_INBOX_BULK_BYTES : GP_MAX_INBOX_BYTES;
 }
 
 /* Under bus->mu: a spare record or a new one (NULL without memory). */
@@ -235,26 +246,34 @@ bus_push(gp_bus *bus, rec *r)
 }
 
 /* cnats delivery thread: queues a message in its subscription's lane, or
- * refuses it (false: the caller drops it) when the lane is full or the bus
- * is closing.  One lock, no allocation in the steady state. */
+ * refuses it (false: the caller drops it) when the lane is full (in
+ * messages or bytes) or the bus is closing.  One lock, no allocation in
+ * the steady state. */
 static bool
 bus_push_msg(gp_bus *bus, gp_bus_sub *sub, natsMsg *msg)
 {
     gp_bus_lane lane = sub->lane;
+    size_t      len = (size_t)natsMsg_GetDataLength(msg);
+    bool        over_bytes;
     rec        *r;
 
     pthread_mutex_lock(&bus->mu);
-    if (bus->closing || bus->q_msgs[lane] >= lane_budget(lane) ||
+    over_bytes = bus->q_bytes[lane] + len > lane_bytes(lane);
+    if (bus->closing || bus->q_msgs[lane] >= lane_budget(lane) || over_bytes ||
         (r = rec_take_locked(bus)) == NULL) {
         if (!bus->closing)
             atomic_fetch_add(&bus->dropped[lane], 1);
+        if (!bus->closing && over_bytes)
+            atomic_fetch_add(&bus->dropped_bytes, 1);
         pthread_mutex_unlock(&bus->mu);
         return false;
     }
     r->kind = REC_MSG;
     r->u.m.sub = sub;
     r->u.m.msg = msg;
+    r->u.m.len = len;
     bus->q_msgs[lane]++;
+    bus->q_bytes[lane] += len;
     recq_append(&bus->q[lane], r);
     /* Cheap when a wake-up is already pending (libev checks a flag). */
     ev_async_send(bus->loop, &bus->wake);
@@ -471,6 +490,17 @@ sub_unlink(gp_bus *bus, gp_bus_sub *sub)
     }
 }
 
+/* Messages cnats dropped at the subscription's pending limits. */
+static uint64_t
+sub_nats_dropped(gp_bus_sub *sub)
+{
+    int64_t n = 0;
+
+    if (natsSubscription_GetDropped(sub->ns, &n) != NATS_OK || n < 0)
+        return 0;
+    return (uint64_t)n;
+}
+
 static void
 sub_destroy(gp_bus_sub *sub)
 {
@@ -592,16 +622,19 @@ deliver(gp_bus *bus, rec *r)
 
 /* Moves the shared queues onto the ends of the loop-side batches; under
  * the same lock, gives back the records of the last batch (spares) and
- * the count of messages it delivered per lane. */
+ * the count of messages (and their bytes) it delivered per lane. */
 static void
-take_queue(gp_bus *bus, rec *used, rec *used_tail, size_t nused, const size_t *msgs)
+take_queue(gp_bus *bus, rec *used, rec *used_tail, size_t nused, const size_t *msgs,
+           const size_t *bytes)
 {
     pthread_mutex_lock(&bus->mu);
     for (int l = 0; l < GP_BUS_LANES; l++) {
         recq *q = &bus->q[l], *b = &bus->batch[l];
 
-        if (msgs != NULL)
+        if (msgs != NULL) {
             bus->q_msgs[l] -= msgs[l];
+            bus->q_bytes[l] -= bytes[l];
+        }
         if (q->head == NULL)
             continue;
         if (b->tail != NULL)
@@ -638,7 +671,7 @@ batches_empty(const gp_bus *bus)
 /* Delivers up to max records of one lane; the records go on *used. */
 static int
 deliver_lane(gp_bus *bus, gp_bus_lane lane, int max, rec **used, rec **used_tail,
-             size_t *msgs)
+             size_t *msgs, size_t *bytes)
 {
     recq *b = &bus->batch[lane];
     int   n;
@@ -649,8 +682,10 @@ deliver_lane(gp_bus *bus, gp_bus_lane lane, int max, rec **used, rec **used_tail
         b->head = r->next;
         if (b->head == NULL)
             b->tail = NULL;
-        if (r->kind == REC_MSG)
+        if (r->kind == REC_MSG) {
             msgs[lane]++;
+            bytes[lane] += r->u.m.len;
+        }
         deliver(bus, r);
         r->next = *used;
         if (*used == NULL)
@@ -664,28 +699,28 @@ static void
 wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 {
     gp_bus *bus = GP_CONTAINER_OF(w, gp_bus, wake);
-    size_t  msgs[GP_BUS_LANES] = {0}, nused;
+    size_t  msgs[GP_BUS_LANES] = {0}, bytes[GP_BUS_LANES] = {0}, nused;
     rec    *used = NULL, *used_tail = NULL;
     int     n, bulk;
 
     (void)revents;
     if (batches_empty(bus))
-        take_queue(bus, NULL, NULL, 0, NULL);
+        take_queue(bus, NULL, NULL, 0, NULL, NULL);
     bus->dispatching++;
     /* Control first; bulk gets the rest of the batch, and at least BULK_MIN. */
-    n = deliver_lane(bus, GP_LANE_CONTROL, BUS_BATCH, &used, &used_tail, msgs);
+    n = deliver_lane(bus, GP_LANE_CONTROL, BUS_BATCH, &used, &used_tail, msgs, bytes);
     bulk = BUS_BATCH - n < BULK_MIN ? BULK_MIN : BUS_BATCH - n;
-    n += deliver_lane(bus, GP_LANE_BULK, bulk, &used, &used_tail, msgs);
+    n += deliver_lane(bus, GP_LANE_BULK, bulk, &used, &used_tail, msgs, bytes);
     nused = (size_t)n;
     bus->dispatching--;
     if (bus->free_requested) {
-        take_queue(bus, used, used_tail, nused, msgs);
+        take_queue(bus, used, used_tail, nused, msgs, bytes);
         bus_free_now(bus);
         return;
     }
     /* Records pushed while this batch ran were covered by the wake-up being
      * handled now, so nobody else will come for them: take them too. */
-    take_queue(bus, used, used_tail, nused, msgs);
+    take_queue(bus, used, used_tail, nused, msgs, bytes);
     if (!batches_empty(bus))
         ev_async_send(loop, &bus->wake);    /* the rest after other watchers */
 }
@@ -818,6 +853,8 @@ bus_alloc(struct ev_loop *loop, const gp_bus_opts *opts)
     pthread_cond_init(&bus->jw_cond, NULL);
     for (int l = 0; l < GP_BUS_LANES; l++)
         atomic_init(&bus->dropped[l], 0);
+    atomic_init(&bus->dropped_bytes, 0);
+    atomic_init(&bus->js_refused, 0);
     ev_async_init(&bus->wake, wake_cb);
     ev_async_start(loop, &bus->wake);
     return bus;
@@ -886,12 +923,20 @@ gp_bus_refusal(const gp_bus *bus, char *out, size_t n)
 void
 gp_bus_get_stats(const gp_bus *bus, gp_bus_stats *out)
 {
+    gp_bus *b = (gp_bus *)bus;            /* the atomics and cnats' getters */
+
     *out = bus->st;
     out->dropped = 0;
     for (int l = 0; l < GP_BUS_LANES; l++) {
-        out->dropped_lane[l] = atomic_load(&((gp_bus *)bus)->dropped[l]);
+        out->dropped_lane[l] = atomic_load(&b->dropped[l]);
         out->dropped += out->dropped_lane[l];
     }
+    out->dropped_bytes = atomic_load(&b->dropped_bytes);
+    out->js_refused = atomic_load(&b->js_refused);
+    out->nats_dropped = b->nats_dropped_gone;
+    for (gp_bus_sub *sub = bus->subs; sub != NULL; sub = sub->next)
+        if (!sub->dead)
+            out->nats_dropped += sub_nats_dropped(sub);
 }
 
 gp_err
@@ -921,6 +966,10 @@ sub_open(gp_bus *bus, const char *subject, const char *queue, gp_bus_sub *sub)
         s = natsConnection_Subscribe(&sub->ns, bus->nc, subject, on_msg, sub);
     if (s != NATS_OK)
         return map_status(s);
+    /* cnats' own queue of the subscription, before on_msg: bounded like
+     * the lane (its drops: gp_bus_stats.nats_dropped) */
+    natsSubscription_SetPendingLimits(sub->ns, (int)lane_budget(sub->lane),
+                                      (int)lane_bytes(sub->lane));
     pthread_mutex_lock(&bus->mu);
     bus->subs_live++;
     pthread_mutex_unlock(&bus->mu);
@@ -974,6 +1023,7 @@ gp_bus_sub_free(gp_bus_sub *sub)
 {
     if (sub == NULL || sub->dead)
         return;
+    sub->bus->nats_dropped_gone += sub_nats_dropped(sub);
     sub->dead = true;
     /* The struct lives until REC_SUBDONE (or gp_bus_free). */
     natsSubscription_Unsubscribe(sub->ns);
@@ -1180,6 +1230,7 @@ jw_main(void *arg)
         if (bus->jw_head == NULL)
             bus->jw_tail = NULL;
         bus->jw_len--;
+        bus->jw_bytes -= j->len;
         pthread_mutex_unlock(&bus->jw_mu);
         jw_report(bus, j, j->kind == JOB_STREAM ? run_stream(bus, j) : run_pub(bus, j));
         job_free(j);
@@ -1190,8 +1241,9 @@ static gp_err
 jw_submit(gp_bus *bus, job *j)
 {
     pthread_mutex_lock(&bus->jw_mu);
-    if (bus->jw_len >= GP_MAX_PENDING_REQ) {
+    if (bus->jw_len >= GP_MAX_PENDING_REQ || bus->jw_bytes + j->len > GP_MAX_JS_QUEUE_BYTES) {
         pthread_mutex_unlock(&bus->jw_mu);
+        atomic_fetch_add(&bus->js_refused, 1);
         job_free(j);
         return GP_ETOOBIG;
     }
@@ -1202,6 +1254,7 @@ jw_submit(gp_bus *bus, job *j)
         bus->jw_head = j;
     bus->jw_tail = j;
     bus->jw_len++;
+    bus->jw_bytes += j->len;
     pthread_cond_signal(&bus->jw_cond);
     pthread_mutex_unlock(&bus->jw_mu);
     return GP_EOK;
@@ -1642,7 +1695,7 @@ drain_queue(gp_bus *bus)
 {
     rec *r;
 
-    take_queue(bus, NULL, NULL, 0, NULL);
+    take_queue(bus, NULL, NULL, 0, NULL, NULL);
     for (int l = 0; l < GP_BUS_LANES; l++) {
         while ((r = bus->batch[l].head) != NULL) {
             bus->batch[l].head = r->next;

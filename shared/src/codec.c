@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gp/limits.h"
+#include "msg_gen.h"
 
 #define SEG_MAX  (GP_MAX_DEPTH + 2)
 #define NUL_TERM UINT32_MAX
@@ -1007,9 +1008,9 @@ map_find(rd *r, uint32_t npairs, const char *key, rd *val)
 static bool
 remote_error(dctx *c, const uint8_t *e, const uint8_t *end, gp_err *out)
 {
-    rd     r = { e, end }, cr, mr;
-    wval   m, code = { 0 }, msg = { 0 };
-    char   name[33];
+    rd     r = { e, end }, cr, mr, ar;
+    wval   m, code = { 0 }, msg = { 0 }, retry = { 0 };
+    char   name[33], hint[48] = "";
     gp_err rc = GP_EINTERNAL;
     bool   has_code, has_msg;
 
@@ -1017,8 +1018,13 @@ remote_error(dctx *c, const uint8_t *e, const uint8_t *end, gp_err *out)
         return false;
     cr = r;
     mr = r;
+    ar = r;
     has_code = map_find(&cr, m.n, "code", &cr) && rd_val(&cr, &code) == RD_OK;
     has_msg = map_find(&mr, m.n, "message", &mr) && rd_val(&mr, &msg) == RD_OK;
+    /* RATE_LIMITED's hint goes into the detail, so every client shows it */
+    if (map_find(&ar, m.n, "retry_after_ms", &ar) && rd_val(&ar, &retry) == RD_OK &&
+        retry.kind == W_UINT)
+        snprintf(hint, sizeof hint, "; retry after %llu ms", (unsigned long long)retry.v.u);
     c->nseg = 0;
     if (has_code && code.kind == W_STR && code.n < sizeof name) {
         memcpy(name, code.s, code.n);
@@ -1028,9 +1034,9 @@ remote_error(dctx *c, const uint8_t *e, const uint8_t *end, gp_err *out)
             rc = GP_EINTERNAL;
     }
     if (has_msg && msg.kind == W_STR)
-        *out = derr(c, rc, "%.*s", (int)msg.n, (const char *)msg.s);
+        *out = derr(c, rc, "%.*s%s", (int)msg.n, (const char *)msg.s, hint);
     else
-        *out = derr(c, rc, "%s", gp_err_str(rc));
+        *out = derr(c, rc, "%s%s", gp_err_str(rc), hint);
     return true;
 }
 
@@ -1379,6 +1385,13 @@ gp_msg_encode(const gp_msg_desc *d, const void *msg, gp_buf *out)
 gp_err
 gp_msg_encode_error(gp_err code, const char *message, gp_buf *out)
 {
+    return gp_msg_encode_error_retry(code, message, 0, out);
+}
+
+gp_err
+gp_msg_encode_error_retry(gp_err code, const char *message, uint32_t retry_after_ms,
+                          gp_buf *out)
+{
     ectx        e;
     size_t      start = out->n;
     size_t      n = message ? strnlen(message, 257) : 0;
@@ -1389,14 +1402,20 @@ gp_msg_encode_error(gp_err code, const char *message, gp_buf *out)
         while (n > 0 && ((unsigned char)message[n] & 0xC0) == 0x80)
             n--;
     }
+    if (retry_after_ms > MSG_ERROR_RETRY_AFTER_MS_MAX)
+        retry_after_ms = MSG_ERROR_RETRY_AFTER_MS_MAX;
     enc_init(&e, out);
     enc_put(&e, 0x81, 0, 0, NULL, 0);
     enc_str(&e, "error", 5);
-    enc_put(&e, 0x82, 0, 0, NULL, 0);
+    enc_put(&e, retry_after_ms > 0 ? 0x83 : 0x82, 0, 0, NULL, 0);
     enc_str(&e, "code", 4);
     enc_str(&e, name, strlen(name));
     enc_str(&e, "message", 7);
     enc_str(&e, message ? message : "", n);
+    if (retry_after_ms > 0) {
+        enc_str(&e, "retry_after_ms", 14);
+        enc_uint(&e, retry_after_ms);
+    }
     return enc_finish(&e, start);
 }
 

@@ -6,6 +6,7 @@
 #include <ev.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,9 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 
-#define HTTP_READ_TIMEOUT 5.0     /* seconds a client may take to send its request */
+#define HTTP_TIMEOUT_MS 5000      /* default read and write deadline */
+/* Slots from here on are probe slots (gp/http.h). */
+#define PROBE_FROM (GP_HTTP_MAX_CLIENTS - GP_HTTP_PROBE_SLOTS)
 
 typedef struct client {
     ev_io           io;
@@ -26,6 +29,8 @@ typedef struct client {
     gp_buf          out;
     size_t          sent;
     int             slot;
+    bool            writing;      /* the request is in: answering */
+    uint64_t        seq;          /* accept order: the oldest is evicted first */
 } client;
 
 struct gp_http {
@@ -33,8 +38,11 @@ struct gp_http {
     ev_io            accept_io;
     int              fd;
     int              port;
+    double           timeout;     /* seconds, each of the read and write deadlines */
     gp_http_handler *fn;
     void            *arg;
+    uint64_t         seq;
+    gp_http_stats    st;
     client          *clients[GP_HTTP_MAX_CLIENTS];
 };
 
@@ -45,8 +53,34 @@ client_close(client *c)
     ev_timer_stop(c->srv->loop, &c->timer);
     close(c->io.fd);
     c->srv->clients[c->slot] = NULL;
+    c->srv->st.clients--;
     gp_buf_fini(&c->out);
     free(c);
+}
+
+/* Closes with a reset: what the client did not take is dropped at once
+ * instead of staying in the kernel until it reads (or never). */
+static void
+client_abort(client *c)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+    setsockopt(c->io.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    client_close(c);
+}
+
+static void
+deadline(client *c)
+{
+    ev_timer_stop(c->srv->loop, &c->timer);
+    ev_timer_set(&c->timer, c->srv->timeout, 0);
+    ev_timer_start(c->srv->loop, &c->timer);
+}
+
+static bool
+probe_path(const char *path)
+{
+    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
 }
 
 static void
@@ -79,13 +113,23 @@ respond(client *c, const char *path)
     gp_err      rc;
 
     gp_buf_init(&body, 0);
-    rc = c->srv->fn(c->srv->arg, path, &body, &ctype);
+    if (c->slot >= PROBE_FROM && !probe_path(path)) {
+        c->srv->st.probe_only++;
+        ctype = "text/plain; charset=utf-8";
+        gp_buf_printf(&body, "busy: every HTTP slot is taken; only /healthz and /readyz are "
+                      "answered now\n");
+        rc = GP_EUNAVAIL;
+    } else {
+        rc = c->srv->fn(c->srv->arg, path, &body, &ctype);
+    }
     status = rc == GP_EOK ? "200 OK" : rc == GP_ENOTFOUND ? "404 Not Found"
            : rc == GP_EUNAVAIL ? "503 Service Unavailable" : "500 Internal Server Error";
     gp_buf_printf(&c->out, "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                   "Connection: close\r\n\r\n", status, ctype, body.n);
     gp_buf_append(&c->out, body.p, body.n);
     gp_buf_fini(&body);
+    c->writing = true;
+    deadline(c);                             /* the write deadline starts now */
     ev_io_stop(c->srv->loop, &c->io);
     ev_io_set(&c->io, c->io.fd, EV_WRITE);
     ev_set_cb(&c->io, client_write_cb);
@@ -117,16 +161,47 @@ client_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
     if (sscanf(c->req, "GET %255s", path) != 1)
         snprintf(path, sizeof(path), "/bad-request");
-    ev_timer_stop(c->srv->loop, &c->timer);
     respond(c, path);
 }
 
 static void
 client_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
+    client *c = GP_CONTAINER_OF(w, client, timer);
+
     (void)loop;
     (void)revents;
-    client_close(GP_CONTAINER_OF(w, client, timer));
+    if (c->writing)
+        c->srv->st.write_timeouts++;
+    else
+        c->srv->st.read_timeouts++;
+    client_abort(c);
+}
+
+/* A free slot for a new connection: a general one, else a probe slot,
+ * else the slot of the oldest client still sending its request (closed
+ * here); -1 when every client is being answered. */
+static int
+take_slot(gp_http *h)
+{
+    client *old = NULL;
+    int     slot;
+
+    for (int i = 0; i < GP_HTTP_MAX_CLIENTS; i++)
+        if (h->clients[i] == NULL)
+            return i;
+    for (int i = 0; i < GP_HTTP_MAX_CLIENTS; i++) {
+        client *c = h->clients[i];
+
+        if (!c->writing && (old == NULL || c->seq < old->seq))
+            old = c;
+    }
+    if (old == NULL)
+        return -1;
+    slot = old->slot;
+    h->st.evicted++;
+    client_abort(old);
+    return slot;
 }
 
 static void
@@ -134,28 +209,31 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     gp_http *h = GP_CONTAINER_OF(w, gp_http, accept_io);
     client  *c;
-    int      fd, slot = -1;
+    int      fd, slot, sndbuf = GP_HTTP_SNDBUF;
 
     (void)revents;
     fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return;
-    for (int i = 0; i < GP_HTTP_MAX_CLIENTS && slot < 0; i++)
-        if (h->clients[i] == NULL)
-            slot = i;
+    slot = take_slot(h);
     c = slot >= 0 ? calloc(1, sizeof(*c)) : NULL;
     if (c == NULL) {
-        close(fd);                           /* over the client limit: shed */
+        h->st.refused++;
+        close(fd);                           /* every slot answering: shed */
         return;
     }
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     c->srv = h;
     c->slot = slot;
+    c->seq = ++h->seq;
     gp_buf_init(&c->out, 0);
     h->clients[slot] = c;
+    h->st.clients++;
+    h->st.accepted++;
     ev_io_init(&c->io, client_read_cb, fd, EV_READ);
-    ev_timer_init(&c->timer, client_timeout_cb, HTTP_READ_TIMEOUT, 0);
+    ev_timer_init(&c->timer, client_timeout_cb, h->timeout, 0);
     ev_io_start(loop, &c->io);
-    ev_timer_start(loop, &c->timer);
+    ev_timer_start(loop, &c->timer);         /* the read deadline */
 }
 
 gp_err
@@ -184,6 +262,7 @@ gp_http_new(struct ev_loop *loop, const char *host, int port, gp_http_handler *f
     getsockname(h->fd, (struct sockaddr *)&sa, &len);
     h->port = ntohs(sa.sin_port);
     h->loop = loop;
+    h->timeout = HTTP_TIMEOUT_MS / 1000.0;
     h->fn = fn;
     h->arg = arg;
     ev_io_init(&h->accept_io, accept_cb, h->fd, EV_READ);
@@ -201,6 +280,18 @@ int
 gp_http_port(const gp_http *h)
 {
     return h->port;
+}
+
+void
+gp_http_set_timeout(gp_http *h, unsigned ms)
+{
+    h->timeout = ms / 1000.0;
+}
+
+void
+gp_http_get_stats(const gp_http *h, gp_http_stats *out)
+{
+    *out = h->st;
 }
 
 void

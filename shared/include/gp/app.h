@@ -59,6 +59,13 @@ typedef struct gp_common_cfg {
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
     unsigned presence_ms;            /* ServicePresence every this often; 0 = none */
     bool     print_routes;           /* print the operations served, then exit */
+    unsigned http_timeout_ms;        /* an HTTP client's read and write deadlines (gp/http.h) */
+    /* Per-tenant limits on operations with x-gp-limit-by (the tenant API
+     * gp.api.<tenant>.>), per instance (gp/ratelimit.h): */
+    unsigned tenant_rate;            /* requests a second; 0 = none */
+    unsigned tenant_burst;           /* the bucket: requests at once above the rate */
+    unsigned tenant_inflight;        /* requests in flight at once; 0 = no cap */
+    char     tenant_limits[2048];    /* overrides "acme=100/200/50 beta=5//" */
     /* Not an option: a program's prepare hook may set it (gp_bus_opts'
      * max_pending; 0 = the default). */
     size_t   bus_max_pending;
@@ -125,6 +132,11 @@ typedef struct gp_param {
 #define GP_NEED_JS     0x4u
 
 typedef void gp_cron_fn(gp_app *app, void *arg);
+
+/* Checks what the config table alone cannot (tenant-limits): INVAL with
+ * the reason in err.  gp_app_main runs it after loading the config (also
+ * for --check-config); gp_app_new refuses the same config. */
+gp_err gp_app_check_cfg(const gp_common_cfg *cfg, char *err, size_t errlen);
 
 /* Creates the loop context and starts connecting to what `needs` lists
  * (connections come up in the background; the service runs meanwhile).

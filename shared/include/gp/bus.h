@@ -11,8 +11,9 @@
  * Lanes.  A subscription belongs to a lane: CONTROL (requests, replies,
  * connection events; the default) or BULK (telemetry such as heartbeats).
  * Each lane has its own bounded inbox between cnats threads and the loop
- * (GP_MAX_INBOX, GP_MAX_INBOX_BULK); past it, that lane's messages are
- * dropped and counted (gp_bus_stats.dropped_lane).  The loop drains the
+ * (GP_MAX_INBOX, GP_MAX_INBOX_BULK messages; GP_MAX_INBOX_BYTES,
+ * GP_MAX_INBOX_BULK_BYTES of bodies); past either, that lane's messages
+ * are dropped and counted (gp_bus_stats.dropped_lane, dropped_bytes).  The loop drains the
  * control lane first and gives bulk what is left of each batch (at least a
  * small share, so bulk is never starved either): a heartbeat flood fills
  * and sheds only the bulk lane while requests keep being served.
@@ -109,6 +110,9 @@ typedef struct gp_bus_stats {
     uint64_t received;             /* messages delivered to subscribers */
     uint64_t dropped;              /* messages dropped at a full inbox, all lanes */
     uint64_t dropped_lane[GP_BUS_LANES];   /* the same by lane */
+    uint64_t dropped_bytes;        /* of dropped: the lane's byte bound was reached */
+    uint64_t nats_dropped;         /* dropped by cnats at a subscription's pending limits */
+    uint64_t js_refused;           /* JetStream publishes refused: the worker's queue full */
     uint64_t published;
     uint64_t publish_errors;
     uint64_t requests;
@@ -191,7 +195,8 @@ typedef void gp_bus_done_cb(void *arg, gp_err err);
 
 /* Creates the stream or updates it to cfg (on the worker thread); cb once.
  * JetStream calls return INVAL on a bus opened without opts.jetstream, and
- * TOOBIG past GP_MAX_PENDING_REQ jobs queued for the worker; on an error
+ * TOOBIG past GP_MAX_PENDING_REQ jobs, or GP_MAX_JS_QUEUE_BYTES of
+ * publishes, queued for the worker (gp_bus_stats.js_refused); on an error
  * return cb is not called. */
 gp_err gp_bus_js_stream(gp_bus *bus, const gp_stream_cfg *cfg, gp_bus_done_cb *cb, void *arg);
 

@@ -101,13 +101,18 @@ gp_err gp_msg_decode(const gp_msg_desc *d, const void *p, size_t n, void *out,
 
 /* A reply on the wire is either the reply message or an error map
  * {"error": {"code": "NOTFOUND", "message": "..."}}.  Decodes either:
- * returns the remote code (message copied into errbuf) or the decode
- * result for the message. */
+ * returns the remote code (message copied into errbuf, followed by
+ * "; retry after N ms" when the error carries retry_after_ms) or the
+ * decode result for the message. */
 gp_err gp_msg_decode_reply(const gp_msg_desc *d, const void *p, size_t n, void *out,
                            char *errbuf, size_t errlen);
 
 /* Encodes the error map described above. */
 gp_err gp_msg_encode_error(gp_err code, const char *message, gp_buf *out);
+/* The same with retry_after_ms (schemas/common/Error.json) when it is not
+ * 0: RATE_LIMITED's hint, capped at the schema's maximum. */
+gp_err gp_msg_encode_error_retry(gp_err code, const char *message, uint32_t retry_after_ms,
+                                 gp_buf *out);
 
 /* Frees owned memory and zeroes the struct.  Safe on zeroed memory. */
 void gp_msg_clear(const gp_msg_desc *d, void *msg);

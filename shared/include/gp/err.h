@@ -2,7 +2,9 @@
  *
  * Every shared/ API returns gp_err.  The name (gp_err_name) is what goes on
  * the wire in error replies, so every service and gpctl map codes the same
- * way; the text (gp_err_str) is for people.  Any thread may call these. */
+ * way; the text (gp_err_str) is for people.  Any thread may call these.
+ * New codes go at the end: the contract's Error.code enum lists the names
+ * in this order (the generated MSG_ERROR_CODE_* equal the gp_err values). */
 #ifndef GP_ERR_H
 #define GP_ERR_H
 
@@ -23,7 +25,8 @@
     X(DENIED,   "not permitted")                                        \
     X(NOROUTE,  "no handler for subject")                               \
     X(PENDING,  "reply will follow")                                    \
-    X(INTERNAL, "internal error")
+    X(INTERNAL, "internal error")                                       \
+    X(RATE_LIMITED, "over the tenant's request rate or in-flight limit")
 
 typedef enum gp_err {
 #define GP_ERR_ENUM(name, text) GP_E##name,

@@ -31,6 +31,22 @@
 #ifndef GP_MAX_INBOX_BULK
 # define GP_MAX_INBOX_BULK       32768
 #endif
+/* The same lanes bounded in bytes (message bodies) too: 65,536 requests
+ * of up to GP_MAX_MSG_BYTES each would be 64 GiB.  Past it a message is
+ * dropped and counted (gp_bus_stats.dropped_bytes).  cnats' own queue of
+ * each subscription has the same bounds (its pending limits). */
+#ifndef GP_MAX_INBOX_BYTES
+# define GP_MAX_INBOX_BYTES      (64 * 1024 * 1024)
+#endif
+#ifndef GP_MAX_INBOX_BULK_BYTES
+# define GP_MAX_INBOX_BULK_BYTES (32 * 1024 * 1024)
+#endif
+
+/* Bytes of JetStream publishes waiting for the bus's worker thread (at
+ * most GP_MAX_PENDING_REQ of them); past it gp_bus_js_pub says TOOBIG. */
+#ifndef GP_MAX_JS_QUEUE_BYTES
+# define GP_MAX_JS_QUEUE_BYTES   (64 * 1024 * 1024)
+#endif
 
 /* Outstanding bus requests (request/reply we initiated) per service. */
 #ifndef GP_MAX_PENDING_REQ
@@ -118,6 +134,19 @@
 #ifndef GP_HTTP_MAX_CLIENTS
 # define GP_HTTP_MAX_CLIENTS     32
 #endif
+/* Of those, slots only /healthz and /readyz are answered in (anything
+ * else gets 503 there): a scraper that stops reading holds at most the
+ * others, so a liveness probe always finds a slot (gp/http.h). */
+#ifndef GP_HTTP_PROBE_SLOTS
+# define GP_HTTP_PROBE_SLOTS     2
+#endif
+/* Kernel send buffer of one HTTP client's socket: a client that stops
+ * reading pins at most this much (twice this, as Linux counts it) until
+ * the write deadline resets it; a 50 KiB /metrics takes a few more
+ * EV_WRITE turns. */
+#ifndef GP_HTTP_SNDBUF
+# define GP_HTTP_SNDBUF          (8 * 1024)
+#endif
 
 /* Reconnect backoff for NATS, Redis and PostgreSQL (ms): doubles from MIN
  * to MAX with +-25% jitter so a fleet of services does not reconnect in
@@ -131,6 +160,13 @@
 
 #if GP_MAX_MSG_BYTES > (1024 * 1024)
 # error "GP_MAX_MSG_BYTES must not exceed the NATS server's max_payload (1 MiB)"
+#endif
+#if GP_MAX_INBOX_BULK_BYTES < GP_MAX_MSG_BYTES || GP_MAX_INBOX_BYTES < GP_MAX_MSG_BYTES || \
+    GP_MAX_JS_QUEUE_BYTES < GP_MAX_MSG_BYTES
+# error "a byte bound of a queue must hold at least one message of GP_MAX_MSG_BYTES"
+#endif
+#if GP_HTTP_PROBE_SLOTS < 1 || GP_HTTP_PROBE_SLOTS >= GP_HTTP_MAX_CLIENTS
+# error "GP_HTTP_PROBE_SLOTS must leave at least one general HTTP slot"
 #endif
 #if GP_MAX_ID < 8 || GP_MAX_ID > 255
 # error "GP_MAX_ID out of range"

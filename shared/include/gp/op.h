@@ -26,6 +26,9 @@ typedef struct gp_op {
     const char *const         *params;      /* parameter names, address order */
     const unsigned char       *param_tok;   /* subject token index of each parameter */
     const char *const         *services;    /* who serves it (NULL-terminated), or NULL */
+    const char                *limit_by;    /* x-gp-limit-by: the parameter whose value
+                                             * gets its own rate and in-flight limit
+                                             * ("tenant"), or NULL */
 } gp_op;
 
 /* Writes op's subject with its parameters filled from args (nparams

@@ -2,7 +2,8 @@
 # compose_test.sh -- docker-compose.yml, validated and run (under podman:
 # these machines have no Docker daemon and reach no image registry):
 #
-#   1. `docker-compose config` passes (and fails on a planted bad key);
+#   1. `docker-compose config` passes (and fails on a planted bad key), and
+#      every published port is bound to 127.0.0.1;
 #   2. the images the file names are assembled from the built programs and
 #      this machine's engines (deploy/compose/images.sh);
 #   3. deploy/compose/podman-compose.py runs the file with the profile demo:
@@ -61,6 +62,20 @@ docker-compose --project-directory . -f "$tmp/bad.yml" config -q >"$tmp/bad.out"
 st_=$?
 [ $st_ -ne 0 ] && grep -q "bogus_key" "$tmp/bad.out"
 rc_=$?; ok "... and a planted bad key fails it ($(head -n 1 "$tmp/bad.out" | cut -c1-100))" $rc_
+# Every published port is bound to the host's loopback only (issue 26): NATS,
+# its monitor and the services' /metrics are not for the host's networks.
+docker-compose --profile demo config 2>/dev/null | python3 -c '
+import sys, yaml
+bad, n = [], 0
+for name, svc in (yaml.safe_load(sys.stdin).get("services") or {}).items():
+    for p in svc.get("ports") or []:
+        n += 1
+        ip = p.get("host_ip") if isinstance(p, dict) else (p.split(":")[0] if p.count(":") == 2 else "")
+        if ip != "127.0.0.1":
+            bad.append("%s %s" % (name, p))
+print("%d ports, not on 127.0.0.1: %s" % (n, ", ".join(bad) or "none"))
+sys.exit(1 if bad or n == 0 else 0)' >"$tmp/ports.out"
+rc_=$?; ok "published ports on 127.0.0.1 only ($(cat "$tmp/ports.out"))" $rc_
 
 # ---- 2. the images ------------------------------------------------------------------------
 imgs=$(bash deploy/compose/images.sh "$B" 2>"$tmp/images.err" | tr '\n' ' ')

@@ -276,6 +276,47 @@ test_overflow(gp_bus *bus)
     gp_bus_sub_free(sub);
 }
 
+/* Large messages past the control lane's byte bound (GP_MAX_INBOX_BYTES)
+ * while the loop is not running: exactly what fits is kept, the rest is
+ * dropped and counted as dropped at the byte bound, far below the lane's
+ * message bound. */
+static void
+test_overflow_bytes(gp_bus *bus)
+{
+    sub_rec      r = {0};
+    gp_bus_sub  *sub;
+    gp_bus_stats st0, st;
+    const size_t size = 512 * 1024;
+    const int    fit = (int)(GP_MAX_INBOX_BYTES / size), extra = 16;
+    char        *big = calloc(1, size);
+    struct timespec pause = {0, 10 * 1000 * 1000};
+
+    T_OK(gp_bus_sub_new(bus, "t.bigflood", NULL, rec_cb, &r, &sub) == GP_EOK);
+    gp_bus_flush_blocking(bus, 2000);
+    gp_bus_get_stats(bus, &st0);
+    for (int i = 0; i < fit + extra; i++) {
+        gp_bus_pub(bus, "t.bigflood", NULL, big, size);
+        if (i % 8 == 7)
+            gp_bus_flush_blocking(bus, 10000);
+    }
+    gp_bus_flush_blocking(bus, 10000);
+    for (int i = 0; i < 3000; i++) {
+        gp_bus_get_stats(bus, &st);
+        if (st.dropped - st0.dropped >= (uint64_t)extra)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    T_EQ_INT(st.dropped_bytes - st0.dropped_bytes, extra);
+    T_EQ_INT(st.dropped - st0.dropped, extra);
+    T_EQ_INT(st.nats_dropped, st0.nats_dropped);
+    RUN_UNTIL(r.n >= fit, 30);
+    run_for(0.2);
+    T_OKM(r.n == fit, "%d messages of %zu KiB kept (the byte bound: %d MiB), %d dropped", r.n,
+          size / 1024, GP_MAX_INBOX_BYTES >> 20, extra);
+    gp_bus_sub_free(sub);
+    free(big);
+}
+
 /* ---- lanes -------------------------------------------------------------- */
 
 /* A control message records how many bulk messages came before it. */
@@ -865,6 +906,7 @@ main(void)
     test_sub_free_in_cb(bus);
     test_request(bus, &silent);
     test_overflow(bus);
+    test_overflow_bytes(bus);
     test_lanes(bus);
     test_fail_requests(url);
     test_max_pending(url);

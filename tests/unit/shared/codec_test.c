@@ -458,6 +458,29 @@ test_error_reply(void)
     T_EQ_INT(gp_msg_decode_reply(&msg_health_desc, b.p, b.n, &h, eb, 16), GP_EUNAVAIL);
     T_EQ_INT(strlen(eb), 15);
     gp_buf_reset(&b);
+    /* RATE_LIMITED's retry hint: a field of the error, and in every client's detail */
+    T_EQ_INT(MSG_ERROR_CODE_RATE_LIMITED, GP_ERATE_LIMITED);
+    T_OK(strcmp(gp_err_name(GP_ERATE_LIMITED), "RATE_LIMITED") == 0);
+    T_OK(gp_msg_encode_error_retry(GP_ERATE_LIMITED, "tenant acme is over its request rate",
+                                   40, &b) == GP_EOK);
+    T_OK(gp_msg_decode(&msg_error_reply_desc, b.p, b.n, &er, eb, sizeof eb) == GP_EOK);
+    T_OK(er.error.code == MSG_ERROR_CODE_RATE_LIMITED && er.error.retry_after_ms == 40 &&
+         GP_HAS(&er.error, MSG_ERROR__RETRY_AFTER_MS));
+    T_EQ_INT(gp_msg_decode_reply(&msg_health_desc, b.p, b.n, &h, eb, sizeof eb), GP_ERATE_LIMITED);
+    T_OKM(strcmp(eb, "tenant acme is over its request rate; retry after 40 ms") == 0,
+          "the hint follows the message: %s", eb);
+    gp_buf_reset(&b);
+    T_OK(gp_msg_encode_error_retry(GP_ERATE_LIMITED, "x", 99999999, &b) == GP_EOK);
+    T_OK(gp_msg_decode(&msg_error_reply_desc, b.p, b.n, &er, eb, sizeof eb) == GP_EOK);
+    T_OKM(er.error.retry_after_ms == MSG_ERROR_RETRY_AFTER_MS_MAX, "a hint is capped at the "
+          "schema's maximum (%u)", (unsigned)er.error.retry_after_ms);
+    gp_buf_reset(&b);
+    T_OK(gp_msg_encode_error(GP_ENOTFOUND, "gone", &b) == GP_EOK);
+    T_OK(gp_msg_decode(&msg_error_reply_desc, b.p, b.n, &er, eb, sizeof eb) == GP_EOK);
+    T_OKM(!GP_HAS(&er.error, MSG_ERROR__RETRY_AFTER_MS), "no hint unless one is given");
+    T_EQ_INT(gp_msg_decode_reply(&msg_health_desc, b.p, b.n, &h, eb, sizeof eb), GP_ENOTFOUND);
+    T_OK(strcmp(eb, "gone") == 0);
+    gp_buf_reset(&b);
     T_OK(gp_msg_encode(&msg_error_reply_desc, sample_of(&msg_error_reply_desc), &b) == GP_EOK);
     mk_echo(NULL, "err", v_err_badcode);                 /* "error" not top-level: a field */
     T_EQ_INT(gp_msg_decode_reply(&msg_echo_desc, sb.data, sb.size, &echo, eb, sizeof eb), GP_ERANGE);
@@ -573,7 +596,8 @@ test_json(void)
     T_OK(strstr(b.p, "\"tags\":[\"x\",\"12345678\"],\"nums\":[0,-1,127,128,-33,65536,"
                      "9223372036854775807],\"reals\":[0.5,-1e+300,3],"
                      "\"colors\":[\"green\",\"red\"],\"blob\":\"000102ff\"}") != NULL);
-    T_OK(strstr(b.p, "\"err\":{\"code\":\"RANGE\",\"message\":\"too hot\"}") != NULL);
+    T_OK(strstr(b.p, "\"err\":{\"code\":\"RANGE\",\"message\":\"too hot\","
+                     "\"retry_after_ms\":0}") != NULL);
     gp_buf_reset(&b);
     T_OK(gp_msg_to_json(&msg_health_request_desc, sample_of(&msg_health_request_desc), &b) == GP_EOK);
     T_OKM(strcmp(b.p, "{\"verbose\":true}") == 0, "json: %s", b.p);

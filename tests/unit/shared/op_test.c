@@ -1,12 +1,40 @@
 /* op_test.c -- gp_op_inbox_prefix: a client's reply inbox prefix
- * from the contract's inbox channels (the agent's and a tenant's); and
- * gp_op_stream_subject: a stream's subjects from an operation. */
+ * from the contract's inbox channels (the agent's and a tenant's);
+ * gp_op_stream_subject: a stream's subjects from an operation; and the
+ * per-tenant limit (x-gp-limit-by) on exactly the tenant API. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gp/limits.h"
 #include "gp/op.h"
 #include "msg_gen.h"
 #include "test.h"
+
+/* Every request of the tenant API (gp.api.{tenant}., the tenant inbox's
+ * prefix) is limited per tenant, and nothing else: operator, node and
+ * internal operations are never RATE_LIMITED. */
+static void
+test_limit_by(void)
+{
+    const char *inbox = GP_INBOX_TENANT_INBOX->address;
+    size_t      pre = (size_t)(strchr(inbox, '}') - inbox) + 1;     /* gp.api.{tenant} */
+    int         api = 0, limited = 0, wrong = 0;
+
+    for (const gp_op *const *o = gp_ops; *o != NULL; o++) {
+        bool is_api = (*o)->receive && (*o)->out != NULL && strncmp((*o)->address, inbox, pre) == 0;
+        bool lim = (*o)->limit_by != NULL && strcmp((*o)->limit_by, "tenant") == 0;
+
+        api += is_api;
+        limited += lim;
+        if (is_api != lim) {
+            wrong++;
+            printf("# %s: tenant API %d, limited %d\n", (*o)->id, is_api, lim);
+        }
+    }
+    T_OKM(api > 0 && wrong == 0, "x-gp-limit-by tenant on the %d tenant API requests and no "
+          "other operation (%d limited)", api, limited);
+}
 
 int
 main(void)
@@ -39,5 +67,6 @@ main(void)
     T_OKM(rc == GP_EINVAL, "an unknown parameter is INVAL (%s)", gp_err_name(rc));
     rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "job", buf, 12);
     T_OKM(rc == GP_ETOOBIG, "a buffer too small is TOOBIG (%s)", gp_err_name(rc));
+    test_limit_by();
     return T_DONE();
 }

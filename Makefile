@@ -39,7 +39,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 # a layer that must do no I/O links against, with no I/O library at all,
 # so an upward call into the I/O code does not build.
 CORE_SRC  := $(addprefix shared/src/,backoff.c buf.c cfg.c clock.c codec.c dbarray.c detect.c \
-             err.c id.c imageref.c log.c metrics.c money.c op.c shard.c xid.c)
+             err.c id.c imageref.c log.c metrics.c money.c op.c shard.c streamcfg.c xid.c)
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 CORE      := $(BUILD)/lib/libgpcore.a
 CORE_LDLIBS := -lmsgpackc -lm

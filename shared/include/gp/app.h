@@ -55,6 +55,8 @@ typedef struct gp_common_cfg {
     unsigned pg_pool;
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
     unsigned presence_ms;            /* ServicePresence every this often; 0 = none */
+    unsigned stream_replicas;        /* replicas of the streams it declares (gp/streamcfg.h) */
+    char     stream_max_bytes_mb[512]; /* "NAME=MB,...,*=MB"; "" = each stream's own */
     bool     print_routes;           /* print the operations served, then exit */
     /* Not an option: a program's prepare hook may set it (gp_bus_opts'
      * max_pending; 0 = the default). */

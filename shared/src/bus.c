@@ -1057,9 +1057,29 @@ inbox_open(gp_bus *bus)
     return GP_EOK;
 }
 
-gp_err
-gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
-               unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+/* Publishes data with reply, and with the header Nats-Msg-Id when msg_id
+ * is not NULL. */
+static natsStatus
+publish_request(gp_bus *bus, const char *subject, const char *reply, const char *msg_id,
+                const void *data, size_t len)
+{
+    natsMsg   *m = NULL;
+    natsStatus s;
+
+    if (msg_id == NULL)
+        return natsConnection_PublishRequest(bus->nc, subject, reply, data, (int)len);
+    s = natsMsg_Create(&m, subject, reply, data, (int)len);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, "Nats-Msg-Id", msg_id);
+    if (s == NATS_OK)
+        s = natsConnection_PublishMsg(bus->nc, m);
+    natsMsg_Destroy(m);
+    return s;
+}
+
+static gp_err
+request(gp_bus *bus, const char *subject, const char *msg_id, const void *data, size_t len,
+        unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
 {
     char       reply[GP_MAX_SUBJECT + 1];
     req       *r;
@@ -1084,7 +1104,7 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
     r->cb = cb;
     r->arg = arg;
     snprintf(reply, sizeof(reply), "%s.%llu", bus->inbox, (unsigned long long)r->token);
-    s = natsConnection_PublishRequest(bus->nc, subject, reply, data, (int)len);
+    s = publish_request(bus, subject, reply, msg_id, data, len);
     if (s != NATS_OK) {
         free(r);
         bus->st.publish_errors++;
@@ -1097,6 +1117,22 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
     ev_timer_init(&r->timer, req_timeout_cb, timeout_ms / 1000.0, 0.);
     ev_timer_start(bus->loop, &r->timer);
     return GP_EOK;
+}
+
+gp_err
+gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
+               unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+{
+    return request(bus, subject, NULL, data, len, timeout_ms, cb, arg);
+}
+
+gp_err
+gp_bus_request_msgid(gp_bus *bus, const char *subject, const char *msg_id, const void *data,
+                     size_t len, unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+{
+    if (msg_id == NULL || msg_id[0] == '\0')
+        return GP_EINVAL;
+    return request(bus, subject, msg_id, data, len, timeout_ms, cb, arg);
 }
 
 /* ---- JetStream worker: stream management and publishes ------------------ */

@@ -164,6 +164,13 @@ gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
  * requests; UNAVAIL after gp_bus_fail_requests. */
 gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                       unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);
+/* The same with the header Nats-Msg-Id: msg_id, so a request to a
+ * stream's subject (its reply the PubAck) that is retried is stored once
+ * within the stream's duplicate window, on a bus without a JetStream
+ * context (an agent's). */
+gp_err gp_bus_request_msgid(gp_bus *bus, const char *subject, const char *msg_id,
+                            const void *data, size_t len, unsigned timeout_ms,
+                            gp_bus_reply_cb *cb, void *arg);
 
 /* For shutdown: calls every outstanding request's callback now, with
  * UNAVAIL (so nothing waiting on the bus outlives what its callback

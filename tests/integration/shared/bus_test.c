@@ -666,6 +666,19 @@ test_stream_limits(gp_bus *bus)
     T_OKM(declare(bus, &raised) == GP_EOK && declare(bus, &want) == GP_EOK && list_lim(bus, &l) &&
           l.lim.max_bytes <= 0, "an unlimited stream stays unlimited (%lld)",
           (long long)l.lim.max_bytes);
+    {   /* a request with a message id (an agent's attempt event): a retry is stored once */
+        reply_rec r1 = {0}, r2 = {0};
+
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "r1", "x", 1, 3000, reply_cb, &r1) == GP_EOK);
+        RUN_UNTIL(r1.calls > 0, 5);
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "r1", "x", 1, 3000, reply_cb, &r2) == GP_EOK);
+        RUN_UNTIL(r2.calls > 0, 5);
+        T_OKM(r1.err == GP_EOK && strstr(r1.data, "\"seq\"") != NULL && r2.err == GP_EOK &&
+              strstr(r2.data, "\"duplicate\"") != NULL && strstr(r2.data, "true") != NULL && list_lim(bus, &l) && l.lim.msgs == 1,
+              "the same id requested twice: stored once, the second a duplicate (%s; %llu stored)",
+              r2.data, (unsigned long long)l.lim.msgs);
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "", "x", 1, 3000, reply_cb, &r2) == GP_EINVAL);
+    }
     /* filling: a fresh stream of 4 KiB */
     lowered.name = "LIM2";
     lowered.subjects = (const char *[]){"lim2.>", NULL};

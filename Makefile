@@ -216,7 +216,8 @@ bench: deps all
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
                 shared/src/log.c tests/helpers/schema_dump.c tests/unit/shared/backoff_test.c \
                 shared/include/gp/detect.h shared/src/detect.c tests/unit/shared/detect_test.c \
-                tests/integration/registry/detect_lua_test.c
+                tests/integration/registry/detect_lua_test.c shared/include/gp/streamcfg.h \
+                shared/src/streamcfg.c tests/unit/shared/streamcfg_test.c services/alerting/streams.c
 CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with

@@ -26,14 +26,13 @@
 #include "diag.h"
 
 /* The active alerts of the stream rules, for the clears of gone streams. */
-static const char active_sql[] =
-    "SELECT DISTINCT labels FROM alerts WHERE state <> 'resolved'\n"
-    "  AND alertname = ANY(string_to_array($1, ','))";
+static const char active_sql[] = "SELECT DISTINCT labels FROM alerts WHERE state <> 'resolved'\n"
+                                 "  AND alertname = ANY(string_to_array($1, ','))";
 
 typedef struct st_pass {
     al_pass *c;
     size_t   n;
-    char   (*names)[64];           /* the streams listed */
+    char (*names)[64]; /* the streams listed */
 } st_pass;
 
 /* One stream's fill against every rule on stream.fill_pct. */
@@ -50,8 +49,13 @@ one(alerting *a, al_pass *c, const char *stream, unsigned pct, bool discard_old,
     v.cause = d.cause;
     for (unsigned i = 0; i < a->rules.n; i++) {
         const al_rule *r = &a->rules.rule[i];
-        al_raise       x = {.rule = r, .region = "_", .site = "_", .node = "",
-                            .labels = labels, .summary = summary, .diag = &d};
+        al_raise       x = {.rule = r,
+                            .region = "_",
+                            .site = "_",
+                            .node = "",
+                            .labels = labels,
+                            .summary = summary,
+                            .diag = &d};
 
         if (r->signal != AL_SIG_STREAM_FILL)
             continue;
@@ -79,10 +83,11 @@ judge(alerting *a, al_pass *c, const gp_stream_state *s)
 
     limit_str(lb, sizeof(lb), s->max_bytes, "byte");
     limit_str(lm, sizeof(lm), s->max_msgs, "message");
-    snprintf(ev, sizeof(ev), "%s is %u%% full: %llu bytes (%s), %llu messages (%s), %d "
-             "replica(s); when full it %s", s->name, pct, (unsigned long long)s->bytes, lb,
-             (unsigned long long)s->msgs, lm, s->replicas,
-             s->discard_old ? "drops its oldest messages" : "refuses new messages");
+    snprintf(ev, sizeof(ev),
+             "%s is %u%% full: %llu bytes (%s), %llu messages (%s), %d "
+             "replica(s); when full it %s",
+             s->name, pct, (unsigned long long)s->bytes, lb, (unsigned long long)s->msgs, lm,
+             s->replicas, s->discard_old ? "drops its oldest messages" : "refuses new messages");
     one(a, c, s->name, pct, s->discard_old, ev);
 }
 

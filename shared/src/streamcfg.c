@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* MiB; 16 TiB at most, so MB x 2^20 stays far inside int64_t. */
-#define MB_MAX 16777216LL
+#define MB_MAX       16777216LL
 #define NAME_MAX_LEN 64
 
 /* The larger of two limits, unlimited (<= 0) the largest of all. */
@@ -156,7 +156,7 @@ gp_stream_bytes_spec(const char *spec, const char *name, int64_t *bytes)
             break;
         s = comma + 1;
         if (*s == '\0')
-            return GP_EINVAL;           /* a trailing comma */
+            return GP_EINVAL; /* a trailing comma */
     }
     if (named > 0 || any > 0)
         *bytes = (named > 0 ? named : any) * 1024 * 1024;

@@ -25,10 +25,10 @@
 #define GP_STREAM_REPLICAS_MAX 5
 
 typedef struct gp_stream_limits {
-    int64_t replicas;              /* >= 1 (0 reads as 1) */
-    int64_t max_bytes;             /* <= 0: unlimited */
-    int64_t max_age_ns;            /* <= 0: unlimited */
-    int64_t max_msgs;              /* <= 0: unlimited */
+    int64_t replicas;   /* >= 1 (0 reads as 1) */
+    int64_t max_bytes;  /* <= 0: unlimited */
+    int64_t max_age_ns; /* <= 0: unlimited */
+    int64_t max_msgs;   /* <= 0: unlimited */
 } gp_stream_limits;
 
 /* Which of have's values gp_stream_limits_merge kept over want's. */

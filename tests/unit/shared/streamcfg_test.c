@@ -13,8 +13,7 @@
 static void
 test_merge(void)
 {
-    gp_stream_limits want = {.replicas = 1, .max_bytes = 2 * GIB, .max_age_ns = 7 * DAY},
-                     have, out;
+    gp_stream_limits want = {.replicas = 1, .max_bytes = 2 * GIB, .max_age_ns = 7 * DAY}, have, out;
     unsigned         kept;
 
     /* a new or a smaller stream: the declaration as it is */
@@ -59,9 +58,9 @@ test_kept_str(void)
 {
     gp_stream_limits want = {.replicas = 1, .max_bytes = 2 * GIB, .max_age_ns = DAY},
                      have = {.replicas = 3, .max_bytes = -1, .max_age_ns = DAY}, out;
-    char             buf[160], small[16];
-    unsigned         kept = gp_stream_limits_merge(&want, &have, &out);
-    int              n = gp_stream_kept_str(kept, &want, &out, buf, sizeof(buf));
+    char     buf[160], small[16];
+    unsigned kept = gp_stream_limits_merge(&want, &have, &out);
+    int      n = gp_stream_kept_str(kept, &want, &out, buf, sizeof(buf));
 
     T_OKM(strcmp(buf, "replicas=3 (declared 1) max_bytes=unlimited (declared 2147483648)") == 0,
           "the kept fields, each with what was declared: \"%s\"", buf);
@@ -78,17 +77,17 @@ test_spec(void)
     int64_t b = 7;
 
     T_EQ_INT(gp_stream_bytes_spec("", "JOBS", &b), GP_EOK);
-    T_EQ_INT(b, 7);                                 /* nothing named: left as it was */
+    T_EQ_INT(b, 7); /* nothing named: left as it was */
     T_EQ_INT(gp_stream_bytes_spec("JOBS=512,USAGE=2048", "USAGE", &b), GP_EOK);
     T_EQ_INT(b, 2048LL * 1024 * 1024);
     T_EQ_INT(gp_stream_bytes_spec("JOBS=512,*=64", "FLEET", &b), GP_EOK);
-    T_EQ_INT(b, 64LL * 1024 * 1024);                /* "*": every stream not named */
+    T_EQ_INT(b, 64LL * 1024 * 1024); /* "*": every stream not named */
     T_EQ_INT(gp_stream_bytes_spec("*=64,JOBS=512", "JOBS", &b), GP_EOK);
-    T_EQ_INT(b, 512LL * 1024 * 1024);               /* a name beats "*" wherever it is */
+    T_EQ_INT(b, 512LL * 1024 * 1024); /* a name beats "*" wherever it is */
     b = 7;
     T_EQ_INT(gp_stream_bytes_spec("JOBS=512", "JOB", &b), GP_EOK);
-    T_EQ_INT(b, 7);                                 /* a prefix is not the name */
-    T_EQ_INT(gp_stream_bytes_spec("JOBS=512,USAGE=1", "", &b), GP_EOK);   /* validation */
+    T_EQ_INT(b, 7); /* a prefix is not the name */
+    T_EQ_INT(gp_stream_bytes_spec("JOBS=512,USAGE=1", "", &b), GP_EOK); /* validation */
     T_EQ_INT(gp_stream_bytes_spec("JOBS", "", &b), GP_EINVAL);
     T_EQ_INT(gp_stream_bytes_spec("JOBS=", "", &b), GP_EINVAL);
     T_EQ_INT(gp_stream_bytes_spec("JOBS=0", "", &b), GP_EINVAL);
@@ -105,12 +104,12 @@ test_spec(void)
 static void
 test_fill(void)
 {
-    T_EQ_INT(gp_stream_fill_pct(500, 0, 7, -1), 0);         /* unlimited: never full */
-    T_EQ_INT(gp_stream_fill_pct(899, 1000, 0, -1), 89);     /* rounded down */
+    T_EQ_INT(gp_stream_fill_pct(500, 0, 7, -1), 0);     /* unlimited: never full */
+    T_EQ_INT(gp_stream_fill_pct(899, 1000, 0, -1), 89); /* rounded down */
     T_EQ_INT(gp_stream_fill_pct(900, 1000, 0, -1), 90);
     T_EQ_INT(gp_stream_fill_pct(1000, 1000, 0, -1), 100);
-    T_EQ_INT(gp_stream_fill_pct(10, 1000, 95, 100), 95);    /* messages the fuller */
-    T_EQ_INT(gp_stream_fill_pct(1200, 1000, 0, 0), 120);    /* lowered below what it holds */
+    T_EQ_INT(gp_stream_fill_pct(10, 1000, 95, 100), 95); /* messages the fuller */
+    T_EQ_INT(gp_stream_fill_pct(1200, 1000, 0, 0), 120); /* lowered below what it holds */
 }
 
 int

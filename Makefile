@@ -39,7 +39,8 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 # a layer that must do no I/O links against, with no I/O library at all,
 # so an upward call into the I/O code does not build.
 CORE_SRC  := $(addprefix shared/src/,backoff.c buf.c cfg.c clock.c codec.c dbarray.c detect.c \
-             err.c id.c imageref.c log.c metrics.c money.c op.c ratelimit.c shard.c xid.c)
+             err.c id.c imageref.c log.c metrics.c money.c op.c ratelimit.c shard.c streamcfg.c \
+             xid.c)
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/msg_gen.o
 CORE      := $(BUILD)/lib/libgpcore.a
 CORE_LDLIBS := -lmsgpackc -lm
@@ -216,7 +217,8 @@ bench: deps all
 FORMAT_FILES := shared/include/gp/dbarray.h shared/include/gp/id.h shared/src/err.c \
                 shared/src/log.c tests/helpers/schema_dump.c tests/unit/shared/backoff_test.c \
                 shared/include/gp/detect.h shared/src/detect.c tests/unit/shared/detect_test.c \
-                tests/integration/registry/detect_lua_test.c
+                tests/integration/registry/detect_lua_test.c shared/include/gp/streamcfg.h \
+                shared/src/streamcfg.c tests/unit/shared/streamcfg_test.c services/alerting/streams.c
 CLANG_FORMAT ?= clang-format
 
 # varFuncNullUB: gp_app_serve(app, state, routes..., NULL) ends its list with

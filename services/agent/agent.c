@@ -803,8 +803,10 @@ ev_send(agent *a, reqctx *c, const gp_buf *b)
 {
     gp_err rc = gp_bus_js_pub(a->bus, a->s_att, a->evq[0].id, b->p, b->n, ev_js_cb, c);
 
-    if (rc == GP_EINVAL)                      /* no JetStream context on this bus */
-        rc = gp_bus_request(a->bus, a->s_att, b->p, b->n, req_timeout_ms(a, REQ_REGISTER), ev_req_cb, c);
+    if (rc == GP_EINVAL)                      /* no JetStream context on this bus: its id in a
+                                               * header all the same, so a retry is stored once */
+        rc = gp_bus_request_msgid(a->bus, a->s_att, a->evq[0].id, b->p, b->n,
+                                  req_timeout_ms(a, REQ_REGISTER), ev_req_cb, c);
     return rc;
 }
 

@@ -5,7 +5,7 @@
  * JetStream stream FLEET with durable consumers; every heartbeat's
  * telemetry; the scheduler's job events, from JOBS; every service
  * instance's word that it is there; the numbers of the usage records in
- * USAGE) into one alert per real
+ * USAGE; how full each JetStream stream is) into one alert per real
  * problem, by the rules of rules.h, with the diagnosis of diag.h; keeps
  * every alert's state in PostgreSQL (alerts.c: pending -> firing after
  * the rule's for-duration unless a wider alert inhibits it -> resolved
@@ -45,6 +45,7 @@ typedef struct alerting_cfg {
     unsigned      jobs_ms, jobs_window_ms, jobs_min_ended;
     unsigned      presence_check_ms;
     unsigned      usage_gap_ms, usage_grace_ms;
+    unsigned      streams_ms;
 } alerting_cfg;
 
 typedef struct al_site {
@@ -74,7 +75,8 @@ typedef struct alerting {
     bool                jobs_busy;      /* jobs.c: a rates pass is out */
     bool                presence_busy;  /* presence.c: a check is out */
     bool                usage_busy;     /* usage.c: a check is out */
-    uint64_t           *m_job_events, *m_usage_records;
+    bool                streams_busy;   /* streams.c: a check is out */
+    uint64_t           *m_job_events, *m_usage_records, *m_stream_errors;
 } alerting;
 
 #define AL_SITES_CAP 16384
@@ -160,6 +162,9 @@ void                  alerting_presence_run(gp_app *app, void *arg);
  * for holes every usage-gap-ms */
 extern const gp_route alerting_usage_routes[];
 void                  alerting_usage_run(gp_app *app, void *arg);
+
+/* streams.c: how full each JetStream stream is, every streams-ms */
+void                  alerting_streams_run(gp_app *app, void *arg);
 
 /* api.c: gp.admin.alert.* (list, ack, silences) */
 extern const gp_route alerting_api_routes[];

@@ -43,6 +43,9 @@ const gp_cfg_opt alerting_cfg_opts[] = {
                 "how often sites are checked for usage records missing from the USAGE stream"),
     GP_CFG_UINT("usage-grace-ms", alerting_cfg, usage_grace_ms, 600000, 0, 86400000,
                 "a usage record may come this late (out of order) before it counts as missing"),
+    GP_CFG_UINT("streams-ms", alerting_cfg, streams_ms, 30000, 100, 3600000,
+                "how often every JetStream stream's fill (of its byte and message limits) is "
+                "judged by the rules on stream.fill_pct"),
     GP_CFG_END
 };
 

@@ -212,6 +212,22 @@ al_diag_service(const char *evidence, al_diag *d)
 }
 
 void
+al_diag_stream(const char *evidence, bool discard_old, al_diag *d)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->cause, sizeof(d->cause), "stream_full");
+    snprintf(d->evidence, sizeof(d->evidence), "%s", evidence);
+    snprintf(d->action, sizeof(d->action), "%s",
+             discard_old
+                 ? "Raise its max_bytes (or stream-max-bytes-mb) within the servers' "
+                   "max_file_store: when full it drops its oldest messages, read or not"
+                 : "Raise its max_bytes (or stream-max-bytes-mb) within the servers' "
+                   "max_file_store: when full it refuses new messages, which wait in their "
+                   "publishers' outboxes (gp_bus_js_full_total counts the refusals)");
+    d->dispatch = MSG_ALERT_DISPATCH_PLATFORM_ONCALL;
+}
+
+void
 al_diag_usage_gap(const char *evidence, al_diag *d)
 {
     memset(d, 0, sizeof(*d));

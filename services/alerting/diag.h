@@ -44,5 +44,9 @@ void al_diag_service(const char *evidence, al_diag *d);
 /* Usage records of a site missing from the USAGE stream: our own on-call
  * (metering's outbox and review queue, then the bill). */
 void al_diag_usage_gap(const char *evidence, al_diag *d);
+/* A JetStream stream nearly full: our own on-call (the stream's limit,
+ * the servers' store, or a consumer that stopped reading); discard_old:
+ * it drops its oldest when full, else it refuses new messages. */
+void al_diag_stream(const char *evidence, bool discard_old, al_diag *d);
 
 #endif

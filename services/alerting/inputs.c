@@ -36,20 +36,24 @@ static const char *alerts_subjects[] = {alerts_subject, NULL};
 static char        jobs_subject[GP_MAX_SUBJECT];
 static const char *jobs_subjects[] = {jobs_subject, NULL};
 
-/* FLEET: a week of what the fleet reported (read here); ALERTS:
- * a month of alert events, a republish within 10 minutes (a claim that
- * lapsed mid-publish) stored once. */
+/* FLEET: a week of what the fleet reported (read here), 1 GiB; its
+ * messages are plain publications that no publisher retries, so when full
+ * the oldest go (read long since) rather than the newest node states.
+ * ALERTS: a month of alert events, 512 MiB, a republish within 10
+ * minutes (a claim that lapsed mid-publish) stored once; when full a new
+ * one is refused and stays in the outbox (alert_events). */
 const gp_stream_cfg alerting_streams[] = {
     {.name = "FLEET", .subjects = (const char **)fleet_subjects, .max_age_s = 7 * 24 * 3600,
-     .duplicate_window_s = 120, .memory = false},
+     .max_bytes = 1LL << 30, .duplicate_window_s = 120, .memory = false, .discard_old = true},
     {.name = "ALERTS", .subjects = (const char **)alerts_subjects, .max_age_s = 30 * 24 * 3600,
-     .duplicate_window_s = 600, .memory = false},
+     .max_bytes = 512LL << 20, .duplicate_window_s = 600, .memory = false},
     /* the scheduler's (its sched_streams entry, the same) */
     {.name = "JOBS", .subjects = (const char **)jobs_subjects,
-     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 120, .memory = false},
+     .max_age_s = 7 * 24 * 3600, .max_bytes = 1LL << 30, .duplicate_window_s = 120,
+     .memory = false},
     /* metering's (its metering_streams entry, the same) */
     {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
-     .duplicate_window_s = 600, .memory = false},
+     .max_bytes = 4LL << 30, .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
 

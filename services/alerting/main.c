@@ -16,6 +16,7 @@ static const gp_svc_task alerting_tasks[] = {
     GP_SVC_TASK("jobs", alerting_cfg, jobs_ms, alerting_jobs_run),
     GP_SVC_TASK("presence_check", alerting_cfg, presence_check_ms, alerting_presence_run),
     GP_SVC_TASK("usage_gaps", alerting_cfg, usage_gap_ms, alerting_usage_run),
+    GP_SVC_TASK("streams", alerting_cfg, streams_ms, alerting_streams_run),
     GP_SVC_TASKS_END,
 };
 

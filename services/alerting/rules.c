@@ -22,7 +22,10 @@
  * from the same heartbeat, but on another path) is raised first and mutes
  * it: one alert, the cause, with the quarantine in its diagnosis.  The job
  * failure rates (jobs.c) keep their counts in the evidence: a summary that
- * changed would tell a firing alert again every pass. */
+ * changed would tell a firing alert again every pass; so does StreamFull
+ * (how full, in bytes and messages).  StreamFull fires at 90%: a stream
+ * that refuses new messages when full (discard new) stops its publishers
+ * at 100%, and the last 10% of a week's stream is most of a day. */
 const char al_rules_default[] =
     "# name                signal           op  values       for  severity labels        summary\n"
     "SiteUnreachable       site.state       ==  unreachable  30s  page     -             "
@@ -56,6 +59,8 @@ const char al_rules_default[] =
     "\"Jobs of customer {tenant} fail wherever they run\"\n"
     "ServiceInstanceSilent service.state    ==  silent       0s   page     team=platform "
     "\"Instance {instance} of gridpool-{service} went silent\"\n"
+    "StreamFull            stream.fill_pct  >=  90           0s   page     team=platform "
+    "\"JetStream stream {stream} is nearly full\"\n"
     "MeteringGap           site.usage_gap   >   0            0s   ticket   team=platform "
     "\"Usage records of {site} ({region}) never reached billing\"\n";
 
@@ -85,6 +90,7 @@ static const struct {
     [AL_SIG_TENANT_JOBS] = {"tenant.job_fail_pct", AL_SCOPE_TENANT, true, false, {NULL}},
     [AL_SIG_SERVICE] = {"service.state", AL_SCOPE_SERVICE, false, false, {"up", "silent", NULL}},
     [AL_SIG_SITE_USAGE_GAP] = {"site.usage_gap", AL_SCOPE_SITE, true, false, {NULL}},
+    [AL_SIG_STREAM_FILL] = {"stream.fill_pct", AL_SCOPE_SERVICE, true, false, {NULL}},
 };
 
 bool
@@ -100,8 +106,8 @@ al_signal_telemetry(al_signal s)
 }
 
 static const char *const placeholders[] = {"site", "region", "node", "tenant", "service",
-                                           "instance", "cause", "reason", "sites_silent",
-                                           "sites", NULL};
+                                           "instance", "stream", "cause", "reason",
+                                           "sites_silent", "sites", NULL};
 
 const char *
 al_signal_name(al_signal s)
@@ -335,7 +341,8 @@ parse_line(char *line, int lineno, al_rule *r, char *err, size_t errlen)
                    sizeof(r->summary) - 1);
     if (!summary_ok(q, which, sizeof(which)))
         return bad(err, errlen, lineno, "the summary names %s (known: {site} {region} {node} "
-                                        "{cause} {reason} {sites_silent} {sites})", which);
+                                        "{tenant} {service} {instance} {stream} {cause} "
+                                        "{reason} {sites_silent} {sites})", which);
     snprintf(r->summary, sizeof(r->summary), "%s", q);
     return GP_EOK;
 }
@@ -504,6 +511,8 @@ al_expand(const char *tmpl, const al_vars *v, char *out, size_t n)
             val = or_q(v->service);
         else if (strcmp(name, "instance") == 0)
             val = or_q(v->instance);
+        else if (strcmp(name, "stream") == 0)
+            val = or_q(v->stream);
         else if (strcmp(name, "cause") == 0)
             val = or_q(v->cause);
         else if (strcmp(name, "reason") == 0)

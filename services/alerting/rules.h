@@ -13,16 +13,18 @@
  * service.state (up, silent: an instance of a service that stopped saying
  * it is there without saying it was stopping: presence.c);
  * site.usage_gap (usage records of a site missing from the USAGE stream
- * past a grace: usage.c).
+ * past a grace: usage.c); stream.fill_pct (how full a JetStream stream
+ * is, percent of its byte or message limit: streams.c).
  * A signal is a state the fleet reports about one entity (a site, a node,
  * the fleet); its scope decides the alert's labels (site: region and
  * site; node: region, site and node; tenant: the label tenant=; service:
- * the labels service= and instance=; fleet: none).  A rule holds for an
+ * the labels service= and instance=, or stream= for a stream, a part of
+ * the control plane's services; fleet: none).  A rule holds for an
  * entity while the entity's last reported value matches (== one of the
  * values, != none of them); it fires once it has held for `for`.
  * Durations (gp/duration.h): 500ms, 30s, 1.5m, 1h, at most a day.  Labels: "-" or k=v,k=v.  A summary's
- * {placeholders}: site, region, node, tenant, service, instance, cause,
- * reason, sites_silent, sites.
+ * {placeholders}: site, region, node, tenant, service, instance, stream,
+ * cause, reason, sites_silent, sites.
  *
  * Contract:
  *   - al_rules_parse(text): every line checked; the first error is INVAL
@@ -58,6 +60,7 @@ typedef enum al_signal {
     AL_SIG_NODE_JOBS, AL_SIG_SITE_JOBS, AL_SIG_TENANT_JOBS,   /* job failure rates */
     AL_SIG_SERVICE,                                     /* presence.c */
     AL_SIG_SITE_USAGE_GAP,                              /* usage.c */
+    AL_SIG_STREAM_FILL,                                 /* streams.c */
     AL_SIG_COUNT
 } al_signal;
 typedef enum al_op { AL_OP_EQ, AL_OP_NE, AL_OP_GT, AL_OP_GE, AL_OP_LT, AL_OP_LE } al_op;
@@ -87,7 +90,7 @@ typedef struct al_rules {
 
 /* The variables a summary may name; NULL or "" prints as "?". */
 typedef struct al_vars {
-    const char *site, *region, *node, *cause, *reason, *tenant, *service, *instance;
+    const char *site, *region, *node, *cause, *reason, *tenant, *service, *instance, *stream;
     unsigned    sites_silent, sites;
 } al_vars;
 

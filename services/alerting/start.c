@@ -37,6 +37,8 @@ add_metrics(alerting *a)
                                         "Posts to Alertmanager that failed (sent again)");
     a->m_job_events = gp_metrics_counter(mx, "gp_alerting_job_events_total", NULL,
                                          "Job events read from JOBS");
+    a->m_stream_errors = gp_metrics_counter(mx, "gp_alerting_stream_list_errors_total", NULL,
+                                            "Listings of the JetStream streams that failed");
 }
 
 gp_err

@@ -60,7 +60,7 @@ static const char *usage_subjects[] = {usage_subject, NULL};
 /* The stream as metering declares it. */
 const gp_stream_cfg billing_streams[] = {
     {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
-     .duplicate_window_s = 600, .memory = false},
+     .max_bytes = 4LL << 30, .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
 

@@ -31,9 +31,12 @@ static const char *usage_subjects[] = {usage_subject, NULL};
  * within 10 minutes (a claim that expired mid-publish) stored once. */
 const gp_stream_cfg metering_streams[] = {
     {.name = "ATTEMPTS", .subjects = (const char **)attempts_subjects,
-     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 600, .memory = false},
+     .max_age_s = 7 * 24 * 3600, .max_bytes = 1LL << 30, .duplicate_window_s = 600,
+     .memory = false},
+    /* 4 GiB: ~13 M records of ~300 bytes; when full, a record is refused
+     * and stays in the outbox (StreamFull fired at 90%) */
     {.name = "USAGE", .subjects = (const char **)usage_subjects, .max_age_s = 30 * 24 * 3600,
-     .duplicate_window_s = 600, .memory = false},
+     .max_bytes = 4LL << 30, .duplicate_window_s = 600, .memory = false},
     {.name = NULL},
 };
 

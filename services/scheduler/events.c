@@ -35,17 +35,22 @@ static char        attempts_subject[GP_MAX_SUBJECT];
 static const char *attempts_subjects[] = {attempts_subject, NULL};
 
 /* Integrators replay a week with a durable consumer; a publish retried
- * within two minutes is stored once. */
+ * within two minutes is stored once.  Byte limits (alike in every service
+ * that declares the stream; stream-max-bytes-mb overrides them): 1 GiB
+ * each, a week of ~2 M job events or attempt events of ~500 bytes; when
+ * full, a new event is refused (its outbox keeps it) and alerting's
+ * StreamFull has fired at 90%. */
 const gp_stream_cfg sched_streams[] = {
     {.name = "JOBS", .subjects = (const char **)jobs_subjects, .max_age_s = 7 * 24 * 3600,
-     .duplicate_window_s = 120, .memory = false},
+     .max_bytes = 1LL << 30, .duplicate_window_s = 120, .memory = false},
     /* Attempt events until the scheduler took them (the agents retry until
      * stored; the final event carries the counters billing needs): a week
      * covers any outage of the scheduler; an agent's retry within 10 min
      * (its outbox's backoff tops at 15 s, a cut uplink may hold it longer)
      * is stored once. */
     {.name = "ATTEMPTS", .subjects = (const char **)attempts_subjects,
-     .max_age_s = 7 * 24 * 3600, .duplicate_window_s = 600, .memory = false},
+     .max_age_s = 7 * 24 * 3600, .max_bytes = 1LL << 30, .duplicate_window_s = 600,
+     .memory = false},
     {.name = NULL},
 };
 

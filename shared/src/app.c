@@ -35,6 +35,7 @@
 #include "gp/limits.h"
 #include "gp/log.h"
 #include "gp/ratelimit.h"
+#include "gp/streamcfg.h"
 #include "msg_gen.h"
 #include <nats/nats.h>
 
@@ -132,7 +133,7 @@ typedef struct limit_series {
 } limit_series;
 
 typedef struct stream_rt {
-    const gp_stream_cfg *cfg;
+    gp_stream_cfg        cfg;       /* the declaration, with this deployment's replicas and bytes */
     bool                 done;
     unsigned             fails;
 } stream_rt;
@@ -179,6 +180,7 @@ struct gp_app {
     uint64_t            *m_inflight_rejects;
     double              *m_inflight, *m_up_nats, *m_up_redis, *m_up_pg;
     uint64_t            *m_bus_dropped, *m_bus_reconnects, *m_kv_timeouts, *m_kv_reconnects;
+    uint64_t            *m_bus_js_full;
     uint64_t            *m_kv_moved, *m_kv_ask, *m_kv_tryagain, *m_kv_crossslot;
     uint64_t            *m_db_timeouts, *m_db_reconnects, *m_kv_errors, *m_db_errors;
     uint64_t            *m_bus_dropped_bytes, *m_bus_nats_dropped, *m_bus_js_refused;
@@ -193,10 +195,14 @@ struct gp_app {
     gp_buf               reply_buf;    /* send_reply's, reused (loop thread only) */
 };
 
-/* The DLQ stream, declared by the chassis when a service has a durable route. */
+/* The DLQ stream, declared by the chassis when a service has a durable
+ * route: two weeks, 512 MiB of what was given up on; when full, a new
+ * dead letter is refused (its message is nak'ed and comes again) rather
+ * than an older one dropped unseen. */
 static const char *const dlq_subjects[] = {"gp.int.dlq.>", NULL};
 static const gp_stream_cfg dlq_stream = {
     .name = DLQ_STREAM, .subjects = (const char **)dlq_subjects, .max_age_s = 14 * 86400,
+    .max_bytes = 512LL << 20,
 };
 
 const gp_cfg_opt gp_common_cfg_opts[] = {
@@ -223,6 +229,8 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_UINT("pg-pool", gp_common_cfg, pg_pool, 4, 1, 64, "PostgreSQL connections per service"),
     GP_CFG_UINT("drain-ms", gp_common_cfg, drain_ms, 5000, 0, 600000, "shutdown waits this long for in-flight requests"),
     GP_CFG_UINT("presence-ms", gp_common_cfg, presence_ms, 5000, 0, 600000, "the instance says it is there (gp.int.presence.<service>) this often; 0: never"),
+    GP_CFG_UINT("stream-replicas", gp_common_cfg, stream_replicas, 1, 1, GP_STREAM_REPLICAS_MAX, "replicas of every JetStream stream this service declares: 1 on one nats-server, 3 on a 3-server cluster (never lowers a stream's own)"),
+    GP_CFG_STR("stream-max-bytes-mb", gp_common_cfg, stream_max_bytes_mb, "", "byte limits of the streams in MiB, NAME=MB,...,*=MB (\"\": each stream's default, README; never lowers a stream's own)"),
     GP_CFG_BOOL("print-routes", gp_common_cfg, print_routes, 0, "print the operations this service serves (service, operation id, subject pattern) and exit"),
     GP_CFG_UINT("http-timeout-ms", gp_common_cfg, http_timeout_ms, 5000, 100, 600000, "an HTTP client must send its request within this, then take the answer within this again, or it is closed"),
     GP_CFG_UINT("tenant-rate", gp_common_cfg, tenant_rate, 1000, 0, 1000000, "requests a second one tenant may make on its API (gp.api.<tenant>.>) to this instance; past it RATE_LIMITED (0: no rate limit)"),
@@ -906,6 +914,7 @@ collect(void *arg)
     *app->m_bus_nats_dropped = bs.nats_dropped;
     *app->m_bus_js_refused = bs.js_refused;
     *app->m_bus_reconnects = bs.reconnects;
+    *app->m_bus_js_full = bs.js_full;
     *app->m_up_nats = gp_bus_is_connected(app->bus);
     *app->m_inflight = app->inflight;
     if (app->kv != NULL) {
@@ -991,6 +1000,8 @@ register_metrics(gp_app *app)
     C(m_bus_nats_dropped, "gp_bus_nats_dropped_total", "Messages the NATS client dropped at a subscription's pending limits");
     C(m_bus_js_refused, "gp_bus_js_refused_total", "JetStream publishes refused: the worker's queue full (count or bytes)");
     C(m_bus_reconnects, "gp_bus_reconnects_total", "NATS reconnects");
+    C(m_bus_js_full, "gp_bus_js_full_total",
+      "JetStream publishes refused for a full stream or store (kept by their outbox)");
     C(m_kv_timeouts, "gp_redis_timeouts_total", "Redis commands past their deadline");
     C(m_kv_reconnects, "gp_redis_reconnects_total", "Redis reconnects");
     C(m_kv_errors, "gp_redis_errors_total", "Redis commands that failed");
@@ -1354,11 +1365,11 @@ stream_done(void *arg, gp_err err)
 
     if (err == GP_EOK) {
         s->done = true;
-        GP_INFO("stream_ready", "stream=%s", s->cfg->name);
+        GP_INFO("stream_ready", "stream=%s", s->cfg.name);
     } else {
         s->fails++;
         if (s->fails == 1 || s->fails % 30 == 0)
-            GP_WARN("stream_create_failed", "stream=%s code=%s tries=%u", s->cfg->name,
+            GP_WARN("stream_create_failed", "stream=%s code=%s tries=%u", s->cfg.name,
                     gp_err_name(err), s->fails);
     }
 }
@@ -1387,7 +1398,7 @@ streams_ensure(gp_app *app)
             continue;
         all = false;
         if (gp_bus_is_connected(app->bus))
-            gp_bus_js_stream(app->bus, s->cfg, stream_done, s);
+            gp_bus_js_stream(app->bus, &s->cfg, stream_done, s);
     }
     if (!all && !app->stopping) {
         ev_timer_init(&app->streams_t, streams_cb, 1.0, 0);
@@ -1398,12 +1409,20 @@ streams_ensure(gp_app *app)
 static gp_err
 stream_add(gp_app *app, const gp_stream_cfg *cfg)
 {
+    stream_rt *s;
+
     for (int i = 0; i < app->nstreams; i++)
-        if (strcmp(app->streams[i].cfg->name, cfg->name) == 0)
+        if (strcmp(app->streams[i].cfg.name, cfg->name) == 0)
             return GP_EOK;
     if (app->nstreams == GP_MAX_STREAMS)
         return GP_ETOOBIG;
-    app->streams[app->nstreams++].cfg = cfg;
+    s = &app->streams[app->nstreams];
+    s->cfg = *cfg;
+    if (s->cfg.replicas == 0)
+        s->cfg.replicas = (int)app->cfg.stream_replicas;
+    if (gp_stream_bytes_spec(app->cfg.stream_max_bytes_mb, cfg->name, &s->cfg.max_bytes) != GP_EOK)
+        return GP_EINVAL;
+    app->nstreams++;
     return GP_EOK;
 }
 

@@ -11,6 +11,7 @@
 
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "gp/streamcfg.h"
 
 /* One process' run: what gp_app_main made and how far it got. */
 typedef struct svc_run {
@@ -43,6 +44,21 @@ common_of(const svc_run *r)
     return (gp_common_cfg *)(void *)((char *)r->cfg + r->svc->common_at);
 }
 
+/* What the option table cannot check: the streams' byte limits' list.
+ * GP_CFG_CONTINUE, or 78 (EX_CONFIG) after saying why. */
+static int
+check_common(const svc_run *r)
+{
+    const char *spec = common_of(r)->stream_max_bytes_mb;
+    int64_t     unused = 0;
+
+    if (gp_stream_bytes_spec(spec, "", &unused) == GP_EOK)
+        return GP_CFG_CONTINUE;
+    fprintf(stderr, "%s: stream-max-bytes-mb \"%s\": not a list NAME=MB,...,*=MB (MB 1..16777216)\n",
+            r->prog, spec);
+    return 78;
+}
+
 /* Steps 1 and 2: GP_CFG_CONTINUE, or the exit status. */
 static int
 load(svc_run *r, int argc, char **argv)
@@ -63,6 +79,8 @@ load(svc_run *r, int argc, char **argv)
         fprintf(stderr, "%s: %s\n", r->prog, err);
         return 78;                           /* EX_CONFIG */
     }
+    if ((code == 0 || code == GP_CFG_CONTINUE) && check_common(r) != GP_CFG_CONTINUE)
+        return 78;
     if (code == 0 && svc->check != NULL && check_config_asked(argc, argv)) {
         r->hooked = true;
         return svc->check(r->cfg, r->state);

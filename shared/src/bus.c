@@ -35,6 +35,7 @@
 #include "gp/backoff.h"
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "gp/streamcfg.h"
 
 /* Records handled per wake_cb call: a burst of 65536 messages must not keep
  * timers and sockets waiting for the whole burst. */
@@ -57,6 +58,7 @@ typedef enum rec_kind {
     REC_SUBDONE,   /* a subscription's last callback has returned */
     REC_CONN,      /* connection event */
     REC_DONE,      /* a JetStream job finished */
+    REC_LIST,      /* a stream listing finished */
     REC_JSMSG,     /* a message fetched by a pull consumer */
     REC_PULLDONE   /* a pull worker thread is exiting */
 } rec_kind;
@@ -69,7 +71,14 @@ typedef struct rec {
     union {
         struct { gp_bus_sub *sub; natsMsg *msg; size_t len; } m;
         conn_ev conn;
-        struct { gp_bus_done_cb *cb; void *arg; gp_err err; bool pub; } d;
+        struct { gp_bus_done_cb *cb; void *arg; gp_err err; bool pub, full; } d;
+        struct {
+            gp_bus_streams_cb *cb;
+            void              *arg;
+            gp_err             err;
+            gp_stream_state   *s;
+            size_t             n;
+        } l;
         gp_jsmsg *jm;
         gp_bus_pull *pull;
     } u;
@@ -97,13 +106,15 @@ typedef struct req {
     ev_timer         timer;
 } req;
 
-typedef enum job_kind { JOB_STREAM, JOB_PUB } job_kind;
+typedef enum job_kind { JOB_STREAM, JOB_PUB, JOB_LIST } job_kind;
 
 typedef struct job {
     struct job     *next;
     job_kind        kind;
     gp_bus_done_cb *cb;
     void           *arg;
+    /* JOB_LIST */
+    gp_bus_streams_cb *list_cb;
     /* JOB_STREAM */
     jsStreamConfig  sc;
     char          **subjects;
@@ -538,9 +549,18 @@ deliver_done(gp_bus *bus, rec *r)
             bus->st.js_published++;
         else
             bus->st.js_publish_errors++;
+        if (r->u.d.full)
+            bus->st.js_full++;
     }
     if (r->u.d.cb != NULL)
         r->u.d.cb(r->u.d.arg, r->u.d.err);
+}
+
+static void
+deliver_list(rec *r)
+{
+    r->u.l.cb(r->u.l.arg, r->u.l.err, r->u.l.s, r->u.l.err == GP_EOK ? r->u.l.n : 0);
+    free(r->u.l.s);
 }
 
 /* Ends a fetched message's accounting; p may be freed. */
@@ -605,6 +625,9 @@ deliver(gp_bus *bus, rec *r)
         break;
     case REC_DONE:
         deliver_done(bus, r);
+        break;
+    case REC_LIST:
+        deliver_list(r);
         break;
     case REC_JSMSG:
         if (r->u.jm->pull->dead) {
@@ -1084,9 +1107,29 @@ inbox_open(gp_bus *bus)
     return GP_EOK;
 }
 
-gp_err
-gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
-               unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+/* Publishes data with reply, and with the header Nats-Msg-Id when msg_id
+ * is not NULL. */
+static natsStatus
+publish_request(gp_bus *bus, const char *subject, const char *reply, const char *msg_id,
+                const void *data, size_t len)
+{
+    natsMsg   *m = NULL;
+    natsStatus s;
+
+    if (msg_id == NULL)
+        return natsConnection_PublishRequest(bus->nc, subject, reply, data, (int)len);
+    s = natsMsg_Create(&m, subject, reply, data, (int)len);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, "Nats-Msg-Id", msg_id);
+    if (s == NATS_OK)
+        s = natsConnection_PublishMsg(bus->nc, m);
+    natsMsg_Destroy(m);
+    return s;
+}
+
+static gp_err
+request(gp_bus *bus, const char *subject, const char *msg_id, const void *data, size_t len,
+        unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
 {
     char       reply[GP_MAX_SUBJECT + 1];
     req       *r;
@@ -1111,7 +1154,7 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
     r->cb = cb;
     r->arg = arg;
     snprintf(reply, sizeof(reply), "%s.%llu", bus->inbox, (unsigned long long)r->token);
-    s = natsConnection_PublishRequest(bus->nc, subject, reply, data, (int)len);
+    s = publish_request(bus, subject, reply, msg_id, data, len);
     if (s != NATS_OK) {
         free(r);
         bus->st.publish_errors++;
@@ -1124,6 +1167,22 @@ gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
     ev_timer_init(&r->timer, req_timeout_cb, timeout_ms / 1000.0, 0.);
     ev_timer_start(bus->loop, &r->timer);
     return GP_EOK;
+}
+
+gp_err
+gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
+               unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+{
+    return request(bus, subject, NULL, data, len, timeout_ms, cb, arg);
+}
+
+gp_err
+gp_bus_request_msgid(gp_bus *bus, const char *subject, const char *msg_id, const void *data,
+                     size_t len, unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg)
+{
+    if (msg_id == NULL || msg_id[0] == '\0')
+        return GP_EINVAL;
+    return request(bus, subject, msg_id, data, len, timeout_ms, cb, arg);
 }
 
 /* ---- JetStream worker: stream management and publishes ------------------ */
@@ -1152,18 +1211,74 @@ js_err(natsStatus s, jsErrCode jerr)
     return err == GP_EINTERNAL && jerr != 0 ? GP_ECONFLICT : err;
 }
 
+static void
+limits_of(const jsStreamConfig *c, gp_stream_limits *l)
+{
+    l->replicas = c->Replicas;
+    l->max_bytes = c->MaxBytes;
+    l->max_age_ns = c->MaxAge;
+    l->max_msgs = c->MaxMsgs;
+}
+
+/* The declaration meets the stream as it is: what the stream has larger
+ * (an operator's edit, another service's larger declaration) stays. */
+static void
+keep_larger(job *j, const jsStreamConfig *have)
+{
+    gp_stream_limits want, got, out;
+    unsigned         kept;
+    char             note[256];
+
+    limits_of(&j->sc, &want);
+    limits_of(have, &got);
+    kept = gp_stream_limits_merge(&want, &got, &out);
+    j->sc.Replicas = out.replicas;
+    j->sc.MaxBytes = out.max_bytes;
+    j->sc.MaxAge = out.max_age_ns;
+    j->sc.MaxMsgs = out.max_msgs;
+    if (kept != 0) {
+        gp_stream_kept_str(kept, &want, &out, note, sizeof(note));
+        GP_INFO("stream_kept", "stream=%s %s", j->sc.Name, note);
+    }
+}
+
+/* Reads the stream, then updates it to the declaration merged with it;
+ * NATS_NOT_FOUND when there is no such stream. */
+static natsStatus
+stream_update(gp_bus *bus, job *j, jsErrCode *jerr)
+{
+    jsStreamInfo *si = NULL;
+    natsStatus    s = js_GetStreamInfo(&si, bus->js, j->sc.Name, NULL, jerr);
+
+    if (s == NATS_OK) {
+        keep_larger(j, si->Config);
+        jsStreamInfo_Destroy(si);
+        si = NULL;
+        *jerr = 0;
+        s = js_UpdateStream(&si, bus->js, &j->sc, NULL, jerr);
+    } else if (*jerr == JSStreamNotFoundErr) {
+        s = NATS_NOT_FOUND;
+    }
+    jsStreamInfo_Destroy(si);
+    return s;
+}
+
 static gp_err
 run_stream(gp_bus *bus, job *j)
 {
     jsStreamInfo *si = NULL;
     jsErrCode     jerr = 0;
-    natsStatus    s = js_AddStream(&si, bus->js, &j->sc, NULL, &jerr);
+    natsStatus    s = stream_update(bus, j, &jerr);
 
-    if (s != NATS_OK && jerr == JSStreamNameExistErr) {
+    if (s == NATS_NOT_FOUND) {
         jerr = 0;
-        s = js_UpdateStream(&si, bus->js, &j->sc, NULL, &jerr);
+        s = js_AddStream(&si, bus->js, &j->sc, NULL, &jerr);
+        jsStreamInfo_Destroy(si);
+        if (s != NATS_OK && jerr == JSStreamNameExistErr) {   /* another made it meanwhile */
+            jerr = 0;
+            s = stream_update(bus, j, &jerr);
+        }
     }
-    jsStreamInfo_Destroy(si);
     if (s != NATS_OK) {
         GP_ERROR("js_stream", "stream=%s detail=\"%s\" js_err=%d", j->sc.Name,
                  nats_GetLastError(NULL) != NULL ? nats_GetLastError(NULL) : natsStatus_GetText(s),
@@ -1173,8 +1288,18 @@ run_stream(gp_bus *bus, job *j)
     return GP_EOK;
 }
 
+/* A publish refused because there is no room: the stream's own limit
+ * with discard new ("maximum bytes exceeded", "maximum messages
+ * exceeded": store failed), or the server's or account's store. */
+static bool
+js_full(jsErrCode jerr)
+{
+    return jerr == JSStreamStoreFailedErr || jerr == JSStorageResourcesExceededErr ||
+           jerr == JSInsufficientResourcesErr || jerr == JSAccountResourcesExceededErr;
+}
+
 static gp_err
-run_pub(gp_bus *bus, job *j)
+run_pub(gp_bus *bus, job *j, bool *full)
 {
     jsPubOptions po;
     jsPubAck    *pa = NULL;
@@ -1187,6 +1312,13 @@ run_pub(gp_bus *bus, job *j)
     if (s == NATS_OK && pa->Duplicate)
         GP_DEBUG("js_pub_duplicate", "subject=%s msg_id=%s", j->subject, j->msg_id);
     jsPubAck_Destroy(pa);
+    if (s != NATS_OK && js_full(jerr)) {
+        *full = true;
+        GP_WARN("js_pub_full", "subject=%s detail=\"%s\" js_err=%d", j->subject,
+                nats_GetLastError(NULL) != NULL ? nats_GetLastError(NULL) : natsStatus_GetText(s),
+                (int)jerr);
+        return GP_ETOOBIG;
+    }
     if (s != NATS_OK) {
         GP_WARN("js_pub", "subject=%s detail=\"%s\" js_err=%d", j->subject,
                 natsStatus_GetText(s), (int)jerr);
@@ -1195,8 +1327,52 @@ run_pub(gp_bus *bus, job *j)
     return GP_EOK;
 }
 
+/* Every stream of the account, its state and limits. */
 static void
-jw_report(gp_bus *bus, job *j, gp_err err)
+run_list(gp_bus *bus, job *j)
+{
+    jsStreamInfoList *l = NULL;
+    jsErrCode         jerr = 0;
+    natsStatus        s = js_Streams(&l, bus->js, NULL, &jerr);
+    rec              *r = rec_new(REC_LIST);
+    int               n = s == NATS_OK ? l->Count : 0;
+
+    if (r == NULL) {
+        GP_ERROR("bus_oom", "what=js_list");
+        jsStreamInfoList_Destroy(l);
+        return;
+    }
+    if (n > GP_MAX_STREAMS_LISTED) {
+        GP_WARN("js_streams_cut", "streams=%d listed=%d", n, GP_MAX_STREAMS_LISTED);
+        n = GP_MAX_STREAMS_LISTED;
+    }
+    r->u.l.cb = j->list_cb;
+    r->u.l.arg = j->arg;
+    r->u.l.err = s == NATS_NOT_FOUND ? GP_EOK : js_err(s, jerr);   /* NOT_FOUND: none */
+    if (n > 0 && (r->u.l.s = calloc((size_t)n, sizeof(gp_stream_state))) == NULL)
+        r->u.l.err = GP_ENOMEM;
+    for (int i = 0; r->u.l.s != NULL && i < n; i++) {
+        const jsStreamInfo *si = l->List[i];
+        gp_stream_state    *o;
+
+        if (si == NULL || si->Config == NULL || si->Config->Name == NULL)
+            continue;
+        o = &r->u.l.s[r->u.l.n++];
+        snprintf(o->name, sizeof(o->name), "%s", si->Config->Name);
+        o->msgs = si->State.Msgs;
+        o->bytes = si->State.Bytes;
+        o->max_msgs = si->Config->MaxMsgs;
+        o->max_bytes = si->Config->MaxBytes;
+        o->max_age_ns = si->Config->MaxAge;
+        o->replicas = (int)si->Config->Replicas;
+        o->discard_old = si->Config->Discard == js_DiscardOld;
+    }
+    jsStreamInfoList_Destroy(l);
+    bus_push(bus, r);
+}
+
+static void
+jw_report(gp_bus *bus, job *j, gp_err err, bool full)
 {
     rec *r = rec_new(REC_DONE);
 
@@ -1208,7 +1384,22 @@ jw_report(gp_bus *bus, job *j, gp_err err)
     r->u.d.arg = j->arg;
     r->u.d.err = err;
     r->u.d.pub = j->kind == JOB_PUB;
+    r->u.d.full = full;
     bus_push(bus, r);
+}
+
+static void
+jw_run(gp_bus *bus, job *j)
+{
+    bool   full = false;
+    gp_err err;
+
+    if (j->kind == JOB_LIST) {
+        run_list(bus, j);
+        return;
+    }
+    err = j->kind == JOB_STREAM ? run_stream(bus, j) : run_pub(bus, j, &full);
+    jw_report(bus, j, err, full);           /* full is set by the call before */
 }
 
 static void *
@@ -1232,7 +1423,7 @@ jw_main(void *arg)
         bus->jw_len--;
         bus->jw_bytes -= j->len;
         pthread_mutex_unlock(&bus->jw_mu);
-        jw_report(bus, j, j->kind == JOB_STREAM ? run_stream(bus, j) : run_pub(bus, j));
+        jw_run(bus, j);
         job_free(j);
     }
 }
@@ -1298,6 +1489,8 @@ stream_job(const gp_stream_cfg *cfg)
     j->sc.MaxBytes = cfg->max_bytes > 0 ? cfg->max_bytes : -1;
     j->sc.Duplicates = cfg->duplicate_window_s * 1000000000LL;
     j->sc.Storage = cfg->memory ? js_MemoryStorage : js_FileStorage;
+    j->sc.Replicas = cfg->replicas > 0 ? cfg->replicas : 1;
+    j->sc.Discard = cfg->discard_old ? js_DiscardOld : js_DiscardNew;
     return j;
 }
 
@@ -1310,11 +1503,30 @@ gp_bus_js_stream(gp_bus *bus, const gp_stream_cfg *cfg, gp_bus_done_cb *cb, void
     if (err != GP_EOK)
         return err;
     if (cfg == NULL || cfg->name == NULL || cfg->subjects == NULL || cfg->subjects[0] == NULL ||
-        cfg->max_age_s < 0 || cfg->duplicate_window_s < 0)
+        cfg->max_age_s < 0 || cfg->duplicate_window_s < 0 || cfg->replicas < 0 ||
+        cfg->replicas > GP_STREAM_REPLICAS_MAX)
         return GP_EINVAL;
     if ((j = stream_job(cfg)) == NULL)
         return GP_ENOMEM;
     j->cb = cb;
+    j->arg = arg;
+    return jw_submit(bus, j);
+}
+
+gp_err
+gp_bus_js_streams(gp_bus *bus, gp_bus_streams_cb *cb, void *arg)
+{
+    gp_err err = js_usable(bus);
+    job   *j;
+
+    if (err != GP_EOK)
+        return err;
+    if (cb == NULL)
+        return GP_EINVAL;
+    if ((j = calloc(1, sizeof(*j))) == NULL)
+        return GP_ENOMEM;
+    j->kind = JOB_LIST;
+    j->list_cb = cb;
     j->arg = arg;
     return jw_submit(bus, j);
 }
@@ -1668,6 +1880,8 @@ stop_js_worker(gp_bus *bus)
             bus->st.js_publish_errors++;
         if (j->cb != NULL)
             j->cb(j->arg, GP_EUNAVAIL);
+        if (j->list_cb != NULL)
+            j->list_cb(j->arg, GP_EUNAVAIL, NULL, 0);
         job_free(j);
     }
 }
@@ -1702,6 +1916,7 @@ drain_queue(gp_bus *bus)
             switch (r->kind) {
             case REC_MSG:   natsMsg_Destroy(r->u.m.msg); break;
             case REC_DONE:  deliver_done(bus, r); break;
+            case REC_LIST:  deliver_list(r); break;
             case REC_JSMSG: jsmsg_drop(r->u.jm); break;
             default:        break;  /* subs and pulls are freed by the caller */
             }

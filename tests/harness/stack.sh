@@ -10,6 +10,14 @@
 #   stack.sh reload-nats DIR  nats-server reads its configuration again
 #                             (after deploy/nats-auth added identities)
 #
+# GP_STACK_NATS_CLUSTER=N (2..5) at start: N clustered nats-servers with
+# JetStream instead of one (DIR/nats-I.conf, I = 1..N, routes between them
+# all, max_file_store 16G each), gp.env's GP_NATS_URL lists them all, and
+# start returns once JetStream has a meta leader.  Then
+#   stack.sh kill-nats DIR I  kill -9 server I (a crash)
+#   stack.sh stop-nats DIR [I] / start-nats DIR [I]   one server, or all
+# (no authorization on a cluster).
+#
 # PostgreSQL refuses to run as root, so its commands go through
 # `runuser -u postgres` when we are root.  A template cluster made once is
 # copied for each stack (BUILD_DIR/pg-template, see make_template).
@@ -147,6 +155,64 @@ stop_pg() {
     wait_gone "$pid" 50 || { kill -KILL "$pid" 2>/dev/null; wait_gone "$pid" 50; }
 }
 
+# ---- a cluster: DIR/nats-I.conf, pid DIR/nats-I.pid, store DIR/nats-I/ ----
+
+cluster_conf() {    # I: server I's configuration, routes to all the others
+    local i=$1 j routes=
+    for ((j = 1; j <= NATS_CLUSTER; j++)); do
+        [ "$j" = "$i" ] || routes="$routes${routes:+,} nats-route://127.0.0.1:$(port_of "$NATS_ROUTE_PORTS" "$j")"
+    done
+    cat >"$dir/nats-$i.conf" <<CONF
+server_name: n$i
+listen: 127.0.0.1:$(port_of "$NATS_PORTS" "$i")
+http: 127.0.0.1:$(port_of "$NATS_MON_PORTS" "$i")
+jetstream { store_dir: "$dir/nats-$i", max_file_store: 16G }
+cluster {
+  name: gp-test
+  listen: 127.0.0.1:$(port_of "$NATS_ROUTE_PORTS" "$i")
+  routes: [$routes ]
+}
+CONF
+}
+
+port_of() {         # "p1 p2 p3" I -> pI
+    echo "$1" | cut -d' ' -f"$2"
+}
+
+start_cluster_one() {   # I
+    mkdir -p "$dir/nats-$1"
+    "$NATS_SERVER" -c "$dir/nats-$1.conf" -P "$dir/nats-$1.pid" -l "$dir/nats-$1.log" \
+        </dev/null >/dev/null 2>&1 &
+    wait_port "$(port_of "$NATS_PORTS" "$1")" 10
+}
+
+# JetStream answers stream requests once the servers elected a meta leader.
+wait_meta_leader() {
+    local i mon
+    mon=$(port_of "$NATS_MON_PORTS" 1)
+    for ((i = 0; i < 300; i++)); do
+        /usr/bin/python3 -c "
+import json, sys, urllib.request
+d = json.load(urllib.request.urlopen('http://127.0.0.1:$mon/jsz', timeout=2))
+sys.exit(0 if (d.get('meta_cluster') or {}).get('leader') else 1)" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "stack: no JetStream meta leader after 30 s" >&2
+    return 1
+}
+
+start_cluster() {
+    local i
+    for ((i = 1; i <= NATS_CLUSTER; i++)); do cluster_conf "$i"; done
+    for ((i = 1; i <= NATS_CLUSTER; i++)); do start_cluster_one "$i"; done
+}
+
+free_ports() {      # N -> N free ports, space separated
+    local i out=
+    for ((i = 0; i < $1; i++)); do out="$out $(free_port)"; done
+    echo $out
+}
+
 load_env() {
     # shellcheck disable=SC1091
     . "$dir/ports"
@@ -156,21 +222,35 @@ case "$cmd" in
 start)
     mkdir -p "$dir/pids"
     chmod 755 "$dir"
-    NATS_PORT=$(free_port); REDIS_PORT=$(free_port); PG_PORT=$(free_port)
-    NATS_MON_PORT=$(free_port)      # nats-server's monitoring: a failing test shows its consumers
+    NATS_CLUSTER=${GP_STACK_NATS_CLUSTER:-1}
+    case "$NATS_CLUSTER" in [1-5]) ;; *) echo "stack: GP_STACK_NATS_CLUSTER is 1..5" >&2; exit 2 ;; esac
+    REDIS_PORT=$(free_port); PG_PORT=$(free_port)
+    NATS_PORTS=$(free_ports "$NATS_CLUSTER"); NATS_MON_PORTS=$(free_ports "$NATS_CLUSTER")
+    NATS_ROUTE_PORTS=$(free_ports "$NATS_CLUSTER")
+    NATS_PORT=$(port_of "$NATS_PORTS" 1)
+    NATS_MON_PORT=$(port_of "$NATS_MON_PORTS" 1)  # monitoring: a failing test shows its consumers
     printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\nNATS_MON_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" \
         "$PG_PORT" "$NATS_MON_PORT" >"$dir/ports"
+    printf 'NATS_CLUSTER=%s\nNATS_PORTS="%s"\nNATS_MON_PORTS="%s"\nNATS_ROUTE_PORTS="%s"\n' \
+        "$NATS_CLUSTER" "$NATS_PORTS" "$NATS_MON_PORTS" "$NATS_ROUTE_PORTS" >>"$dir/ports"
     init_pg
-    [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
     acl_redis
-    start_nats
+    if [ "$NATS_CLUSTER" -gt 1 ]; then
+        [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && { echo "stack: no authorization on a cluster" >&2; exit 2; }
+        start_cluster
+    else
+        [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
+        start_nats
+    fi
     start_redis
     start_pg
     [ -n "$TEMPLATE" ] ||       # the template has it
         as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
             -c "CREATE DATABASE gridpool" >/dev/null
+    [ "$NATS_CLUSTER" -gt 1 ] && wait_meta_leader
+    urls=$(for p in $NATS_PORTS; do printf 'nats://127.0.0.1:%s,' "$p"; done)
     cat >"$dir/gp.env" <<ENV
-GP_NATS_URL=nats://127.0.0.1:$NATS_PORT
+GP_NATS_URL=${urls%,}
 GP_REDIS_HOST=127.0.0.1
 GP_REDIS_PORT=$REDIS_PORT
 GP_REDIS_USER=gridpool_{service}
@@ -188,9 +268,36 @@ stop)
     [ -f "$dir/ports" ] && { load_env; stop_pg; }
     stop_pidfile "$dir/redis.pid"
     stop_pidfile "$dir/nats.pid"
+    for f in "$dir"/nats-*.pid; do
+        [ -e "$f" ] && stop_pidfile "$f"
+    done
     ;;
-stop-nats)  stop_pidfile "$dir/nats.pid" ;;
-start-nats) load_env; start_nats ;;
+stop-nats)
+    load_env
+    if [ "${NATS_CLUSTER:-1}" -gt 1 ]; then
+        for ((i = 1; i <= NATS_CLUSTER; i++)); do
+            if [ -z "${3:-}" ] || [ "$3" = "$i" ]; then stop_pidfile "$dir/nats-$i.pid"; fi
+        done
+    else
+        stop_pidfile "$dir/nats.pid"
+    fi
+    ;;
+start-nats)
+    load_env
+    if [ "${NATS_CLUSTER:-1}" -gt 1 ]; then
+        for ((i = 1; i <= NATS_CLUSTER; i++)); do
+            if [ -z "${3:-}" ] || [ "$3" = "$i" ]; then start_cluster_one "$i"; fi
+        done
+    else
+        start_nats
+    fi
+    ;;
+kill-nats)      # I: kill -9, a crash (its pid file stays, for start-nats to replace)
+    load_env
+    pid=$(cat "$dir/nats-$3.pid")
+    kill -KILL "$pid"
+    wait_gone "$pid" 50
+    ;;
 reload-nats) kill -HUP "$(cat "$dir/nats.pid")" ;;     # nats-server: SIGHUP reloads its config
 stop-redis) stop_pidfile "$dir/redis.pid" ;;
 start-redis) load_env; start_redis ;;

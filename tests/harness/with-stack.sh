@@ -8,6 +8,11 @@
 # services it starts) go to files in the stack folder; any such report
 # fails the test, so a leak found when a service exits after the test has
 # returned is not lost.
+#
+# A shell test may ask for another kind of stack with a line
+# "# test-stack: NAME=VALUE ..." in its first 60 lines: stack.sh's
+# GP_STACK_* settings only (GP_STACK_NATS_CLUSTER=3: three clustered
+# nats-servers).
 set -u
 build=$(cd "$1" && pwd); shift
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +24,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 export GP_PG_TEMPLATE=$build/pg-template
+for a in "$@"; do
+    case "$a" in *_test.sh) ;; *) continue ;; esac
+    for kv in $(head -n 60 "$a" 2>/dev/null | sed -n 's/^# test-stack: //p'); do
+        case "$kv" in GP_STACK_[A-Z_]*=[A-Za-z0-9_]*) export "${kv?}" ;; esac
+    done
+done
 "$here/stack.sh" start "$dir" || { echo "not ok - stack did not start"; exit 1; }
 set -a
 # shellcheck disable=SC1091

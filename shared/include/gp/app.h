@@ -58,6 +58,8 @@ typedef struct gp_common_cfg {
     unsigned pg_pool;
     unsigned drain_ms;               /* how long shutdown waits for in-flight requests */
     unsigned presence_ms;            /* ServicePresence every this often; 0 = none */
+    unsigned stream_replicas;        /* replicas of the streams it declares (gp/streamcfg.h) */
+    char     stream_max_bytes_mb[512]; /* "NAME=MB,...,*=MB"; "" = each stream's own */
     bool     print_routes;           /* print the operations served, then exit */
     unsigned http_timeout_ms;        /* an HTTP client's read and write deadlines (gp/http.h) */
     /* Per-tenant limits on operations with x-gp-limit-by (the tenant API

@@ -120,6 +120,7 @@ typedef struct gp_bus_stats {
     uint64_t reconnects;
     uint64_t js_published;
     uint64_t js_publish_errors;
+    uint64_t js_full;              /* of those, refused for a full stream or store */
     uint64_t js_delivered;
 } gp_bus_stats;
 
@@ -167,6 +168,13 @@ gp_err gp_bus_pub(gp_bus *bus, const char *subject, const char *reply,
  * requests; UNAVAIL after gp_bus_fail_requests. */
 gp_err gp_bus_request(gp_bus *bus, const char *subject, const void *data, size_t len,
                       unsigned timeout_ms, gp_bus_reply_cb *cb, void *arg);
+/* The same with the header Nats-Msg-Id: msg_id, so a request to a
+ * stream's subject (its reply the PubAck) that is retried is stored once
+ * within the stream's duplicate window, on a bus without a JetStream
+ * context (an agent's). */
+gp_err gp_bus_request_msgid(gp_bus *bus, const char *subject, const char *msg_id,
+                            const void *data, size_t len, unsigned timeout_ms,
+                            gp_bus_reply_cb *cb, void *arg);
 
 /* For shutdown: calls every outstanding request's callback now, with
  * UNAVAIL (so nothing waiting on the bus outlives what its callback
@@ -189,22 +197,50 @@ typedef struct gp_stream_cfg {
     int64_t      max_bytes;        /* 0 = unlimited */
     int64_t      duplicate_window_s; /* dedupe window for message ids; 0 = server default (2 min) */
     bool         memory;           /* memory storage (tests); default file */
+    int          replicas;         /* 0 = 1; a service's come from stream-replicas (gp_app) */
+    /* When full (max_bytes): false (the default) refuses the new message,
+     * so its publisher sees the error (TOOBIG) and its outbox keeps it;
+     * true drops the oldest, for plain publications nobody could retry. */
+    bool         discard_old;
 } gp_stream_cfg;
 
 typedef void gp_bus_done_cb(void *arg, gp_err err);
 
-/* Creates the stream or updates it to cfg (on the worker thread); cb once.
- * JetStream calls return INVAL on a bus opened without opts.jetstream, and
- * TOOBIG past GP_MAX_PENDING_REQ jobs, or GP_MAX_JS_QUEUE_BYTES of
- * publishes, queued for the worker (gp_bus_stats.js_refused); on an error
- * return cb is not called. */
+/* Creates the stream, or updates it to cfg without lowering anything the
+ * stream has (gp/streamcfg.h: its replicas, max_bytes, max_age and
+ * max_msgs stay where they are larger, and the kept ones are logged as
+ * stream_kept); on the worker thread; cb once.  JetStream calls return
+ * INVAL on a bus opened without opts.jetstream, and TOOBIG past
+ * GP_MAX_PENDING_REQ jobs, or GP_MAX_JS_QUEUE_BYTES of publishes, queued
+ * for the worker (gp_bus_stats.js_refused); on an error return cb is not
+ * called. */
 gp_err gp_bus_js_stream(gp_bus *bus, const gp_stream_cfg *cfg, gp_bus_done_cb *cb, void *arg);
 
 /* Publishes to a stream with a message id (Nats-Msg-Id) so a retried
  * publish is stored once.  cb once: OK when stored (or recognised as a
- * duplicate), otherwise the error.  cb may be NULL. */
+ * duplicate), otherwise the error: TOOBIG when the stream is full (its
+ * byte or message limit, with discard new) or the server's store is
+ * (counted in gp_bus_stats.js_full).  cb may be NULL. */
 gp_err gp_bus_js_pub(gp_bus *bus, const char *subject, const char *msg_id,
                      const void *data, size_t len, gp_bus_done_cb *cb, void *arg);
+
+/* One stream as nats-server reports it (gp_bus_js_streams). */
+typedef struct gp_stream_state {
+    char     name[64];
+    uint64_t msgs, bytes;
+    int64_t  max_msgs, max_bytes;  /* <= 0: unlimited */
+    int64_t  max_age_ns;           /* <= 0: unlimited */
+    int      replicas;
+    bool     discard_old;
+} gp_stream_state;
+
+/* Called once with the streams of the connection's account (at most
+ * GP_MAX_STREAMS_LISTED; n 0 with an error); s is valid during the call. */
+typedef void gp_bus_streams_cb(void *arg, gp_err err, const gp_stream_state *s, size_t n);
+
+/* Lists the account's streams with their state and limits, on the worker
+ * thread.  Errors as gp_bus_js_stream. */
+gp_err gp_bus_js_streams(gp_bus *bus, gp_bus_streams_cb *cb, void *arg);
 
 /* A message fetched from a durable pull consumer.  The callback owns it
  * and must end it with exactly one of gp_jsmsg_ack / gp_jsmsg_nak /

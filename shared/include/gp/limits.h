@@ -109,6 +109,11 @@
 #ifndef GP_MAX_STREAMS
 # define GP_MAX_STREAMS          8
 #endif
+/* Streams of an account one gp_bus_js_streams call reports (alerting's
+ * check of how full each is); more are left out and logged. */
+#ifndef GP_MAX_STREAMS_LISTED
+# define GP_MAX_STREAMS_LISTED   64
+#endif
 
 /* Metric series one process exports. */
 #ifndef GP_MAX_METRICS

@@ -17,6 +17,7 @@
 #include "gp/bus.h"
 #include "gp/limits.h"
 #include "gp/log.h"
+#include "gp/streamcfg.h"
 #include "test.h"
 
 static struct ev_loop *loop;
@@ -623,6 +624,132 @@ test_jetstream(gp_bus *bus)
     run_for(1.2);                           /* workers finish their fetch */
 }
 
+/* ---- stream limits: never lowered, listed, full ------------------------- */
+
+typedef struct list_rec {
+    const char     *want;           /* the stream looked for */
+    int             calls;
+    gp_err          err;
+    size_t          n;
+    gp_stream_state lim;            /* it, as listed */
+    bool            found;
+} list_rec;
+
+static void
+list_cb(void *arg, gp_err err, const gp_stream_state *s, size_t n)
+{
+    list_rec *l = arg;
+
+    l->calls++;
+    l->err = err;
+    l->n = n;
+    l->found = false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].name, l->want) == 0) {
+            l->lim = s[i];
+            l->found = true;
+        }
+}
+
+static bool
+list_lim(gp_bus *bus, list_rec *l)
+{
+    int calls = l->calls;
+
+    if (gp_bus_js_streams(bus, list_cb, l) != GP_EOK)
+        return false;
+    RUN_UNTIL(l->calls > calls, 10);
+    return l->calls == calls + 1 && l->err == GP_EOK && l->found;
+}
+
+static gp_err
+declare(gp_bus *bus, const gp_stream_cfg *sc)
+{
+    done_rec d = {0};
+
+    if (gp_bus_js_stream(bus, sc, done_cb, &d) != GP_EOK)
+        return GP_EINTERNAL;
+    RUN_UNTIL(d.calls > 0, 10);
+    return d.calls == 1 ? d.err : GP_ETIMEOUT;
+}
+
+/* A declaration is a floor: a larger byte limit or age that the stream
+ * has (an operator's, another service's) stays when it is declared again,
+ * a smaller one is raised; discard new is the default; a full stream
+ * refuses a publish with TOOBIG, counted in js_full; the listing shows
+ * how full it is. */
+static void
+test_stream_limits(gp_bus *bus)
+{
+    const char   *subj[] = {"lim.>", NULL};
+    gp_stream_cfg want = {.name = "LIM", .subjects = subj, .max_age_s = 3600, .max_bytes = 4096,
+                          .memory = true};
+    gp_stream_cfg raised = want, lowered = want;
+    list_rec      l = {.want = "LIM"}, l2 = {.want = "LIM2"};
+    gp_bus_stats  before, after;
+    char          body[1000], id[16];
+    done_rec      p[8] = {{0}};
+    int           stored = 0, refused = 0;
+
+    T_OKM(declare(bus, &want) == GP_EOK, "LIM declared: 4 KiB, an hour");
+    T_OKM(list_lim(bus, &l) && l.lim.max_bytes == 4096 && l.lim.max_age_ns == 3600000000000LL &&
+          l.lim.replicas == 1 && !l.lim.discard_old && l.n >= 2,
+          "listed with its limits, 1 replica, discard new (%zu streams; max_bytes %lld)", l.n,
+          (long long)l.lim.max_bytes);
+    raised.max_bytes = 8192;
+    raised.max_age_s = 7200;
+    T_OK(declare(bus, &raised) == GP_EOK);
+    T_OKM(declare(bus, &want) == GP_EOK && list_lim(bus, &l) && l.lim.max_bytes == 8192 &&
+          l.lim.max_age_ns == 7200000000000LL,
+          "declared again with less: the stream keeps 8 KiB and two hours (%lld, %lld)",
+          (long long)l.lim.max_bytes, (long long)l.lim.max_age_ns);
+    raised.max_bytes = 0;                   /* unlimited is the largest of all */
+    T_OKM(declare(bus, &raised) == GP_EOK && declare(bus, &want) == GP_EOK && list_lim(bus, &l) &&
+          l.lim.max_bytes <= 0, "an unlimited stream stays unlimited (%lld)",
+          (long long)l.lim.max_bytes);
+    {   /* a request with a message id (an agent's attempt event): a retry is stored once */
+        reply_rec r1 = {0}, r2 = {0};
+
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "r1", "x", 1, 3000, reply_cb, &r1) == GP_EOK);
+        RUN_UNTIL(r1.calls > 0, 5);
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "r1", "x", 1, 3000, reply_cb, &r2) == GP_EOK);
+        RUN_UNTIL(r2.calls > 0, 5);
+        T_OKM(r1.err == GP_EOK && strstr(r1.data, "\"seq\"") != NULL && r2.err == GP_EOK &&
+              strstr(r2.data, "\"duplicate\"") != NULL && strstr(r2.data, "true") != NULL && list_lim(bus, &l) && l.lim.msgs == 1,
+              "the same id requested twice: stored once, the second a duplicate (%s; %llu stored)",
+              r2.data, (unsigned long long)l.lim.msgs);
+        T_OK(gp_bus_request_msgid(bus, "lim.r", "", "x", 1, 3000, reply_cb, &r2) == GP_EINVAL);
+    }
+    /* filling: a fresh stream of 4 KiB */
+    lowered.name = "LIM2";
+    lowered.subjects = (const char *[]){"lim2.>", NULL};
+    T_OK(declare(bus, &lowered) == GP_EOK);
+
+    gp_bus_get_stats(bus, &before);
+    memset(body, 'x', sizeof(body));
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "f%d", i);
+        T_OK(gp_bus_js_pub(bus, "lim2.a", id, body, sizeof(body), done_cb, &p[i]) == GP_EOK);
+    }
+    RUN_UNTIL(p[7].calls > 0, 10);
+    for (int i = 0; i < 8; i++) {
+        stored += p[i].calls == 1 && p[i].err == GP_EOK;
+        refused += p[i].calls == 1 && p[i].err == GP_ETOOBIG;
+    }
+    gp_bus_get_stats(bus, &after);
+    T_OKM(stored >= 3 && stored < 5 && refused == 8 - stored,
+          "8 KB into a 4 KiB stream: %d stored, the other %d refused TOOBIG", stored, refused);
+    T_OKM(after.js_full - before.js_full == (uint64_t)refused &&
+          after.js_publish_errors - before.js_publish_errors == (uint64_t)refused,
+          "each refusal counted in js_full (%llu)",
+          (unsigned long long)(after.js_full - before.js_full));
+    T_OKM(list_lim(bus, &l2) && l2.lim.msgs == (uint64_t)stored && l2.n >= 3 &&
+          gp_stream_fill_pct(l2.lim.bytes, l2.lim.max_bytes, l2.lim.msgs, l2.lim.max_msgs) >= 70,
+          "the listing shows it full: %llu messages, %llu of %lld bytes",
+          (unsigned long long)l2.lim.msgs, (unsigned long long)l2.lim.bytes,
+          (long long)l2.lim.max_bytes);
+}
+
 /* ---- outage ------------------------------------------------------------- */
 
 typedef struct conn_rec { int up, down; bool seq_ok; } conn_rec;
@@ -913,6 +1040,7 @@ main(void)
     test_inbox_prefix(bus, url);
     test_burst(bus, url);
     test_jetstream(bus);
+    test_stream_limits(bus);
     test_outage(bus, &cr, url);
     test_pub_stall(url);
 

@@ -28,7 +28,7 @@ test_parse(void)
     static al_rules r;
     char            err[256] = "";
 
-    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 16,
+    T_OKM(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK && r.n == 17,
           "the shipped rules parse (%u rules) %s", r.n, err);
     {   /* the names of a signal's rules (an SQL list), an alert's labels */
         static const al_signal jobs[] = {AL_SIG_NODE_JOBS, AL_SIG_TENANT_JOBS};
@@ -51,6 +51,32 @@ test_parse(void)
         T_OKM(strcmp(labels, "tenant=acme") == 0, "%s: %s", "tenant=acme", labels);
         al_rule_labels(g, "", labels, sizeof(labels));
         T_OKM(strcmp(labels, "team=platform") == 0, "%s: %s", "team=platform", labels);
+    }
+    {   /* StreamFull: stream.fill_pct >= 90, a service-scope alert labelled stream= */
+        const al_rule *f = &r.rule[r.n - 2];
+        al_vars        v = {.stream = "USAGE"};
+        char           summary[128], labels[64];
+        al_diag        d;
+
+        T_OKM(strcmp(f->name, "StreamFull") == 0 && f->signal == AL_SIG_STREAM_FILL &&
+              al_signal_numeric(f->signal) && al_signal_scope(f->signal) == AL_SCOPE_SERVICE &&
+              al_rule_holds_num(f, 90) && !al_rule_holds_num(f, 89) &&
+              f->severity == MSG_ALERT_SEVERITY_PAGE, "StreamFull: stream.fill_pct >= 90, page");
+        al_expand(f->summary, &v, summary, sizeof(summary));
+        T_OKM(strcmp(summary, "JetStream stream USAGE is nearly full") == 0, "%s", summary);
+        al_rule_labels(f, "stream=USAGE", labels, sizeof(labels));
+        T_OKM(strcmp(labels, "team=platform,stream=USAGE") == 0, "%s", labels);
+        al_diag_stream("USAGE is 95% full", false, &d);
+        T_OKM(strcmp(d.cause, "stream_full") == 0 &&
+              d.dispatch == MSG_ALERT_DISPATCH_PLATFORM_ONCALL &&
+              strstr(d.action, "refuses new messages") != NULL,
+              "a full discard-new stream: our on-call, its publishers wait (%s)", d.action);
+        al_diag_stream("FLEET is 100% full", true, &d);
+        T_OKM(strstr(d.action, "drops its oldest") != NULL, "discard old: it drops (%s)", d.action);
+        T_OK(al_rules_parse("X stream.fill_pct >= 80 1m ticket - \"{stream} fills\"\n", &r, err,
+                            sizeof(err)) == GP_EOK);
+        T_OK(refused("X stream.fill_pct == full 0s page - \"x\"\n", "line 1"));
+        T_OK(al_rules_parse(al_rules_default, &r, err, sizeof(err)) == GP_EOK);
     }
     {
         al_diag d;

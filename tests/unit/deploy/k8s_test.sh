@@ -9,8 +9,11 @@
 # needs is there (a Deployment per service with /readyz and /healthz
 # probes and scrape annotations, a PodDisruptionBudget each, NATS as a
 # 3-server StatefulSet with JetStream volumes, settings and credentials
-# from a ConfigMap and Secrets); and planted mistakes (a misspelt field,
-# a string where a number goes, an unknown kind) fail the check.
+# from a ConfigMap and Secrets); JetStream fits the servers' volumes
+# (max_file_store below the volume, the streams' byte limits within
+# max_file_store, every stream 3 replicas); and planted mistakes (a
+# misspelt field, a string where a number goes, an unknown kind) fail the
+# check.
 # Prints TAP.  Needs kubectl (>= 1.24: kustomize 4 labels and replicas)
 # and node with deploy/k8s/validate's packages (make deps); SKIPs without.
 # test-tags: pass=normal (tests/run.sh)
@@ -62,6 +65,37 @@ for (const f of ['pilot', 'production'])
 /usr/bin/python3 - "$tmp/docs.jsonl" >"$tmp/needs.out" <<'PY'
 import json, sys
 svcs = ['registry', 'scheduler', 'recovery', 'metering', 'billing', 'alerting']
+# the streams' default byte limits in MiB (services/*: sched_streams,
+# metering_streams, alerting_streams; shared/src/app.c: DLQ)
+STREAM_MB = {'JOBS': 1024, 'ATTEMPTS': 1024, 'USAGE': 4096, 'FLEET': 1024, 'ALERTS': 512, 'DLQ': 512}
+UNITS = {'K': 10**3, 'M': 10**6, 'G': 10**9, 'T': 10**12, 'Ki': 2**10, 'Mi': 2**20, 'Gi': 2**30, 'Ti': 2**40}
+
+def size(v):          # "16G" (nats-server: 10^9), "20Gi" (Kubernetes) -> bytes
+    v = str(v)
+    for u in sorted(UNITS, key=len, reverse=True):
+        if v.endswith(u):
+            return int(float(v[:-len(u)]) * UNITS[u])
+    return int(v)
+
+def storage(by):      # JetStream within the volumes, the streams within JetStream, 3 replicas
+    bad = []
+    nats = by.get(('StatefulSet', 'nats'))
+    conf = by[('ConfigMap', 'nats-config')]['data']['nats.conf']
+    env = {e['name']: e.get('value') for e in nats['spec']['template']['spec']['containers'][0].get('env', [])}
+    m = [l.split(':', 1)[1].strip() for l in conf.splitlines() if l.strip().startswith('max_file_store')]
+    store = size(env.get(m[0][1:], '') if m and m[0].startswith('$') else m[0]) if m else 0
+    vol = size(nats['spec']['volumeClaimTemplates'][0]['spec']['resources']['requests']['storage'])
+    if not 0 < store < vol:
+        bad.append('max_file_store %d not below the volume %d' % (store, vol))
+    cfg = by[('ConfigMap', 'gridpool-config')]['data']
+    if cfg.get('GP_STREAM_REPLICAS') != '3':
+        bad.append('GP_STREAM_REPLICAS %s, not 3' % cfg.get('GP_STREAM_REPLICAS'))
+    spec = dict(kv.split('=') for kv in cfg.get('GP_STREAM_MAX_BYTES_MB', '').split(',') if kv)
+    total = sum(int(spec.get(s, spec.get('*', mb))) for s, mb in STREAM_MB.items()) * 2**20
+    if total >= store:
+        bad.append('the streams take %d bytes of max_file_store %d' % (total, store))
+    print('#', 'store', store, 'volume', vol, 'streams', total, file=sys.stderr)
+    return bad
 for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
     docs = json.loads(line)
     by = {(d['kind'], d['metadata']['name']): d for d in docs}
@@ -89,12 +123,13 @@ for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
         bad.append('nats: 3 servers with JetStream volumes')
     if ('Service', 'redis') not in by:
         bad.append('no redis Service')
+    bad += storage(by)
     reps = {s: by[('Deployment', s)]['spec']['replicas'] for s in svcs if ('Deployment', s) in by}
     print(name, 'ok' if not bad else 'bad', len(docs), ' '.join('%s=%d' % kv for kv in reps.items()), '; '.join(bad))
 PY
 while read -r o res cnt reps; do
     [ "$res" = ok ]
-    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets) each with a PDB, NATS 3 servers with JetStream volumes, a redis Service ($cnt resources; replicas $reps)"
+    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets) each with a PDB, NATS 3 servers with JetStream volumes (max_file_store below the volume, the streams' byte limits within it, stream-replicas 3), a redis Service ($cnt resources; replicas $reps)"
 done <"$tmp/needs.out"
 [ "$(wc -l <"$tmp/needs.out")" -eq 2 ]
 ok $? "... both overlays read back as objects$( [ -s "$tmp/docs.err" ] && echo ": $(head -c 200 "$tmp/docs.err")")"

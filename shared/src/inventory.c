@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gp/backoff.h"
 #include "gp/bus.h"
 #include "gp/call.h"
 #include "gp/clock.h"
 #include "gp/id.h"
 #include "gp/inventory.h"
 #include "gp/log.h"
-#include "gp/backoff.h"
 #include "gp/shard.h"
 #include "msg_gen.h"
 

@@ -12,9 +12,7 @@
 #include "gp/log.h"
 #include "registry.h"
 
-/* "created", "updated", "deleted": the schema's enum, the same for both
- * messages (a compile-time check would need the generator; the unit of
- * truth is schemas/registry/SiteChange.json). */
+/* The admin verb's SiteChange.change. */
 static int32_t
 change_of(const char *verb)
 {

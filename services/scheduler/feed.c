@@ -47,8 +47,8 @@ typedef struct sched_feed {
     char        after[GP_MAX_ID + 1];
     snap_map    seen[K_N];            /* ids seen by this load */
     gp_bus_sub *sub;                  /* NodeState events */
-    gp_inventory *inv;                /* sites and nodes */
-    bool        want_bookings;        /* a load ended before the follower's first */
+    gp_inventory *inv;                /* sites and nodes: the shared follower */
+    bool        want_bookings;        /* this load ended before the follower's first */
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;

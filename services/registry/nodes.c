@@ -6,6 +6,7 @@
  * the node, and the body must agree: with NATS permissions limiting an
  * agent to its own subjects, that is what stops one node speaking for
  * another. */
+#include <ev.h>
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -126,14 +127,50 @@ fill_lease(gp_req *req, const gp_arr *attempts, msg_node_registered *out)
 /* The registration ends when Redis took its write (the node's 'reg'
  * mark): replied before, the agent's first beat could reach another
  * instance first and be dropped as a ghost; failed, the node would stay
- * out of the live view.  A failed write is UNAVAIL: the agent registers
- * again. */
+ * out of the live view.  A write lost to the connection (TIMEOUT, or
+ * UNAVAIL while the client reconnects: a heartbeat flood on a starved
+ * machine can push Redis past the command deadline) is tried again after
+ * LIVE_RETRY_MS, up to LIVE_TRIES writes, well within the request's
+ * deadline; only then is it UNAVAIL, and the agent registers again. */
+enum { LIVE_TRIES = 10, LIVE_RETRY_MS = 300 };
+
+typedef struct live_try {
+    ev_timer    t;
+    gp_req     *req;
+    const char *how;                          /* a static text */
+    int         tries;
+} live_try;
+
+static void live_registered(void *arg, gp_err err);
+
+static void
+live_write_again(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    live_try                *lt = w->data;
+    const msg_node_register *q = gp_req_in(lt->req);
+
+    (void)loop;
+    (void)revents;
+    registry_live_register(gp_req_state(lt->req), q->site, q->node, lt->how, live_registered, lt);
+}
+
 static void
 live_registered(void *arg, gp_err err)
 {
-    gp_req                  *req = arg;
+    live_try                *lt = arg;
+    gp_req                  *req = lt->req;
     const msg_node_register *q = gp_req_in(req);
+    registry                *r = gp_req_state(req);
 
+    if ((err == GP_ETIMEOUT || err == GP_EUNAVAIL) && ++lt->tries < LIVE_TRIES) {
+        GP_WARN("register_live_retry", "site=%s node=%s code=%s try=%d", q->site, q->node,
+                gp_err_name(err), lt->tries + 1);
+        ev_timer_init(&lt->t, live_write_again, LIVE_RETRY_MS / 1000.0, 0.);
+        lt->t.data = lt;
+        ev_timer_start(gp_app_loop(r->app), &lt->t);
+        return;
+    }
+    free(lt);
     if (err != GP_EOK) {
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "the live view (Redis) did not take the "
                                      "registration (%s): register again", gp_err_name(err)));
@@ -141,6 +178,21 @@ live_registered(void *arg, gp_err err)
     }
     fill_lease(req, &q->attempts, gp_req_out(req));
     gp_req_done(req, GP_EOK);
+}
+
+static void
+live_register(gp_req *req, const char *how)
+{
+    const msg_node_register *q = gp_req_in(req);
+    live_try                *lt = calloc(1, sizeof(*lt));
+
+    if (lt == NULL) {
+        gp_req_done(req, gp_req_fail(req, GP_ENOMEM, "out of memory"));
+        return;
+    }
+    lt->req = req;
+    lt->how = how;
+    registry_live_register(gp_req_state(req), q->site, q->node, how, live_registered, lt);
 }
 
 /* The registration's NodeChange: the node as it registered, with the
@@ -200,7 +252,7 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
          * follower knows the node when its state arrives */
         if (row)
             node_changed(req, res[0], was[0] == '\0');
-        registry_live_register(gp_req_state(req), q->site, q->node, how, live_registered, req);
+        live_register(req, how);
         return;                                   /* live_registered() ends the request */
     }
     gp_req_done(req, err);

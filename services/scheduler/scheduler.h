@@ -122,6 +122,7 @@ typedef struct sched {
     /* reconcile.c: the (job, attempt) pairs its pass read as live, as
      * PostgreSQL array literals, for the re-check after a rebuild */
     gp_buf               recon_jobs, recon_attempts;
+    uint64_t             recon_truth_ms;        /* Redis's clock just before that read */
     uint64_t            *m_attempt_events[6];   /* by AttemptEvent.event */
     uint64_t            *m_attempt_event_errors;
     uint64_t            *m_leases[4];     /* by outcome (lease.c: LEASE_*) */

@@ -52,7 +52,7 @@ typedef struct scheduler_cfg {
     unsigned      lease_ms;          /* attempt lease handed to agents (as the registry's) */
     unsigned      maxrun_ms;         /* how often max run time is checked */
     unsigned      reconcile_ms;      /* how often Redis reservations are reconciled */
-    unsigned      reconcile_grace_ms;/* age of a reservation no live attempt backs before removal */
+    unsigned      reconcile_grace_ms;/* unbacked and booked this long before the truth: orphan */
     unsigned      fence_margin_ms;   /* fence.c: after a node's last grant + lease, before replacing */
     unsigned      max_platform_retries; /* end.h: requeues after platform faults before a job fails */
 } scheduler_cfg;

@@ -73,7 +73,9 @@ const gp_cfg_opt scheduler_cfg_opts[] = {
     GP_CFG_UINT("reconcile-ms", scheduler_cfg, reconcile_ms, 60000, 200, 3600000,
                 "how often Redis reservations are reconciled with PostgreSQL's live attempts"),
     GP_CFG_UINT("reconcile-grace-ms", scheduler_cfg, reconcile_grace_ms, 30000, 0, 3600000,
-                "age of a reservation no live attempt backs before the reconcile removes it"),
+                "a reservation no live attempt backs is removed if booked at least this long "
+                "before the reconcile read the live attempts (more than a booking takes to "
+                "its attempt row's commit)"),
     GP_CFG_UINT("fence-margin-ms", scheduler_cfg, fence_margin_ms, 1500, 0, 600000,
                 "a lost node's attempts are replaced this long after its last grant + the lease"),
     GP_CFG_UINT("max-platform-retries", scheduler_cfg, max_platform_retries, 10, 0, 1000000,

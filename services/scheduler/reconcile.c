@@ -35,6 +35,15 @@
  * removed it past the grace, and instances that met it (BUSY) kept the
  * GPUs taken meanwhile.
  *
+ * Redis's clock is read just before the truth, and an unbacked
+ * reservation is an orphan only if it was booked at least
+ * reconcile-grace-ms before that moment: a booking made after the read
+ * cannot be in the truth.  Judged by its age when the orphan script ran,
+ * it was removed whenever the pass (256 shards walked one by one) outlasted
+ * the grace on a loaded host, and the node's next lease renewal killed the
+ * attempt just placed there (an instance restarted on its node, killed a
+ * second after its placement).
+ *
  * One instance a pass: reconcile is idempotent (every change re-checked by
  * a script) so two passes at once are only wasted work; a Redis lock
  * (SET NX with a TTL of one period, like the registry's reseed lock) keeps
@@ -195,8 +204,8 @@ live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *det
                                    .site = PQgetvalue(res[0], i, 2),
                                    .node = PQgetvalue(res[0], i, 3),
                                    .gpus = gpu_mask(PQgetvalue(res[0], i, 4))};
-    rc = sched_reserve_reconcile(s->res, live, (size_t)n, s->cfg->reconcile_grace_ms, reconciled,
-                                 s);
+    rc = sched_reserve_reconcile(s->res, live, (size_t)n, s->recon_truth_ms,
+                                 s->cfg->reconcile_grace_ms, reconciled, s);
     free(live);
     if (rc != GP_EOK) {
         s->reconcile_busy = false;
@@ -330,14 +339,30 @@ locked(void *arg, const redisReply *rep, gp_err err)
         read_live(s);
 }
 
+/* The live attempts, read once Redis's clock is (see the top). */
 static void
-read_live(sched *s)
+clock_read(void *arg, gp_err err, uint64_t ms)
 {
-    if (gp_db_query(gp_app_db(s->app),
+    sched *s = arg;
+
+    s->recon_truth_ms = ms;
+    if (err != GP_EOK ||
+        gp_db_query(gp_app_db(s->app),
                     "SELECT a.job_id, a.attempt, a.site, a.node, array_to_string(a.gpus, ',')\n"
                     "FROM attempts a WHERE a.state IN ('reserved','starting','running')\n"
                     "  AND cardinality(a.gpus) > 0",
                     0, NULL, 0, live_read, s) != GP_EOK) {
+        s->reconcile_busy = false;
+        sched_count(s->m_reconcile_runs[RUN_FAILED]);
+        if (err != GP_EOK)
+            GP_WARN("reconcile_failed", "code=%s detail=\"Redis's clock\"", gp_err_name(err));
+    }
+}
+
+static void
+read_live(sched *s)
+{
+    if (sched_reserve_clock(s->res, clock_read, s) != GP_EOK) {
         s->reconcile_busy = false;
         sched_count(s->m_reconcile_runs[RUN_FAILED]);
     }

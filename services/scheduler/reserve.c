@@ -558,7 +558,7 @@ typedef struct recon {
     sched_reserve          *r;
     sched_res_reconcile_cb *cb;
     void                   *arg;
-    char                    grace[24];
+    char                    cutoff[24];     /* the orphan script's: truth read - grace */
     live_copy              *lc;
     tent                   *t;
     size_t                  nt;
@@ -800,7 +800,7 @@ shard_listed(void *arg, gp_err err, rents *rs)
 
         sched_res_index_key(x->keybuf[0], x->shard);
         x->keys[0] = x->keybuf[0];
-        x->args[0] = x->grace;
+        x->args[0] = x->cutoff;
         for (; i < rs->n && nk <= RECON_CHUNK; i++) {
             if (backed(x, x->shard, &rs->v[i]))
                 continue;
@@ -877,7 +877,8 @@ recon_scratch(recon *x)
 
 gp_err
 sched_reserve_reconcile(sched_reserve *r, const sched_res_live *live, size_t n,
-                        uint64_t grace_ms, sched_res_reconcile_cb *cb, void *arg)
+                        uint64_t truth_ms, uint64_t grace_ms, sched_res_reconcile_cb *cb,
+                        void *arg)
 {
     recon *x;
     gp_err e;
@@ -893,7 +894,8 @@ sched_reserve_reconcile(sched_reserve *r, const sched_res_live *live, size_t n,
     x->r = r;
     x->cb = cb;
     x->arg = arg;
-    snprintf(x->grace, sizeof(x->grace), "%" PRIu64, grace_ms);
+    snprintf(x->cutoff, sizeof(x->cutoff), "%" PRIu64,
+             truth_ms > grace_ms ? truth_ms - grace_ms : 0);
     if ((e = recon_truth(x, live, n)) != GP_EOK || (e = recon_scratch(x)) != GP_EOK) {
         recon_free(x);
         return e;
@@ -901,6 +903,49 @@ sched_reserve_reconcile(sched_reserve *r, const sched_res_live *live, size_t n,
     r->reconciling = true;
     walk(x);
     return GP_EOK;
+}
+
+/* ---- Redis's clock ------------------------------------------------------------------- */
+
+typedef struct clock_call {
+    sched_res_clock_cb *cb;
+    void               *arg;
+} clock_call;
+
+/* TIME: {seconds, microseconds}, as strings. */
+static void
+clock_read(void *arg, const redisReply *rep, gp_err err)
+{
+    clock_call *c = arg;
+    uint64_t    ms = 0;
+
+    err = reply_err(rep, err);
+    if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+                          rep->element[0]->type != REDIS_REPLY_STRING ||
+                          rep->element[1]->type != REDIS_REPLY_STRING))
+        err = GP_EINTERNAL;
+    if (err == GP_EOK)
+        ms = strtoull(rep->element[0]->str, NULL, 10) * 1000 +
+             strtoull(rep->element[1]->str, NULL, 10) / 1000;
+    c->cb(c->arg, err, ms);
+    free(c);
+}
+
+gp_err
+sched_reserve_clock(sched_reserve *r, sched_res_clock_cb *cb, void *arg)
+{
+    clock_call *c;
+    gp_err      e;
+
+    if (cb == NULL)
+        return GP_EINVAL;
+    if ((c = malloc(sizeof(*c))) == NULL)
+        return GP_ENOMEM;
+    *c = (clock_call){cb, arg};
+    e = gp_kv_cmdf(r->kv, clock_read, c, "TIME");
+    if (e != GP_EOK)
+        free(c);
+    return e;
 }
 
 /* ---- life ---------------------------------------------------------------------------- */

@@ -31,9 +31,11 @@
  *     removes a hold past its grace like any reservation no attempt backs.
  *   - Reconcile, against PostgreSQL's live attempts (the caller reads them;
  *     this module never reads PostgreSQL): (a) a reservation no live
- *     attempt backs is removed once it is older than a grace period on
- *     Redis's clock (an instance may have booked and not yet written its
- *     attempt row), and only if it still holds the value read; (b) a GPU
+ *     attempt backs is removed if it was booked at least a grace period
+ *     before the truth was read, on Redis's clock (an instance may have
+ *     booked and not yet written its attempt row; and a booking made after
+ *     the read cannot be in it, however long the pass takes), and only if
+ *     it still holds the value read; (b) a GPU
  *     PostgreSQL gives an attempt and Redis has free is booked again for
  *     it (after FLUSHALL or a restart without persistence); one held by
  *     another holder is never overwritten and is counted as a conflict.
@@ -41,8 +43,7 @@
  *     for its rightful one in the same pass.  The truth is a snapshot: an
  *     attempt that ended after it was read may be rebuilt, and is removed
  *     again by the next reconcile past the grace.  So the grace must exceed
- *     the longest time from a booking to its attempt row's commit plus the
- *     time from reading PostgreSQL to the end of the reconcile.  Every
+ *     the longest time from a booking to its attempt row's commit.  Every
  *     change is re-checked by a script, so two instances reconciling at
  *     once (or one racing bookings) never undo each other's bookings.
  *
@@ -169,10 +170,19 @@ gp_err sched_reserve_read(sched_reserve *r, const char *site, const char *node,
 /* Every reservation of one shard (0..GP_SHARDS-1): the index, then each
  * node's hash (not one snapshot: a node booked meanwhile may be missing). */
 gp_err sched_reserve_list(sched_reserve *r, unsigned shard, sched_res_read_cb *cb, void *arg);
-/* Reconcile every shard against live[0..n) (copied), grace_ms on Redis's
- * clock.  One at a time: CONFLICT while one runs. */
+/* Redis's clock (TIME), ms: read it before reading the live attempts, and
+ * hand it to the reconcile as truth_ms.  In a cluster it is one master's
+ * clock (keyless: any master), and the masters are slewed by NTP: a few ms
+ * apart, well within any grace.  err OK: ms is set. */
+typedef void sched_res_clock_cb(void *arg, gp_err err, uint64_t ms);
+gp_err sched_reserve_clock(sched_reserve *r, sched_res_clock_cb *cb, void *arg);
+/* Reconcile every shard against live[0..n) (copied), read at truth_ms on
+ * Redis's clock (sched_reserve_clock, before the read began): an unbacked
+ * reservation booked later than truth_ms - grace_ms is kept.  One at a
+ * time: CONFLICT while one runs. */
 gp_err sched_reserve_reconcile(sched_reserve *r, const sched_res_live *live, size_t n,
-                               uint64_t grace_ms, sched_res_reconcile_cb *cb, void *arg);
+                               uint64_t truth_ms, uint64_t grace_ms,
+                               sched_res_reconcile_cb *cb, void *arg);
 
 /* Parses "<job>:<attempt>:<ms>"; false when malformed. */
 bool   sched_res_parse(const char *val, size_t len, sched_res_entry *e);

@@ -164,21 +164,25 @@ static const char sched_res_release_lua[] =
 
 /* Reconcile, part one: remove reservations no live attempt backs.
  * KEYS[1] the shard's index, KEYS[1+i] the reservations of candidate i's
- * node; ARGV[1] grace (ms); per candidate i: ARGV[3i-1] node, ARGV[3i] the
- * field (GPU) and ARGV[3i+1] the value, both as read.  A field is removed only if it still holds
- * exactly the value read (a GPU booked again since is someone's new
- * booking) and that booking is at least the grace old on Redis's clock (a
- * live instance may have booked and not yet written its attempt row).
+ * node; ARGV[1] the cutoff (ms, Redis's clock); per candidate i:
+ * ARGV[3i-1] node, ARGV[3i] the field (GPU) and ARGV[3i+1] the value, both
+ * as read.  A field is removed only if it still holds exactly the value
+ * read (a GPU booked again since is someone's new booking) and that
+ * booking is no later than the cutoff: the moment the live attempts were
+ * read less the grace (a live instance may have booked and not yet written
+ * its attempt row).  The cutoff, not "now less the grace": a booking made
+ * after the truth was read cannot be in it, and would be taken for an
+ * orphan by a pass that outlasts the grace (its lease then kills the
+ * attempt it was booked for).
  * Returns {removed, kept because fresh}. */
 static const char sched_res_orphans_lua[] =
-    SCHED_RES_LUA_NOW
-    "local grace = tonumber(ARGV[1])\n"
+    "local cutoff = tonumber(ARGV[1])\n"
     "local removed, fresh = 0, 0\n"
     "for i = 1, #KEYS - 1 do\n"
     "  local k, node, g, val = KEYS[1 + i], ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]\n"
     "  if redis.call('HGET', k, g) == val then\n"
     "    local ms = tonumber(string.match(val, ':(%d+)$'))\n"
-    "    if ms and now - ms < grace then\n"
+    "    if ms and ms > cutoff then\n"
     "      fresh = fresh + 1\n"
     "    else\n"
     "      removed = removed + redis.call('HDEL', k, g)\n"

@@ -52,7 +52,7 @@ typedef struct scheduler_cfg {
     unsigned      lease_ms;          /* attempt lease handed to agents (as the registry's) */
     unsigned      maxrun_ms;         /* how often max run time is checked */
     unsigned      reconcile_ms;      /* how often Redis reservations are reconciled */
-    unsigned      reconcile_grace_ms;/* age of a reservation no live attempt backs before removal */
+    unsigned      reconcile_grace_ms;/* unbacked and booked this long before the truth: orphan */
     unsigned      fence_margin_ms;   /* fence.c: after a node's last grant + lease, before replacing */
     unsigned      max_platform_retries; /* end.h: requeues after platform faults before a job fails */
 } scheduler_cfg;
@@ -122,6 +122,7 @@ typedef struct sched {
     /* reconcile.c: the (job, attempt) pairs its pass read as live, as
      * PostgreSQL array literals, for the re-check after a rebuild */
     gp_buf               recon_jobs, recon_attempts;
+    uint64_t             recon_truth_ms;        /* Redis's clock just before that read */
     uint64_t            *m_attempt_events[6];   /* by AttemptEvent.event */
     uint64_t            *m_attempt_event_errors;
     uint64_t            *m_leases[4];     /* by outcome (lease.c: LEASE_*) */

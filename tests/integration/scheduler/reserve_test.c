@@ -14,6 +14,9 @@
  *     nodes: no GPU granted twice, every granted GPU holds its grant;
  *   - reconcile: an old orphan removed, a fresh one kept within the grace,
  *     a backed one kept, a stale holder replaced by the truth's;
+ *   - the grace counts back from the truth's read: a booking made after
+ *     the read is kept however long the pass takes, one booked a grace
+ *     before it goes;
  *   - after FLUSHALL reconcile rebuilds the truth, never overwriting a
  *     different holder (a conflict). */
 #include <hiredis/hiredis.h>
@@ -213,17 +216,25 @@ recon_cb(void *arg, const sched_res_reconciled *res)
     w->done = 1;
 }
 
+/* The truth read at truth_ms on Redis's clock. */
 static sched_res_reconciled
-reconcile(const sched_res_live *live, size_t n, uint64_t grace_ms)
+reconcile_at(const sched_res_live *live, size_t n, uint64_t truth_ms, uint64_t grace_ms)
 {
     recon_wait w = {0};
-    gp_err     e = sched_reserve_reconcile(r1, live, n, grace_ms, recon_cb, &w);
+    gp_err     e = sched_reserve_reconcile(r1, live, n, truth_ms, grace_ms, recon_cb, &w);
 
     w.res.err = e;
     if (e == GP_EOK)
         tl_run_until(loop, &w.done, 30);
     T_OKM(e == GP_EOK && w.done, "reconcile answered (%s)", gp_err_name(e));
     return w.res;
+}
+
+/* The truth read just now. */
+static sched_res_reconciled
+reconcile(const sched_res_live *live, size_t n, uint64_t grace_ms)
+{
+    return reconcile_at(live, n, redis_ms(), grace_ms);
 }
 
 #define M(...) mask_of((int[]){__VA_ARGS__, -1})
@@ -615,7 +626,7 @@ test_orphan_recheck(void)
     const char *s = "rk-site";
     char        key[SCHED_RES_KEY_LEN], ikey[SCHED_RES_KEY_LEN], now[32];
     const char *keys[2] = {ikey, key};
-    const char *args[4] = {"0", "rk-n1", "0", "gone:1:1000"};
+    const char *args[4] = {now, "rk-n1", "0", "gone:1:1000"};    /* cutoff: now */
     gp_kvscript sc;
 
     sched_res_key(key, gp_shard_of(s), "rk-n1");
@@ -632,6 +643,36 @@ test_orphan_recheck(void)
           SR.el[0]);
     T_OKM(strncmp(field(s, "rk-n1", 0), "newer:1:", 8) == 0 && indexed(s, "rk-n1"),
           "... its new booking intact");
+}
+
+/* The truth is read, then a booking is made (by a placement whose attempt
+ * row commits after the read), then the pass reaches the booking's shard
+ * later than the grace: it is not an orphan.  One booked a grace before
+ * the read and still unbacked is. */
+static void
+test_reconcile_after_truth(void)
+{
+    const char          *s = "ta-site";
+    char                 key[SCHED_RES_KEY_LEN], ikey[SCHED_RES_KEY_LEN];
+    sched_res_node       late[1] = {{"ta-n1", M(1)}};
+    sched_res_reconciled rc;
+    uint64_t             truth_ms;
+
+    kvs("FLUSHALL");
+    live_node(s, "ta-n1", "healthy", true);
+    sched_res_key(key, gp_shard_of(s), "ta-n1");
+    sched_res_index_key(ikey, gp_shard_of(s));
+    truth_ms = redis_ms();                          /* the truth (empty) is read */
+    kvs("HSET %s 0 early:1:%llu", key, (unsigned long long)(truth_ms - 301));
+    kvs("SADD %s ta-n1", ikey);
+    T_OK(book(r1, s, "late", 1, late, 1).status == SCHED_RES_OK);
+    usleep(400000);                                 /* a pass longer than the grace */
+    rc = reconcile_at(NULL, 0, truth_ms, 300);
+    T_OKM(strncmp(field(s, "ta-n1", 1), "late:1:", 7) == 0 && rc.kept_fresh == 1,
+          "a booking made after the truth was read is kept, 400 ms later with a grace of 300 ms "
+          "(kept %u, GPU 1 '%s')", rc.kept_fresh, field(s, "ta-n1", 1));
+    T_OKM(field(s, "ta-n1", 0)[0] == '\0' && rc.removed == 1,
+          "one booked 301 ms before the read, unbacked, is removed (removed %u)", rc.removed);
 }
 
 static void
@@ -734,7 +775,7 @@ test_unreachable(void)
     T_OK(gp_kv_new(loop, &o, conn, &up, &kv) == GP_EOK && sched_reserve_new(kv, NULL, &r) == GP_EOK);
     T_EQ_INT(sched_reserve_book(r, "un-site", "j", 1, n, 1, res_cb, &w), GP_EUNAVAIL);
     T_EQ_INT(sched_reserve_release(r, "un-site", "j", 1, n, 1, res_cb, &w), GP_EUNAVAIL);
-    T_EQ_INT(sched_reserve_reconcile(r, l, 1, 0, recon_cb, &w), GP_EUNAVAIL);
+    T_EQ_INT(sched_reserve_reconcile(r, l, 1, 0, 0, recon_cb, &w), GP_EUNAVAIL);
     T_OKM(!w.done, "Redis unreachable: UNAVAIL at once, no callback");
     gp_kv_free(kv);
     sched_reserve_free(r);
@@ -776,6 +817,7 @@ main(void)
     test_orphan_recheck();
     test_reconcile_flush();
     test_metrics();
+    test_reconcile_after_truth();
     test_unreachable();
 
     gp_kv_free(kv1);

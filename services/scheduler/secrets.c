@@ -32,27 +32,6 @@ static const char *const secret_outcomes[] = {"set", "listed", "deleted", "refus
 
 /* ---- the key ------------------------------------------------------------------- */
 
-/* The first line of path into key; false when unreadable or too long. */
-static bool
-key_read(const char *path, char *key, size_t n)
-{
-    FILE  *f = fopen(path, "re");
-    size_t k;
-
-    if (f == NULL)
-        return false;
-    if (fgets(key, (int)n, f) == NULL)
-        key[0] = '\0';
-    fclose(f);
-    k = strcspn(key, "\r\n");
-    if (k == n - 1 && key[k] == '\0') {       /* no end of line within n: too long */
-        explicit_bzero(key, n);
-        return false;
-    }
-    key[k] = '\0';
-    return true;
-}
-
 gp_err
 sched_secrets_start(sched *s)
 {
@@ -67,14 +46,14 @@ sched_secrets_start(sched *s)
         snprintf(s->secret_key, sizeof(s->secret_key), "%s", s->cfg->secret_key);
     } else if (s->cfg->secret_key_file[0] != '\0') {
         from = s->cfg->secret_key_file;
-        if (!key_read(from, s->secret_key, sizeof(s->secret_key))) {
+        if (gp_cfg_read_secret(from, s->secret_key, sizeof(s->secret_key)) != GP_EOK) {
             GP_ERROR("secret_key_unreadable", "file=%s err=INVAL", from);
             return GP_EINVAL;
         }
     } else if (cred != NULL && cred[0] != '\0') {
         snprintf(path, sizeof(path), "%s/secret-key", cred);
         from = "$CREDENTIALS_DIRECTORY/secret-key";
-        if (!key_read(path, s->secret_key, sizeof(s->secret_key)))
+        if (gp_cfg_read_secret(path, s->secret_key, sizeof(s->secret_key)) != GP_EOK)
             s->secret_key[0] = '\0';          /* a credential dir without ours: off */
     }
     if (s->secret_key[0] != '\0' && strlen(s->secret_key) < SECRET_KEY_MIN) {

@@ -1072,26 +1072,16 @@ on_db_refused(void *arg, gp_err err, const char *detail)
     gp_app_fail(app, err);
 }
 
-/* The password of redis-password-file: its first line.  Read once at
+/* The password of redis-password-file: its first line, read once at
  * start, before the loop runs. */
 static gp_err
 read_secret_file(const char *path, char *out, size_t outlen)
 {
-    FILE  *f = fopen(path, "r");
-    size_t n;
+    gp_err rc = gp_cfg_read_secret(path, out, outlen);
 
-    if (f == NULL) {
-        GP_ERROR("secret_file_unreadable", "path=%s detail=\"%s\"", path, strerror(errno));
-        return GP_EINVAL;
-    }
-    n = fread(out, 1, outlen - 1, f);
-    fclose(f);
-    out[n] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    if (n == outlen - 1 || out[0] == '\0') {
-        GP_ERROR("secret_file_bad", "path=%s detail=\"empty, or longer than %zu bytes\"", path,
-                 outlen - 2);
-        explicit_bzero(out, outlen);
+    if (rc != GP_EOK || out[0] == '\0') {
+        GP_ERROR("secret_file_bad", "path=%s detail=\"%s\"", path,
+                 rc == GP_ENOTFOUND ? "unreadable" : "empty, or longer than the buffer");
         return GP_EINVAL;
     }
     return GP_EOK;

@@ -573,3 +573,26 @@ gp_cfg_subst_service(const char *in, const char *service, char *out, size_t outl
     out[n] = '\0';
     return GP_EOK;
 }
+
+gp_err
+gp_cfg_read_secret(const char *path, char *out, size_t outlen)
+{
+    FILE  *f = fopen(path, "re");
+    size_t k;
+
+    if (outlen == 0)
+        return GP_ETOOBIG;
+    out[0] = '\0';
+    if (f == NULL)
+        return GP_ENOTFOUND;
+    if (fgets(out, (int)outlen, f) == NULL)
+        out[0] = '\0';
+    fclose(f);
+    k = strcspn(out, "\r\n");
+    if (k == outlen - 1 && out[k] == '\0') {  /* no line end within outlen: too long */
+        explicit_bzero(out, outlen);
+        return GP_ETOOBIG;
+    }
+    out[k] = '\0';
+    return GP_EOK;
+}

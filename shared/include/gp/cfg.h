@@ -95,5 +95,9 @@ void   gp_cfg_env_name(const char *name, char *out, size_t outlen);
  * ("gridpool_{service}" -> "gridpool_scheduler"), so one environment
  * serves every service of a host.  TOOBIG if out would not hold it. */
 gp_err gp_cfg_subst_service(const char *in, const char *service, char *out, size_t outlen);
+/* A secret's file (a password, a key): its first line, without the line
+ * end, into out.  NOTFOUND when unreadable, TOOBIG when the line does not
+ * fit (out is wiped then).  Blocking: read at start, before the loop. */
+gp_err gp_cfg_read_secret(const char *path, char *out, size_t outlen);
 
 #endif

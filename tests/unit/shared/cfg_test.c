@@ -220,6 +220,26 @@ test_subst_service(void)
     T_OKM(strcmp(out, "") == 0, "got \"%s\"", out);
 }
 
+static void
+test_read_secret(void)
+{
+    char  p[] = "/tmp/gp-secret-XXXXXX", out[8];
+    int   fd = mkstemp(p);
+    FILE *f = fdopen(fd, "w");
+
+    fputs("abc\nnext\n", f);
+    fclose(f);
+    T_EQ_INT(gp_cfg_read_secret(p, out, sizeof(out)), GP_EOK);
+    T_OKM(strcmp(out, "abc") == 0, "the first line, no line end (%s)", out);
+    f = fopen(p, "w");
+    fputs("12345678\n", f);
+    fclose(f);
+    T_EQ_INT(gp_cfg_read_secret(p, out, sizeof(out)), GP_ETOOBIG);
+    T_OKM(out[0] == '\0', "a line too long is refused and wiped");
+    unlink(p);
+    T_EQ_INT(gp_cfg_read_secret(p, out, sizeof(out)), GP_ENOTFOUND);
+}
+
 int
 main(void)
 {
@@ -231,6 +251,7 @@ main(void)
     FILE *f = fdopen(fd, "w");
 
     test_subst_service();
+    test_read_secret();
     gp_cfg_defaults(opts, &c);
     T_OK(strcmp(c.name, "abc") == 0 && c.level == -2 && c.count == 10 && !c.on);
     T_OK(c.common.redis_port == 6379 && strcmp(c.common.nats_url, "nats://127.0.0.1:4222") == 0);

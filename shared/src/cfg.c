@@ -577,12 +577,13 @@ gp_cfg_subst_service(const char *in, const char *service, char *out, size_t outl
 gp_err
 gp_cfg_read_secret(const char *path, char *out, size_t outlen)
 {
-    FILE  *f = fopen(path, "re");
+    FILE  *f;
     size_t k;
 
     if (outlen == 0)
         return GP_ETOOBIG;
     out[0] = '\0';
+    f = fopen(path, "re");
     if (f == NULL)
         return GP_ENOTFOUND;
     if (fgets(out, (int)outlen, f) == NULL)

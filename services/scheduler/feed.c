@@ -7,7 +7,10 @@
  * registers is placed on at once and a new site is known within a second.
  * Tenants, pools and products are paged here every feed-ms with
  * gp/call.h, upserting each item; what a complete load did not see is
- * removed afterwards.  A failed page abandons the load and keeps what was
+ * removed afterwards.  They have no change events, so a site or node new
+ * to the snapshot (the follower's) marks them stale too: the placement
+ * pass reloads them, at most once a second (FEED_REFRESH_MS), as a new
+ * site's node registering is when its pools and products are needed.  A failed page abandons the load and keeps what was
  * seen: nothing is removed on a partial view.  A node's state follows the
  * registry's NodeState events; a node that becomes healthy kicks the
  * placement pass (capacity changed).
@@ -49,6 +52,8 @@ typedef struct sched_feed {
     gp_bus_sub *sub;                  /* NodeState events */
     gp_inventory *inv;                /* sites and nodes: the shared follower */
     bool        want_bookings;        /* this load ended before the follower's first */
+    bool        stale;                /* a new site or node since this file's last load */
+    uint64_t    run_ms;               /* gp_mono_ms when the last load started */
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
@@ -399,10 +404,27 @@ sched_feed_run(gp_app *app, void *arg)
     if (f->busy || (f->want_bookings && !f->s->fed))   /* loaded: waiting for the follower */
         return;
     f->busy = true;
+    f->stale = false;
+    f->run_ms = gp_mono_ms();
     f->kind = K_TENANT;
     f->after[0] = '\0';
     seen_reset(f);
     page_request(f);
+}
+
+/* Tenants, pools and products once more when a new site or node may need
+ * ones created since the last load (their creation publishes nothing):
+ * the placement pass calls it, so a registering fleet costs one load a
+ * second at most. */
+enum { FEED_REFRESH_MS = 1000 };
+
+void
+sched_feed_refresh(sched *s)
+{
+    sched_feed *f = s->feed;
+
+    if (f != NULL && f->stale && !f->busy && gp_mono_ms() - f->run_ms >= FEED_REFRESH_MS)
+        sched_feed_run(s->app, s);
 }
 
 /* A NodeState missed (an instance down when it was published) must not
@@ -501,6 +523,7 @@ static void
 on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
 {
     sched_feed *f = arg;
+    bool        fresh = snap_site_find(&f->s->snap, id) < 0;
 
     if (what == GP_INV_DEL) {
         if (snap_site_remove(&f->s->snap, id) != 0)     /* unknown, or nodes still there */
@@ -509,6 +532,8 @@ on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
     }
     if (snap_site_upsert(&f->s->snap, m) != 0)
         GP_WARN("feed_upsert_failed", "kind=site id=%s", id);
+    else if (fresh)
+        f->stale = true;                  /* its pools and products may be new too */
 }
 
 /* A node new to the snapshot is capacity: the placement pass is kicked. */
@@ -526,6 +551,8 @@ on_node(void *arg, gp_inv_what what, const char *id, const char *site, const str
         GP_WARN("feed_upsert_failed", "kind=node id=%s site=%s", id, site);
         return;
     }
+    if (fresh)
+        f->stale = true;
     if (fresh && f->s->fed)
         sched_place_kick(f->s);
 }

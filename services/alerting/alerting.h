@@ -26,6 +26,7 @@
 
 #include "gp/app.h"
 #include "gp/httpc.h"
+#include "gp/inventory.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 #include "rules.h"
@@ -48,19 +49,11 @@ typedef struct alerting_cfg {
     unsigned      streams_ms;
 } alerting_cfg;
 
-typedef struct al_site {
-    char site[64];
-    char region[64];
-} al_site;
-
 typedef struct alerting {
     gp_app             *app;
     const alerting_cfg *cfg;
     al_rules            rules;
-    al_site            *sites;          /* open addressing, AL_SITES_CAP slots */
-    unsigned            nsites;
-    bool                sites_busy;
-    char                sites_after[64];
+    gp_inventory       *inv;            /* the registry's sites: their regions */
     bool                eval_busy, publish_busy;
     gp_task            *eval_task, *publish_task;
     unsigned            publishing;     /* publications out */
@@ -79,20 +72,18 @@ typedef struct alerting {
     uint64_t           *m_job_events, *m_usage_records, *m_stream_errors;
 } alerting;
 
-#define AL_SITES_CAP 16384
 #define AL_NODES_CAP 65536
 
 /* config.c: the options; check (--check-config) prints the rules in
  * force; prepare loads them, parses the Alertmanager URL and makes the
- * site and telemetry tables (exit 78 for a bad rule or URL). */
+ * telemetry tables (exit 78 for a bad rule or URL). */
 extern const gp_cfg_opt alerting_cfg_opts[];
 int alerting_check(void *cfg, void *state);
 int alerting_prepare(void *cfg, void *state);
 
-/* start.c: gp_app_main's hooks (state: an alerting).  start reads the
- * site inventory once serving starts. */
+/* start.c: gp_app_main's hooks (state: an alerting).  init starts
+ * following the site inventory (gp/inventory.h). */
 gp_err alerting_init(gp_app *app, const void *cfg, void *state);
-void   alerting_start(gp_app *app, void *state);
 void   alerting_free(void *state);
 
 extern const gp_migration alerting_migrations[];
@@ -171,7 +162,5 @@ extern const gp_route alerting_api_routes[];
 
 /* inputs.c */
 const char *alerting_region(alerting *a, const char *site);  /* "_" when unknown */
-void        alerting_region_put(alerting *a, const char *site, const char *region);
-void        alerting_sites_run(gp_app *app, void *arg);
 
 #endif

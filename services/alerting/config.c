@@ -19,7 +19,8 @@ const gp_cfg_opt alerting_cfg_opts[] = {
     GP_CFG_UINT("claim-ms", alerting_cfg, claim_ms, 10000, 1000, 600000,
                 "how long an instance holds the events it publishes before another may"),
     GP_CFG_UINT("sites-ms", alerting_cfg, sites_ms, 60000, 1000, 3600000,
-                "how often the site inventory (each site's region) is reloaded"),
+                "how often the site inventory (each site's region) is reloaded in full; "
+                "its changes arrive as events"),
     GP_CFG_STR("alertmanager-url", alerting_cfg, am_url, "",
                "Prometheus Alertmanager (http://host:9093): firing and recently resolved "
                "alerts are posted to its /api/v2/alerts; empty: none"),
@@ -91,8 +92,7 @@ alerting_prepare(void *cfg, void *state)
         }
         a->am_on = true;
     }
-    if ((a->sites = calloc(AL_SITES_CAP, sizeof(*a->sites))) == NULL ||
-        alerting_telemetry_init(a) != GP_EOK)
+    if (alerting_telemetry_init(a) != GP_EOK)
         return 1;
     return GP_CFG_CONTINUE;
 }

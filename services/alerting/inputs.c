@@ -8,14 +8,14 @@
  * does not clears it; the message is acked once PostgreSQL has all of
  * them.  One message at a time per consumer (max_inflight 1): a node's
  * lost and its healthy must reach PostgreSQL in the order they came.
- * Node states carry no region: the site inventory (the registry's
- * site list, reloaded every sites-ms) gives it. */
+ * Node states carry no region: the site inventory gives it (the
+ * registry's sites followed by gp/inventory.h: its change events, a full
+ * reload every sites-ms), and a site event's own when recovery knew it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gp/log.h"
-#include "gp/shard.h"
 #include "alerting.h"
 #include "diag.h"
 
@@ -65,95 +65,12 @@ alerting_jobs_init(void)
 
 /* ---- the site inventory: site -> region ------------------------------------------ */
 
-static al_site *
-site_slot(alerting *a, const char *site, bool add)
-{
-    unsigned i = gp_fnv1a(site) % AL_SITES_CAP;
-
-    for (unsigned n = 0; n < AL_SITES_CAP; n++, i = (i + 1) % AL_SITES_CAP) {
-        if (a->sites[i].site[0] == '\0') {
-            if (!add || a->nsites >= AL_SITES_CAP * 3 / 4)
-                return NULL;
-            snprintf(a->sites[i].site, sizeof(a->sites[i].site), "%s", site);
-            a->nsites++;
-            return &a->sites[i];
-        }
-        if (strcmp(a->sites[i].site, site) == 0)
-            return &a->sites[i];
-    }
-    return NULL;
-}
-
 const char *
 alerting_region(alerting *a, const char *site)
 {
-    al_site *s = a->sites ? site_slot(a, site, false) : NULL;
+    const gp_inv_site *s = gp_inventory_site(a->inv, site);
 
-    return s && s->region[0] ? s->region : "_";
-}
-
-void
-alerting_region_put(alerting *a, const char *site, const char *region)
-{
-    al_site *s = a->sites && site[0] && region[0] ? site_slot(a, site, true) : NULL;
-
-    if (s != NULL)
-        snprintf(s->region, sizeof(s->region), "%s", region);
-}
-
-static void sites_page(alerting *a);
-
-static void
-sites_answered(void *arg, gp_err err, const void *reply, const char *detail)
-{
-    alerting            *a = arg;
-    const msg_site_list *page = reply;
-
-    if (err != GP_EOK) {
-        GP_WARN("sites_load_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-        a->sites_busy = false;
-        return;
-    }
-    // cppcheck-suppress nullPointer ; reply is NULL only with an error, which returned above
-    for (uint32_t i = 0; i < page->items.n; i++) {
-        const msg_site *it = (const msg_site *)page->items.v + i;
-
-        alerting_region_put(a, it->id, it->region);
-    }
-    snprintf(a->sites_after, sizeof(a->sites_after), "%s", page->next);
-    if (a->sites_after[0] != '\0') {
-        sites_page(a);
-        return;
-    }
-    a->sites_busy = false;
-}
-
-static void
-sites_page(alerting *a)
-{
-    msg_list_request q = {.limit = 500};
-    char             subj[GP_MAX_SUBJECT];
-    gp_err           rc = gp_op_subject(GP_OP_ADMIN_SITE_LIST, subj, sizeof(subj), NULL);
-
-    snprintf(q.after, sizeof(q.after), "%s", a->sites_after);
-    if (rc == GP_EOK)
-        rc = gp_call(gp_app_bus(a->app), subj, &msg_list_request_desc, &q, &msg_site_list_desc,
-                     30000, sites_answered, a);
-    if (rc != GP_EOK)
-        sites_answered(a, rc, NULL, "not sent");
-}
-
-void
-alerting_sites_run(gp_app *app, void *arg)
-{
-    alerting *a = arg;
-
-    (void)app;
-    if (a->sites_busy)
-        return;
-    a->sites_busy = true;
-    a->sites_after[0] = '\0';
-    sites_page(a);
+    return s != NULL && s->region[0] ? s->region : "_";
 }
 
 /* ---- one input message, every rule on its signal --------------------------------- */
@@ -234,16 +151,15 @@ on_site(gp_req *req, const void *in, void *out)
     alerting             *a = gp_req_state(req);
     const msg_site_event *e = in;
     al_diag               d;
-    al_vars               v = {.site = e->site, .region = e->region};
+    const char           *region = e->region[0] ? e->region : alerting_region(a, e->site);
+    al_vars               v = {.site = e->site, .region = region};
 
     (void)out;
     al_diag_site(e, &d);
     v.cause = d.cause;
     v.reason = e->evidence;
-    alerting_region_put(a, e->site, e->region);
-    return evaluate(a, req, AL_SIG_SITE, msg_site_event_kind_names[e->kind],
-                    e->region[0] ? e->region : alerting_region(a, e->site), e->site, "", &v, &d,
-                    NULL);
+    return evaluate(a, req, AL_SIG_SITE, msg_site_event_kind_names[e->kind], region, e->site,
+                    "", &v, &d, NULL);
 }
 
 static gp_err

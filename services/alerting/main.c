@@ -11,7 +11,6 @@ static const gp_svc_task alerting_tasks[] = {
     GP_SVC_TASK("eval", alerting_cfg, eval_ms, alerting_eval_run),
     GP_SVC_TASK("publish", alerting_cfg, publish_ms, alerting_publish_run),
     GP_SVC_TASK("alertmanager", alerting_cfg, am_ms, alerting_am_run),
-    GP_SVC_TASK("sites", alerting_cfg, sites_ms, alerting_sites_run),
     GP_SVC_TASK("forget", alerting_cfg, forget_ms, alerting_forget_run),
     GP_SVC_TASK("jobs", alerting_cfg, jobs_ms, alerting_jobs_run),
     GP_SVC_TASK("presence_check", alerting_cfg, presence_check_ms, alerting_presence_run),
@@ -38,7 +37,6 @@ static const gp_service alerting_service = {
     .check = alerting_check,
     .prepare = alerting_prepare,
     .init = alerting_init,
-    .start = alerting_start,
     .free = alerting_free,
 };
 

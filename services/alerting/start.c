@@ -1,6 +1,6 @@
 /* start.c -- gridpool-alerting's state on the app (gp_app_main's hooks):
- * its metrics and the tasks it kicks, built at start; the site inventory
- * read once serving starts; the tables prepare made freed at exit. */
+ * its metrics, the tasks it kicks and its follower of the site inventory
+ * (the regions), built at start; the tables prepare made freed at exit. */
 #include <stdlib.h>
 
 #include "gp/log.h"
@@ -55,13 +55,9 @@ alerting_init(gp_app *app, const void *cfg, void *state)
     a->publish_task = gp_app_task(app, "publish");
     a->am_task = gp_app_task(app, "alertmanager");
     alerting_jobs_init();
-    return GP_EOK;
-}
-
-void
-alerting_start(gp_app *app, void *state)
-{
-    alerting_sites_run(app, state);
+    /* from the first second whichever service started first: an alert of
+     * a site the registry just created carries its region */
+    return gp_inventory_new(app, &(gp_inventory_opts){.resync_ms = c->sites_ms}, &a->inv);
 }
 
 void
@@ -69,7 +65,7 @@ alerting_free(void *state)
 {
     alerting *a = state;
 
-    free(a->sites);
-    a->sites = NULL;
+    gp_inventory_free(a->inv);
+    a->inv = NULL;
     alerting_telemetry_free(a);
 }

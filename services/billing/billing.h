@@ -4,9 +4,9 @@
  * id so a redelivered or republished one is a no-op; a record is acked
  * only once its transaction committed.
  *
- * Files: sites.c (what rating needs from elsewhere: the sites and their
- * owners from the registry, cached; the price book from billing's own
- * table), post.c (the durable consumer, validation, batching, the one
+ * Files: sites.c (what rating needs from elsewhere: the sites, followed
+ * from the registry, and their owners' shares, cached; the price book
+ * from billing's own table), post.c (the durable consumer, validation, batching, the one
  * statement a batch is), rate.c (the pure arithmetic), migrate.c. */
 #ifndef BILLING_H
 #define BILLING_H
@@ -16,6 +16,7 @@
 
 #include "gp/app.h"
 #include "gp/db.h"
+#include "gp/inventory.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 #include "rate.h"
@@ -30,13 +31,16 @@ typedef struct billing_cfg {
     unsigned      batch;
 } billing_cfg;
 
-#define BILLING_SITE_SLOTS 4096
+#define BILLING_OWNER_SLOTS 4096
 
-typedef struct billing_site {
-    bool      valid;
-    uint64_t  loaded_ms;          /* monotonic */
-    bill_site s;
-} billing_site;
+/* A site owner's revenue share, cached site-cache-ms. */
+typedef struct billing_owner {
+    bool     valid;
+    uint64_t loaded_ms;           /* monotonic */
+    char     id[BILL_ID_LEN];
+    bool     partner;
+    int32_t  share_bp;
+} billing_owner;
 
 typedef struct billing_price {
     char    product[64], currency[4];
@@ -48,7 +52,8 @@ typedef struct billing {
     gp_app            *app;
     const billing_cfg *cfg;
     bill_cfg           rc;
-    billing_site      *sites;
+    gp_inventory      *inv;           /* the registry's sites, followed */
+    billing_owner     *owners;
     billing_price     *book;
     unsigned           nbook;
     bool               book_loading;

@@ -1,8 +1,10 @@
 /* sites.c -- what rating needs from outside a record: the site (owner,
- * currency, PUE, latency tier, power price by time of day) and its
- * owner's revenue share, asked of the registry (gp.admin.site.get,
- * gp.admin.tenant.get) and cached site-cache-ms; the price book, billing's
- * own table, reloaded every book-ms. */
+ * currency, PUE, latency tier, power price by time of day), from the
+ * registry's inventory as gp/inventory.h follows it (its change events,
+ * a full reload every site-cache-ms), or asked of the registry
+ * (gp.admin.site.get) when the follower does not know it yet; its owner's
+ * revenue share (gp.admin.tenant.get), cached site-cache-ms; the price
+ * book, billing's own table, reloaded every book-ms. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,26 +24,76 @@ typedef struct site_call {
 } site_call;
 
 static void
+call_end(site_call *c, gp_err err, const char *detail)
+{
+    c->cb(c->arg, err, err == GP_EOK ? &c->s : NULL, detail);
+    free(c);
+}
+
+static void
+share_set(bill_site *s, const billing_owner *o)
+{
+    s->partner = o->partner;
+    s->share_bp = o->share_bp;
+}
+
+static void
 owner_read(void *arg, gp_err err, const void *reply, const char *detail)
 {
     site_call        *c = arg;
     const msg_tenant *t = reply;
-    billing_site     *slot;
+    billing_owner    *o;
 
     if (err != GP_EOK) {
-        c->cb(c->arg, err, NULL, detail);
-        free(c);
+        call_end(c, err, detail);
         return;
     }
-    c->s.partner = (t->kind == MSG_TENANT_KIND_PARTNER || t->kind == MSG_TENANT_KIND_SITE_OPERATOR) &&
-                   t->revenue_share_bp > 0;
-    c->s.share_bp = c->s.partner ? t->revenue_share_bp : 0;
-    slot = &c->b->sites[gp_fnv1a(c->s.id) % BILLING_SITE_SLOTS];
-    slot->s = c->s;
-    slot->valid = true;
-    slot->loaded_ms = gp_mono_ms();
-    c->cb(c->arg, GP_EOK, &slot->s, "");
-    free(c);
+    o = &c->b->owners[gp_fnv1a(t->id) % BILLING_OWNER_SLOTS];
+    snprintf(o->id, sizeof(o->id), "%s", t->id);
+    o->partner = (t->kind == MSG_TENANT_KIND_PARTNER || t->kind == MSG_TENANT_KIND_SITE_OPERATOR) &&
+                 t->revenue_share_bp > 0;
+    o->share_bp = o->partner ? t->revenue_share_bp : 0;
+    o->valid = true;
+    o->loaded_ms = gp_mono_ms();
+    share_set(&c->s, o);
+    call_end(c, GP_EOK, "");
+}
+
+/* The owner's share, from the cache or the registry. */
+static void
+owner_get(site_call *c)
+{
+    billing_owner *o = &c->b->owners[gp_fnv1a(c->s.owner) % BILLING_OWNER_SLOTS];
+    msg_id_request q = {0};
+    char           subj[GP_MAX_SUBJECT];
+
+    if (o->valid && strcmp(o->id, c->s.owner) == 0 &&
+        gp_mono_ms() - o->loaded_ms < c->b->cfg->site_cache_ms) {
+        share_set(&c->s, o);
+        call_end(c, GP_EOK, "");
+        return;
+    }
+    snprintf(q.id, sizeof(q.id), "%s", c->s.owner);
+    if (gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL) != GP_EOK ||
+        gp_call(gp_app_bus(c->b->app), subj, &msg_id_request_desc, &q, &msg_tenant_desc, 5000,
+                owner_read, c) != GP_EOK)
+        call_end(c, GP_EUNAVAIL, "cannot ask the registry");
+}
+
+static void
+site_from_inventory(bill_site *b, const gp_inv_site *s)
+{
+    snprintf(b->id, sizeof(b->id), "%s", s->id);
+    snprintf(b->owner, sizeof(b->owner), "%s", s->tenant);
+    snprintf(b->currency, sizeof(b->currency), "%s", s->currency);
+    b->latency_tier = s->latency_tier;
+    b->pue_milli = s->pue_milli > 0 ? s->pue_milli : 1000;
+    b->tz_min = s->timezone_min;
+    for (uint32_t i = 0; i < s->nprices && i < BILL_MAX_PRICES; i++) {
+        b->price[i].start_min = s->prices[i].start_min;
+        b->price[i].micros_per_kwh = s->prices[i].micros_per_kwh;
+        b->nprices = i + 1;
+    }
 }
 
 static void
@@ -50,12 +102,9 @@ site_read(void *arg, gp_err err, const void *reply, const char *detail)
     site_call             *c = arg;
     const msg_site        *m = reply;
     const msg_power_price *pp;
-    msg_id_request         q = {0};
-    char                   subj[GP_MAX_SUBJECT];
 
     if (err != GP_EOK) {
-        c->cb(c->arg, err, NULL, detail);
-        free(c);
+        call_end(c, err, detail);
         return;
     }
     snprintf(c->s.id, sizeof(c->s.id), "%s", m->id);
@@ -70,28 +119,17 @@ site_read(void *arg, gp_err err, const void *reply, const char *detail)
         c->s.price[i].micros_per_kwh = pp[i].price_micros_per_kwh;
         c->s.nprices = i + 1;
     }
-    snprintf(q.id, sizeof(q.id), "%s", m->tenant);
-    if (gp_op_subject(GP_OP_ADMIN_TENANT_GET, subj, sizeof(subj), NULL) != GP_EOK ||
-        gp_call(gp_app_bus(c->b->app), subj, &msg_id_request_desc, &q, &msg_tenant_desc, 5000,
-                owner_read, c) != GP_EOK) {
-        c->cb(c->arg, GP_EUNAVAIL, NULL, "cannot ask the registry");
-        free(c);
-    }
+    owner_get(c);
 }
 
 void
 billing_site_get(billing *b, const char *site, billing_site_cb *cb, void *arg)
 {
-    billing_site  *slot = &b->sites[gp_fnv1a(site) % BILLING_SITE_SLOTS];
-    msg_id_request q = {0};
-    char           subj[GP_MAX_SUBJECT];
-    site_call     *c;
+    const gp_inv_site *known = gp_inventory_site(b->inv, site);
+    msg_id_request     q = {0};
+    char               subj[GP_MAX_SUBJECT];
+    site_call         *c;
 
-    if (slot->valid && strcmp(slot->s.id, site) == 0 &&
-        gp_mono_ms() - slot->loaded_ms < b->cfg->site_cache_ms) {
-        cb(arg, GP_EOK, &slot->s, "");
-        return;
-    }
     if ((c = calloc(1, sizeof(*c))) == NULL) {
         cb(arg, GP_ENOMEM, NULL, "out of memory");
         return;
@@ -99,13 +137,17 @@ billing_site_get(billing *b, const char *site, billing_site_cb *cb, void *arg)
     c->b = b;
     c->cb = cb;
     c->arg = arg;
+    if (known != NULL) {
+        site_from_inventory(&c->s, known);
+        owner_get(c);
+        return;
+    }
+    /* not followed yet (a first load not done, an event missed): asked */
     snprintf(q.id, sizeof(q.id), "%s", site);
     if (gp_op_subject(GP_OP_ADMIN_SITE_GET, subj, sizeof(subj), NULL) != GP_EOK ||
         gp_call(gp_app_bus(b->app), subj, &msg_id_request_desc, &q, &msg_site_desc, 5000,
-                site_read, c) != GP_EOK) {
-        free(c);
-        cb(arg, GP_EUNAVAIL, NULL, "cannot ask the registry");
-    }
+                site_read, c) != GP_EOK)
+        call_end(c, GP_EUNAVAIL, "cannot ask the registry");
 }
 
 /* ---- the price book ------------------------------------------------------------------ */
@@ -168,15 +210,21 @@ billing_book_run(gp_app *app, void *arg)
 gp_err
 billing_sites_start(billing *b)
 {
-    b->sites = calloc(BILLING_SITE_SLOTS, sizeof(*b->sites));
-    return b->sites != NULL ? GP_EOK : GP_ENOMEM;
+    unsigned resync = b->cfg->site_cache_ms > 0 ? b->cfg->site_cache_ms : 60000;
+
+    b->owners = calloc(BILLING_OWNER_SLOTS, sizeof(*b->owners));
+    if (b->owners == NULL)
+        return GP_ENOMEM;
+    return gp_inventory_new(b->app, &(gp_inventory_opts){.resync_ms = resync}, &b->inv);
 }
 
 void
 billing_sites_free(billing *b)
 {
-    free(b->sites);
+    gp_inventory_free(b->inv);
+    free(b->owners);
     free(b->book);
-    b->sites = NULL;
+    b->inv = NULL;
+    b->owners = NULL;
     b->book = NULL;
 }

@@ -12,7 +12,8 @@ const gp_cfg_opt recovery_cfg_opts[] = {
     GP_CFG_UINT("region-rate", recovery_cfg, region_rate, 1200, 1, 1000000,
                 "node replacements per region and minute, at most"),
     GP_CFG_UINT("sites-ms", recovery_cfg, sites_ms, 60000, 1000, 3600000,
-                "how often the site inventory (regions, nodes per site) is reloaded"),
+                "how often the site inventory (regions, nodes per site) is reloaded in full; "
+                "its changes arrive as events"),
     GP_CFG_UINT("site-window-ms", recovery_cfg, site_window_ms, 30000, 1000, 3600000,
                 "nodes of a site lost within this window make one site event"),
     GP_CFG_UINT("site-share-pct", recovery_cfg, site_share_pct, 50, 1, 100,

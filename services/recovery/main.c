@@ -9,7 +9,6 @@
 
 /* and "leafz" when leafz-urls is set (recovery_init) */
 static const gp_svc_task recovery_tasks[] = {
-    GP_SVC_TASK("sites", recovery_cfg, sites_ms, recovery_sites_run),
     GP_SVC_TASK("replace", recovery_cfg, replace_ms, recovery_replace_run),
     GP_SVC_TASKS_END,
 };

@@ -20,6 +20,7 @@
 
 #include "gp/app.h"
 #include "gp/bus.h"
+#include "gp/inventory.h"
 #include "gp/limits.h"
 #include "msg_gen.h"
 
@@ -57,7 +58,7 @@ typedef struct rbucket {
 typedef struct rsite {
     char     id[GP_MAX_ID + 1];
     char     region[GP_MAX_ID + 1];
-    uint32_t nodes;                 /* in the inventory (the registry's site list) */
+    uint32_t nodes;                 /* in the inventory (the registry's site, gp/inventory.h) */
     uint32_t seen;                  /* nodes this instance has seen a state of */
     uint32_t lost;                  /* its nodes lost now */
     uint64_t first_lost_ms;         /* wall ms: when lost went from 0 to 1 */
@@ -100,10 +101,6 @@ typedef struct recovery_up {
      * it decided the cause, NULL: what the link says now) */
     void (*site_announce)(struct recovery *r, rsite *s, int32_t cause,
                           const char *leaf_evidence);
-    /* replace.c: a first load of the site inventory again (every second
-     * until one completes: the bus may not have been up at start);
-     * recovery_sites_run */
-    void (*sites_load)(gp_app *app, void *arg);
 } recovery_up;
 
 typedef struct recovery {
@@ -121,11 +118,8 @@ typedef struct recovery {
         rbucket bucket;
     }                  *regions;     /* few: found by a linear search */
     uint32_t            nregions;
-    bool                sites_loaded;
-    bool                sites_busy;
-    char                sites_after[GP_MAX_ID + 1];
-    uint32_t            sites_seen, sites_last;   /* this load's, the last complete one's */
-    uint64_t            sites_retry_ms;  /* gp_mono_ms: the next try of a first load */
+    gp_inventory       *inv;         /* the registry's sites, followed (sites.c) */
+    uint32_t            sites_last;  /* sites at the last complete load (logged when it changes) */
     bool                frozen;
     uint64_t            thaw_until;  /* gp_mono_ms */
     rbucket             thaw_bucket;
@@ -158,11 +152,11 @@ void     recovery_region_add(recovery *r, const char *region);
 /* A node PostgreSQL still has lost (at start): counted, no event. */
 void     recovery_mark_lost(recovery *r, const char *site, const char *node);
 
-/* sites.c: the inventory of sites, node states, site events, isolation.
- * A site turned unreachable announces it now or, behind a leaf link that
- * is still up, once leaf.c can tell (up.site_announce). */
+/* sites.c: the inventory of sites (followed: gp/inventory.h), node
+ * states, site events, isolation.  A site turned unreachable announces it
+ * now or, behind a leaf link that is still up, once leaf.c can tell
+ * (up.site_announce). */
 gp_err recovery_sites_start(recovery *r);
-void   recovery_sites_run(gp_app *app, void *arg);
 void   recovery_sites_free(recovery *r);
 
 /* leaf.c: the sites' NATS leaf links (nats-server's /leafz) as evidence */
@@ -176,8 +170,7 @@ bool   recovery_leaf_wait(recovery *r, const rsite *s);
 void   recovery_leaf_evidence(recovery *r, const rsite *s, char *out, size_t n);
 
 /* start.c: gp_app_main's hooks (state: a recovery).  start loads the lost
- * nodes and the site inventory once serving starts; stop cancels the
- * /leafz reads. */
+ * nodes once serving starts; stop cancels the /leafz reads. */
 gp_err recovery_init(gp_app *app, const void *cfg, void *state);
 void   recovery_start(gp_app *app, void *state);
 void   recovery_stop(gp_app *app, void *state);

@@ -244,10 +244,6 @@ recovery_replace_run(gp_app *app, void *arg)
     char        now[24], lim[16];
     const char *p[3] = {gp_app_instance(app), now, lim};
 
-    if (!r->sites_loaded && !r->sites_busy && gp_mono_ms() >= r->sites_retry_ms) {
-        r->sites_retry_ms = gp_mono_ms() + 1000;   /* the bus may not have been up at start */
-        r->up.sites_load(app, r);                 /* recovery_sites_run */
-    }
     /* the gauge once a second, not every pass (replace-ms is 250) */
     if (gp_mono_ms() >= r->pending_next_ms) {
         r->pending_next_ms = gp_mono_ms() + 1000;

@@ -3,10 +3,10 @@
  * It calls leaf.c and replace.c; they call back through r->up, which
  * recovery_sites_start sets.
  *
- * Sites come from the registry's list (gp.admin.site.list, paged, every
- * sites-ms): id, region, and how many nodes each has.  Node states come
- * from every NodeState (no queue group: every instance sees all of them,
- * so each judges sites and isolation alike).
+ * Sites come from the registry through gp/inventory.h (its change events,
+ * and a full reload every sites-ms): id, region, and how many nodes each
+ * has.  Node states come from every NodeState (no queue group: every
+ * instance sees all of them, so each judges sites and isolation alike).
  *
  * Site events.  When site-share-pct of a site's nodes are lost and the
  * first of them went within site-window-ms, the site is unreachable: ONE
@@ -33,14 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gp/call.h"
 #include "gp/clock.h"
 #include "gp/id.h"
 #include "gp/kv.h"
 #include "gp/log.h"
 #include "recovery.h"
-
-#define SITE_PAGE 1000
 
 /* The site's size: the inventory's count, or the nodes seen since when
  * that is larger (a list read before the fleet registered says 0). */
@@ -379,71 +376,32 @@ on_node_state(void *arg, const gp_bus_msg *m)
 
 /* ---- the site inventory ---------------------------------------------------------------- */
 
-static void page_request(recovery *r);
-
+/* A site put (new, changed, or repeated by a reload).  A deleted site
+ * keeps its record: its episode (an open unreachable event) still ends
+ * the way it would have. */
 static void
-page_answered(void *arg, gp_err err, const void *reply, const char *detail)
-{
-    recovery            *r = arg;
-    const msg_site_list *page = reply;
-
-    if (err != GP_EOK) {
-        GP_WARN("sites_load_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-        r->sites_busy = false;
-        return;
-    }
-    // cppcheck-suppress nullPointer ; reply is NULL only with an error, which returned above
-    for (uint32_t i = 0; i < page->items.n; i++) {
-        const msg_site *it = (const msg_site *)page->items.v + i;
-        rsite          *s = recovery_site_get(r, it->id);
-
-        if (s == NULL)
-            continue;
-        snprintf(s->region, sizeof(s->region), "%s", it->region);
-        s->nodes = (uint32_t)it->nodes;
-        recovery_region_add(r, it->region);
-        r->sites_seen++;
-    }
-    snprintf(r->sites_after, sizeof(r->sites_after), "%s", page->next);
-    if (r->sites_after[0] != '\0') {
-        page_request(r);
-        return;
-    }
-    if (!r->sites_loaded || r->sites_seen != r->sites_last)
-        GP_INFO("sites_loaded", "sites=%u regions=%u", r->sites_seen, r->nregions);
-    r->sites_last = r->sites_seen;
-    r->sites_loaded = true;
-    r->sites_busy = false;
-    isolation_check(r);
-}
-
-static void
-page_request(recovery *r)
-{
-    msg_list_request q = {.limit = SITE_PAGE};
-    char             subj[GP_MAX_SUBJECT];
-    gp_err           rc = gp_op_subject(GP_OP_ADMIN_SITE_LIST, subj, sizeof(subj), NULL);
-
-    snprintf(q.after, sizeof(q.after), "%s", r->sites_after);
-    if (rc == GP_EOK)
-        rc = gp_call(gp_app_bus(r->app), subj, &msg_list_request_desc, &q, &msg_site_list_desc,
-                     30000, page_answered, r);
-    if (rc != GP_EOK)
-        page_answered(r, rc, NULL, "not sent");
-}
-
-void
-recovery_sites_run(gp_app *app, void *arg)
+on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
 {
     recovery *r = arg;
+    rsite    *s;
 
-    (void)app;
-    if (r->sites_busy)
+    if (what != GP_INV_PUT || (s = recovery_site_get(r, id)) == NULL)
         return;
-    r->sites_busy = true;
-    r->sites_after[0] = '\0';
-    r->sites_seen = 0;
-    page_request(r);
+    snprintf(s->region, sizeof(s->region), "%s", m->region);
+    s->nodes = (uint32_t)m->nodes;
+    recovery_region_add(r, m->region);
+}
+
+static void
+on_loaded(void *arg, bool first)
+{
+    recovery *r = arg;
+    uint32_t  n = gp_inventory_nsites(r->inv);
+
+    if (first || n != r->sites_last)
+        GP_INFO("sites_loaded", "sites=%u regions=%u", n, r->nregions);
+    r->sites_last = n;
+    isolation_check(r);
 }
 
 gp_err
@@ -455,7 +413,6 @@ recovery_sites_start(recovery *r)
     gp_err      rc;
 
     r->up.site_announce = site_announce;
-    r->up.sites_load = recovery_sites_run;
     gp_metrics_counters(m, "gp_recovery_site_events_total", "kind", msg_site_event_kind_names, 2,
                         "Site events raised by this instance (unreachable, returned)",
                         r->m_site_events);
@@ -471,6 +428,11 @@ recovery_sites_start(recovery *r)
     rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), any);
     if (rc == GP_EOK)   /* every instance follows every node: no queue group */
         rc = gp_bus_sub_new(gp_app_bus(r->app), pat, NULL, on_node_state, r, &r->state_sub);
+    if (rc == GP_EOK)
+        rc = gp_inventory_new(r->app, &(gp_inventory_opts){.resync_ms = r->cfg->sites_ms,
+                                                           .on_site = on_site,
+                                                           .on_loaded = on_loaded, .arg = r},
+                              &r->inv);
     return rc;
 }
 
@@ -478,6 +440,8 @@ void
 recovery_sites_free(recovery *r)
 {
     r->state_sub = NULL;                   /* freed with the bus */
+    gp_inventory_free(r->inv);
+    r->inv = NULL;
     rmap_free(&r->site_ix);
     rmap_free(&r->node_ix);
     free(r->sites);

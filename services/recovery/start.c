@@ -1,7 +1,7 @@
 /* start.c -- gridpool-recovery's state on the app (gp_app_main's hooks):
- * replacement, site events and the leaf evidence built at start, the lost
- * nodes and the site inventory read once serving starts, the /leafz reads
- * cancelled at stop, the rest freed at exit. */
+ * replacement, site events (with the follower of the site inventory) and
+ * the leaf evidence built at start, the lost nodes read once serving
+ * starts, the /leafz reads cancelled at stop, the rest freed at exit. */
 #include "recovery.h"
 
 gp_err
@@ -25,8 +25,8 @@ recovery_init(gp_app *app, const void *cfg, void *state)
 void
 recovery_start(gp_app *app, void *state)
 {
+    (void)app;
     recovery_load_lost(state);
-    recovery_sites_run(app, state);
 }
 
 /* Reads of /leafz still out hold watchers on the loop: cancelled before

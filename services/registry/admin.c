@@ -73,6 +73,7 @@ static const col site_cols[] = {
      * registered, 39 s for a page of 1,000 sites) */
     {"gpus", "(SELECT coalesce(sum((SELECT count(*) FROM gpus g WHERE g.node = n.id)), 0)"
              " FROM nodes n WHERE n.site = t.id)", NULL, NULL, COL_RO},
+    {"rev", "rev", NULL, NULL, COL_RO},       /* migration 5's trigger writes it */
     {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
@@ -333,6 +334,18 @@ sites_done(gp_req *req, msg_site *sites, uint32_t n)
     gp_kvfan_end(f);
 }
 
+/* A site written or deleted: its SiteChange, with the row's revision (a
+ * delete returns the one it took as its second column). */
+static void
+site_changed(gp_req *req, const op *o, const PGresult *res)
+{
+    const msg_site *site = gp_req_out(req);
+    bool            del = strcmp(o->verb, "delete") == 0;
+    uint64_t        rev = del ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : site->rev;
+
+    registry_site_changed(gp_req_state(req), o->verb, o->id, rev, del ? NULL : site);
+}
+
 static void
 op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -350,6 +363,8 @@ op_done(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
     } else {
         err = row_to_msg(o->e, res[0], 0, out);
     }
+    if (err == GP_EOK && o->e->desc == &msg_site_desc && strcmp(o->verb, "get") != 0)
+        site_changed(req, o, res[0]);
     if (err == GP_EOK && o->e->desc == &msg_site_desc && strcmp(o->verb, "delete") != 0) {
         free(o);
         sites_done(req, out, 1);
@@ -484,7 +499,9 @@ on_get_or_delete(gp_req *req, const void *in, void *out)
     gp_buf_init(&sql, 0);
     gp_dbparams_init(&p);
     if (del) {
-        rc = gp_buf_printf(&sql, "DELETE FROM %s WHERE id = $1 RETURNING id", e->table);
+        /* a site's delete takes a revision for its SiteChange */
+        rc = gp_buf_printf(&sql, "DELETE FROM %s WHERE id = $1 RETURNING id%s", e->table,
+                           e->desc == &msg_site_desc ? ", nextval('inventory_rev')" : "");
     } else {
         rc = gp_buf_puts(&sql, "SELECT ");
         rc = rc ? rc : select_list(e, &sql);

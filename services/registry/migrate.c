@@ -126,10 +126,31 @@ static const char step4_sql[] =
     "CREATE INDEX IF NOT EXISTS node_transitions_node ON node_transitions (node, at);\n"
     "CREATE INDEX IF NOT EXISTS node_transitions_at ON node_transitions (at);\n";
 
+/* Step 5: the inventory revision (Site.rev, Node.rev, SiteChange.rev,
+ * NodeChange.rev).  One sequence for sites and nodes; a trigger gives a
+ * row the next value whenever its inventory is written (a site's any
+ * column; a node's registration, not its state changes), so a service
+ * following the inventory (shared gp/inventory.h) keeps a change event
+ * over a page read before it.  Row locks order the writes of one row, and
+ * the trigger runs after the lock: a row's revisions only grow. */
+static const char step5_sql[] =
+    "CREATE SEQUENCE IF NOT EXISTS inventory_rev;\n"
+    "ALTER TABLE sites ADD COLUMN IF NOT EXISTS rev bigint NOT NULL DEFAULT nextval('inventory_rev');\n"
+    "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS rev bigint NOT NULL DEFAULT nextval('inventory_rev');\n"
+    "CREATE OR REPLACE FUNCTION inventory_rev_next() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+    "BEGIN NEW.rev := nextval('inventory_rev'); RETURN NEW; END $$;\n"
+    "DROP TRIGGER IF EXISTS sites_rev ON sites;\n"
+    "CREATE TRIGGER sites_rev BEFORE INSERT OR UPDATE ON sites\n"
+    "  FOR EACH ROW EXECUTE FUNCTION inventory_rev_next();\n"
+    "DROP TRIGGER IF EXISTS nodes_rev ON nodes;\n"
+    "CREATE TRIGGER nodes_rev BEFORE INSERT OR UPDATE OF site, hostname, agent_version, boot_id,\n"
+    "  cpu_cores, mem_mb, registered_at ON nodes FOR EACH ROW EXECUTE FUNCTION inventory_rev_next();\n";
+
 const gp_migration registry_migrations[] = {
     {1, "initial schema", step1_sql},
     {2, "retired nodes", step2_sql},
     {3, "fair-share weight of a tenant", step3_sql},
     {4, "node modes and transitions", step4_sql},
+    {5, "inventory revisions", step5_sql},
     GP_MIGRATION_END
 };

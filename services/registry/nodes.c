@@ -91,7 +91,8 @@ static const char upsert_node[] =
     " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since"
     " ELSE EXCLUDED.state_since END,"
     " registered_at = now()"
-    " RETURNING coalesce((SELECT site FROM old), ''), (SELECT boot_id FROM old)";
+    " RETURNING coalesce((SELECT site FROM old), ''), (SELECT boot_id FROM old), rev,"
+    " (SELECT region FROM sites WHERE id = $2)";
 
 static const char replace_gpus[] =
     "INSERT INTO gpus (node, idx, uuid, model, vram_mb, serial, interconnect)"
@@ -194,6 +195,31 @@ live_register(gp_req *req, const char *how)
     registry_live_register(gp_req_state(req), q->site, q->node, how, live_registered, lt);
 }
 
+/* The registration's NodeChange: the node as it registered, with the
+ * revision and region of the upsert's row (columns 2 and 3). */
+static void
+node_changed(gp_req *req, const PGresult *res, bool created)
+{
+    const msg_node_register *q = gp_req_in(req);
+    registry                *r = gp_req_state(req);
+    msg_node                 n = {0};
+
+    snprintf(n.id, sizeof(n.id), "%s", q->node);
+    snprintf(n.site, sizeof(n.site), "%s", q->site);
+    snprintf(n.region, sizeof(n.region), "%s", PQgetvalue(res, 0, 3));
+    snprintf(n.hostname, sizeof(n.hostname), "%s", q->hostname);
+    snprintf(n.agent_version, sizeof(n.agent_version), "%s", q->agent_version);
+    n.cpu_cores = q->cpu_cores;
+    n.mem_mb = q->mem_mb;
+    n.state = MSG_NODE_STATE_HEALTHY;
+    n.registered_ms = registry_now_ms(r);
+    n.gpus = q->gpus;                       /* borrowed: only encoded */
+    n.rev = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+    registry_node_changed(r, created ? MSG_NODE_CHANGE_CHANGE_CREATED
+                                     : MSG_NODE_CHANGE_CHANGE_UPDATED,
+                          q->site, q->node, n.rev, &n);
+}
+
 static void
 registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -222,6 +248,10 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
          * (and, for the same shard, the same slot): in order */
         if (was[0] != '\0' && strcmp(was, q->site) != 0)
             registry_live_forget(gp_req_state(req), was, q->node);
+        /* before the registration's NodeState, on the same connection: a
+         * follower knows the node when its state arrives */
+        if (row)
+            node_changed(req, res[0], was[0] == '\0');
         live_register(req, how);
         return;                                   /* live_registered() ends the request */
     }
@@ -402,7 +432,7 @@ on_heartbeat(gp_req *req, const void *in, void *out)
  * all of it, so a full load was quadratic.) */
 #define NODE_COLS                                                                             \
     "n.id, n.site, s.region, n.hostname, n.agent_version, n.cpu_cores, n.mem_mb, n.state,"    \
-    " (extract(epoch FROM n.registered_at) * 1000)::bigint AS registered_ms"
+    " (extract(epoch FROM n.registered_at) * 1000)::bigint AS registered_ms, n.rev"
 #define NODE_PAGE_ROWS                                                                        \
     "SELECT " NODE_COLS " " NODE_FILTERS " AND n.id > $7 ORDER BY n.id LIMIT $8::int"
 
@@ -427,7 +457,7 @@ static gp_err
 set_row(msg_node *n, const PGresult *res, int row)
 {
     static const char *const cols[] = {"id", "site", "region", "hostname", "agent_version",
-                                       "cpu_cores", "mem_mb", "state", "registered_ms"};
+                                       "cpu_cores", "mem_mb", "state", "registered_ms", "rev"};
     gp_err rc = GP_EOK;
 
     for (size_t c = 0; c < GP_NELEM(cols) && rc == GP_EOK; c++)
@@ -535,7 +565,7 @@ pg_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detai
         msg_node_list *out = gp_req_out(q->req);
 
         if (!q->get) {
-            out->total = (uint32_t)strtoul(PQgetvalue(res[0], 0, 9), NULL, 10);
+            out->total = (uint32_t)strtoul(PQgetvalue(res[0], 0, 10), NULL, 10);
             if ((int)q->n == q->pending_limit)
                 snprintf(out->next, sizeof(out->next), "%s", q->items[q->n - 1].id);
         }
@@ -627,6 +657,9 @@ node_deleted(void *arg, gp_err err, PGresult *const *res, int nres, const char *
     } else {
         /* the hash goes with its 'reg' mark: the node's beats are refused now */
         registry_live_forget(gp_req_state(req), PQgetvalue(res[0], 0, 1), q->id);
+        registry_node_changed(gp_req_state(req), MSG_NODE_CHANGE_CHANGE_DELETED,
+                              PQgetvalue(res[0], 0, 1), q->id,
+                              strtoull(PQgetvalue(res[0], 0, 2), NULL, 10), NULL);
         snprintf(((msg_deleted *)gp_req_out(req))->id, GP_MAX_ID + 1, "%s", q->id);
     }
     gp_req_done(req, err);
@@ -662,7 +695,7 @@ on_node_delete(gp_req *req, const void *in, void *out)
     gp_db_tx_add(tx, "WITH d AS (DELETE FROM nodes WHERE id = $1 RETURNING id, site)"
                      " INSERT INTO retired_nodes (id, site) SELECT id, site FROM d"
                      " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, retired_at = now()"
-                     " RETURNING id, site",
+                     " RETURNING id, site, nextval('inventory_rev')",
                  1, p);
     rc = gp_db_tx_run(tx, 0, node_delete_done, req);
     return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");

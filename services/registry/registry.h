@@ -199,6 +199,15 @@ typedef void registry_live_adm_cb(void *arg, gp_err err, int32_t prev, int32_t s
 gp_err registry_live_adm(registry *r, const char *site, const char *node, const char *adm,
                          const char *reason, registry_live_adm_cb *done, void *arg);
 
+/* changes.c: SiteChange and NodeChange, published after the commit with
+ * the row's inventory revision.  verb is the admin verb ("create",
+ * "update", "delete"); site or node is the row written (NULL for a
+ * delete), only read. */
+void registry_site_changed(registry *r, const char *verb, const char *id, uint64_t rev,
+                           const msg_site *site);
+void registry_node_changed(registry *r, int32_t change, const char *site, const char *id,
+                           uint64_t rev, const msg_node *node);
+
 /* nodes.c */
 void registry_nodes_free(registry *r);
 

@@ -1,22 +1,27 @@
 /* feed.c -- the scheduler's snapshot of the fleet, fed from the registry
  * over the bus only (never its tables), and this cluster's own bookings.
  *
- * A load pages through the registry's admin lists in dependency order
- * (tenants, sites, pools, products, nodes: a node needs its site) with
+ * Sites and nodes come from the shared inventory follower (gp/inventory.h,
+ * nodes included): its callbacks upsert and remove them as its loads and
+ * the registry's SiteChange and NodeChange events arrive, so a node that
+ * registers is placed on at once and a new site is known within a second.
+ * Tenants, pools and products are paged here every feed-ms with
  * gp/call.h, upserting each item; what a complete load did not see is
- * removed afterwards (nodes before sites: a site with nodes is not
- * removable).  A failed page abandons the load and keeps what was seen:
- * nothing is removed on a partial view.  Between loads a node's state
- * follows the registry's NodeState events; a node that becomes healthy
- * kicks the placement pass (capacity changed).
+ * removed afterwards.  They have no change events, so a site or node new
+ * to the snapshot (the follower's) marks them stale too: the placement
+ * pass reloads them, at most once a second (FEED_REFRESH_MS), as a new
+ * site's node registering is when its pools and products are needed.  A failed page abandons the load and keeps what was
+ * seen: nothing is removed on a partial view.  A node's state follows the
+ * registry's NodeState events; a node that becomes healthy kicks the
+ * placement pass (capacity changed).
  *
- * At each load's end the snapshot's bookings are synced with the live
- * attempts in PostgreSQL (every instance's): missing ones booked, ended
- * ones dropped, so a restarted instance knows what is taken and GPUs
- * freed by another instance show free again; placement waits for the
- * first (s->fed).  The Redis
- * reservation stays the authority: a stale snapshot only costs a BUSY
- * and a retry. */
+ * At each load's end (this file's and the follower's) the snapshot's
+ * bookings are synced with the live attempts in PostgreSQL (every
+ * instance's): missing ones booked, ended ones dropped, so a restarted
+ * instance knows what is taken and GPUs freed by another instance show
+ * free again; placement waits for the first (s->fed), which needs both
+ * loads (a booking needs its node).  The Redis reservation stays the
+ * authority: a stale snapshot only costs a BUSY and a retry. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +29,11 @@
 
 #include "gp/clock.h"
 #include "gp/dbarray.h"
+#include "gp/inventory.h"
 #include "gp/log.h"
 #include "scheduler.h"
 
-enum { K_TENANT, K_SITE, K_POOL, K_PRODUCT, K_NODE, K_N };
+enum { K_TENANT, K_POOL, K_PRODUCT, K_N };
 
 typedef struct feed_kind {
     const gp_msg_desc *list;
@@ -44,19 +50,19 @@ typedef struct sched_feed {
     char        after[GP_MAX_ID + 1];
     snap_map    seen[K_N];            /* ids seen by this load */
     gp_bus_sub *sub;                  /* NodeState events */
+    gp_inventory *inv;                /* sites and nodes: the shared follower */
+    bool        want_bookings;        /* this load ended before the follower's first */
+    bool        stale;                /* a new site or node since this file's last load */
+    uint64_t    run_ms;               /* gp_mono_ms when the last load started */
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
-    unsigned    fetching;             /* node gets out (at most FETCH_MAX) */
-    bool        missed;               /* a new node was not fetched: load all soon */
     bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
 } sched_feed;
 
 static const feed_kind kinds[K_N] = {
     [K_TENANT] = {&msg_tenant_list_desc, &msg_tenant_desc, 1000},
-    [K_SITE] = {&msg_site_list_desc, &msg_site_desc, 1000},
     [K_POOL] = {&msg_pool_list_desc, &msg_pool_desc, 1000},
     [K_PRODUCT] = {&msg_product_list_desc, &msg_product_desc, 1000},
-    [K_NODE] = {&msg_node_list_desc, &msg_node_desc, MSG_LIST_REQUEST_LIMIT_MAX},
 };
 
 static const gp_op *
@@ -64,10 +70,8 @@ kind_op(int k)
 {
     switch (k) {
     case K_TENANT:  return GP_OP_ADMIN_TENANT_LIST;
-    case K_SITE:    return GP_OP_ADMIN_SITE_LIST;
     case K_POOL:    return GP_OP_ADMIN_POOL_LIST;
-    case K_PRODUCT: return GP_OP_ADMIN_PRODUCT_LIST;
-    default:        return GP_OP_ADMIN_NODE_LIST;
+    default:        return GP_OP_ADMIN_PRODUCT_LIST;
     }
 }
 
@@ -86,15 +90,11 @@ static void
 upsert(sched_feed *f, int k, const void *item)
 {
     snap       *sn = &f->s->snap;
-    const char *id = k == K_NODE ? ((const msg_node *)item)->id
-                   : k == K_SITE ? ((const msg_site *)item)->id
-                   : k == K_POOL ? ((const msg_pool *)item)->id
+    const char *id = k == K_POOL ? ((const msg_pool *)item)->id
                    : k == K_PRODUCT ? ((const msg_product *)item)->id
                                     : ((const msg_tenant *)item)->id;
     int rc = k == K_TENANT ? snap_tenant_upsert(sn, item)
-           : k == K_SITE ? snap_site_upsert(sn, item)
-           : k == K_POOL ? snap_pool_upsert(sn, item)
-           : k == K_PRODUCT ? snap_product_upsert(sn, item) : snap_node_upsert(sn, item);
+           : k == K_POOL ? snap_pool_upsert(sn, item) : snap_product_upsert(sn, item);
 
     if (rc != 0)
         GP_WARN("feed_upsert_failed", "kind=%d id=%s", k, id);
@@ -102,24 +102,19 @@ upsert(sched_feed *f, int k, const void *item)
         snap_map_put(&f->seen[k], id, 1);
 }
 
-/* Removes what a complete load did not see: O(snapshot) once a load. */
+/* Removes what a complete load did not see: O(snapshot) once a load.
+ * (Sites and nodes: the follower's own loads.) */
 static void
 sweep_missing(sched_feed *f)
 {
     snap *sn = &f->s->snap;
 
-    for (uint32_t i = 0; i < sn->nnode; i++)
-        if (sn->node[i].used && snap_map_get(&f->seen[K_NODE], sn->node[i].id) < 0)
-            snap_node_remove(sn, sn->node[i].id);
     for (uint32_t i = 0; i < sn->nproduct; i++)
         if (sn->product[i].used && snap_map_get(&f->seen[K_PRODUCT], sn->product[i].id) < 0)
             snap_product_remove(sn, sn->product[i].id);
     for (uint32_t i = 0; i < sn->npool; i++)
         if (sn->pool[i].used && snap_map_get(&f->seen[K_POOL], sn->pool[i].id) < 0)
             snap_pool_remove(sn, sn->pool[i].id);
-    for (uint32_t i = 0; i < sn->nsite; i++)
-        if (sn->site[i].used && snap_map_get(&f->seen[K_SITE], sn->site[i].id) < 0)
-            snap_site_remove(sn, sn->site[i].id);
     for (uint32_t i = 0; i < sn->ntenant; i++)
         if (sn->tenant[i].used && snap_map_get(&f->seen[K_TENANT], sn->tenant[i].id) < 0)
             snap_tenant_remove(sn, sn->tenant[i].id);
@@ -268,10 +263,6 @@ sched_bookings_run(gp_app *app, void *arg)
 
     if (!s->fed || f == NULL || f->busy || f->sync_busy)
         return;
-    if (f->missed) {                      /* the load syncs the bookings at its end too */
-        sched_feed_run(app, s);
-        return;
-    }
     if (gp_db_query(gp_app_db(app), bookings_sql, 0, NULL, 0, bookings_synced, f) == GP_EOK)
         f->sync_busy = true;
 }
@@ -331,6 +322,8 @@ owners_sync(sched_feed *f)
 
 /* ---- paging ---------------------------------------------------------------- */
 
+/* The bookings are synced once the follower has loaded too (a booking
+ * needs its node): at once, or at the follower's load (inv_loaded). */
 static void
 load_done(sched_feed *f)
 {
@@ -338,7 +331,12 @@ load_done(sched_feed *f)
     owners_sync(f);
     f->fails = 0;
     sched_count(f->m_loads);
-    load_bookings(f);
+    if (gp_inventory_ready(f->inv)) {
+        load_bookings(f);
+        return;
+    }
+    f->busy = false;
+    f->want_bookings = true;
 }
 
 static void
@@ -403,14 +401,30 @@ sched_feed_run(gp_app *app, void *arg)
     sched_feed *f = ((sched *)arg)->feed;
 
     (void)app;
-    if (f->busy)
+    if (f->busy || (f->want_bookings && !f->s->fed))   /* loaded: waiting for the follower */
         return;
     f->busy = true;
-    f->missed = false;
+    f->stale = false;
+    f->run_ms = gp_mono_ms();
     f->kind = K_TENANT;
     f->after[0] = '\0';
     seen_reset(f);
     page_request(f);
+}
+
+/* Tenants, pools and products once more when a new site or node may need
+ * ones created since the last load (their creation publishes nothing):
+ * the placement pass calls it, so a registering fleet costs one load a
+ * second at most. */
+enum { FEED_REFRESH_MS = 1000 };
+
+void
+sched_feed_refresh(sched *s)
+{
+    sched_feed *f = s->feed;
+
+    if (f != NULL && f->stale && !f->busy && gp_mono_ms() - f->run_ms >= FEED_REFRESH_MS)
+        sched_feed_run(s->app, s);
 }
 
 /* A NodeState missed (an instance down when it was published) must not
@@ -429,67 +443,6 @@ sched_evacuate_sweep(sched *s)
 }
 
 /* ---- NodeState events ------------------------------------------------------ */
-
-/* A node the snapshot does not know (registered since the last load) is
- * fetched at once (gp.admin.node.get), so new capacity is placed on
- * without waiting feed-ms; a node of an unknown site (a new site) makes
- * the next placement pass reload everything.  At most FETCH_MAX gets are
- * out: a fleet registering thousands of nodes a second sent one get each,
- * which cost the registry and PostgreSQL more than the registrations and
- * overflowed the bus's pending requests (100,000-node bench: snapshots
- * held 28,000 of 80,000 nodes).  A node past the cap marks the snapshot
- * missed, and the bookings task (bookings-ms) then pages the whole
- * inventory in instead: pages of a thousand nodes. */
-enum { FETCH_MAX = 32 };
-
-typedef struct node_fetch {
-    sched_feed *f;
-} node_fetch;
-
-static void
-node_fetched(void *arg, gp_err err, const void *reply, const char *detail)
-{
-    node_fetch *nf = arg;
-    sched_feed *f = nf->f;
-
-    free(nf);
-    f->fetching--;
-    if (err != GP_EOK || reply == NULL) {
-        GP_DEBUG("feed_node_get_failed", "code=%s detail=\"%s\"", gp_err_name(err), detail);
-        f->missed = true;
-        return;
-    }
-    if (snap_node_upsert(&f->s->snap, reply) != 0) {
-        if (!f->busy)
-            sched_feed_run(f->s->app, f->s);
-        return;
-    }
-    sched_place_kick(f->s);
-}
-
-static void
-node_fetch_start(sched_feed *f, const char *node)
-{
-    msg_id_request q = {0};
-    char           subj[GP_MAX_SUBJECT];
-    node_fetch    *nf = calloc(1, sizeof(*nf));
-    gp_err         rc = nf != NULL ? gp_op_subject(GP_OP_ADMIN_NODE_GET, subj, sizeof(subj), NULL)
-                                   : GP_ENOMEM;
-
-    if (nf == NULL || f->fetching >= FETCH_MAX) {
-        free(nf);
-        f->missed = true;
-        return;
-    }
-    nf->f = f;
-    f->fetching++;
-    snprintf(q.id, sizeof(q.id), "%s", node);
-    if (rc == GP_EOK)
-        rc = gp_call(gp_app_bus(f->s->app), subj, &msg_id_request_desc, &q, &msg_node_desc,
-                     gp_app_cfg(f->s->app)->request_timeout_ms, node_fetched, nf);
-    if (rc != GP_EOK)
-        node_fetched(nf, rc, NULL, "not sent");
-}
 
 /* A tenant the snapshot does not know (created since the last load) is
  * fetched when a job of it is placed, so its jobs do not wait for the next
@@ -549,11 +502,11 @@ on_node_state(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_node_state_desc, m->data, m->len, &st, NULL, 0) != GP_EOK)
         return;
     sched_count(f->m_state_events);
+    /* a node registered since is known already: its NodeChange came
+     * first, on the registry's same connection (the follower) */
     ix = snap_node_find(&f->s->snap, st.node);
     if (ix >= 0)
         was = f->s->snap.node[ix].state;
-    else if (f->s->fed && st.state == SNAP_HEALTHY)
-        node_fetch_start(f, st.node);
     if (ix >= 0 && snap_node_state(&f->s->snap, &st) == 0 && st.state == SNAP_HEALTHY &&
         was != SNAP_HEALTHY)
         sched_place_kick(f->s);
@@ -562,6 +515,62 @@ on_node_state(void *arg, const gp_bus_msg *m)
          st.state == MSG_NODE_STATE_STATE_QUARANTINED) && st.prev != st.state)
         sched_evacuate(f->s, st.node, msg_node_state_state_names[st.state]);
     gp_msg_clear(&msg_node_state_desc, &st);
+}
+
+/* ---- sites and nodes: the follower's callbacks ----------------------------- */
+
+static void
+on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
+{
+    sched_feed *f = arg;
+    bool        fresh = snap_site_find(&f->s->snap, id) < 0;
+
+    if (what == GP_INV_DEL) {
+        if (snap_site_remove(&f->s->snap, id) != 0)     /* unknown, or nodes still there */
+            GP_DEBUG("feed_remove_failed", "kind=site id=%s", id);
+        return;
+    }
+    if (snap_site_upsert(&f->s->snap, m) != 0)
+        GP_WARN("feed_upsert_failed", "kind=site id=%s", id);
+    else if (fresh)
+        f->stale = true;                  /* its pools and products may be new too */
+}
+
+/* A node new to the snapshot is capacity: the placement pass is kicked. */
+static void
+on_node(void *arg, gp_inv_what what, const char *id, const char *site, const struct msg_node *m)
+{
+    sched_feed *f = arg;
+    bool        fresh = snap_node_find(&f->s->snap, id) < 0;
+
+    if (what == GP_INV_DEL) {
+        snap_node_remove(&f->s->snap, id);
+        return;
+    }
+    if (snap_node_upsert(&f->s->snap, m) != 0) {
+        GP_WARN("feed_upsert_failed", "kind=node id=%s site=%s", id, site);
+        return;
+    }
+    if (fresh)
+        f->stale = true;
+    if (fresh && f->s->fed)
+        sched_place_kick(f->s);
+}
+
+/* After each of the follower's loads: the site owners (its sites), and the
+ * bookings a load of this file left waiting for it. */
+static void
+inv_loaded(void *arg, bool first)
+{
+    sched_feed *f = arg;
+
+    (void)first;
+    owners_sync(f);
+    if (f->want_bookings && !f->busy) {
+        f->want_bookings = false;
+        f->busy = true;
+        load_bookings(f);
+    }
 }
 
 /* At exit, after the app (and with it the bus and its subscription) is
@@ -575,6 +584,7 @@ sched_feed_free(sched *s)
         return;
     for (int k = 0; k < K_N; k++)
         snap_map_free(&f->seen[k]);
+    gp_inventory_free(f->inv);
     free(f);
     s->feed = NULL;
 }
@@ -604,7 +614,16 @@ sched_feed_start(sched *s)
     rc = gp_op_pattern(GP_OP_NODE_STATE, pat, sizeof(pat), any);
     if (rc == GP_EOK)   /* every instance follows every node: no queue group */
         rc = gp_bus_sub_new(gp_app_bus(s->app), pat, NULL, on_node_state, f, &f->sub);
-    /* the first load is started by the placement pass, which retries it
-     * every place-ms until it succeeds (the bus may not be up yet) */
+    if (rc == GP_EOK)
+        rc = gp_inventory_new(s->app,
+                              &(gp_inventory_opts){.nodes = true,
+                                                   .resync_ms = s->cfg->feed_ms,
+                                                   .page_timeout_ms = page_timeout_ms(f),
+                                                   .on_site = on_site, .on_node = on_node,
+                                                   .on_loaded = inv_loaded, .arg = f},
+                              &f->inv);
+    /* the first load of tenants, pools and products is started by the
+     * placement pass, which retries it every place-ms until it succeeds
+     * (the bus may not be up yet); the follower retries its own */
     return rc;
 }

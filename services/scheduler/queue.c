@@ -971,6 +971,7 @@ sched_place_run(gp_app *app, void *arg)
         sched_feed_run(app, s);
         return;
     }
+    sched_feed_refresh(s);
     usage_refresh(q);
     if (q->m_snap_nodes != NULL)
         *q->m_snap_nodes = s->snap.nodes;

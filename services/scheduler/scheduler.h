@@ -293,6 +293,9 @@ void   sched_place_run(gp_app *app, void *arg);
 gp_err sched_feed_start(sched *s);
 void   sched_feed_free(sched *s);
 void   sched_feed_run(gp_app *app, void *arg);     /* the "feed" task */
+/* The feed's tenants, pools and products again after a new site or node
+ * (at most once a second; the placement pass calls it). */
+void   sched_feed_refresh(sched *s);
 void   sched_bookings_run(gp_app *app, void *arg); /* the "bookings" task (feed.c) */
 /* Fetches a tenant the snapshot lacks (feed.c); the answer kicks placement. */
 void   sched_feed_tenant(sched *s, const char *tenant);

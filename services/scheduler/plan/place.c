@@ -347,10 +347,15 @@ static int node_eval(const place_job *j, int32_t ni, node_view *v)
     if ((why = price_filters(j, v)) >= 0) return why;
     v->lat_ms = j->has_origin ? place_latency_ms(st, j->olat, j->olon) : 0;
     if (j->bound && v->lat_ms > j->bound) return R_(LATENCY);
-    if (n->claimed && !j->p->claimant && !j->p->ignore_free) return R_(RESERVED);
+    /* A node claimed for the held job is still its preemptor's where the
+     * victims handed it GPUs: the victim, requeued and held in the same
+     * pass, must not take back what its preemption freed (multinode_test:
+     * the preemptor waited a whole preemption cycle when the hold came
+     * first). */
+    uint64_t heir = snap_held_for(s, n, j->p->heir);
+    if (n->claimed && !j->p->claimant && !j->p->ignore_free && !heir) return R_(RESERVED);
     uint64_t usable = j->p->ignore_free ? n->all_mask
-                                        : n->free_mask | evictable(s, n, j->p->evict_below) |
-                                              snap_held_for(s, n, j->p->heir);
+                                        : n->free_mask | evictable(s, n, j->p->evict_below) | heir;
     v->avail = v->fit & usable;
     if (pop(v->avail) < j->g) return R_(RESERVED);
     return -1;

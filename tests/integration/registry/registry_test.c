@@ -86,6 +86,51 @@ on_state(void *arg, const gp_bus_msg *m)
     healthy_events += ev.state == MSG_NODE_STATE_STATE_HEALTHY;
 }
 
+/* The last SiteChange and NodeChange seen (gp.int.inventory.>). */
+static struct inv_seen {
+    int      n;
+    char     change[16], id[64];
+    uint64_t rev;
+    uint32_t gpus;
+    char     region[64];
+} site_seen, node_seen;
+
+static void
+on_inventory(void *arg, const gp_bus_msg *m)
+{
+    msg_site_change sc = {0};
+    msg_node_change nc = {0};
+
+    (void)arg;
+    if (strncmp(m->subject, "gp.int.inventory.site.", 22) == 0 &&
+        gp_msg_decode(&msg_site_change_desc, m->data, m->len, &sc, NULL, 0) == GP_EOK) {
+        site_seen.n++;
+        snprintf(site_seen.change, sizeof(site_seen.change), "%s",
+                 msg_site_change_change_names[sc.change]);
+        snprintf(site_seen.id, sizeof(site_seen.id), "%s", sc.id);
+        snprintf(site_seen.region, sizeof(site_seen.region), "%s", sc.site.region);
+        site_seen.rev = sc.rev;
+    } else if (gp_msg_decode(&msg_node_change_desc, m->data, m->len, &nc, NULL, 0) == GP_EOK) {
+        node_seen.n++;
+        snprintf(node_seen.change, sizeof(node_seen.change), "%s",
+                 msg_node_change_change_names[nc.change]);
+        snprintf(node_seen.id, sizeof(node_seen.id), "%s", nc.id);
+        snprintf(node_seen.region, sizeof(node_seen.region), "%s", nc.node.region);
+        node_seen.rev = nc.rev;
+        node_seen.gpus = nc.node.gpus.n;
+    }
+    gp_msg_clear(&msg_site_change_desc, &sc);
+    gp_msg_clear(&msg_node_change_desc, &nc);
+}
+
+/* Waits (up to 2 s) for the count of events seen to pass n. */
+static void
+inv_wait(const struct inv_seen *w, int n)
+{
+    for (int i = 0; i < 40 && w->n <= n; i++)
+        tl_run_until(loop, &(int){0}, 0.05);
+}
+
 static void
 send_beat(const char *node)
 {
@@ -188,6 +233,13 @@ test_admin(void)
     expect("create site", rc, GP_EOK, d);
     T_OK(sout.power_prices.n == 2 && ((msg_power_price *)sout.power_prices.v)[1].price_micros_per_kwh == 250000);
     T_OK(sout.pue_milli == 1200 && sout.lat > 48 && strcmp(sout.currency, "EUR") == 0);
+    inv_wait(&site_seen, 0);
+    T_OKM(site_seen.n == 1 && strcmp(site_seen.change, "created") == 0 &&
+          strcmp(site_seen.id, "s1") == 0 && strcmp(site_seen.region, "eu-west") == 0 &&
+          sout.rev > 0 && site_seen.rev == sout.rev,
+          "SiteChange created s1 (eu-west) at the row's revision (%d seen, %s %s rev %llu, "
+          "the row's %llu)", site_seen.n, site_seen.change, site_seen.id,
+          (unsigned long long)site_seen.rev, (unsigned long long)sout.rev);
     gp_msg_clear(&msg_site_desc, &sout);
 
     snprintf(s.id, sizeof(s.id), "s2");
@@ -229,9 +281,42 @@ test_admin(void)
     snprintf(s.id, sizeof(s.id), "s1");
     snprintf(s.notes, sizeof(s.notes), "key at the kiosk");
     GP_SET_HAS(&s, MSG_SITE__NOTES);
-    expect("update site notes", call("gp.admin.site.update", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_EOK, d);
-    T_OK(strcmp(sout.notes, "key at the kiosk") == 0 && strcmp(sout.region, "eu-west") == 0);
-    gp_msg_clear(&msg_site_desc, &sout);
+    {
+        uint64_t created = site_seen.rev;
+        int      seen = site_seen.n;
+
+        expect("update site notes", call("gp.admin.site.update", &msg_site_desc, &s, &msg_site_desc, &sout, d), GP_EOK, d);
+        T_OK(strcmp(sout.notes, "key at the kiosk") == 0 && strcmp(sout.region, "eu-west") == 0);
+        inv_wait(&site_seen, seen);
+        T_OKM(site_seen.n == seen + 1 && strcmp(site_seen.change, "updated") == 0 &&
+              site_seen.rev == sout.rev && sout.rev > created,
+              "SiteChange updated, its revision past the create's (%llu > %llu); refused writes "
+              "published none", (unsigned long long)site_seen.rev, (unsigned long long)created);
+        gp_msg_clear(&msg_site_desc, &sout);
+    }
+    {
+        msg_site       tmp = {0};
+        msg_deleted    del = {0};
+        msg_id_request q = {0};
+        uint64_t       made;
+        int            seen = site_seen.n;
+
+        snprintf(tmp.id, sizeof(tmp.id), "sdel");
+        snprintf(tmp.tenant, sizeof(tmp.tenant), "op");
+        snprintf(tmp.region, sizeof(tmp.region), "eu-west");
+        snprintf(tmp.currency, sizeof(tmp.currency), "EUR");
+        expect("create site sdel", call("gp.admin.site.create", &msg_site_desc, &tmp, &msg_site_desc, &sout, d), GP_EOK, d);
+        made = sout.rev;
+        gp_msg_clear(&msg_site_desc, &sout);
+        inv_wait(&site_seen, seen);
+        seen = site_seen.n;
+        snprintf(q.id, sizeof(q.id), "sdel");
+        expect("delete site sdel", call("gp.admin.site.delete", &msg_id_request_desc, &q, &msg_deleted_desc, &del, d), GP_EOK, d);
+        inv_wait(&site_seen, seen);
+        T_OKM(strcmp(site_seen.change, "deleted") == 0 && strcmp(site_seen.id, "sdel") == 0 &&
+              site_seen.rev > made, "SiteChange deleted sdel, at a revision past its create's "
+              "(%llu > %llu)", (unsigned long long)site_seen.rev, (unsigned long long)made);
+    }
 }
 
 static void
@@ -261,8 +346,22 @@ test_register(void)
     T_EQ_INT(r.heartbeat_ms, HB_MS);
     T_OK(r.keep.n == 1 && ((msg_attempt_ref *)r.keep.v)[0].attempt == 3);
     gp_msg_clear(&msg_node_registered_desc, &r);
-    expect("register again (idempotent)", call("gp.node.s1.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EOK, d);
-    gp_msg_clear(&msg_node_registered_desc, &r);
+    inv_wait(&node_seen, 0);
+    T_OKM(node_seen.n == 1 && strcmp(node_seen.change, "created") == 0 &&
+          strcmp(node_seen.id, "n1") == 0 && node_seen.gpus == 2 &&
+          strcmp(node_seen.region, "eu-west") == 0 && node_seen.rev > site_seen.rev,
+          "NodeChange created n1 with its 2 GPUs and its site's region (%d seen, %s, rev %llu)",
+          node_seen.n, node_seen.change, (unsigned long long)node_seen.rev);
+    {
+        uint64_t first = node_seen.rev;
+
+        expect("register again (idempotent)", call("gp.node.s1.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EOK, d);
+        gp_msg_clear(&msg_node_registered_desc, &r);
+        inv_wait(&node_seen, 1);
+        T_OKM(node_seen.n == 2 && strcmp(node_seen.change, "updated") == 0 && node_seen.rev > first,
+              "registered again: NodeChange updated at a later revision (%llu > %llu)",
+              (unsigned long long)node_seen.rev, (unsigned long long)first);
+    }
     expect("body for another node", call("gp.node.s1.n2.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_EDENIED, d);
     snprintf(q.site, sizeof(q.site), "nowhere");
     expect("register on an unknown site", call("gp.node.nowhere.n1.register", &msg_node_register_desc, &q, &msg_node_registered_desc, &r, d), GP_ENOTFOUND, d);
@@ -839,7 +938,16 @@ test_capacity_and_delete(void)
     expect("delete a site with nodes", call("gp.admin.site.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ECONFLICT, d);
     beating = 0;
     snprintf(id.id, sizeof(id.id), "n1");
-    expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
+    {
+        uint64_t before = node_seen.rev;
+        int      seen = node_seen.n;
+
+        expect("delete node", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_EOK, d);
+        inv_wait(&node_seen, seen);
+        T_OKM(strcmp(node_seen.change, "deleted") == 0 && strcmp(node_seen.id, "n1") == 0 &&
+              node_seen.rev > before, "NodeChange deleted n1 at a later revision (%llu > %llu)",
+              (unsigned long long)node_seen.rev, (unsigned long long)before);
+    }
     expect("delete it again", call("gp.admin.node.delete", &msg_id_request_desc, &id, &msg_deleted_desc, &del, d), GP_ENOTFOUND, d);
 
     /* deleted by an operator: beats dropped, 'reg' mark gone, registration DENIED */
@@ -901,6 +1009,15 @@ test_pg_outage(void)
     wait_s(HB_MS * 2.5 / 1000);
     pg_states(states, sizeof(states));
     T_OKM(strcmp(states, "healthy,healthy,healthy,healthy") == 0, "p1..p4 healthy (%s)", states);
+    /* a beat each now: stopping PostgreSQL blocks this loop (no beats), and
+     * the detector's 1.2 s must run from here, not from a beat up to one
+     * interval earlier, or the nodes go lost before PostgreSQL is down */
+    for (int i = 1; i <= 4; i++) {
+        char node[16];
+
+        snprintf(node, sizeof(node), "p%d", i);
+        send_beat(node);
+    }
     tl_stack("stop-pg");
     beating_p = 0;
     wait_s(HB_MS * 3 / 1000.0 + 1.5);           /* all four found stale, PostgreSQL down */
@@ -1387,7 +1504,7 @@ int
 main(void)
 {
     gp_bus_opts bo = {.url = tl_env("GP_NATS_URL"), .name = "registry-test"};
-    gp_bus_sub *sub = NULL;
+    gp_bus_sub *sub = NULL, *isub = NULL;
     ev_timer    hb;
     pid_t       pid;
     double      t0 = tl_now();
@@ -1399,6 +1516,7 @@ main(void)
     loop = ev_default_loop(0);
     T_OK(gp_bus_new(loop, &bo, NULL, NULL, &bus) == GP_EOK);
     T_OK(gp_bus_sub_new(bus, "gp.int.node.state.>", NULL, on_state, NULL, &sub) == GP_EOK);
+    T_OK(gp_bus_sub_new(bus, "gp.int.inventory.>", NULL, on_inventory, NULL, &isub) == GP_EOK);
     http_port = tl_free_port();
     pid = start_registry();
     while (!up && tl_now() - t0 < 20) {
@@ -1434,6 +1552,7 @@ main(void)
     test_stop_flush(pid);                     /* stops the registry */
     ev_timer_stop(loop, &hb);
     gp_bus_sub_free(sub);
+    gp_bus_sub_free(isub);
     gp_bus_free(bus);
     gp_lib_close();
     return T_DONE();

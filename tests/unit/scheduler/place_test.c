@@ -563,6 +563,15 @@ static void test_heir_hold(void)
     T_OK(place(&s, "cust", &j, &p, &r) != PLACE_OK);      /* held: not theirs */
     p.heir = "pre";
     p.heir_walk = true;
+    /* the node claimed for a held job (the victim, requeued and held in
+     * the same pass) stays open to the heir, and only to it */
+    T_OK(snap_node_claim(&s, "ber-1", true) == 0);
+    T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);
+    T_OK(!strcmp(r.choice[0].node[0], "ber-1"));
+    p.heir = "someone-else";
+    T_OK(place(&s, "cust", &j, &p, &r) != PLACE_OK);
+    p.heir = "pre";
+    T_OK(snap_node_claim(&s, "ber-1", false) == 0);
     T_EQ_INT(place(&s, "cust", &j, &p, &r), PLACE_OK);
     T_OK(!strcmp(r.choice[0].node[0], "ber-1"));
     T_EQ_INT(r.choice[0].gpus[0], 0xff);

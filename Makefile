@@ -63,6 +63,7 @@ SCHED_PLAN_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/scheduler/
 GPCTL_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/gpctl/,output.c jobspec.c jobview.c))
 BILL_PURE_OBJ := $(BUILD)/obj/services/billing/rate.o
 ALERT_PURE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(addprefix services/alerting/,rules.c diag.c))
+METER_PURE_OBJ := $(BUILD)/obj/services/metering/keys.o
 
 # The test of a module is found by its name: tests/unit/<area>/<module>_test.c,
 # <area> the folder of the code it tests (a service's folder, shared for
@@ -142,10 +143,12 @@ $(eval $(call test_rule,integration,$(LIB),$(LDLIBS)))
 # simulator runs the agent's code).
 $(eval $(call test_rule,unit/agent,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
 $(eval $(call test_rule,unit/sim,$(AGENT_LIB_OBJ) $(LIB),$(LDLIBS)))
-# The pure modules of gpctl, billing (rate.c) and alerting (rules, diagnosis).
+# The pure modules of gpctl, billing (rate.c), alerting (rules, diagnosis)
+# and metering (keys.c: key names, record lines).
 $(eval $(call test_rule,unit/gpctl,$(GPCTL_PURE_OBJ) $(LIB),$(LDLIBS)))
 $(eval $(call test_rule,unit/billing,$(BILL_PURE_OBJ) $(LIB),$(LDLIBS)))
 $(eval $(call test_rule,unit/alerting,$(ALERT_PURE_OBJ) $(LIB),$(LDLIBS)))
+$(eval $(call test_rule,unit/metering,$(METER_PURE_OBJ) $(LIB),$(LDLIBS)))
 # The scheduler's planning layer (plan/) and the library's pure part only,
 # with no I/O library: a planning file that calls into the stores, the bus
 # or the flows does not link.  Its integration tests drive its stores and

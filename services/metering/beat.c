@@ -2,7 +2,10 @@
  * (one script call per beat, all the keys in the site's shard); which
  * nodes were lost (their next reading is not counted: it spans the time
  * the node was lost) and whether the control plane is frozen (nothing is
- * counted while it is). */
+ * counted while it is).  An attempt the script has no state for is seeded
+ * from PostgreSQL (store.c) and counted from the next beat on: its
+ * counters are cumulative, so the reading left out is in the next one.  A
+ * shard whose epoch is missing takes nothing until its rebuild (epoch.c). */
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +28,33 @@ typedef struct beat_call {
     unsigned  shard;
 } beat_call;
 
+/* The attempts the script had no state for: seeded (store.c). */
+static void
+seed_needed(beat_call *c, const redisReply *need)
+{
+    const msg_heartbeat     *hb = gp_req_in(c->req);
+    const msg_attempt_usage *u = hb->attempts.v;
+
+    for (size_t i = 0; need->type == REDIS_REPLY_ARRAY && i < need->elements; i++) {
+        long long k = need->element[i]->type == REDIS_REPLY_INTEGER ? need->element[i]->integer : 0;
+
+        if (k >= 1 && k <= (long long)hb->attempts.n)
+            metering_seed(c->m, hb->site, hb->node, u[k - 1].job_id, u[k - 1].attempt, NULL,
+                          NULL);
+    }
+}
+
 static void
 beat_done(void *arg, const redisReply *rep, gp_err err)
 {
     beat_call *c = arg;
     metering  *m = c->m;
 
-    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 5) {
+    if (err == GP_EOK && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS)) {
+        metering_shard_stale(m, c->shard);   /* 'stale' */
+        err = GP_EUNAVAIL;
+    }
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 7) {
         /* not taken: the next beat's counters cover this one's */
         gp_req_done(c->req, err != GP_EOK ? err : GP_EINTERNAL);
         free(c);
@@ -42,18 +65,16 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
     *m->m_resets += (uint64_t)rep->element[2]->integer;
     *m->m_late += (uint64_t)rep->element[3]->integer;
     *m->m_implausible += (uint64_t)rep->element[4]->integer;
-    for (size_t i = 5; i < rep->elements; i++) {
-        (*m->m_records)++;
-        metering_publish(m, c->shard, rep->element[i]->str);
-    }
+    seed_needed(c, rep->element[5]);
+    metering_publish_all(m, c->shard, rep->element[6]);
     gp_req_done(c->req, GP_EOK);
     free(c);
 }
 
 /* Arguments of the script, per scripts.h. */
 typedef struct beat_args {
-    char        key[5 + 2 * BEAT_MAX][METERING_KEY_LEN];
-    const char *keys[5 + 2 * BEAT_MAX];
+    char        key[6 + 2 * BEAT_MAX][METERING_KEY_LEN];
+    const char *keys[6 + 2 * BEAT_MAX];
     char        num[4 + 4 * BEAT_MAX][24];
     char        member[BEAT_MAX][200];
     const char *argv[9 + 5 * BEAT_MAX];
@@ -92,6 +113,7 @@ on_beat(gp_req *req, const void *in, void *out)
     metering_key(a->key[2], shard, "recs");
     metering_key(a->key[3], shard, "out");
     snprintf(a->key[4], METERING_KEY_LEN, "gp:{%u}:m:lost:%s", shard, hb->node);
+    metering_key(a->key[5], shard, "epoch");
     snprintf(a->num[0], 24, "%u", m->cfg->window_ms);
     snprintf(a->num[1], 24, "%u", m->cfg->grace_ms);
     snprintf(a->num[2], 24, "%u", m->cfg->claim_ms);
@@ -109,8 +131,8 @@ on_beat(gp_req *req, const void *in, void *out)
         char (*v)[24] = &a->num[5 + 3 * i];
 
         metering_member(a->member[i], sizeof(a->member[i]), u[i].job_id, u[i].attempt, hb->node);
-        metering_att_key(a->key[5 + 2 * i], shard, 'a', a->member[i]);
-        metering_att_key(a->key[6 + 2 * i], shard, 'd', a->member[i]);
+        metering_att_key(a->key[6 + 2 * i], shard, 'a', a->member[i]);
+        metering_att_key(a->key[7 + 2 * i], shard, 'd', a->member[i]);
         snprintf(v[0], 24, "%u", u[i].attempt);
         snprintf(v[1], 24, "%llu", (unsigned long long)u[i].gpu_ms);
         snprintf(v[2], 24, "%llu", (unsigned long long)u[i].energy_mj);
@@ -122,12 +144,12 @@ on_beat(gp_req *req, const void *in, void *out)
     }
     snprintf(a->num[3 + 4 * BEAT_MAX], 24, "%u", n);
     a->argv[8] = a->num[3 + 4 * BEAT_MAX];
-    for (unsigned i = 0; i < 5 + 2 * n; i++)
+    for (unsigned i = 0; i < 6 + 2 * n; i++)
         a->keys[i] = a->key[i];
     c->m = m;
     c->req = req;
     c->shard = shard;
-    rc = gp_kvscript_call(&m->beat, gp_app_kv(m->app), beat_done, c, (int)(5 + 2 * n), a->keys,
+    rc = gp_kvscript_call(&m->beat, gp_app_kv(m->app), beat_done, c, (int)(6 + 2 * n), a->keys,
                           (int)(9 + 5 * n), a->argv, NULL);
     free(a);                             /* the call copied what it sends */
     if (rc != GP_EOK) {

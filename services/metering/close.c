@@ -5,7 +5,10 @@
  * a platform fault).  An attempt whose node stopped reporting without a
  * final event (a power cut) is closed at its last confirmed reading once
  * the scheduler says the attempt ended.  The sweep also writes the
- * records of windows that closed without a later reading. */
+ * records of windows that closed without a later reading.  An end or a
+ * checkpoint of an attempt with no state yet seeds it (store.c) and is
+ * nak'ed, taken when it comes again; one in a shard whose epoch is missing
+ * waits for its rebuild (epoch.c) the same way. */
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +49,52 @@ typedef struct close_call {
     metering *m;
     gp_req   *req;                  /* NULL: closed by the sweep */
     unsigned  shard;
+    bool      seeded;               /* 'need' was answered once: seeded, sent again */
+    char      site[64], node[64], job[64], end_event[24];
+    uint32_t  att;
+    bool      counters;
+    uint64_t  gpu_ms, energy_mj;
 } close_call;
+
+/* A script's 'stale' (the shard is marked) or 'need' (the attempt's node
+ * is seeded): true when it was one of them. */
+static bool
+not_now(metering *m, const redisReply *rep, unsigned shard, const char *site, const char *node,
+        const char *job, uint32_t att)
+{
+    if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS)
+        return false;
+    if (strcmp(rep->str, "need") == 0)
+        metering_seed(m, site, node, job, att, NULL, NULL);
+    else
+        metering_shard_stale(m, shard);
+    return true;
+}
+
+static void
+close_end(close_call *c, gp_err err, const char *why)
+{
+    if (c->req != NULL && err != GP_EOK)   /* nak'ed: delivered again */
+        gp_req_done(c->req, gp_req_fail(c->req, GP_EUNAVAIL, "Redis: %s", why));
+    else if (c->req != NULL)
+        gp_req_done(c->req, GP_EOK);
+    free(c);
+}
+
+static gp_err close_send(close_call *c);
+
+/* Seeded after 'need': the close again, at once (a redelivery would come
+ * after its backoff, and a reading that late may span a loss since). */
+static void
+reseeded(void *arg, gp_err err)
+{
+    close_call *c = arg;
+
+    if (err == GP_EOK)
+        err = close_send(c);
+    if (err != GP_EOK)
+        close_end(c, err, "the attempt's state is being taken up");
+}
 
 static void
 closed(void *arg, const redisReply *rep, gp_err err)
@@ -54,23 +102,56 @@ closed(void *arg, const redisReply *rep, gp_err err)
     close_call *c = arg;
     metering   *m = c->m;
 
-    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
-        if (c->req != NULL)            /* nak'ed: delivered again */
-            gp_req_done(c->req, gp_req_fail(c->req, GP_EUNAVAIL, "Redis: %s",
-                                            err != GP_EOK ? gp_err_name(err) : "bad reply"));
-        free(c);
+    if (err == GP_EOK && !c->seeded && (rep->type == REDIS_REPLY_STRING) &&
+        strcmp(rep->str, "need") == 0) {
+        c->seeded = true;
+        metering_seed(m, c->site, c->node, c->job, c->att, reseeded, c);
+        return;
+    }
+    if (err == GP_EOK && not_now(m, rep, c->shard, c->site, c->node, c->job, c->att))
+        err = GP_EUNAVAIL;
+    if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3) {
+        close_end(c, GP_EUNAVAIL, err != GP_EOK ? gp_err_name(err) : "bad reply");
         return;
     }
     if (rep->element[0]->integer == 0)
         (*(c->req != NULL ? m->m_closed_event : m->m_closed_silent))++;
     *m->m_dropped += strtoull(rep->element[1]->str != NULL ? rep->element[1]->str : "0", NULL, 10);
-    for (size_t i = 2; i < rep->elements; i++) {
-        (*m->m_records)++;
-        metering_publish(m, c->shard, rep->element[i]->str);
-    }
-    if (c->req != NULL)
-        gp_req_done(c->req, GP_EOK);
-    free(c);
+    metering_publish_all(m, c->shard, rep->element[2]);
+    close_end(c, GP_EOK, NULL);
+}
+
+/* KEYS open seq recs out state closed lost epoch; ARGV scripts.h's. */
+static gp_err
+close_send(close_call *c)
+{
+    metering   *m = c->m;
+    unsigned    shard = c->shard;
+    char        key[8][METERING_KEY_LEN], member[200], num[6][24];
+    const char *keys[8];
+
+    metering_member(member, sizeof(member), c->job, c->att, c->node);
+    metering_key(key[0], shard, "open");
+    metering_key(key[1], shard, "seq");
+    metering_key(key[2], shard, "recs");
+    metering_key(key[3], shard, "out");
+    metering_att_key(key[4], shard, 'a', member);
+    metering_att_key(key[5], shard, 'd', member);
+    snprintf(key[6], METERING_KEY_LEN, "gp:{%u}:m:lost:%s", shard, c->node);
+    metering_key(key[7], shard, "epoch");
+    for (int i = 0; i < 8; i++)
+        keys[i] = key[i];
+    snprintf(num[0], 24, "%u", m->cfg->window_ms);
+    snprintf(num[1], 24, "%u", m->cfg->grace_ms);
+    snprintf(num[2], 24, "%u", m->cfg->claim_ms);
+    snprintf(num[3], 24, "%llu", (unsigned long long)c->gpu_ms);
+    snprintf(num[4], 24, "%llu", (unsigned long long)c->energy_mj);
+    snprintf(num[5], 24, "%u", c->att);
+    const char *argv[13] = {num[0], num[1], num[2], m->frozen ? "1" : "0", member, c->job, num[5],
+                            c->node, c->site, c->end_event, c->counters ? "1" : "0", num[3],
+                            num[4]};
+
+    return gp_kvscript_call(&m->close, gp_app_kv(m->app), closed, c, 8, keys, 13, argv, NULL);
 }
 
 static gp_err
@@ -78,38 +159,18 @@ close_attempt(metering *m, gp_req *req, const char *site, const char *node, cons
               uint32_t att, const char *end_event, bool counters, uint64_t gpu_ms,
               uint64_t energy_mj)
 {
-    unsigned    shard = gp_shard_of(site);
-    char        key[7][METERING_KEY_LEN], member[200], num[5][24];
-    const char *keys[7], *argv[13];
-    close_call *c;
+    close_call *c = calloc(1, sizeof(*c));
     gp_err      rc;
 
-    if ((c = calloc(1, sizeof(*c))) == NULL)
+    if (c == NULL)
         return GP_ENOMEM;
-    metering_member(member, sizeof(member), job, att, node);
-    metering_key(key[0], shard, "open");
-    metering_key(key[1], shard, "seq");
-    metering_key(key[2], shard, "recs");
-    metering_key(key[3], shard, "out");
-    metering_att_key(key[4], shard, 'a', member);
-    metering_att_key(key[5], shard, 'd', member);
-    snprintf(key[6], METERING_KEY_LEN, "gp:{%u}:m:lost:%s", shard, node);
-    for (int i = 0; i < 7; i++)
-        keys[i] = key[i];
-    snprintf(num[0], 24, "%u", m->cfg->window_ms);
-    snprintf(num[1], 24, "%u", m->cfg->grace_ms);
-    snprintf(num[2], 24, "%u", m->cfg->claim_ms);
-    snprintf(num[3], 24, "%llu", (unsigned long long)gpu_ms);
-    snprintf(num[4], 24, "%llu", (unsigned long long)energy_mj);
-    char a[16];
-    snprintf(a, sizeof(a), "%u", att);
-    const char *v[13] = {num[0], num[1], num[2], m->frozen ? "1" : "0", member, job, a, node,
-                         site, end_event, counters ? "1" : "0", num[3], num[4]};
-    memcpy(argv, v, sizeof(v));
-    c->m = m;
-    c->req = req;
-    c->shard = shard;
-    rc = gp_kvscript_call(&m->close, gp_app_kv(m->app), closed, c, 7, keys, 13, argv, NULL);
+    *c = (close_call){.m = m, .req = req, .shard = gp_shard_of(site), .att = att,
+                      .counters = counters, .gpu_ms = gpu_ms, .energy_mj = energy_mj};
+    snprintf(c->site, sizeof(c->site), "%s", site);
+    snprintf(c->node, sizeof(c->node), "%s", node);
+    snprintf(c->job, sizeof(c->job), "%s", job);
+    snprintf(c->end_event, sizeof(c->end_event), "%s", end_event);
+    rc = close_send(c);
     if (rc != GP_EOK)
         free(c);
     return rc;
@@ -120,8 +181,12 @@ close_attempt(metering *m, gp_req *req, const char *site, const char *node, cons
 static void
 ckpt_done(void *arg, const redisReply *rep, gp_err err)
 {
-    gp_req *req = arg;
+    gp_req                  *req = arg;
+    const msg_attempt_event *ev = gp_req_in(req);
 
+    if (err == GP_EOK && not_now(gp_req_state(req), rep, gp_shard_of(ev->site), ev->site,
+                                 ev->node, ev->job_id, ev->attempt))
+        err = GP_EUNAVAIL;                   /* nak'ed: taken when it comes again */
     if (err != GP_EOK || rep->type != REDIS_REPLY_INTEGER) {
         gp_req_done(req, gp_req_fail(req, GP_EUNAVAIL, "Redis: %s",
                                      err != GP_EOK ? gp_err_name(err) : "bad reply"));
@@ -234,15 +299,15 @@ ticked(void *arg, const redisReply *rep, gp_err err)
     char       job[64], node[64];
     unsigned   att;
 
+    if (err == GP_EOK && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS))
+        metering_shard_stale(m, t->shard);    /* 'stale' */
     if (err != GP_EOK || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
         rep->element[0]->integer < 0) {
         free(t);
         return;
     }
-    for (size_t i = 3; i < rep->elements; i++) {
-        (*m->m_records)++;
-        metering_publish(m, t->shard, rep->element[i]->str);
-    }
+    if (rep->elements >= 4)
+        metering_publish_all(m, t->shard, rep->element[3]);
     if (rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_STRING)
         snprintf(t->site, sizeof(t->site), "%s", rep->element[2]->str);
     if (rep->element[0]->integer == 1 &&
@@ -256,8 +321,8 @@ ticked(void *arg, const redisReply *rep, gp_err err)
 static void
 tick(metering *m, unsigned shard, const char *member)
 {
-    char        key[5][METERING_KEY_LEN], num[4][24];
-    const char *keys[5] = {key[0], key[1], key[2], key[3], key[4]};
+    char        key[6][METERING_KEY_LEN], num[4][24];
+    const char *keys[6] = {key[0], key[1], key[2], key[3], key[4], key[5]};
     const char *argv[5] = {num[0], num[1], num[2], num[3], member};
     tick_call  *t;
 
@@ -271,11 +336,12 @@ tick(metering *m, unsigned shard, const char *member)
     metering_key(key[2], shard, "recs");
     metering_key(key[3], shard, "out");
     metering_att_key(key[4], shard, 'a', member);
+    metering_key(key[5], shard, "epoch");
     snprintf(num[0], 24, "%u", m->cfg->window_ms);
     snprintf(num[1], 24, "%u", m->cfg->grace_ms);
     snprintf(num[2], 24, "%u", m->cfg->claim_ms);
     snprintf(num[3], 24, "%u", m->cfg->silent_ms);
-    if (gp_kvscript_call(&m->tick, gp_app_kv(m->app), ticked, t, 5, keys, 5, argv, NULL) != GP_EOK)
+    if (gp_kvscript_call(&m->tick, gp_app_kv(m->app), ticked, t, 6, keys, 5, argv, NULL) != GP_EOK)
         free(t);
 }
 
@@ -293,6 +359,8 @@ due_read(void *arg, const redisReply *rep, gp_err err)
         for (size_t i = 0; i < rep->elements; i++)
             if (rep->element[i]->type == REDIS_REPLY_STRING)
                 tick(d->m, d->shard, rep->element[i]->str);
+    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING)
+        metering_shard_stale(d->m, d->shard);         /* 'stale' */
     free(d);
 }
 
@@ -301,13 +369,13 @@ void
 metering_sweep_run(gp_app *app, void *arg)
 {
     metering *m = arg;
-    char      key[METERING_KEY_LEN], lim[16], re[24];
+    char      key[METERING_KEY_LEN], epoch[METERING_KEY_LEN], lim[16], re[24];
 
     (void)app;
     snprintf(lim, sizeof(lim), "%d", DUE_BATCH);
     snprintf(re, sizeof(re), "%u", m->cfg->claim_ms);
     for (unsigned s = 0; s < GP_SHARDS; s++) {
-        const char *keys[1] = {key};
+        const char *keys[2] = {key, epoch};
         const char *argv[2] = {lim, re};
         due_call   *d = calloc(1, sizeof(*d));
 
@@ -316,7 +384,8 @@ metering_sweep_run(gp_app *app, void *arg)
         d->m = m;
         d->shard = s;
         metering_key(key, s, "open");
-        if (gp_kvscript_call(&m->due, gp_app_kv(m->app), due_read, d, 1, keys, 2, argv, NULL) !=
+        metering_key(epoch, s, "epoch");
+        if (gp_kvscript_call(&m->due, gp_app_kv(m->app), due_read, d, 2, keys, 2, argv, NULL) !=
             GP_EOK) {
             free(d);
             return;

@@ -9,6 +9,8 @@
 static const gp_svc_task metering_tasks[] = {
     GP_SVC_TASK("sweep", metering_cfg, sweep_ms, metering_sweep_run),
     GP_SVC_TASK("outbox", metering_cfg, sweep_ms, metering_outbox_run),
+    GP_SVC_TASK_FIXED("epoch", 500, metering_epoch_run),
+    GP_SVC_TASK_FIXED("prune", 60000, metering_prune_run),
     GP_SVC_TASKS_END,
 };
 
@@ -21,7 +23,8 @@ static const gp_service metering_service = {
     .version = METERING_VERSION,
     GP_SVC_CFG(metering_cfg, common, metering_cfg_opts),
     .state_size = sizeof(metering),
-    .needs = GP_NEED_REDIS | GP_NEED_JS,
+    .needs = GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
+    .migrations = metering_migrations,
     .streams = metering_streams,
     .routes = metering_routes,
     .tasks = metering_tasks,

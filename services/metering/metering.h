@@ -10,7 +10,11 @@
  * all).  Calls go one way: beat.c and close.c call outbox.c, and every file
  * calls keys.c.  The running state lives in Redis
  * (scripts.h), so an instance can die at any point and another one, or
- * the same one restarted, goes on from it. */
+ * the same one restarted, goes on from it.  Every record is also stored in
+ * PostgreSQL before it is published (store.c: the outbox and the baselines
+ * Redis is a cache of), so Redis may lose everything (epoch.c): an
+ * attempt's state is taken up again from its last record, never counted
+ * again from zero, and the sites' sequences go on where they were. */
 #ifndef METERING_H
 #define METERING_H
 
@@ -20,6 +24,7 @@
 #include "gp/app.h"
 #include "gp/kvscript.h"
 #include "gp/limits.h"
+#include "gp/shard.h"
 #include "msg_gen.h"
 
 typedef struct metering_cfg {
@@ -41,10 +46,12 @@ typedef struct metering_facts {
     msg_attempt_facts f;
 } metering_facts;
 
+struct metering_store;
+
 typedef struct metering {
     gp_app             *app;
     const metering_cfg *cfg;
-    gp_kvscript         beat, due, tick, close, ckpt, ack, review;
+    gp_kvscript         beat, due, tick, close, ckpt, ack, review, seed, begin, requeue, seal;
     bool                frozen;
     unsigned            publishing;
     unsigned            sweep_shard;      /* where the last sweep stopped */
@@ -54,7 +61,26 @@ typedef struct metering {
     uint64_t           *m_closed_event, *m_closed_silent, *m_checkpoints, *m_final_waits;
     uint64_t           *m_facts_errors;
     double             *m_frozen, *m_publishing;
+    /* store.c: records to PostgreSQL, baselines from it */
+    struct metering_store *store;
+    uint64_t           *m_stored, *m_store_errors, *m_baselines[3];
+    /* epoch.c: shards whose epoch Redis lacks, to be rebuilt */
+    bool                stale[GP_SHARDS];
+    bool                stale_any, epoch_busy;
+    uint64_t           *m_rebuilds[3], *m_requeued, *m_stale_refusals;
 } metering;
+
+/* A script found shard's epoch missing: Redis lost its data (epoch.c
+ * rebuilds it once the writes in flight before the loss have landed). */
+static inline void
+metering_shard_stale(metering *m, unsigned shard)
+{
+    if (shard < GP_SHARDS)
+        m->stale[shard] = true;
+    m->stale_any = true;
+    if (m->m_stale_refusals != NULL)
+        (*m->m_stale_refusals)++;
+}
 
 /* config.c */
 extern const gp_cfg_opt metering_cfg_opts[];
@@ -72,11 +98,17 @@ extern const gp_route metering_attempt_routes[];
 extern const gp_stream_cfg metering_streams[];
 void metering_sweep_run(gp_app *app, void *arg);
 
+extern const gp_migration metering_migrations[];   /* migrate.c */
+
 /* outbox.c */
 void   metering_outbox_start(metering *m);
 void   metering_outbox_free(metering *m);
-/* Publishes freshly written records (their claim is the caller's). */
-void   metering_publish(metering *m, unsigned shard, const char *id);
+/* Stores and publishes a freshly written record (its claim is the
+ * caller's); line NULL: read from the outbox first. */
+void   metering_publish(metering *m, unsigned shard, const char *id, const char *line);
+/* Every (id, line) pair of a script's array reply rep: metering_publish. */
+struct redisReply;
+void   metering_publish_all(metering *m, unsigned shard, const struct redisReply *rep);
 /* Looks for records left unpublished (a crashed instance's, failed ones). */
 void   metering_outbox_run(gp_app *app, void *arg);
 /* The scheduler's facts of an attempt, from the cache or asked; cb once
@@ -85,10 +117,43 @@ typedef void metering_facts_cb(void *arg, gp_err err, const msg_attempt_facts *f
 void   metering_facts_get(metering *m, const char *job, uint32_t att, const char *node,
                           bool need_ended, metering_facts_cb *cb, void *arg);
 
-/* keys.c: key names (scripts.h's layout). */
+/* store.c: PostgreSQL.  metering_store: the record is inserted (once per
+ * id; its site's last sequence number kept), cb (may be NULL) after the
+ * commit.  metering_store_published: the stream took it.
+ * metering_seed: an attempt's node Redis has no state for gets one from
+ * its last stored record (or from zero); cb (may be NULL) after the seed
+ * script.  Writes of one loop wake-up go in one statement. */
+typedef void metering_stored_cb(void *arg, gp_err err);
+gp_err metering_store_start(metering *m);
+void   metering_store_free(metering *m);
+void   metering_store(metering *m, const char *id, const char *line, metering_stored_cb *cb,
+                      void *arg);
+void   metering_store_published(metering *m, const char *id);
+void   metering_seed(metering *m, const char *site, const char *node, const char *job,
+                     uint32_t att, metering_stored_cb *cb, void *arg);
+/* The "prune" task: published records past their keep, a batch a run. */
+void   metering_prune_run(gp_app *app, void *arg);
+
+/* epoch.c: the "epoch" task: stale shards rebuilt (see there). */
+void   metering_epoch_start(metering *m);
+void   metering_epoch_run(gp_app *app, void *arg);
+
+/* keys.c: key names (scripts.h's layout), record lines. */
 #define METERING_KEY_LEN 256
 void metering_key(char *out, unsigned shard, const char *what);
 void metering_att_key(char *out, unsigned shard, char kind, const char *member);
 void metering_member(char *out, size_t n, const char *job, uint32_t att, const char *node);
+
+/* A record line (scripts.h) as read; has_raw false for a line of an older
+ * metering (no raw counters). */
+typedef struct metering_line {
+    char               job[64], node[64], site[64], end_event[24];
+    unsigned           att, window_ms, resets;
+    unsigned long long window, first_ms, last_ms, gpu_ms, energy_mj, from_gpu_ms,
+                       from_energy_mj, dropped_gpu_ms, site_seq, ckpt_gpu_ms, ckpt_energy_mj,
+                       raw_gpu_ms, raw_energy_mj;
+    bool               final, has_raw;
+} metering_line;
+bool metering_line_read(const char *line, metering_line *l);
 
 #endif

@@ -1,6 +1,8 @@
 /* outbox.c -- records from the outbox (Redis) to the stream USAGE.
  *
- * A record is read back, completed with the scheduler's facts of its
+ * A record (from the script that wrote it, or read back from the outbox)
+ * is stored in PostgreSQL first (store.c: what Redis may lose), then
+ * completed with the scheduler's facts of its
  * attempt (tenant, product, rank; for a final record how the attempt
  * ended, which decides whether work since its last checkpoint is a
  * platform fault), encoded and published with its id as Nats-Msg-Id; it
@@ -129,6 +131,7 @@ stored(void *arg, gp_err err)
         return;
     }
     (*m->m_published)++;
+    metering_store_published(m, j->id);
     metering_key(key[0], j->shard, "recs");
     metering_key(key[1], j->shard, "out");
     if (gp_kvscript_call(&m->ack, gp_app_kv(m->app), acked, j, 2, keys, 1, argv, NULL) != GP_EOK)
@@ -228,37 +231,34 @@ with_facts(void *arg, gp_err err, const msg_attempt_facts *f)
 static bool
 parse_line(pubjob *j, const char *line)
 {
-    msg_usage_record  *r = &j->r;
-    char               job[64], node[64], site[64], endev[24];
-    unsigned           att, wms, rs, final;
-    unsigned long long w, f, l, g, e, fg, fe, dd, seq, cg, ce;
+    msg_usage_record *r = &j->r;
+    metering_line     l;
+    const char       *endev = l.end_event;
 
-    if (sscanf(line, "%63s %u %63s %63s %llu %u %llu %llu %llu %llu %llu %llu %llu %u %llu %u "
-               "%23s %llu %llu", job, &att, node, site, &w, &wms, &f, &l, &g, &e, &fg, &fe, &dd,
-               &rs, &seq, &final, endev, &cg, &ce) != 19 || att == 0 || wms == 0)
+    if (!metering_line_read(line, &l))
         return false;
     snprintf(r->id, sizeof(r->id), "%s", j->id);
-    snprintf(r->job_id, sizeof(r->job_id), "%s", job);
-    snprintf(r->node, sizeof(r->node), "%s", node);
-    snprintf(r->site, sizeof(r->site), "%s", site);
-    snprintf(j->end_event, sizeof(j->end_event), "%s", endev);
-    r->attempt = att;
-    r->window = w;
-    r->window_ms = wms;
-    r->first_ms = f;
-    r->last_ms = l;
-    r->gpu_ms = g;
-    r->energy_mj = e;
-    r->from_gpu_ms = fg;
-    r->to_gpu_ms = fg + g;
-    r->from_energy_mj = fe;
-    r->to_energy_mj = fe + e;
-    r->dropped_gpu_ms = dd;
-    r->resets = rs;
-    r->site_seq = seq;
-    r->final = final == 1;
-    r->ckpt_gpu_ms = cg;
-    r->ckpt_energy_mj = ce;
+    snprintf(r->job_id, sizeof(r->job_id), "%s", l.job);
+    snprintf(r->node, sizeof(r->node), "%s", l.node);
+    snprintf(r->site, sizeof(r->site), "%s", l.site);
+    snprintf(j->end_event, sizeof(j->end_event), "%s", l.end_event);
+    r->attempt = l.att;
+    r->window = l.window;
+    r->window_ms = l.window_ms;
+    r->first_ms = l.first_ms;
+    r->last_ms = l.last_ms;
+    r->gpu_ms = l.gpu_ms;
+    r->energy_mj = l.energy_mj;
+    r->from_gpu_ms = l.from_gpu_ms;
+    r->to_gpu_ms = l.from_gpu_ms + l.gpu_ms;
+    r->from_energy_mj = l.from_energy_mj;
+    r->to_energy_mj = l.from_energy_mj + l.energy_mj;
+    r->dropped_gpu_ms = l.dropped_gpu_ms;
+    r->resets = l.resets;
+    r->site_seq = l.site_seq;
+    r->final = l.final;
+    r->ckpt_gpu_ms = l.ckpt_gpu_ms;
+    r->ckpt_energy_mj = l.ckpt_energy_mj;
     r->has = ~0ull;             /* every field present... */
     r->has &= ~((uint64_t)1 << MSG_USAGE_RECORD__POOL | (uint64_t)1 << MSG_USAGE_RECORD__PRODUCT |
                 (uint64_t)1 << MSG_USAGE_RECORD__END | (uint64_t)1 << MSG_USAGE_RECORD__FAULT |
@@ -274,6 +274,29 @@ parse_line(pubjob *j, const char *line)
                      : strcmp(endev, "failed_to_start") == 0 ? MSG_USAGE_RECORD_END_EVENT_FAILED_TO_START
                                                              : MSG_USAGE_RECORD_END_EVENT_NONE;
     return true;
+}
+
+/* Stored (or not: its claim runs out, and the outbox task tries again). */
+static void
+persisted(void *arg, gp_err err)
+{
+    pubjob *j = arg;
+
+    if (err != GP_EOK) {
+        job_end(j);
+        return;
+    }
+    metering_facts_get(j->m, j->r.job_id, j->r.attempt, j->r.node, j->r.final, with_facts, j);
+}
+
+static void
+take_line(pubjob *j, const char *line)
+{
+    if (!parse_line(j, line)) {
+        to_review(j, "unreadable record line");
+        return;
+    }
+    metering_store(j->m, j->id, line, persisted, j);
 }
 
 static void
@@ -293,30 +316,47 @@ line_read(void *arg, const redisReply *rep, gp_err err)
         job_end(j);
         return;
     }
-    if (!parse_line(j, rep->str)) {
-        to_review(j, "unreadable record line");
-        return;
-    }
-    metering_facts_get(j->m, j->r.job_id, j->r.attempt, j->r.node, j->r.final, with_facts, j);
+    take_line(j, rep->str);
 }
 
 void
-metering_publish(metering *m, unsigned shard, const char *id)
+metering_publish(metering *m, unsigned shard, const char *id, const char *line)
 {
     char    key[METERING_KEY_LEN];
     pubjob *j;
 
-    if (id == NULL || m->publishing >= m->cfg->publish_max ||
-        (j = calloc(1, sizeof(*j))) == NULL)
+    if (id == NULL)
+        return;
+    if (m->publishing >= m->cfg->publish_max || (j = calloc(1, sizeof(*j))) == NULL) {
+        if (line != NULL)                /* stored now all the same: Redis may lose it */
+            metering_store(m, id, line, NULL, NULL);
         return;                          /* claimed: the outbox task comes back to it */
+    }
     j->m = m;
     j->shard = shard;
     snprintf(j->id, sizeof(j->id), "%s", id);
     m->publishing++;
     *m->m_publishing = m->publishing;
+    if (line != NULL) {
+        take_line(j, line);
+        return;
+    }
     metering_key(key, shard, "recs");
     if (gp_kv_cmdf(gp_app_kv(m->app), line_read, j, "HGET %s %s", key, id) != GP_EOK)
         job_end(j);
+}
+
+void
+metering_publish_all(metering *m, unsigned shard, const redisReply *rep)
+{
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
+        const redisReply *id = rep->element[i], *line = rep->element[i + 1];
+
+        if (id->type != REDIS_REPLY_STRING || line->type != REDIS_REPLY_STRING)
+            continue;
+        (*m->m_records)++;
+        metering_publish(m, shard, id->str, line->str);
+    }
 }
 
 /* ---- the outbox task ---------------------------------------------------------------- */
@@ -334,7 +374,9 @@ claimed(void *arg, const redisReply *rep, gp_err err)
     if (err == GP_EOK && rep->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < rep->elements; i++)
             if (rep->element[i]->type == REDIS_REPLY_STRING)
-                metering_publish(c->m, c->shard, rep->element[i]->str);
+                metering_publish(c->m, c->shard, rep->element[i]->str, NULL);
+    if (err == GP_EOK && rep->type == REDIS_REPLY_STRING)
+        metering_shard_stale(c->m, c->shard);         /* 'stale': its outbox is rebuilt */
     free(c);
 }
 
@@ -342,13 +384,13 @@ void
 metering_outbox_run(gp_app *app, void *arg)
 {
     metering *m = arg;
-    char      key[METERING_KEY_LEN], lim[16], claim[24];
+    char      key[METERING_KEY_LEN], epoch[METERING_KEY_LEN], lim[16], claim[24];
 
     (void)app;
     snprintf(lim, sizeof(lim), "%d", CLAIM_BATCH);
     snprintf(claim, sizeof(claim), "%u", m->cfg->claim_ms);
     for (unsigned s = 0; s < GP_SHARDS && m->publishing < m->cfg->publish_max; s++) {
-        const char *keys[1] = {key};
+        const char *keys[2] = {key, epoch};
         const char *argv[2] = {lim, claim};
         claim_call *c = calloc(1, sizeof(*c));
 
@@ -357,7 +399,8 @@ metering_outbox_run(gp_app *app, void *arg)
         c->m = m;
         c->shard = s;
         metering_key(key, s, "out");
-        if (gp_kvscript_call(&m->due, gp_app_kv(m->app), claimed, c, 1, keys, 2, argv, NULL) !=
+        metering_key(epoch, s, "epoch");
+        if (gp_kvscript_call(&m->due, gp_app_kv(m->app), claimed, c, 2, keys, 2, argv, NULL) !=
             GP_EOK) {
             free(c);
             return;

@@ -63,8 +63,9 @@ metering_init(gp_app *app, const void *cfg, void *state)
     gp_kvscript_init(&m->ack, metering_ack_lua);
     gp_kvscript_init(&m->review, metering_review_lua);
     metering_outbox_start(m);
-    if (m->facts == NULL)
+    if (m->facts == NULL || metering_store_start(m) != GP_EOK)
         return GP_ENOMEM;
+    metering_epoch_start(m);
     return metering_beat_start(m);
 }
 
@@ -72,4 +73,5 @@ void
 metering_free(void *state)
 {
     metering_outbox_free(state);
+    metering_store_free(state);
 }

@@ -446,7 +446,9 @@ send_run_now(dround *d, uint32_t rank)
 
 /* The node's grant is stamped first (fence.c): the agent may start the
  * attempt until the call's deadline, and its lease runs from then, so a
- * replacement of this node's attempts waits for that too. */
+ * replacement of this node's attempts waits for that too.  A stamp refused
+ * (the attempt's reservation was lost with Redis's data, or the shard is
+ * not rebuilt yet) sends nothing: a failed start, the platform's. */
 static void
 stamped(void *arg, gp_err err)
 {
@@ -462,8 +464,8 @@ static gp_err
 send_run(dround *d, uint32_t rank)
 {
     d->dn[rank] = (dnode){d, rank};
-    return sched_fence_stamp(d->s, d->p->site, d->p->node[rank], d->s->cfg->dispatch_timeout_ms,
-                             stamped, &d->dn[rank]);
+    return sched_fence_stamp(d->s, d->p->site, d->p->node[rank], d->p->job, d->p->attempt,
+                             d->s->cfg->dispatch_timeout_ms, stamped, &d->dn[rank]);
 }
 
 static void

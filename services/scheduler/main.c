@@ -11,6 +11,7 @@ static const gp_svc_task sched_tasks[] = {
     GP_SVC_TASK("jobs_gauge", scheduler_cfg, gauge_ms, sched_jobs_count),
     GP_SVC_TASK("maxrun", scheduler_cfg, maxrun_ms, sched_maxrun_run),
     GP_SVC_TASK_FIXED("retire", 250, sched_retire_sweep),
+    GP_SVC_TASK_FIXED("epoch", 500, sched_epoch_run),
     GP_SVC_TASK("reconcile", scheduler_cfg, reconcile_ms, sched_reconcile_run),
     GP_SVC_TASK("feed", scheduler_cfg, feed_ms, sched_feed_run),
     GP_SVC_TASK("bookings", scheduler_cfg, bookings_ms, sched_bookings_run),

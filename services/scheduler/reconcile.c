@@ -6,7 +6,9 @@
  * sched_reserve_reconcile: a reservation no live attempt backs and older
  * than reconcile-grace-ms (a crashed instance's booking, a release that
  * failed) is removed; a GPU a live attempt has and Redis lacks (after a
- * FLUSHALL or a restart without persistence) is booked again.  The grace
+ * FLUSHALL or a restart without persistence: epoch.c books them again
+ * before the shard grants anything, this is the second look) is booked
+ * again.  The grace
  * must exceed the time from a booking to its attempt row's commit plus one
  * pass (reserve.h).
  *

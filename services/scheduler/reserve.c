@@ -40,6 +40,8 @@ struct sched_reserve {
     uint64_t     own[C_N];            /* the counters when there is no metrics registry */
     bool         reconciling;
     uint64_t     failures;            /* calls that failed: logged 1st, 2nd, 4th, 8th... */
+    sched_res_stale_cb *on_stale;     /* a book refused: the shard's epoch is missing */
+    void        *stale_arg;
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -119,6 +121,7 @@ typedef struct call {
     sched_res_cb  *cb;
     void          *arg;
     bool           release;
+    unsigned       shard;
     char           site[GP_MAX_ID + 1];
     char           holder[HOLDER_LEN];
 } call;
@@ -193,6 +196,10 @@ call_done(void *arg, const redisReply *rep, gp_err err)
     } else if (!c->release && rep->type == REDIS_REPLY_ARRAY &&
                (rep_is(rep, 0, "busy") || rep_is(rep, 0, "unhealthy"))) {
         book_refused(rep, &res);
+    } else if (!c->release && rep->type == REDIS_REPLY_ARRAY && rep_is(rep, 0, "stale")) {
+        res.err = GP_EUNAVAIL;                  /* Redis lost its data: not before the rebuild */
+        if (c->r->on_stale != NULL)
+            c->r->on_stale(c->r->stale_arg, c->shard);
     } else {
         res.err = GP_EINTERNAL;                 /* not a reply of ours */
     }
@@ -214,16 +221,17 @@ check_nodes(const sched_res_node *nodes, size_t n, bool release)
     return GP_EOK;
 }
 
-/* Book: KEYS index, (res, live) per node; ARGV holder, (node, gpus) per node.
- * Release: KEYS index, res per node; ARGV the same, then the heir ("" none). */
+/* Book: KEYS index, (res, live) per node, epoch; ARGV holder, (node, gpus)
+ * per node.  Release: KEYS index, res per node; ARGV the same, then the
+ * heir ("" none). */
 static gp_err
 send_call(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
           const sched_res_node *nodes, size_t n, bool release, const char *heir,
           sched_res_cb *cb, void *arg)
 {
-    char        keybuf[1 + 2 * SCHED_RES_MAX_NODES][SCHED_RES_KEY_LEN];
+    char        keybuf[2 + 2 * SCHED_RES_MAX_NODES][SCHED_RES_KEY_LEN];
     char        gpubuf[SCHED_RES_MAX_NODES][3 * (SCHED_RES_MAX_GPU + 1) + 1];
-    const char *keys[1 + 2 * SCHED_RES_MAX_NODES], *args[2 + 2 * SCHED_RES_MAX_NODES];
+    const char *keys[2 + 2 * SCHED_RES_MAX_NODES], *args[2 + 2 * SCHED_RES_MAX_NODES];
     unsigned    shard;
     int         nk = 1, na = 1;
     gp_err      e;
@@ -238,6 +246,7 @@ send_call(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
     snprintf(c->site, sizeof(c->site), "%s", site);
     holder_str(c->holder, job, attempt);
     shard = gp_shard_of(site);
+    c->shard = shard;
     sched_res_index_key(keybuf[0], shard);
     keys[0] = keybuf[0];
     args[0] = c->holder;
@@ -254,8 +263,13 @@ send_call(sched_reserve *r, const char *site, const char *job, uint32_t attempt,
         args[na++] = nodes[i].node;
         args[na++] = gpubuf[i];
     }
-    if (release)
+    if (release) {
         args[na++] = heir != NULL ? heir : "";
+    } else {
+        sched_epoch_key(keybuf[nk], shard);
+        keys[nk] = keybuf[nk];
+        nk++;
+    }
     e = gp_kvscript_call(release ? &r->release : &r->book, r->kv, call_done, c, nk, keys, na, args,
                          NULL);
     if (e != GP_EOK)
@@ -999,6 +1013,13 @@ sched_reserve_new(gp_kv *kv, gp_metrics *m, sched_reserve **out)
     }
     *out = r;
     return GP_EOK;
+}
+
+void
+sched_reserve_on_stale(sched_reserve *r, sched_res_stale_cb *cb, void *arg)
+{
+    r->on_stale = cb;
+    r->stale_arg = arg;
 }
 
 void

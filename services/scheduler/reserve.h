@@ -13,6 +13,10 @@
  * and the keys of one call share {N}: one call books nodes of ONE site.
  *
  * Rules:
+ *   - Epoch: every book call also names the shard's epoch key
+ *     (reserve_scripts.h); without it Redis lost its data and the book is
+ *     refused (ERROR, UNAVAIL) until the scheduler rebuilt the shard from
+ *     PostgreSQL (epoch.c), and the on_stale callback says which shard.
  *   - Book: one script books every GPU of every node asked or none.  It
  *     refuses (BUSY) when a GPU is held by another (job, attempt), naming
  *     the node, GPU and holder; and (UNHEALTHY) when a node's live hash
@@ -138,12 +142,18 @@ typedef struct sched_res_reconciled {
 
 typedef void sched_res_reconcile_cb(void *arg, const sched_res_reconciled *res);
 
+/* Told of a shard whose book calls are refused for want of its epoch. */
+typedef void sched_res_stale_cb(void *arg, unsigned shard);
+
 /* kv must outlive r; m may be NULL (counters kept inside only).  Scripts are
  * sent as EVAL until their SHA1 is known (gp/kvscript.h). */
 gp_err sched_reserve_new(gp_kv *kv, gp_metrics *m, sched_reserve **out);
 /* Only when no call is in flight (e.g. after gp_kv_free ran their
  * callbacks).  NULL is a no-op. */
 void   sched_reserve_free(sched_reserve *r);
+/* cb (may be NULL) is called on the loop, once for each book refused as
+ * stale, before the call's own callback. */
+void   sched_reserve_on_stale(sched_reserve *r, sched_res_stale_cb *cb, void *arg);
 /* SCRIPT LOAD of every script (optional; again after a reconnect). */
 void   sched_reserve_load(sched_reserve *r);
 

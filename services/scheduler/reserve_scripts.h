@@ -40,6 +40,26 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
     snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:node:%s", shard, node);
 }
 
+/* A shard's epoch: present while the shard's scheduler keys (reservations,
+ * grants, retire marks) are whole.  Redis that lost its data (FLUSHALL, a
+ * restart without persistence, a failover to an empty replica) lacks it,
+ * and every script that books, grants, renews or opens a fence refuses
+ * ('stale') until epoch.c rebuilt the shard from PostgreSQL and wrote it
+ * again: a missing reservation or grant is never read as "free" or "no
+ * lease". */
+static inline void
+sched_epoch_key(char *out, unsigned shard)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:sched:epoch", shard);
+}
+
+/* The latest grant of a node, ms on Redis's clock (fence.c). */
+static inline void
+sched_grant_key(char *out, unsigned shard, const char *node)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:grant:%s", shard, node);
+}
+
 /* Redis's own clock (the shard master's), as the registry's scripts read
  * it: 'now' in ms, 'nows' the same as an integer string.  Read first, so
  * the script's writes come after it (required before Redis 5). */
@@ -73,9 +93,11 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
 
 /* Book GPUs of one or more nodes of one site, all or nothing.
  * KEYS[1] the shard's index; then per node i: KEYS[2i] its reservations,
- * KEYS[2i+1] its live hash.  ARGV[1] holder "<job>:<attempt>"; per node i:
- * ARGV[2i] node id, ARGV[2i+1] GPU indexes "0,3".
- * Every check comes before any write, so a refusal writes nothing:
+ * KEYS[2i+1] its live hash; last, the shard's epoch.  ARGV[1] holder
+ * "<job>:<attempt>"; per node i: ARGV[2i] node id, ARGV[2i+1] GPU indexes
+ * "0,3".  Every check comes before any write, so a refusal writes nothing:
+ *   {'stale'}                   the shard's epoch is missing: Redis lost the
+ *                               bookings PostgreSQL's live attempts hold
  *   {'unhealthy', node, state}  live hash without 'reg' ("unregistered")
  *                               or a state other than healthy
  *   {'busy', node, gpu, value}  a GPU held by another holder (or held for
@@ -88,9 +110,10 @@ static const char sched_res_book_lua[] =
     SCHED_RES_LUA_NOW
     SCHED_RES_LUA_HOLDER_OF
     SCHED_RES_LUA_TAKES_HOLD
+    "if redis.call('EXISTS', KEYS[#KEYS]) == 0 then return {'stale'} end\n"
     "local holder = ARGV[1]\n"
     "local job = string.match(holder, '^(.*):%d+$')\n"
-    "local n = (#KEYS - 1) / 2\n"
+    "local n = (#KEYS - 2) / 2\n"
     "for i = 1, n do\n"
     "  local live = redis.call('HMGET', KEYS[2 * i + 1], 'state', 'reg')\n"
     "  if not live[2] then return {'unhealthy', ARGV[2 * i], 'unregistered'} end\n"

@@ -11,6 +11,7 @@
 
 #include "gp/app.h"
 #include "gp/limits.h"
+#include "gp/shard.h"
 #include "msg_gen.h"
 #include "plan/fair.h"
 #include "plan/place.h"
@@ -134,7 +135,13 @@ typedef struct sched {
     /* secrets.c: the key of tenant secrets ("" : secrets are off) */
     char                 secret_key[129];
     uint64_t            *m_secrets[5];    /* by outcome (secrets.c: SECRET_*) */
-
+    /* epoch.c: shards whose epoch Redis lacks (a script refused as stale),
+     * waiting for their rebuild from PostgreSQL */
+    bool                 stale[GP_SHARDS];
+    bool                 stale_any, epoch_busy;
+    gp_task             *epoch_task;
+    uint64_t            *m_rebuilds[3];   /* shards: done, present (another did it), failed */
+    uint64_t            *m_rebuilt_gpus, *m_rebuilt_grants, *m_stale_refusals;
 } sched;
 
 /* start.c: gp_app_main's init and free hooks (main.c). */
@@ -158,12 +165,27 @@ sched_place_kick(sched *s)
         gp_task_kick(s->place_task);
 }
 
+/* A script found shard's epoch missing (Redis lost its data): rebuild it
+ * soon (epoch.c's task; fence.c and reserve.c's callback tell it). */
+static inline void
+sched_shard_stale(sched *s, unsigned shard)
+{
+    if (shard < GP_SHARDS) {
+        s->stale[shard] = true;
+        s->stale_any = true;
+    }
+    sched_count(s->m_stale_refusals);
+    if (s->epoch_task != NULL)
+        gp_task_kick(s->epoch_task);
+}
+
 /* ==== Layers ========================================================================
  *
  * Calls go one way, down this list (make lint checks there is no circle):
  *   flows   jobs.c (the API), queue.c (the placement pass), dispatch.c
  *           (RunAttempt), attempts.c (agents' events, max run time),
- *           lease.c, replace.c, reconcile.c, preempt_run.c, feed.c, facts.c;
+ *           lease.c, replace.c, reconcile.c, epoch.c, preempt_run.c, feed.c,
+ *           facts.c;
  *           a flow hands work only to a flow below it in this order:
  *           jobs, queue -> preempt_run, feed, dispatch; reconcile -> feed
  *           -> preempt_run
@@ -175,7 +197,9 @@ sched_place_kick(sched *s)
 /* ---- stores ---------------------------------------------------------------------- */
 
 /* fence.c: grants stamped on Redis's clock (see there).  sched_fence_stamp:
- * before a RunAttempt, the node's grant moves to now + ahead_ms.
+ * before a RunAttempt, the node's grant moves to now + ahead_ms; CONFLICT
+ * when (job, attempt) holds no GPU of the node, UNAVAIL before the
+ * shard's rebuild (epoch.c).
  * sched_fence_lease: a renewal's keep (true) or kill per reported attempt,
  * and the stamp, in one atomic call; NOTFOUND when the node lacks the
  * registry's 'reg' mark.  sched_fence_replace: a lost node's attempts'
@@ -183,8 +207,8 @@ sched_place_kick(sched *s)
  * until it opens.  Callbacks exactly once when OK is returned. */
 typedef void sched_fence_cb(void *arg, gp_err err);
 typedef void sched_lease_cb(void *arg, gp_err err, const bool *keep, uint32_t n);
-gp_err sched_fence_stamp(sched *s, const char *site, const char *node, unsigned ahead_ms,
-                         sched_fence_cb *cb, void *arg);
+gp_err sched_fence_stamp(sched *s, const char *site, const char *node, const char *job,
+                         uint32_t attempt, unsigned ahead_ms, sched_fence_cb *cb, void *arg);
 gp_err sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_renew *q,
                          sched_lease_cb *cb, void *arg);
 /* sched_fence_retire: an attempt a node may run though no answer said so
@@ -276,6 +300,12 @@ void sched_replace_start(sched *s);
 
 /* facts.c: gp.int.sched.attempt: an attempt's tenant, product and state. */
 extern const gp_route sched_facts_routes[];
+
+/* epoch.c: the "epoch" task: shards whose Redis keys were lost rebuilt
+ * from PostgreSQL's live attempts (reservations, grants), then their epoch
+ * written.  Every shard is marked at start. */
+void sched_epoch_start(sched *s);
+void sched_epoch_run(gp_app *app, void *arg);
 
 /* reconcile.c: the "reconcile" task (Redis reservations against
  * PostgreSQL's live attempts, one instance a pass by a Redis lock). */

@@ -6,6 +6,13 @@
 #include "gp/app.h"
 #include "scheduler.h"
 
+/* reserve.c found a shard's epoch missing */
+static void
+res_stale(void *arg, unsigned shard)
+{
+    sched_shard_stale(arg, shard);
+}
+
 gp_err
 sched_init(gp_app *app, const void *cfg, void *state)
 {
@@ -17,6 +24,7 @@ sched_init(gp_app *app, const void *cfg, void *state)
     s->app = app;
     s->cfg = c;
     s->place_task = gp_app_task(app, "place");   /* before anything may kick it */
+    s->epoch_task = gp_app_task(app, "epoch");
     fair_cfg_default(&fc);
     fc.half_life_ms = c->fair_half_life_ms;
     fc.hold_after_ms = c->hold_after_ms;
@@ -25,6 +33,8 @@ sched_init(gp_app *app, const void *cfg, void *state)
         return GP_ENOMEM;
     if ((rc = sched_reserve_new(gp_app_kv(app), gp_app_metrics(app), &s->res)) != GP_EOK)
         return rc;
+    sched_reserve_on_stale(s->res, res_stale, s);
+    sched_epoch_start(s);
     sched_jobs_start(s);
     sched_events_start(s);
     sched_attempts_start(s);

@@ -837,9 +837,10 @@ main(void)
     for (int i = 0; i < REF_NODES; i++)
         if (redisGetReply(rc, (void **)&rep) == REDIS_OK)
             freeReplyObject(rep);
+    freeReplyObject(redisCommand(rc, "SET gp:{0}:pb:epoch 1"));   /* the shard is whole */
     snprintf(refcmd, sizeof(refcmd),
-             "EVALSHA %s 3 gp:{0}:pb:resnodes gp:{0}:pb:res:__rand_int__ "
-             "gp:{0}:pb:node:__rand_int__ pb-ref:1 n__rand_int__ 0", sha);
+             "EVALSHA %s 4 gp:{0}:pb:resnodes gp:{0}:pb:res:__rand_int__ "
+             "gp:{0}:pb:node:__rand_int__ gp:{0}:pb:epoch pb-ref:1 n__rand_int__ 0", sha);
     ref = redis_reference(rhost, rport, refcmd);
     if (ref > 0) {
         double best = ph_one.placed_per_s;

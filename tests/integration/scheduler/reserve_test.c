@@ -18,7 +18,11 @@
  *     the read is kept however long the pass takes, one booked a grace
  *     before it goes;
  *   - after FLUSHALL reconcile rebuilds the truth, never overwriting a
- *     different holder (a conflict). */
+ *     different holder (a conflict);
+ *   - a shard without its epoch (Redis lost its data, not rebuilt yet)
+ *     books nothing: ERROR (UNAVAIL), the stale callback names the shard.
+ * The test writes every shard's epoch itself after each FLUSHALL
+ * (flush()), as the scheduler's rebuild would (epoch.c). */
 #include <hiredis/hiredis.h>
 #include <stdarg.h>
 
@@ -92,6 +96,19 @@ kvs(const char *fmt, ...)
     else
         tl_run_until(loop, &SR.done, 10);
     return &SR;
+}
+
+/* FLUSHALL, then every shard's epoch written: a whole, empty Redis. */
+static void
+flush(void)
+{
+    char key[SCHED_RES_KEY_LEN];
+
+    kvs("FLUSHALL");
+    for (unsigned sh = 0; sh < GP_SHARDS; sh++) {
+        sched_epoch_key(key, sh);
+        kvs("SET %s test", key);
+    }
 }
 
 static uint64_t
@@ -581,7 +598,7 @@ test_reconcile_grace(void)
     sched_res_reconciled rc;
     uint64_t             old;
 
-    kvs("FLUSHALL");
+    flush();
     live_node(s, "rc-n1", "healthy", true);
     old = redis_ms() - 600000;
     sched_res_key(key, gp_shard_of(s), "rc-n1");
@@ -689,7 +706,7 @@ test_reconcile_flush(void)
     sched_res_reconciled rc;
     read_wait            w = {0};
 
-    kvs("FLUSHALL");
+    flush();
     live_node("fl-a", "fl-a1", "healthy", true);
     live_node("fl-a", "fl-a2", "healthy", true);
     live_node("fl-b", "fl-b1", "healthy", true);
@@ -701,7 +718,7 @@ test_reconcile_flush(void)
     T_OKM(rc.err == GP_EOK && rc.removed == 0 && rc.rebuilt == 0 && rc.conflicts == 0,
           "Redis and the truth agree: nothing to do");
 
-    kvs("FLUSHALL");
+    flush();
     T_OKM(hlen("fl-c", "fl-c1") == 0, "flushed");
     live_node("fl-c", "fl-c1", "healthy", true);
     T_OK(book(r2, "fl-c", "intruder", 1, in, 1).status == SCHED_RES_OK);
@@ -735,6 +752,44 @@ test_reconcile_flush(void)
     }
     rc = reconcile(truth, 4, 60000);
     T_OKM(rc.rebuilt == 0 && rc.conflicts == 1, "a second pass rebuilds nothing");
+}
+
+static unsigned stale_shard = GP_SHARDS, stale_calls;
+
+static void
+stale_cb(void *arg, unsigned shard)
+{
+    (void)arg;
+    stale_shard = shard;
+    stale_calls++;
+}
+
+/* Redis lost its data: the shard's epoch is gone with the bookings, so a
+ * booking there is refused (a GPU Redis lost may still be in use) until
+ * the rebuild writes the epoch again. */
+static void
+test_stale_epoch(void)
+{
+    const char      *s = "ep-site";
+    char             key[SCHED_RES_KEY_LEN];
+    sched_res_node   n[1] = {{"ep-n1", M(0, 1)}};
+    sched_res_result r;
+
+    kvs("FLUSHALL");
+    live_node(s, "ep-n1", "healthy", true);
+    r = book(r1, s, "jobE", 1, n, 1);
+    T_OKM(r.status == SCHED_RES_ERROR && r.err == GP_EUNAVAIL,
+          "no epoch: the booking is refused UNAVAIL (status %d %s)", r.status, gp_err_name(r.err));
+    T_OKM(stale_calls == 1 && stale_shard == gp_shard_of(s),
+          "... and the stale callback names the site's shard (%u calls, shard %u)", stale_calls,
+          stale_shard);
+    T_OKM(hlen(s, "ep-n1") == 0 && !indexed(s, "ep-n1"), "... nothing was written");
+    sched_epoch_key(key, gp_shard_of(s));
+    kvs("SET %s rebuilt", key);
+    r = book(r1, s, "jobE", 1, n, 1);
+    T_OKM(r.status == SCHED_RES_OK && r.gpus == 2 && stale_calls == 1,
+          "the epoch back: the same booking takes its 2 GPUs");
+    flush();
 }
 
 static void
@@ -805,7 +860,8 @@ main(void)
     T_OK(sched_reserve_new(kv1, metrics, &r1) == GP_EOK);
     T_OK(sched_reserve_new(kv2, NULL, &r2) == GP_EOK);
     sched_reserve_load(r1);
-    kvs("FLUSHALL");
+    sched_reserve_on_stale(r1, stale_cb, NULL);
+    flush();
 
     test_all_or_nothing();
     test_idempotent();
@@ -816,6 +872,7 @@ main(void)
     test_reconcile_grace();
     test_orphan_recheck();
     test_reconcile_flush();
+    test_stale_epoch();
     test_metrics();
     test_reconcile_after_truth();
     test_unreachable();

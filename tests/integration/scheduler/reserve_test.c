@@ -675,7 +675,7 @@ test_reconcile_after_truth(void)
     sched_res_reconciled rc;
     uint64_t             truth_ms;
 
-    kvs("FLUSHALL");
+    flush();
     live_node(s, "ta-n1", "healthy", true);
     sched_res_key(key, gp_shard_of(s), "ta-n1");
     sched_res_index_key(ikey, gp_shard_of(s));

@@ -155,11 +155,17 @@ start)
     [ -n "$TEMPLATE" ] ||       # the template has it
         as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
             -c "CREATE DATABASE gridpool" >/dev/null
+    # PostgreSQL: the tests' own checks (psql, gridpool-audit) use
+    # GP_PG_CONNINFO, the superuser; a service migrates on
+    # GP_PG_MIGRATE_CONNINFO (the superuser too) and then logs in on
+    # GP_PG_CONNINFO as its own role, gridpool_<service> (gp/dbrole.h)
     cat >"$dir/gp.env" <<ENV
 GP_NATS_URL=nats://127.0.0.1:$NATS_PORT
 GP_REDIS_HOST=127.0.0.1
 GP_REDIS_PORT=$REDIS_PORT
 GP_PG_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
+GP_PG_MIGRATE_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
+GP_PG_USER=gridpool_{service}
 GP_STACK_DIR=$dir
 ENV
     [ -f "$dir/auth/admin.env" ] && grep -v '^GP_NATS_URL=' "$dir/auth/admin.env" >>"$dir/gp.env"

@@ -903,7 +903,7 @@ pg_login(const char *service, const gp_common_cfg *c, char *out, size_t cap)
     gp_err rc;
 
     if (c->pg_user[0] == '\0')
-        return gp_db_conninfo_user(c->pg_conninfo, out, cap);   /* bad: gp_db_new says */
+        return gp_db_conninfo_get(c->pg_conninfo, "user", out, cap);   /* bad: gp_db_new says */
     rc = gp_dbrole_expand(out, cap, c->pg_user, service);
     if (rc != GP_EOK)
         GP_ERROR("pg_user_bad", "service=%s err=%s detail=\"pg-user must make a role name of "
@@ -911,13 +911,24 @@ pg_login(const char *service, const gp_common_cfg *c, char *out, size_t cap)
     return rc;
 }
 
+/* The roles mode's login and password: pg-conninfo's password, if it has
+ * one, is set on the login (so the deployment's secret of the service is
+ * the only place it is kept). */
+typedef struct pg_login_pw {
+    char login[64];
+    char password[256];
+} pg_login_pw;
+
 /* The migration phase's options (gp_db_migrate): the roles mode on
- * pg-migrate-conninfo, else the steps alone on pg-conninfo as login.  r
- * and o are the caller's; INVAL when the roles mode has no login. */
+ * pg-migrate-conninfo, else the steps alone on pg-conninfo as login.  r,
+ * o and lp (login filled) are the caller's; INVAL when the roles mode has
+ * no login. */
 static gp_err
 migrate_opts(const char *service, const gp_common_cfg *c, const gp_migration *migrations,
-             const gp_grant *grants, const char *login, gp_db_roles *r, gp_db_opts *o)
+             const gp_grant *grants, pg_login_pw *lp, gp_db_roles *r, gp_db_opts *o)
 {
+    const char *login = lp->login;
+
     *o = (gp_db_opts){.conninfo = c->pg_conninfo, .user = login, .migrations = migrations,
                       .service = service, .app_name = "gridpool-migrate"};
     if (c->pg_migrate_conninfo[0] == '\0')
@@ -928,7 +939,11 @@ migrate_opts(const char *service, const gp_common_cfg *c, const gp_migration *mi
                  "pg-conninfo\"", service);
         return GP_EINVAL;
     }
-    *r = (gp_db_roles){.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants};
+    if (gp_db_conninfo_get(c->pg_conninfo, "password", lp->password, sizeof(lp->password)) !=
+        GP_EOK)
+        lp->password[0] = '\0';            /* a bad conninfo: the pool says so */
+    *r = (gp_db_roles){.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants,
+                       .password = lp->password};
     o->conninfo = c->pg_migrate_conninfo;
     o->user = NULL;
     o->roles = r;
@@ -960,14 +975,16 @@ connect_pg(gp_app *app, const gp_migration *migrations, const gp_grant *grants)
 {
     const gp_common_cfg *c = &app->cfg;
     bool                 roles = c->pg_migrate_conninfo[0] != '\0';
-    char                 login[64] = "", name[48];
+    pg_login_pw          lp = {.login = ""};
+    const char          *login = lp.login;
+    char                 name[48];
     gp_db_roles          r;
     gp_db_opts           mo;
-    gp_err               rc = pg_login(app->service, c, login, sizeof(login));
+    gp_err               rc = pg_login(app->service, c, lp.login, sizeof(lp.login));
 
     snprintf(name, sizeof(name), "gridpool-%s", app->service);
     if (rc == GP_EOK && roles)
-        rc = migrate_opts(app->service, c, migrations, grants, login, &r, &mo);
+        rc = migrate_opts(app->service, c, migrations, grants, &lp, &r, &mo);
     if (rc == GP_EOK) {
         gp_db_opts dopt = {.conninfo = c->pg_conninfo, .pool_size = c->pg_pool,
                            .query_timeout_ms = c->pg_timeout_ms, .migrations = migrations,
@@ -978,6 +995,7 @@ connect_pg(gp_app *app, const gp_migration *migrations, const gp_grant *grants)
     }
     if (rc == GP_EOK && roles)
         rc = gp_db_migrate(app->loop, &mo, on_migrated, app, &app->migrator);
+    explicit_bzero(lp.password, sizeof(lp.password));
     return rc;
 }
 
@@ -1000,19 +1018,23 @@ gp_err
 gp_app_migrate(const char *service, const gp_common_cfg *cfg, const gp_migration *migrations,
                const gp_grant *grants)
 {
-    char        login[64] = "";
+    pg_login_pw lp = {.login = ""};
     gp_db_roles r;
-    gp_db_opts  o;
+    gp_db_opts  o = {.roles = NULL};
     gp_db      *db = NULL;
     migrate_run m = {.loop = ev_loop_new(EVFLAG_AUTO), .rc = GP_EUNAVAIL};
     gp_err      rc = m.loop != NULL ? GP_EOK : GP_ENOMEM;
+    bool        pw;
 
-    rc = rc ? rc : pg_login(service, cfg, login, sizeof(login));
-    rc = rc ? rc : migrate_opts(service, cfg, migrations, grants, login, &r, &o);
+    rc = rc ? rc : pg_login(service, cfg, lp.login, sizeof(lp.login));
+    rc = rc ? rc : migrate_opts(service, cfg, migrations, grants, &lp, &r, &o);
     rc = rc ? rc : gp_db_migrate(m.loop, &o, migrate_done, &m, &db);
+    pw = o.roles != NULL && lp.password[0] != '\0';
+    explicit_bzero(lp.password, sizeof(lp.password));
     if (rc == GP_EOK) {
-        GP_INFO("migrate_only", "service=%s roles=%s login=%s", service,
-                o.roles != NULL ? "true" : "false", login[0] ? login : "-");
+        GP_INFO("migrate_only", "service=%s roles=%s login=%s scram=%s", service,
+                o.roles != NULL ? "true" : "false", lp.login[0] ? lp.login : "-",
+                pw ? "set" : "-");
         ev_run(m.loop, 0);
         rc = m.rc;
     }

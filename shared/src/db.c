@@ -143,6 +143,9 @@ struct gp_db {
     bool            once;          /* gp_db_migrate: close after, fail at once */
     char           *setup_sql;     /* roles mode: after the lock */
     char           *grants_sql;    /* roles mode: before the unlock */
+    char           *owner;         /* roles mode: the role the steps run as */
+    char           *login;
+    char           *password;      /* the login's, or NULL (wiped at free) */
     char            service[GP_MAX_ID + 1];
     gp_migration   *steps;         /* copy of opts->migrations */
     int             nsteps;
@@ -633,6 +636,26 @@ check_send(db_conn *c)
     mig_send(c, sql);
 }
 
+/* Roles mode: the setup, the login's password (a SCRAM verifier made
+ * here: no round trip, the cleartext never sent) and SET ROLE, into b. */
+static gp_err
+roles_enter(db_conn *c, gp_buf *b)
+{
+    gp_db *db = c->db;
+    char  *v = NULL, *lit = NULL;
+    gp_err rc = gp_buf_puts(b, db->setup_sql);
+
+    if (rc == GP_EOK && db->password != NULL) {
+        v = PQencryptPasswordConn(c->pg, db->password, db->login, "scram-sha-256");
+        lit = v != NULL ? PQescapeLiteral(c->pg, v, strlen(v)) : NULL;
+        rc = lit != NULL ? GP_EOK : GP_ENOMEM;
+    }
+    rc = rc ? rc : gp_dbrole_enter_sql(b, db->owner, db->login, lit);
+    PQfreemem(lit);
+    PQfreemem(v);
+    return rc;
+}
+
 /* Takes the lock (waiting server-side for another instance's migration),
  * runs the roles' setup in the roles mode, makes sure the table exists and
  * reads what is recorded.  The service name is a checked token, safe to
@@ -641,7 +664,8 @@ static void
 mig_begin(db_conn *c)
 {
     gp_db *db = c->db;
-    size_t n = (db->setup_sql != NULL ? strlen(db->setup_sql) : 0) + 1024;
+    gp_buf roles = GP_BUF_INIT;
+    size_t n;
     char  *sql;
 
     db->migrator = c;
@@ -651,7 +675,14 @@ mig_begin(db_conn *c)
     }
     db->phase = MP_LOCK;
     c->state = CS_MIGRATING;
+    if (db->setup_sql != NULL && roles_enter(c, &roles) != GP_EOK) {
+        gp_buf_fini(&roles);
+        conn_fail_later(c);
+        return;
+    }
+    n = roles.n + 1024;
     if ((sql = malloc(n)) == NULL) {
+        gp_buf_fini(&roles);
         conn_fail_later(c);
         return;
     }
@@ -664,9 +695,12 @@ mig_begin(db_conn *c)
              "  applied_at timestamptz NOT NULL DEFAULT now(),\n"
              "  PRIMARY KEY (service, version));\n"
              "SELECT version, name FROM gp_migrations WHERE service = '%s' ORDER BY version",
-             (long long)DB_MIGRATE_LOCK_KEY, db->setup_sql != NULL ? db->setup_sql : "",
-             db->service);
+             (long long)DB_MIGRATE_LOCK_KEY, roles.p != NULL ? roles.p : "", db->service);
+    if (roles.p != NULL)
+        explicit_bzero(roles.p, roles.n);        /* a verifier is a secret too */
+    gp_buf_fini(&roles);
     mig_send(c, sql);
+    explicit_bzero(sql, n);
     free(sql);
 }
 
@@ -1308,6 +1342,11 @@ db_release(gp_db *db)
     free(db->app_name);
     free(db->setup_sql);
     free(db->grants_sql);
+    free(db->owner);
+    free(db->login);
+    if (db->password != NULL)
+        explicit_bzero(db->password, strlen(db->password));
+    free(db->password);
     free(db->steps);
     free(db->conns);
     free(db);
@@ -1439,6 +1478,12 @@ roles_sql(gp_db *db, const gp_db_roles *r)
     }
     db->setup_sql = setup.p;
     db->grants_sql = grants.p;
+    db->owner = strdup(r->owner);
+    db->login = strdup(r->login);
+    db->password = r->password != NULL && r->password[0] ? strdup(r->password) : NULL;
+    if (db->owner == NULL || db->login == NULL ||
+        (r->password != NULL && r->password[0] && db->password == NULL))
+        return GP_ENOMEM;
     return GP_EOK;
 }
 
@@ -1473,7 +1518,7 @@ gp_db_migrate(struct ev_loop *loop, const gp_db_opts *opts, gp_db_fail_cb *done,
 }
 
 gp_err
-gp_db_conninfo_user(const char *conninfo, char *out, size_t cap)
+gp_db_conninfo_get(const char *conninfo, const char *keyword, char *out, size_t cap)
 {
     PQconninfoOption *ci = conninfo != NULL ? PQconninfoParse(conninfo, NULL) : NULL;
     gp_err            rc = GP_EOK;
@@ -1484,7 +1529,7 @@ gp_db_conninfo_user(const char *conninfo, char *out, size_t cap)
     }
     out[0] = '\0';
     for (PQconninfoOption *o = ci; o->keyword != NULL; o++)
-        if (strcmp(o->keyword, "user") == 0 && o->val != NULL)
+        if (strcmp(o->keyword, keyword) == 0 && o->val != NULL)
             rc = (size_t)snprintf(out, cap, "%s", o->val) >= cap ? GP_ETOOBIG : GP_EOK;
     PQconninfoFree(ci);
     return rc;

@@ -149,9 +149,39 @@ gp_dbrole_setup_sql(gp_buf *out, const char *owner, const char *login)
     rc = rc ? rc : setup_reown(out, owner);
     rc = rc ? rc : gp_buf_printf(out,
         "END $gp$;\n"
-        "GRANT USAGE, CREATE ON SCHEMA public TO \"%s\" WITH GRANT OPTION;\n"
-        "SET ROLE \"%s\";\n", owner, owner);
+        "GRANT USAGE, CREATE ON SCHEMA public TO \"%s\" WITH GRANT OPTION;\n", owner);
     return rc;
+}
+
+/* 'text' with no quote inside but doubled ones: one SQL literal. */
+static bool
+literal_ok(const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+
+    if (n < 2 || s[0] != '\'' || s[n - 1] != '\'')
+        return false;
+    for (size_t i = 1; i + 1 < n; i++) {
+        if (s[i] != '\'')
+            continue;
+        if (i + 2 >= n || s[i + 1] != '\'')     /* a quote inside is doubled */
+            return false;
+        i++;
+    }
+    return true;
+}
+
+gp_err
+gp_dbrole_enter_sql(gp_buf *out, const char *owner, const char *login, const char *password)
+{
+    gp_err rc = GP_EOK;
+
+    if (out == NULL || !gp_dbrole_name_ok(owner) || !gp_dbrole_name_ok(login) ||
+        (password != NULL && !literal_ok(password)))
+        return GP_EINVAL;
+    if (password != NULL)
+        rc = gp_buf_printf(out, "ALTER ROLE \"%s\" PASSWORD %s;\n", login, password);
+    return rc ? rc : gp_buf_printf(out, "SET ROLE \"%s\";\n", owner);
 }
 
 /* What the login holds on the owner's objects goes: the list that follows

@@ -73,6 +73,9 @@ typedef struct gp_db_roles {
     const char     *owner;                 /* GP_DB_OWNER_ROLE in practice */
     const char     *login;                 /* the service's login role */
     const gp_grant *grants;                /* ended by GP_GRANT_END; NULL = none */
+    /* NULL or "": none set; else the login's password, set as a SCRAM
+     * verifier made here (the cleartext is not sent; copied, wiped) */
+    const char     *password;
 } gp_db_roles;
 
 typedef struct gp_db_opts {
@@ -134,9 +137,9 @@ gp_err gp_db_migrate(struct ev_loop *loop, const gp_db_opts *opts, gp_db_fail_cb
                      void *arg, gp_db **out);
 /* A held pool (opts.held) starts connecting; otherwise nothing. */
 void   gp_db_start(gp_db *db);
-/* The user conninfo logs in as, into out ("" when it names none).
- * INVAL: not a conninfo; TOOBIG past cap. */
-gp_err gp_db_conninfo_user(const char *conninfo, char *out, size_t cap);
+/* A keyword's value in conninfo ("user", "password"), into out ("" when it
+ * names none).  INVAL: not a conninfo; TOOBIG past cap. */
+gp_err gp_db_conninfo_get(const char *conninfo, const char *keyword, char *out, size_t cap);
 /* Closes every connection; queued and running queries get UNAVAIL.  NULL ok. */
 void   gp_db_free(gp_db *db);
 bool   gp_db_is_connected(const gp_db *db);  /* at least one ready connection */

@@ -63,10 +63,17 @@ bool   gp_dbrole_grants_ok(const gp_grant *grants);
 /* What the migrator runs before the steps, in one transaction: the owner
  * and the login exist (made when missing), the login is checked (see
  * Roles; a refusal is SQLSTATE 42501 naming the role), the owner may
- * create in the database and its schema public, everything in public not
- * the owner's (and not an extension's) becomes the owner's, and the
- * session turns into the owner (SET ROLE).  INVAL on a bad name. */
+ * create in the database and its schema public, and everything in public
+ * not the owner's (and not an extension's) becomes the owner's.  INVAL on
+ * a bad name. */
 gp_err gp_dbrole_setup_sql(gp_buf *out, const char *owner, const char *login);
+/* What follows it: the login's password set when password is a quoted
+ * literal ('...': the SCRAM verifier db.c computes from the password of
+ * the service's conninfo, so the cleartext never reaches the server, nor
+ * its log), then the session turns into the owner (SET ROLE).  INVAL on a
+ * bad name or a password that is not one quoted literal. */
+gp_err gp_dbrole_enter_sql(gp_buf *out, const char *owner, const char *login,
+                           const char *password);
 /* What runs after the steps, as the owner: the login's privileges on the
  * owner's objects revoked, then SELECT on gp_migrations, the list, the
  * sequences and the policies (see Roles); RESET ROLE at the end.  INVAL on

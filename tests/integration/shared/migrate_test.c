@@ -407,9 +407,11 @@ static const gp_grant     rw_books[] = {{"SELECT, INSERT", "TABLE books"}, GP_GR
 
 /* One gp_db_migrate run to its end: its error (TIMEOUT: no end). */
 static gp_err
-migrate_as(const char *login, const gp_migration *steps, const gp_grant *grants, failst *f)
+migrate_pw(const char *login, const gp_migration *steps, const gp_grant *grants,
+           const char *password, failst *f)
 {
-    gp_db_roles r = {.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants};
+    gp_db_roles r = {.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants,
+                     .password = password};
     gp_db_opts  o = {.conninfo = conninfo, .migrations = steps, .service = "ledger", .roles = &r};
     gp_db      *db = NULL;
 
@@ -420,6 +422,12 @@ migrate_as(const char *login, const gp_migration *steps, const gp_grant *grants,
         ev_run(L, EVRUN_ONCE);
     gp_db_free(db);
     return f->calls == 1 ? f->err : GP_ETIMEOUT;
+}
+
+static gp_err
+migrate_as(const char *login, const gp_migration *steps, const gp_grant *grants, failst *f)
+{
+    return migrate_pw(login, steps, grants, NULL, f);
 }
 
 /* The service's own pool: logs in as LOGIN and only checks. */
@@ -511,6 +519,14 @@ t_roles(void)
     T_EQ(run1(db, "SELECT count(*) FROM books", &q), GP_EOK);
     T_EQ(pf.calls, 0);
     gp_db_free(db);
+
+    /* a password given is set as a SCRAM verifier, not as the cleartext */
+    T_OK(strcmp(sql1("SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = '" LOGIN "'"),
+                "t") == 0);
+    T_EQ(migrate_pw(LOGIN, ledger_v1, rw_books, "pw-'quoted'-123", &f), GP_EOK);
+    T_OKM(strncmp(sql1("SELECT rolpassword FROM pg_authid WHERE rolname = '" LOGIN "'"),
+                  "SCRAM-SHA-256$", 14) == 0, "the login's password: a SCRAM verifier");
+    T_OK(strcmp(sql1("SELECT count(*) FROM pg_authid WHERE rolpassword LIKE '%quoted%'"), "0") == 0);
 }
 
 /* A role that may do more than its grants is refused, not changed. */

@@ -7,7 +7,8 @@
 #   1. --migrate-only: each service with tables migrates and exits 0 (the
 #      roles made, every table the owner's); again, it changes nothing; a
 #      superuser as the service's role is refused (exit 1, the reason
-#      logged); a service without PostgreSQL has nothing to do;
+#      logged); a service without PostgreSQL has nothing to do; the
+#      password of a service's conninfo is set on its role (SCRAM);
 #   2. the five services run; what they really log in as (usename of their
 #      connections in pg_stat_activity, by application_name) is their own
 #      role, and none of those roles is a superuser (nor CREATEROLE,
@@ -80,6 +81,16 @@ st=$?
 ok "a superuser as the service's role: --migrate-only exits 1 ($st) saying why" $?
 "$B/bin/gridpool-metering" --config "$D/gp.env" --migrate-only >"$tmp/mig-metering.log" 2>&1
 ok "metering (no PostgreSQL): --migrate-only has nothing to do, exits 0" $?
+# the password of the service's conninfo is set on its role (a SCRAM
+# verifier: the harness' trust auth cannot show it is checked)
+pw="pw-$$-$RANDOM"
+"$B/bin/gridpool-alerting" --config "$D/gp.env" --migrate-only \
+    --pg-conninfo "postgresql://gridpool_alerting:$pw@127.0.0.1:$PG_PORT/gridpool" >"$tmp/mig-pw.log" 2>&1
+st=$?
+[ $st -eq 0 ] && grep -q 'scram=set' "$tmp/mig-pw.log" && ! grep -q "$pw" "$tmp/mig-pw.log" &&
+    [ "$(sql "SELECT left(rolpassword, 14) FROM pg_authid WHERE rolname = 'gridpool_alerting'")" = 'SCRAM-SHA-256$' ] &&
+    [ "$(sql "SELECT count(*) FROM pg_authid WHERE rolpassword LIKE '%$pw%'")" = 0 ]
+ok "the password in the service's conninfo is set on its role as a SCRAM verifier, logged nowhere" $?
 
 # ---- 2. what the services log in as --------------------------------------------------------
 for s in $SERVICES; do

@@ -1,6 +1,7 @@
 /* dbrole_test.c -- the roles mode's text (gp/dbrole.h): role names and
  * the {service} pattern, grants of plain words only, the setup (roles made
- * and checked, everything handed to the owner, SET ROLE) and the grants
+ * and checked, everything handed to the owner), the entry (the login's
+ * password as one quoted literal, SET ROLE) and the grants
  * (revoked, then exactly the list, in order, then sequences and
  * policies).  migrate_test and pgroles_test run the text on PostgreSQL. */
 #include <string.h>
@@ -92,15 +93,40 @@ t_setup(void)
     T_OK(has(&b, "ALTER ROUTINE %s OWNER TO \"gridpool_owner\""));
     T_OK(has(&b, "d.deptype IN ('e', 'a', 'i')"));       /* extensions' and serials' skipped */
     T_OK(has(&b, "GRANT USAGE, CREATE ON SCHEMA public TO \"gridpool_owner\" WITH GRANT OPTION;"));
-    /* the checks come before anything is handed over, SET ROLE last */
+    /* the checks come before anything is handed over */
     T_OK(at(&b, "RAISE EXCEPTION") < at(&b, "OWNER TO"));
-    T_OK(at(&b, "OWNER TO") < at(&b, "SET ROLE \"gridpool_owner\";\n"));
-    T_OK(b.n > 0 && strcmp(b.p + b.n - strlen("SET ROLE \"gridpool_owner\";\n"),
-                           "SET ROLE \"gridpool_owner\";\n") == 0);
+    T_OK(!has(&b, "SET ROLE"));                         /* gp_dbrole_enter_sql's */
     gp_buf_reset(&b);
     T_EQ_INT(gp_dbrole_setup_sql(&b, "gridpool_owner", "gridpool_owner"), GP_EINVAL);
     T_EQ_INT(gp_dbrole_setup_sql(&b, "gridpool_owner", "Postgres"), GP_EINVAL);
     T_EQ_INT(gp_dbrole_setup_sql(&b, "owner'", "x"), GP_EINVAL);
+    gp_buf_fini(&b);
+}
+
+static void
+t_enter(void)
+{
+    gp_buf b = GP_BUF_INIT;
+
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", NULL), GP_EOK);
+    T_OKM(b.p != NULL && strcmp(b.p, "SET ROLE \"gridpool_owner\";\n") == 0,
+          "no password: SET ROLE alone");
+    gp_buf_reset(&b);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing",
+                                 "'SCRAM-SHA-256$4096:c2FsdA==$a:b'"), GP_EOK);
+    T_OKM(b.p != NULL && strcmp(b.p, "ALTER ROLE \"gridpool_billing\" PASSWORD "
+                                     "'SCRAM-SHA-256$4096:c2FsdA==$a:b';\n"
+                                     "SET ROLE \"gridpool_owner\";\n") == 0,
+          "the password first, then the owner");
+    gp_buf_reset(&b);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", "'it''s'"), GP_EOK);
+    /* not one quoted literal: refused */
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", "plain"), GP_EINVAL);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", "'a'; DROP ROLE x; '"),
+             GP_EINVAL);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", "'a''"), GP_EINVAL);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "gridpool_billing", "'"), GP_EINVAL);
+    T_EQ_INT(gp_dbrole_enter_sql(&b, "gridpool_owner", "Bad", NULL), GP_EINVAL);
     gp_buf_fini(&b);
 }
 
@@ -150,6 +176,7 @@ main(void)
     t_names();
     t_grants_ok();
     t_setup();
+    t_enter();
     t_grants();
     return T_DONE();
 }

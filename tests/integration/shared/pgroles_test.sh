@@ -4,8 +4,10 @@
 # whose gp.env has GP_PG_MIGRATE_CONNINFO, the superuser, and
 # GP_PG_USER=gridpool_{service}):
 #
+#   0. the database as the services left it before this: migrated by the
+#      superuser they logged in as (--migrate-only without the migrator);
 #   1. --migrate-only: each service with tables migrates and exits 0 (the
-#      roles made, every table the owner's); again, it changes nothing; a
+#      roles made, every table handed to the owner); again, it changes nothing; a
 #      superuser as the service's role is refused (exit 1, the reason
 #      logged); a service without PostgreSQL has nothing to do; the
 #      password of a service's conninfo is set on its role (SCRAM);
@@ -51,6 +53,16 @@ refused() {
     return 1
 }
 
+# ---- 0. an older database ----------------------------------------------------------------------
+st=0
+for s in $SERVICES; do
+    "$B/bin/gridpool-$s" --config "$D/gp.env" --migrate-only --pg-migrate-conninfo "" \
+        --pg-user "" >"$tmp/old-$s.log" 2>&1 || st=1
+done
+[ $st -eq 0 ] && [ "$(sql "SELECT relowner::regrole FROM pg_class WHERE relname = 'jobs'")" = postgres ] &&
+    [ "$(sql "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'gridpool%'")" = 0 ]
+ok "an older database: every service migrated by the superuser it logged in as (jobs is postgres's, no gridpool role)" $?
+
 # ---- 1. --migrate-only ----------------------------------------------------------------------
 t0=$(date +%s%N)
 st=0
@@ -63,11 +75,16 @@ ok "--migrate-only: the five services migrate and exit 0 ($ms ms for all)" $st
 [ "$(sql "SELECT count(*) FROM pg_roles WHERE rolname IN ('gridpool_owner', 'gridpool_registry',
     'gridpool_scheduler', 'gridpool_recovery', 'gridpool_billing', 'gridpool_alerting')")" = 6 ]
 ok "the owner role and the five login roles exist" $?
-others=$(sql "SELECT string_agg(c.relname || '=' || c.relowner::regrole::text, ' ') FROM pg_class c
-              WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r','v','S')
-                AND c.relowner <> 'gridpool_owner'::regrole")
-[ -z "$others" ]
-ok "every table, view and sequence is gridpool_owner's (${others:-none other})" $?
+others=$(sql "SELECT string_agg(x, ' ') FROM (
+                SELECT c.relname || '=' || c.relowner::regrole::text AS x FROM pg_class c
+                WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r','v','S')
+                  AND c.relowner <> 'gridpool_owner'::regrole
+                UNION ALL SELECT p.proname || '=' || p.proowner::regrole::text FROM pg_proc p
+                WHERE p.pronamespace = 'public'::regnamespace AND p.proowner <> 'gridpool_owner'::regrole
+                  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')) o")
+nfn=$(sql "SELECT count(*) FROM pg_proc WHERE proowner = 'gridpool_owner'::regrole")
+[ -z "$others" ] && [ "${nfn:-0}" -ge 20 ]
+ok "every table, view, sequence and function ($nfn) is handed to gridpool_owner (${others:-none other})" $?
 before=$(sql "SELECT string_agg(service || version, ',' ORDER BY service, version) FROM gp_migrations")
 "$B/bin/gridpool-billing" --config "$D/gp.env" --migrate-only >"$tmp/mig-again.log" 2>&1
 st=$?
@@ -79,6 +96,12 @@ ok "again: exit 0, no step applied" $?
 st=$?
 [ $st -eq 1 ] && grep -q 'role postgres may do more than its grants' "$tmp/mig-super.log"
 ok "a superuser as the service's role: --migrate-only exits 1 ($st) saying why" $?
+"$B/bin/gridpool-recovery" --config "$D/gp.env" --pg-user postgres --http-port -1 \
+    >"$tmp/start-super.log" 2>&1 </dev/null
+st=$?
+[ $st -eq 1 ] && grep -q 'role postgres may do more than its grants' "$tmp/start-super.log" &&
+    grep -q 'event=start_refused' "$tmp/start-super.log"
+ok "... and a service started so stops at once (exit $st, start_refused), never logging in as it" $?
 "$B/bin/gridpool-metering" --config "$D/gp.env" --migrate-only >"$tmp/mig-metering.log" 2>&1
 ok "metering (no PostgreSQL): --migrate-only has nothing to do, exits 0" $?
 # the password of the service's conninfo is set on its role (a SCRAM

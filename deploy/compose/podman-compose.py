@@ -232,15 +232,16 @@ def up(file, project, profiles, publish):
 
 def ps(project):
     r = sh(['podman', 'ps', '-a', '--filter', 'label=%s=%s' % (LABEL, project),
-            '--format', '{{.Names}} {{.State}} {{.ExitCode}}'])
+            '--format', '{{.Names}}\t{{.State}}\t{{.ExitCode}}'])
     bad = 0
     for line in sorted(r.stdout.split('\n')):
         if not line.strip():
             continue
-        name, state, code = (line.split() + ['', ''])[:3]
+        name, state, code = (line.split('\t') + ['', ''])[:3]
+        state = (state.split() or ['?'])[0]          # "Exited (0) 2 minutes ago", "Up 3 minutes"
         policy = sh(['podman', 'inspect', '-f', '{{.HostConfig.RestartPolicy.Name}}', name],
                     check=False).stdout.strip()
-        if state == 'exited' and code == '0' and policy in ('', 'no'):
+        if state.lower() == 'exited' and code.strip() == '0' and policy in ('', 'no'):
             print('%-32s %-10s %s' % (name, 'completed', '-'))      # a one-shot that did its work
             continue
         has = sh(['podman', 'inspect', '-f', '{{.Config.Healthcheck}}', name], check=False).stdout.strip()
@@ -248,7 +249,7 @@ def ps(project):
         if has and has not in ('<nil>', ''):
             health = 'healthy' if sh(['podman', 'healthcheck', 'run', name], check=False).returncode == 0 \
                 else 'unhealthy'
-        bad += state != 'running' or health == 'unhealthy'
+        bad += state.lower() not in ('running', 'up') or health == 'unhealthy'
         print('%-32s %-10s %s' % (name, state, health))
     return 1 if bad else 0
 

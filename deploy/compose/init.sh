@@ -32,7 +32,7 @@ if [ ! -s "$dir/scheduler-secret.env" ]; then
 fi
 # each service's PostgreSQL login, made once
 mkdir -p "$dir/pg"
-for s in registry scheduler recovery billing alerting; do
+for s in registry scheduler recovery metering billing alerting; do
     [ -s "$dir/pg/$s.env" ] && continue
     ( umask 077 && printf 'GP_PG_CONNINFO=postgresql://gridpool_%s:%s@postgres:5432/gridpool\n' "$s" \
         "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$dir/pg/$s.env" )

@@ -16,5 +16,8 @@ const gp_grant registry_db_grants[] = {
     {"SELECT, INSERT, UPDATE, DELETE", "TABLE retired_nodes"},  /* delete (upsert), readmit */
     {"SELECT, INSERT, DELETE", "TABLE node_transitions"},       /* the history, pruned */
     {"SELECT", "TABLE pool_gpus"},                      /* a pool's counts */
+    /* migration 5: the revision of a site's or node's write (the
+     * trigger's and a delete's nextval): no table owns the sequence */
+    {"USAGE", "SEQUENCE inventory_rev"},
     GP_GRANT_END
 };

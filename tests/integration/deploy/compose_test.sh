@@ -104,9 +104,9 @@ logins=$(pgq "SELECT string_agg(DISTINCT a.usename || CASE WHEN r.rolsuper THEN 
               END, ' ' ORDER BY a.usename || CASE WHEN r.rolsuper THEN '(superuser)' ELSE '' END)
               FROM pg_stat_activity a JOIN pg_roles r ON r.rolname = a.usename
               WHERE a.application_name LIKE 'gridpool-%'")
-[ "$n_" -eq 5 ] &&
-    [ "$logins" = "gridpool_alerting gridpool_billing gridpool_recovery gridpool_registry gridpool_scheduler" ]
-ok "5 migrate one-shots completed; the services log in to PostgreSQL as their own roles, with passwords: $logins" $?
+[ "$n_" -eq 6 ] &&
+    [ "$logins" = "gridpool_alerting gridpool_billing gridpool_metering gridpool_recovery gridpool_registry gridpool_scheduler" ]
+ok "6 migrate one-shots completed; the services log in to PostgreSQL as their own roles, with passwords: $logins" $?
 
 # ---- 4. a job placed, run and billed --------------------------------------------------------
 sed "s|^GP_NATS_URL=.*|GP_NATS_URL=nats://172.28.0.10:4222|" build/compose/gpctl.env >"$tmp/gpctl.env"

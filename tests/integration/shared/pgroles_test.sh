@@ -11,7 +11,7 @@
 #      superuser as the service's role is refused (exit 1, the reason
 #      logged); a service without PostgreSQL has nothing to do; the
 #      password of a service's conninfo is set on its role (SCRAM);
-#   2. the five services run; what they really log in as (usename of their
+#   2. the six services run; what they really log in as (usename of their
 #      connections in pg_stat_activity, by application_name) is their own
 #      role, and none of those roles is a superuser (nor CREATEROLE,
 #      CREATEDB, BYPASSRLS, or inherits);
@@ -37,7 +37,7 @@ G="$GPCTL --timeout 5000"
 # shellcheck source=tests/lib/lib.sh
 . "$(dirname "$0")/../../lib/lib.sh"
 tap_on_fail=gpctl_on_fail
-SERVICES="registry scheduler recovery billing alerting"
+SERVICES="registry scheduler recovery metering billing alerting"
 PG_PORT=$(sed -n 's/^PG_PORT=//p' "$D/ports")
 
 # one value as ROLE (trust auth: the harness' PostgreSQL); errors on stdout
@@ -53,7 +53,7 @@ refused() {
     return 1
 }
 
-# all five at once (their migrations queue on one advisory lock): 0 when
+# all six at once (their migrations queue on one advisory lock): 0 when
 # every one exited 0; NAME's log in $tmp/NAME-SERVICE.log
 migrate_all() {
     local name=$1 s st=0
@@ -80,10 +80,11 @@ t0=$(date +%s%N)
 migrate_all mig
 st=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
-ok "--migrate-only: the five services migrate and exit 0 ($ms ms for all, at once)" $st
+ok "--migrate-only: the six services migrate and exit 0 ($ms ms for all, at once)" $st
 [ "$(sql "SELECT count(*) FROM pg_roles WHERE rolname IN ('gridpool_owner', 'gridpool_registry',
-    'gridpool_scheduler', 'gridpool_recovery', 'gridpool_billing', 'gridpool_alerting')")" = 6 ]
-ok "the owner role and the five login roles exist" $?
+    'gridpool_scheduler', 'gridpool_recovery', 'gridpool_metering', 'gridpool_billing',
+    'gridpool_alerting')")" = 7 ]
+ok "the owner role and the six login roles exist" $?
 others=$(sql "SELECT string_agg(x, ' ') FROM (
                 SELECT c.relname || '=' || c.relowner::regrole::text AS x FROM pg_class c
                 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r','v','S')
@@ -111,8 +112,6 @@ st=$?
 [ $st -eq 1 ] && grep -q 'role postgres may do more than its grants' "$tmp/start-super.log" &&
     grep -q 'event=start_refused' "$tmp/start-super.log"
 ok "... and a service started so stops at once (exit $st, start_refused), never logging in as it" $?
-"$B/bin/gridpool-metering" --config "$D/gp.env" --migrate-only >"$tmp/mig-metering.log" 2>&1
-ok "metering (no PostgreSQL): --migrate-only has nothing to do, exits 0" $?
 # the password of the service's conninfo is set on its role (a SCRAM
 # verifier: the harness' trust auth cannot show it is checked)
 pw="pw-$$-$RANDOM"
@@ -130,18 +129,19 @@ for s in $SERVICES; do
 done
 up=0
 for _ in $(seq 1 150); do
-    $G health $SERVICES >"$tmp/health" 2>&1 && [ "$(grep -c ' ok$' "$tmp/health")" -eq 5 ] &&
+    $G health $SERVICES >"$tmp/health" 2>&1 && [ "$(grep -c ' ok$' "$tmp/health")" -eq 6 ] &&
         { up=1; break; }
     sleep 0.2
 done
 [ $up -eq 1 ]
-ok "the five services are healthy (PostgreSQL up)" $?
+ok "the six services are healthy (PostgreSQL up)" $?
 [ $up -eq 1 ] || sed 's/^/#   /' "$tmp/health"
 logins=$(sql "SELECT string_agg(DISTINCT application_name || '=' || usename, ' ' ORDER BY
               application_name || '=' || usename) FROM pg_stat_activity
               WHERE application_name LIKE 'gridpool-%'")
 want="gridpool-alerting=gridpool_alerting gridpool-billing=gridpool_billing"
-want="$want gridpool-recovery=gridpool_recovery gridpool-registry=gridpool_registry"
+want="$want gridpool-metering=gridpool_metering gridpool-recovery=gridpool_recovery"
+want="$want gridpool-registry=gridpool_registry"
 want="$want gridpool-scheduler=gridpool_scheduler"
 [ "$logins" = "$want" ]
 ok "each service's connections log in as its own role ($logins)" $?
@@ -149,7 +149,7 @@ bad=$(sql "SELECT string_agg(DISTINCT a.usename, ',') FROM pg_stat_activity a
            JOIN pg_roles r ON r.rolname = a.usename WHERE a.application_name LIKE 'gridpool-%'
              AND (r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolbypassrls OR r.rolinherit)")
 n_=$(sql "SELECT count(DISTINCT usename) FROM pg_stat_activity WHERE application_name LIKE 'gridpool-%'")
-[ -z "$bad" ] && [ "$n_" = 5 ]
+[ -z "$bad" ] && [ "$n_" = 6 ]
 ok "no role a service logs in as is a superuser, CREATEROLE, CREATEDB, BYPASSRLS or inherits (${bad:-none of $n_})" $?
 
 # ---- 3. refused by PostgreSQL ----------------------------------------------------------------
@@ -173,6 +173,8 @@ try_as gridpool_scheduler "SELECT count(*) FROM ledger_entries" "$ddl" "SET ROLE
     "ALTER TABLE jobs ADD COLUMN x int"
 try_as gridpool_recovery "SELECT count(*) FROM nodes" "$ddl" "SET ROLE gridpool_owner" \
     "DROP TABLE recovery_nodes"
+try_as gridpool_metering "SELECT count(*) FROM usage_records" "$ddl" "SET ROLE gridpool_owner" \
+    "DROP TABLE metering_records"
 try_as gridpool_billing "SELECT count(*) FROM attempts" "$ddl" "SET ROLE gridpool_owner" \
     "DROP TABLE usage_records" "UPDATE ledger_entries SET amount = 0" "DELETE FROM ledger_transfers" \
     "TRUNCATE ledger_entries" "DELETE FROM usage_records" "UPDATE statements SET hash = ''"
@@ -184,6 +186,8 @@ denied gridpool_scheduler "permission denied for table ledger_entries"
 ok "scheduler: another service's table (ledger_entries) is refused" $?
 denied gridpool_recovery "permission denied for table nodes"
 ok "recovery: another service's table (nodes) is refused" $?
+denied gridpool_metering "permission denied for table usage_records"
+ok "metering: another service's table (usage_records) is refused" $?
 denied gridpool_billing "permission denied for table attempts"
 ok "billing: another service's table (attempts) is refused" $?
 denied gridpool_alerting "permission denied for table usage_records"
@@ -198,6 +202,7 @@ st=0
 denied gridpool_registry "must be owner of table nodes" || st=1
 denied gridpool_scheduler "must be owner of table jobs" || st=1
 denied gridpool_recovery "must be owner of table recovery_nodes" || st=1
+denied gridpool_metering "must be owner of table metering_records" || st=1
 denied gridpool_billing "must be owner of table usage_records" || st=1
 denied gridpool_alerting "permission denied for table alerts" || st=1
 ok "no service role may drop, alter or truncate its own tables" $st
@@ -212,7 +217,7 @@ orphans=$(sql "SELECT string_agg(c.relname, ' ' ORDER BY c.relname) FROM pg_clas
                WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r','p','v','m')
                  AND c.relname <> 'gp_migrations' AND (SELECT count(*) FROM pg_roles r
                    WHERE r.rolname IN ('gridpool_registry', 'gridpool_scheduler', 'gridpool_recovery',
-                                       'gridpool_billing', 'gridpool_alerting')
+                                       'gridpool_metering', 'gridpool_billing', 'gridpool_alerting')
                      AND has_table_privilege(r.oid, c.oid, 'SELECT, INSERT, UPDATE, DELETE')) <> 1")
 ntab=$(sql "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r','v')")
 [ -z "$orphans" ] && [ "${ntab:-0}" -ge 30 ]
@@ -244,7 +249,7 @@ refused gridpool_alerting "SELECT gp_tenant_role('acme')" "permission denied for
 ok "another service's role may not call gp_tenant_role (EXECUTE revoked from PUBLIC)" $?
 sleep 1
 denied=$(grep -l 'permission denied' "$D"/registry.log "$D"/scheduler.log "$D"/recovery.log \
-         "$D"/billing.log "$D"/alerting.log 2>/dev/null | tr '\n' ' ')
+         "$D"/metering.log "$D"/billing.log "$D"/alerting.log 2>/dev/null | tr '\n' ' ')
 [ -z "$denied" ]
 ok "no service logged 'permission denied' (${denied:-none})" $?
 [ -n "$denied" ] && grep -h 'permission denied' "$D"/*.log | head -5 | cut -c1-300 | sed 's/^/#   /'

@@ -115,14 +115,12 @@ for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
         if not c['resources']['requests'].get('cpu') or not c['resources']['requests'].get('memory'):
             bad.append(s + ': requests')
         refs = {r.get('configMapRef', r.get('secretRef', {})).get('name') for r in c['envFrom']}
-        want = {'gridpool-config', 'gridpool-nats-' + s}
-        if s != 'metering':                      # PostgreSQL: its own login
-            want.add('gridpool-postgres-' + s)
+        want = {'gridpool-config', 'gridpool-nats-' + s, 'gridpool-postgres-' + s}
         if not want <= refs or 'gridpool-postgres-migrator' in refs:
             bad.append(s + ': settings ' + str(sorted(refs)))
         # the migrator's Secret: in the initContainer that migrates, alone
         inits = pod['spec'].get('initContainers') or []
-        if s != 'metering' and not any(
+        if not any(
                 i.get('command') == ['gridpool-' + s, '--migrate-only'] and
                 {r.get('secretRef', {}).get('name') for r in i.get('envFrom', [])} ==
                 {'gridpool-postgres-migrator', 'gridpool-postgres-' + s} for i in inits):

@@ -37,7 +37,7 @@ typedef struct outmsg outmsg;
 typedef struct outev {
     msg_attempt_event ev;            /* ev.endpoints.v is NULL here: the items are in eps */
     msg_endpoint      eps[MSG_ATTEMPT_EVENT_ENDPOINTS_MAXITEMS];
-    char              id[MSG_ATTEMPT_EVENT_JOB_ID_MAXLEN + 48];
+    char              id[MSG_ATTEMPT_EVENT_JOB_ID_MAXLEN + GP_MAX_ID + 48];
 } outev;
 
 /* One register/lease call: its callback may come after agent_free, so the
@@ -936,12 +936,17 @@ emit_why(agent *a, const char *job, uint32_t num, int event, const attempt *t, c
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__GPU_MS);
         GP_SET_HAS(&ev, MSG_ATTEMPT_EVENT__ENERGY_MJ);
     }
-    /* checkpointed events are numbered, so each one is stored once */
+    /* The stream's duplicate window keeps one message per id: the node is
+     * in it, as every node of a multi-node attempt sends its own events
+     * under the one attempt number (without it, only the first node's
+     * started and exited were stored and the job stayed running);
+     * checkpointed events are numbered, so each one is stored once. */
     if (event == MSG_ATTEMPT_EVENT_EVENT_CHECKPOINTED && t != NULL)
-        snprintf(id, sizeof(id), "%s.%u.%s.%u", job, num, msg_attempt_event_event_names[event],
-                 t->ckpts);
+        snprintf(id, sizeof(id), "%s.%u.%s.%s.%u", job, num, a->o.node,
+                 msg_attempt_event_event_names[event], t->ckpts);
     else
-        snprintf(id, sizeof(id), "%s.%u.%s", job, num, msg_attempt_event_event_names[event]);
+        snprintf(id, sizeof(id), "%s.%u.%s.%s", job, num, a->o.node,
+                 msg_attempt_event_event_names[event]);
     send_event(a, &ev, id);
 }
 

@@ -176,9 +176,9 @@ for line in open(sys.argv[1]):
         t = json.loads(line)
     except ValueError:
         continue
-    print('%s.%s.started' % (t['job_id'], t['attempt']))
+    print('%s.%s.%s.started' % (t['job_id'], t['attempt'], t['node']))
     if t.get('end') in ends:
-        print('%s.%s.%s' % (t['job_id'], t['attempt'], t['end']))
+        print('%s.%s.%s.%s' % (t['job_id'], t['attempt'], t['node'], t['end']))
 PY
 ids ATTEMPTS "$tmp/att.got"
 same_set "$tmp/att.got" "$tmp/att.want" && [ -s "$tmp/att.want" ]

@@ -82,10 +82,10 @@ ok "database as the unversioned registry left it: tables, rows, no gp_migrations
 start
 healthy
 ok "registry starts on it" $?
-grep -q 'event=pg_schema service=registry version=4 applied=4' "$tmp/reg.log"
-ok "log: step 1 applied (adopted), steps 2 (retired nodes), 3 (fair-share weight) and 4 (node modes) run" $?
-[ "$(sql "SELECT string_agg(version || ' ' || name, ',' ORDER BY version) FROM gp_migrations WHERE service = 'registry'")" = "1 initial schema,2 retired nodes,3 fair-share weight of a tenant,4 node modes and transitions" ]
-ok "gp_migrations: steps 1 to 4 recorded once" $?
+grep -q 'event=pg_schema service=registry version=5 applied=5' "$tmp/reg.log"
+ok "log: step 1 applied (adopted), steps 2 (retired nodes), 3 (fair-share weight), 4 (node modes) and 5 (inventory revisions) run" $?
+[ "$(sql "SELECT string_agg(version || ' ' || name, ',' ORDER BY version) FROM gp_migrations WHERE service = 'registry'")" = "1 initial schema,2 retired nodes,3 fair-share weight of a tenant,4 node modes and transitions,5 inventory revisions" ]
+ok "gp_migrations: steps 1 to 5 recorded once" $?
 [ "$(sql "SELECT string_agg(DISTINCT fair_share_weight::text, ',') FROM tenants")" = 1 ]
 ok "the tenants the old version left have weight 1" $?
 "$GPCTL" get site s1 -o json >"$tmp/site.json" 2>&1 &&
@@ -98,7 +98,7 @@ stop
 start
 healthy
 ok "restart" $?
-grep -q 'event=pg_schema service=registry version=4 applied=0' "$tmp/reg.log" &&
+grep -q 'event=pg_schema service=registry version=5 applied=0' "$tmp/reg.log" &&
     ! grep -q 'event=pg_migrate_step' "$tmp/reg.log"
 ok "log: nothing applied" $?
 # $before must be a timestamp: two equal error messages (or two empty
@@ -109,7 +109,7 @@ ok "the record is untouched ($before)" $?
 stop
 
 # ---- 4. newer than known: refused ----------------------------------------------------
-sql "INSERT INTO gp_migrations (service, version, name) VALUES ('registry', 5, 'from a newer build')" >/dev/null
+sql "INSERT INTO gp_migrations (service, version, name) VALUES ('registry', 6, 'from a newer build')" >/dev/null
 start
 rc=
 for _ in $(seq 1 150); do
@@ -123,9 +123,9 @@ for _ in $(seq 1 150); do
 done
 [ -n "$rc" ] && [ "$rc" -ne 0 ]
 ok "registry exits non-zero (rc=${rc:-still running})" $?
-grep -q 'event=pg_schema_refused service=registry err=CONFLICT detail="database has registry schema version 5, this build knows up to version 4' "$tmp/reg.log"
+grep -q 'event=pg_schema_refused service=registry err=CONFLICT detail="database has registry schema version 6, this build knows up to version 5' "$tmp/reg.log"
 ok "log: pg_schema_refused names both versions" $?
-[ "$(sql "SELECT count(*) FROM gp_migrations WHERE service = 'registry'")" = 5 ]
+[ "$(sql "SELECT count(*) FROM gp_migrations WHERE service = 'registry'")" = 6 ]
 ok "nothing recorded or removed" $?
 
 echo "1..$n"

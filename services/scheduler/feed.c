@@ -54,6 +54,7 @@ typedef struct sched_feed {
     bool        want_bookings;        /* this load ended before the follower's first */
     bool        stale;                /* a new site or node since this file's last load */
     uint64_t    run_ms;               /* gp_mono_ms when the last load started */
+    uint32_t    marks, run_marks;     /* sites marked waiting; how many when the load began */
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
@@ -324,10 +325,24 @@ owners_sync(sched_feed *f)
 
 /* The bookings are synced once the follower has loaded too (a booking
  * needs its node): at once, or at the follower's load (inv_loaded). */
+/* A load begun after every site was marked waiting has their pools and
+ * products: they are placed on from now. */
+static void
+sites_ready(sched_feed *f)
+{
+    snap *sn = &f->s->snap;
+
+    if (f->run_marks != f->marks)
+        return;                           /* one marked since: the next load */
+    for (uint32_t i = 0; i < sn->nsite; i++)
+        sn->site[i].waiting = false;
+}
+
 static void
 load_done(sched_feed *f)
 {
     sweep_missing(f);
+    sites_ready(f);
     owners_sync(f);
     f->fails = 0;
     sched_count(f->m_loads);
@@ -406,6 +421,7 @@ sched_feed_run(gp_app *app, void *arg)
     f->busy = true;
     f->stale = false;
     f->run_ms = gp_mono_ms();
+    f->run_marks = f->marks;
     f->kind = K_TENANT;
     f->after[0] = '\0';
     seen_reset(f);
@@ -530,10 +546,16 @@ on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
             GP_DEBUG("feed_remove_failed", "kind=site id=%s", id);
         return;
     }
-    if (snap_site_upsert(&f->s->snap, m) != 0)
+    if (snap_site_upsert(&f->s->snap, m) != 0) {
         GP_WARN("feed_upsert_failed", "kind=site id=%s", id);
-    else if (fresh)
-        f->stale = true;                  /* its pools and products may be new too */
+    } else if (fresh) {
+        /* its pools and products may be new too: not placed on until the
+         * next load has them (an unpriced attempt is a record billing
+         * refuses: billing fault_test) */
+        f->s->snap.site[snap_site_find(&f->s->snap, id)].waiting = true;
+        f->marks++;
+        f->stale = true;
+    }
 }
 
 /* A node new to the snapshot is capacity: the placement pass is kicked. */

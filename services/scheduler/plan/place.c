@@ -334,6 +334,9 @@ static int node_eval(const place_job *j, int32_t ni, node_view *v)
     const snap *s = j->s;
     const snap_node *n = &s->node[ni];
     const snap_site *st = &s->site[n->site];
+    /* a site newer than the pools and products loaded: placed once they
+     * are (within a second), not unpriced before */
+    if (st->waiting) return R_(UNHEALTHY);
     uint64_t in_pool = pool_gpus(j, n);
     if (!in_pool) return j->pool_named ? R_(POOL) : R_(NO_RIGHTS);
     if (j->pin_site != SNAP_NONE && j->pin_site != n->site) return R_(PRODUCT);

@@ -365,6 +365,22 @@ static void test_filters(void)
     p.claimant = true;
     place(&s, "cust", &j, &p, &r);
     T_EQ_INT(r.reasons[R(RESERVED)], 1);
+    /* a site newer than the feed's pools and products: none of its nodes
+     * is placed on until they are loaded (an unpriced attempt otherwise) */
+    p.claimant = false;
+    T_OK(snap_node_claim(&s, "ber-1", false) == 0);
+    uint32_t unhealthy = 0;
+    place(&s, "cust", &j, &p, &r);
+    unhealthy = r.reasons[R(UNHEALTHY)];
+    s.site[snap_site_find(&s, "ber")].waiting = true;
+    place(&s, "cust", &j, &p, &r);
+    T_OKM(r.reasons[R(UNHEALTHY)] > unhealthy, "waiting site: %u nodes not ready (was %u)",
+          r.reasons[R(UNHEALTHY)], unhealthy);
+    for (uint32_t i = 0; i < r.nchoices; i++)
+        T_OK(strcmp(r.choice[i].site, "ber") != 0);
+    s.site[snap_site_find(&s, "ber")].waiting = false;
+    place(&s, "cust", &j, &p, &r);
+    T_EQ_INT(r.reasons[R(UNHEALTHY)], (int)unhealthy);
     snap_free(&s);
 }
 

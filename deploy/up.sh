@@ -13,7 +13,7 @@ run=${GP_RUN_DIR:-$top/build/run}
 # other stack in the environment (which would win over a file) must not.
 unset GP_NATS_URL GP_NATS_USER GP_NATS_PASSWORD GP_NATS_TOKEN GP_TENANT \
     GP_REDIS_HOST GP_REDIS_PORT GP_REDIS_USER GP_REDIS_PASSWORD GP_REDIS_PASSWORD_FILE \
-    GP_PG_CONNINFO GP_CONFIG
+    GP_PG_CONNINFO GP_PG_MIGRATE_CONNINFO GP_PG_USER GP_PG_MIGRATE GP_CONFIG
 stack=$top/tests/harness/stack.sh
 
 if [ -f "$run/gp.env" ] && [ -f "$run/nats.pid" ] && kill -0 "$(cat "$run/nats.pid")" 2>/dev/null; then
@@ -40,6 +40,18 @@ GP_STACK_NATS_AUTH=1 GP_STACK_REDIS_STRICT=1 GP_STACK_SERVICES="$services" \
 # file only root reads; never in gp.env, which every program reads).
 ( umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run/secret-key" )
 
+# PostgreSQL least privilege (shared/include/gp/dbrole.h): each service's
+# migrations run first, as the owner role, on the stack's superuser
+# (gp.env's GP_PG_MIGRATE_CONNINFO), which makes the service's role
+# gridpool_<name> and grants it what it uses; then the services start
+# without the migrator, log in as their roles and only check the schema.
+for name in $services; do
+    "$build/bin/gridpool-$name" --config "$run/gp.env" --migrate-only \
+        >"$run/logs/$name-migrate.log" 2>&1 ||
+        { echo "up: $name's migrations failed (build/run/logs/$name-migrate.log):" >&2
+          tail -n 3 "$run/logs/$name-migrate.log" >&2; exit 1; }
+done
+
 # A service's own identity comes in its environment, which wins over the
 # file (gp.env holds the operator's).
 for name in $services; do
@@ -52,11 +64,13 @@ for name in $services; do
         . "$run/auth/service-$name.env"
         set +a
         # shellcheck disable=SC2086
-        exec "$bin" --config "$run/gp.env" --http-port 0 $extra >"$run/logs/$name.log" 2>&1 </dev/null
+        exec "$bin" --config "$run/gp.env" --http-port 0 --pg-migrate-conninfo "" \
+            --pg-migrate false $extra >"$run/logs/$name.log" 2>&1 </dev/null
     ) &
     echo $! >"$run/pids/$name.pid"
     echo "up: $name (pid $!, log build/run/logs/$name.log)"
 done
 echo "up: nats, redis and postgres settings in build/run/gp.env (the operator's NATS identity)"
+echo "up: each service logs in to PostgreSQL as its own role, gridpool_<service>"
 echo "up: NATS authorization on: identities in build/run/auth/ (deploy/nats-auth)"
 echo "up: Redis ACL users in build/run/redis-acl/ (deploy/redis-acl)"

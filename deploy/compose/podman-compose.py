@@ -14,7 +14,10 @@ subnet; each service gets its fixed ipv4_address, or the next free one,
 and every service's name as a host entry (as Docker's DNS would give);
 named volumes are podman volumes; services start in depends_on order,
 and a dependency's condition service_healthy is waited for by running
-its health check (podman runs none by itself without systemd);
+its health check (podman runs none by itself without systemd), its
+condition service_completed_successfully by waiting for it to exit 0 (a
+one-shot: a service's migrations); a disabled health check is none, not
+the image's;
 restart policies, commands, entrypoints, environment, binds and ports are
 passed as they are.  Images must exist (deploy/compose/images.sh or `make
 image`): `build:` is Docker's.  podman-compose 1.0.3 (Debian's) is not
@@ -147,7 +150,9 @@ def run_args(project, name, s, addr, hosts, publish):
     if s.get('restart'):
         a += ['--restart', s['restart']]
     hc = s.get('healthcheck')
-    if hc and not hc.get('disable'):
+    if hc and (hc.get('disable') or hc.get('test') in (['NONE'], 'NONE')):
+        a += ['--no-healthcheck']
+    elif hc:
         t = hc['test']
         cmd = json.dumps(t[1:]) if t[0] == 'CMD' else (t[1] if t[0] == 'CMD-SHELL' else t)
         a += ['--health-cmd', cmd, '--health-interval', hc.get('interval', '30s'),
@@ -180,6 +185,27 @@ def healthy(project, name, s, wait):
     return False
 
 
+def completed(project, name, wait):
+    """Waits until a one-shot exits: True when it exited 0."""
+    ctr = '%s_%s_1' % (project, name)
+    t0 = time.time()
+    while time.time() - t0 < wait:
+        st = sh(['podman', 'inspect', '-f', '{{.State.Status}} {{.State.ExitCode}}', ctr],
+                check=False).stdout.split()
+        if st and st[0] in ('exited', 'stopped'):
+            return len(st) > 1 and st[1] == '0'
+        time.sleep(0.3)
+    return False
+
+
+def waited(project, name, dep, cond, svcs):
+    if cond == 'service_healthy' and not healthy(project, dep, svcs[dep], 180):
+        raise SystemExit('podman-compose: %s waited for %s to be healthy: it is not' % (name, dep))
+    if cond == 'service_completed_successfully' and not completed(project, dep, 180):
+        raise SystemExit('podman-compose: %s waited for %s to complete: it failed (podman logs %s_%s_1)'
+                         % (name, dep, project, dep))
+
+
 def up(file, project, profiles, publish):
     cfg = config(file, project, profiles)
     svcs = chosen(cfg, profiles)
@@ -198,8 +224,7 @@ def up(file, project, profiles, publish):
     for name in order(svcs):
         s = svcs[name]
         for d, c in deps(s).items():
-            if (c or {}).get('condition') == 'service_healthy' and not healthy(project, d, svcs[d], 180):
-                raise SystemExit('podman-compose: %s waited for %s to be healthy: it is not' % (name, d))
+            waited(project, name, d, (c or {}).get('condition'), svcs)
         ctr = '%s_%s_1' % (project, name)
         sh(['podman', 'rm', '-f', ctr], check=False)
         sh(run_args(project, name, s, addr, hosts, publish))
@@ -209,18 +234,24 @@ def up(file, project, profiles, publish):
 
 def ps(project):
     r = sh(['podman', 'ps', '-a', '--filter', 'label=%s=%s' % (LABEL, project),
-            '--format', '{{.Names}} {{.State}}'])
+            '--format', '{{.Names}}\t{{.State}}\t{{.ExitCode}}'])
     bad = 0
     for line in sorted(r.stdout.split('\n')):
         if not line.strip():
             continue
-        name, state = line.split()[:2]
+        name, state, code = (line.split('\t') + ['', ''])[:3]
+        state = (state.split() or ['?'])[0]          # "Exited (0) 2 minutes ago", "Up 3 minutes"
+        policy = sh(['podman', 'inspect', '-f', '{{.HostConfig.RestartPolicy.Name}}', name],
+                    check=False).stdout.strip()
+        if state.lower() == 'exited' and code.strip() == '0' and policy in ('', 'no'):
+            print('%-32s %-10s %s' % (name, 'completed', '-'))      # a one-shot that did its work
+            continue
         has = sh(['podman', 'inspect', '-f', '{{.Config.Healthcheck}}', name], check=False).stdout.strip()
         health = '-'
         if has and has not in ('<nil>', ''):
             health = 'healthy' if sh(['podman', 'healthcheck', 'run', name], check=False).returncode == 0 \
                 else 'unhealthy'
-        bad += state != 'running' or health == 'unhealthy'
+        bad += state.lower() not in ('running', 'up') or health == 'unhealthy'
         print('%-32s %-10s %s' % (name, state, health))
     return 1 if bad else 0
 

@@ -87,6 +87,7 @@ gp_err alerting_init(gp_app *app, const void *cfg, void *state);
 void   alerting_free(void *state);
 
 extern const gp_migration alerting_migrations[];
+extern const gp_grant alerting_db_grants[];    /* dbgrants.c */
 extern const gp_stream_cfg alerting_streams[];       /* inputs.c */
 extern const gp_route      alerting_input_routes[];
 

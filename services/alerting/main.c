@@ -31,6 +31,7 @@ static const gp_service alerting_service = {
     .state_size = sizeof(alerting),
     .needs = GP_NEED_PG | GP_NEED_JS,
     .migrations = alerting_migrations,
+    .grants = alerting_db_grants,
     .streams = alerting_streams,
     .routes = alerting_routes,
     .tasks = alerting_tasks,

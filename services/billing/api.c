@@ -47,7 +47,8 @@ scope(gp_req *req, const msg_billing_query *q, const char **tenant)
 /* A tenant's query: in a transaction under the tenant's own role
  * (bill_tenant_role makes it on first use), so PostgreSQL's row-level
  * security filters what the query returns even if its WHERE forgot to.
- * The operator's queries run as the service (which owns the tables). */
+ * The operator's queries run as the service, which sees every row (the
+ * tables' owner, or its own role with its policy of every row). */
 static gp_err
 tenant_query(gp_req *req, const char *tenant, const char *sql, int nparams,
              const char *const *params, gp_db_cb *cb)

@@ -91,5 +91,6 @@ extern const gp_route billing_api_routes[];
 
 /* migrate.c */
 extern const gp_migration billing_migrations[];
+extern const gp_grant billing_db_grants[];    /* dbgrants.c */
 
 #endif

@@ -20,6 +20,7 @@ static const gp_service billing_service = {
     .state_size = sizeof(billing),
     .needs = GP_NEED_PG | GP_NEED_JS,
     .migrations = billing_migrations,
+    .grants = billing_db_grants,
     .streams = billing_streams,
     .routes = billing_tables,
     .tasks = billing_tasks,

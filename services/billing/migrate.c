@@ -645,6 +645,16 @@ static const char step10_sql[] =
     "  RETURN NULL;\n"
     "END $f$";
 
+/* Step 11: least privilege (gp/dbrole.h).  Billing may log in as a role
+ * of its own, which cannot make roles: bill_tenant_role runs as its owner
+ * (gridpool_owner, CREATEROLE, or the superuser of a one-user database)
+ * and only the roles granted EXECUTE call it (billing's: dbgrants.c), not
+ * PUBLIC, so a partner's login cannot make itself a member of another
+ * tenant's role. */
+static const char step11_sql[] =
+    "ALTER FUNCTION bill_tenant_role(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;\n"
+    "REVOKE EXECUTE ON FUNCTION bill_tenant_role(text) FROM PUBLIC";
+
 const gp_migration billing_migrations[] = {
     {1, "usage records, price book, ledger", step1_sql},
     {2, "no billing for downtime: fault credits", step2_sql},
@@ -656,5 +666,6 @@ const gp_migration billing_migrations[] = {
     {8, "the rounding account, booked when a period closes", step8_sql},
     {9, "ledger triggers look rows up by key", step9_sql},
     {10, "ledger triggers look each key up once", step10_sql},
+    {11, "tenant roles made by the owner", step11_sql},
     GP_MIGRATION_END
 };

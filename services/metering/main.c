@@ -25,6 +25,7 @@ static const gp_service metering_service = {
     .state_size = sizeof(metering),
     .needs = GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
     .migrations = metering_migrations,
+    .grants = metering_db_grants,
     .streams = metering_streams,
     .routes = metering_routes,
     .tasks = metering_tasks,

@@ -99,6 +99,7 @@ extern const gp_stream_cfg metering_streams[];
 void metering_sweep_run(gp_app *app, void *arg);
 
 extern const gp_migration metering_migrations[];   /* migrate.c */
+extern const gp_grant     metering_db_grants[];    /* dbgrants.c */
 
 /* outbox.c */
 void   metering_outbox_start(metering *m);

@@ -20,6 +20,7 @@ static const gp_service recovery_service = {
     .state_size = sizeof(recovery),
     .needs = GP_NEED_REDIS | GP_NEED_PG,
     .migrations = recovery_migrations,
+    .grants = recovery_db_grants,
     .tasks = recovery_tasks,
     .init = recovery_init,
     .start = recovery_start,

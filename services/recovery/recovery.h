@@ -45,6 +45,7 @@ typedef struct recovery_cfg {
 
 extern const gp_cfg_opt recovery_cfg_opts[];       /* config.c */
 extern const gp_migration recovery_migrations[];
+extern const gp_grant recovery_db_grants[];    /* dbgrants.c */
 
 /* A leaf connection's key: "<hub>|<ip>|<port>". */
 #define RLEAF_CONN 96

@@ -23,6 +23,7 @@ static const gp_service registry_service = {
     .state_size = sizeof(registry),
     .needs = GP_NEED_REDIS | GP_NEED_PG,
     .migrations = registry_migrations,
+    .grants = registry_db_grants,
     .routes = registry_routes,
     .tasks = registry_tasks,
     .prepare = registry_prepare,

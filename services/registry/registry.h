@@ -42,6 +42,7 @@ typedef struct registry_cfg {
 extern const gp_cfg_opt registry_cfg_opts[];
 int registry_prepare(void *cfg, void *state);
 extern const gp_migration registry_migrations[];   /* migrate.c */
+extern const gp_grant registry_db_grants[];    /* dbgrants.c */
 
 /* A node state change waiting to be written to PostgreSQL: the node's
  * row, and a record in node_transitions. */

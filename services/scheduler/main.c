@@ -31,6 +31,7 @@ static const gp_service scheduler_service = {
     .state_size = sizeof(sched),
     .needs = GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
     .migrations = scheduler_migrations,
+    .grants = scheduler_db_grants,
     .streams = sched_streams,
     .routes = sched_routes,
     .tasks = sched_tasks,

@@ -885,6 +885,21 @@ static const char step12_sql[] =
     "CREATE POLICY tenant_rows ON secrets FOR ALL TO gp_tenant\n"
     "  USING (current_user = 'gpt_' || tenant) WITH CHECK (current_user = 'gpt_' || tenant)";
 
+/* Step 13: least privilege (gp/dbrole.h).  The scheduler may log in as a
+ * role of its own, which cannot make roles: gp_tenant_role runs as its
+ * owner (gridpool_owner, CREATEROLE, or the superuser of a one-user
+ * database) and only the roles granted EXECUTE call it (the scheduler's:
+ * dbgrants.c), not PUBLIC, so a partner's login cannot make itself a
+ * member of another tenant's role.  The policies' lookups, SECURITY
+ * DEFINER too, are for the tenants' roles alone. */
+static const char step13_sql[] =
+    "ALTER FUNCTION gp_tenant_role(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;\n"
+    "REVOKE EXECUTE ON FUNCTION gp_tenant_role(text) FROM PUBLIC;\n"
+    "REVOKE EXECUTE ON FUNCTION sched_site_owner(text), sched_job_tenant(text),\n"
+    "  sched_job_site_owners(text) FROM PUBLIC;\n"
+    "GRANT EXECUTE ON FUNCTION sched_site_owner(text), sched_job_tenant(text),\n"
+    "  sched_job_site_owners(text) TO gp_tenant";
+
 const gp_migration scheduler_migrations[] = {
     {1, "jobs, attempts, job events", step1_sql},
     {2, "placement claims and pending reasons", step2_sql},
@@ -899,5 +914,6 @@ const gp_migration scheduler_migrations[] = {
     {11, "instances: kind, endpoints", step11_sql},
 
     {12, "tenant secrets", step12_sql},
+    {13, "tenant roles made by the owner", step13_sql},
     GP_MIGRATION_END
 };

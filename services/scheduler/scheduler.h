@@ -60,6 +60,7 @@ typedef struct scheduler_cfg {
 
 extern const gp_cfg_opt scheduler_cfg_opts[];     /* config.c */
 extern const gp_migration scheduler_migrations[];   /* migrate.c */
+extern const gp_grant scheduler_db_grants[];    /* dbgrants.c */
 
 /* Tenants the registry confirmed recently (a small direct-mapped cache:
  * a collision only costs one more registry call). */

@@ -157,6 +157,7 @@ struct gp_app {
     gp_bus              *bus;
     gp_kv               *kv;
     gp_db               *db;
+    gp_db               *migrator;       /* roles mode, until the schema is migrated */
     gp_http             *http;
     gp_metrics          *metrics;
     op_rt                ops[GP_MAX_ROUTES];
@@ -218,6 +219,10 @@ const gp_cfg_opt gp_common_cfg_opts[] = {
     GP_CFG_SECRET_STR("redis-password", gp_common_cfg, redis_password, "", "Redis password (AUTH; empty: none)"),
     GP_CFG_STR("redis-password-file", gp_common_cfg, redis_password_file, "", "file holding the Redis password, read at start (\"{service}\" as in redis-user)"),
     GP_CFG_STR("pg-conninfo", gp_common_cfg, pg_conninfo, "postgresql://postgres@127.0.0.1:5432/gridpool", "PostgreSQL connection string"),
+    GP_CFG_SECRET_STR("pg-migrate-conninfo", gp_common_cfg, pg_migrate_conninfo, "", "PostgreSQL connection string of the migrator (a superuser): the service first migrates on it as the owner role gridpool_owner, makes its login role (pg-user) and grants it what it uses, then logs in as that role; empty: it migrates on pg-conninfo"),
+    GP_CFG_STR("pg-user", gp_common_cfg, pg_user, "", "PostgreSQL role the service logs in as ({service}: its name, e.g. gridpool_{service}); empty: pg-conninfo's user"),
+    GP_CFG_BOOL("pg-migrate", gp_common_cfg, pg_migrate, 1, "migrate the schema at start; off: only check it, waiting while it is behind (a --migrate-only run migrates)"),
+    GP_CFG_BOOL("migrate-only", gp_common_cfg, migrate_only, 0, "migrate the schema (with pg-migrate-conninfo: the roles and grants too), then exit: 0 done, 1 failed"),
     GP_CFG_STR("http-host", gp_common_cfg, http_host, "127.0.0.1", "address of the /metrics and /healthz endpoint"),
     GP_CFG_INT("http-port", gp_common_cfg, http_port, 0, -1, 65535, "port of /metrics and /healthz (0 any, -1 off)"),
     GP_CFG_STR("log-level", gp_common_cfg, log_level, "info", "debug, info, warn or error"),
@@ -1115,8 +1120,158 @@ connect_kv(gp_app *app)
     return rc;
 }
 
+/* The role the service logs in as: pg-user with {service} replaced, else
+ * pg-conninfo's user ("" when neither names one). */
 static gp_err
-connect_deps(gp_app *app, const gp_migration *migrations)
+pg_login(const char *service, const gp_common_cfg *c, char *out, size_t cap)
+{
+    gp_err rc;
+
+    if (c->pg_user[0] == '\0')
+        return gp_db_conninfo_get(c->pg_conninfo, "user", out, cap);   /* bad: gp_db_new says */
+    rc = gp_dbrole_expand(out, cap, c->pg_user, service);
+    if (rc != GP_EOK)
+        GP_ERROR("pg_user_bad", "service=%s err=%s detail=\"pg-user must make a role name of "
+                 "[a-z0-9_] (e.g. gridpool_{service})\"", service, gp_err_name(rc));
+    return rc;
+}
+
+/* The roles mode's login and password: pg-conninfo's password, if it has
+ * one, is set on the login (so the deployment's secret of the service is
+ * the only place it is kept). */
+typedef struct pg_login_pw {
+    char login[64];
+    char password[256];
+} pg_login_pw;
+
+/* The migration phase's options (gp_db_migrate): the roles mode on
+ * pg-migrate-conninfo, else the steps alone on pg-conninfo as login.  r,
+ * o and lp (login filled) are the caller's; INVAL when the roles mode has
+ * no login. */
+static gp_err
+migrate_opts(const char *service, const gp_common_cfg *c, const gp_migration *migrations,
+             const gp_grant *grants, pg_login_pw *lp, gp_db_roles *r, gp_db_opts *o)
+{
+    const char *login = lp->login;
+
+    *o = (gp_db_opts){.conninfo = c->pg_conninfo, .user = login, .migrations = migrations,
+                      .service = service, .app_name = "gridpool-migrate"};
+    if (c->pg_migrate_conninfo[0] == '\0')
+        return GP_EOK;
+    if (login[0] == '\0') {
+        GP_ERROR("pg_user_bad", "service=%s err=INVAL detail=\"pg-migrate-conninfo needs the "
+                 "role the service logs in as: pg-user (e.g. gridpool_{service}) or a user in "
+                 "pg-conninfo\"", service);
+        return GP_EINVAL;
+    }
+    if (gp_db_conninfo_get(c->pg_conninfo, "password", lp->password, sizeof(lp->password)) !=
+        GP_EOK)
+        lp->password[0] = '\0';            /* a bad conninfo: the pool says so */
+    *r = (gp_db_roles){.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants,
+                       .password = lp->password};
+    o->conninfo = c->pg_migrate_conninfo;
+    o->user = NULL;
+    o->roles = r;
+    return GP_EOK;
+}
+
+/* The migrator is done: the pool, held until now, logs in as the service's
+ * role; or the start fails (logged: pg_migrate_failed, pg_schema_refused). */
+static void
+on_migrated(void *arg, gp_err err, const char *detail)
+{
+    gp_app *app = arg;
+
+    (void)detail;
+    gp_db_free(app->migrator);              /* deferred to the end of db.c's callback */
+    app->migrator = NULL;
+    if (err != GP_EOK) {
+        GP_ERROR("start_refused", "code=%s", gp_err_name(err));
+        gp_app_fail(app, err);
+        return;
+    }
+    gp_db_start(app->db);
+}
+
+/* The service's pool; in the roles mode (pg-migrate-conninfo) held until
+ * the migrator, started here, has migrated, then only checking. */
+static gp_err
+connect_pg(gp_app *app, const gp_migration *migrations, const gp_grant *grants)
+{
+    const gp_common_cfg *c = &app->cfg;
+    bool                 roles = c->pg_migrate_conninfo[0] != '\0';
+    pg_login_pw          lp = {.login = ""};
+    const char          *login = lp.login;
+    char                 name[48];
+    gp_db_roles          r;
+    gp_db_opts           mo;
+    gp_err               rc = pg_login(app->service, c, lp.login, sizeof(lp.login));
+
+    snprintf(name, sizeof(name), "gridpool-%s", app->service);
+    if (rc == GP_EOK && roles)
+        rc = migrate_opts(app->service, c, migrations, grants, &lp, &r, &mo);
+    if (rc == GP_EOK) {
+        gp_db_opts dopt = {.conninfo = c->pg_conninfo, .pool_size = c->pg_pool,
+                           .query_timeout_ms = c->pg_timeout_ms, .migrations = migrations,
+                           .service = app->service, .fail_cb = on_db_refused, .fail_arg = app,
+                           .user = login, .app_name = name,
+                           .check_only = roles || !c->pg_migrate, .held = roles};
+        rc = gp_db_new(app->loop, &dopt, NULL, NULL, &app->db);
+    }
+    if (rc == GP_EOK && roles)
+        rc = gp_db_migrate(app->loop, &mo, on_migrated, app, &app->migrator);
+    explicit_bzero(lp.password, sizeof(lp.password));
+    return rc;
+}
+
+typedef struct migrate_run {
+    struct ev_loop *loop;
+    gp_err          rc;
+} migrate_run;
+
+static void
+migrate_done(void *arg, gp_err err, const char *detail)
+{
+    migrate_run *m = arg;
+
+    (void)detail;                           /* db.c logged why */
+    m->rc = err;
+    ev_break(m->loop, EVBREAK_ALL);
+}
+
+gp_err
+gp_app_migrate(const char *service, const gp_common_cfg *cfg, const gp_migration *migrations,
+               const gp_grant *grants)
+{
+    pg_login_pw lp = {.login = ""};
+    gp_db_roles r;
+    gp_db_opts  o = {.roles = NULL};
+    gp_db      *db = NULL;
+    migrate_run m = {.loop = ev_loop_new(EVFLAG_AUTO), .rc = GP_EUNAVAIL};
+    gp_err      rc = m.loop != NULL ? GP_EOK : GP_ENOMEM;
+    bool        pw;
+
+    rc = rc ? rc : pg_login(service, cfg, lp.login, sizeof(lp.login));
+    rc = rc ? rc : migrate_opts(service, cfg, migrations, grants, &lp, &r, &o);
+    rc = rc ? rc : gp_db_migrate(m.loop, &o, migrate_done, &m, &db);
+    pw = o.roles != NULL && lp.password[0] != '\0';
+    explicit_bzero(lp.password, sizeof(lp.password));
+    if (rc == GP_EOK) {
+        GP_INFO("migrate_only", "service=%s roles=%s login=%s scram=%s", service,
+                o.roles != NULL ? "true" : "false", lp.login[0] ? lp.login : "-",
+                pw ? "set" : "-");
+        ev_run(m.loop, 0);
+        rc = m.rc;
+    }
+    gp_db_free(db);
+    if (m.loop != NULL)
+        ev_loop_destroy(m.loop);
+    GP_INFO("migrate_only_done", "service=%s code=%s", service, gp_err_name(rc));
+    return rc;
+}
+
+static gp_err
+connect_deps(gp_app *app, const gp_migration *migrations, const gp_grant *grants)
 {
     const gp_common_cfg *c = &app->cfg;
     gp_bus_opts bo = {.url = c->nats_url, .name = app->instance,
@@ -1130,13 +1285,8 @@ connect_deps(gp_app *app, const gp_migration *migrations)
 
     if (rc == GP_EOK && (app->needs & GP_NEED_REDIS))
         rc = connect_kv(app);
-    if (rc == GP_EOK && (app->needs & GP_NEED_PG)) {
-        gp_db_opts dopt = {.conninfo = app->cfg.pg_conninfo, .pool_size = app->cfg.pg_pool,
-                           .query_timeout_ms = app->cfg.pg_timeout_ms,
-                           .migrations = migrations, .service = app->service,
-                           .fail_cb = on_db_refused, .fail_arg = app};
-        rc = gp_db_new(app->loop, &dopt, NULL, NULL, &app->db);
-    }
+    if (rc == GP_EOK && (app->needs & GP_NEED_PG))
+        rc = connect_pg(app, migrations, grants);
     if (rc == GP_EOK && app->cfg.http_port >= 0) {
         rc = gp_http_new(app->loop, app->cfg.http_host, app->cfg.http_port, on_http, app,
                          &app->http);
@@ -1172,7 +1322,7 @@ gp_app_check_cfg(const gp_common_cfg *cfg, char *err, size_t errlen)
 
 gp_err
 gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, unsigned needs,
-           const gp_migration *migrations, gp_app **out)
+           const gp_migration *migrations, const gp_grant *grants, gp_app **out)
 {
     gp_app *app = calloc(1, sizeof(*app));
     char    host[64] = "localhost";
@@ -1204,7 +1354,7 @@ gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg, u
     gp_metrics_on_collect(app->metrics, collect, app);
     rc = tenant_limits_new(cfg, &app->tlimits);
     if (rc == GP_EOK)
-        rc = connect_deps(app, migrations);
+        rc = connect_deps(app, migrations, grants);
     if (rc != GP_EOK) {
         GP_ERROR("start_failed", "code=%s", gp_err_name(rc));
         gp_app_free(app);
@@ -1787,6 +1937,8 @@ shutdown_now(gp_app *app)
      * its commit fails), and a module may hold the gp_kv pointer (ASan
      * caught one using it freed); Redis then fails what they sent, and
      * what those callbacks ask of PostgreSQL is refused (closed). */
+    gp_db_free(app->migrator);
+    app->migrator = NULL;
     gp_db_free(app->db);
     app->db = NULL;
     gp_kv_free(app->kv);

@@ -145,6 +145,19 @@ start_and_run(svc_run *r)
     return rc;
 }
 
+/* --migrate-only: the migration phase, and the end (0 done, 1 not). */
+static int
+migrate_only(const svc_run *r)
+{
+    const gp_service *svc = r->svc;
+
+    if (!(svc->needs & GP_NEED_PG)) {
+        GP_INFO("migrate_only_done", "service=%s code=OK detail=\"no database\"", svc->name);
+        return 0;
+    }
+    return gp_app_migrate(svc->name, common_of(r), svc->migrations, svc->grants) == GP_EOK ? 0 : 1;
+}
+
 int
 gp_app_main(const gp_service *svc, int argc, char **argv)
 {
@@ -154,10 +167,13 @@ gp_app_main(const gp_service *svc, int argc, char **argv)
 
     snprintf(r.prog, sizeof(r.prog), "gridpool-%s", svc->name);
     code = load(&r, argc, argv);
-    if (code == GP_CFG_CONTINUE) {
+    if (code == GP_CFG_CONTINUE && common_of(&r)->migrate_only) {
+        r.opened = true;
+        code = migrate_only(&r);
+    } else if (code == GP_CFG_CONTINUE) {
         r.opened = true;
         rc = gp_app_new(svc->name, svc->version, common_of(&r), svc->needs, svc->migrations,
-                        &r.app);
+                        svc->grants, &r.app);
         if (rc == GP_EOK)
             rc = start_and_run(&r);
         gp_app_free(r.app);

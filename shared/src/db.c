@@ -17,7 +17,14 @@
  * UNLOCK.  Connections coming up meanwhile wait (SCHEMA_WAIT, socket
  * watched so a close is noticed); when the migrator breaks one of them
  * takes over, starting again from LOCK.  Once migrated, connections go
- * straight to READY, also after reconnects.  READY
+ * straight to READY, also after reconnects.  In the roles mode the LOCK
+ * phase also runs the roles' setup (the session turns into the owner) and
+ * UNLOCK the grants first (gp/dbrole.h).  A check-only pool's first
+ * connection up is the checker instead: CHECK reads the recorded versions
+ * (no lock: a step and its record commit together); behind, it waits in
+ * SCHEMA_WAIT under a backoff timer (WAIT) and checks again.  A
+ * gp_db_migrate pool (once) closes its one connection after UNLOCK, or
+ * gives up at the first failed phase.  READY
  * connections are in pipeline mode: a job (one statement, or BEGIN, the
  * statements and COMMIT) is sent as one pipeline closed by a Sync, so a
  * transaction costs one round trip.  After the Sync, a connection left
@@ -42,6 +49,8 @@
 #include <unistd.h>
 
 #include "gp/backoff.h"
+#include "gp/buf.h"
+#include "gp/dbrole.h"
 #include "gp/limits.h"
 #include "gp/log.h"
 
@@ -69,9 +78,11 @@ typedef enum conn_state {
 } conn_state;
 
 typedef enum mig_phase {
-    MP_LOCK,            /* lock, create gp_migrations, read the recorded versions */
+    MP_LOCK,            /* lock, (roles' setup), create gp_migrations, read the versions */
     MP_STEP,            /* one step and its record */
-    MP_UNLOCK
+    MP_UNLOCK,          /* (the grants,) unlock */
+    MP_CHECK,           /* check only: read the recorded versions */
+    MP_WAIT             /* check only: behind; the checker's timer checks again */
 } mig_phase;
 
 typedef struct db_stmt {
@@ -125,6 +136,16 @@ typedef struct db_conn {
 struct gp_db {
     struct ev_loop *loop;
     char           *conninfo;
+    char           *user;          /* NULL: the conninfo's */
+    char           *app_name;
+    bool            check_only;    /* never migrate (MP_CHECK) */
+    bool            held;          /* not started yet (gp_db_start) */
+    bool            once;          /* gp_db_migrate: close after, fail at once */
+    char           *setup_sql;     /* roles mode: after the lock */
+    char           *grants_sql;    /* roles mode: before the unlock */
+    char           *owner;         /* roles mode: the role the steps run as */
+    char           *login;
+    char           *password;      /* the login's, or NULL (wiped at free) */
     char            service[GP_MAX_ID + 1];
     gp_migration   *steps;         /* copy of opts->migrations */
     int             nsteps;
@@ -600,20 +621,73 @@ mig_send(db_conn *c, const char *sql)
         conn_fail_later(c);
 }
 
+/* The checker reads what is recorded, nothing else (check only). */
+static void
+check_send(db_conn *c)
+{
+    gp_db *db = c->db;
+    char   sql[256];
+
+    db->phase = MP_CHECK;
+    c->state = CS_MIGRATING;
+    snprintf(sql, sizeof(sql),
+             "SELECT version, name FROM gp_migrations WHERE service = '%s' ORDER BY version",
+             db->service);
+    mig_send(c, sql);
+}
+
+/* Roles mode: the setup, the login's password (a SCRAM verifier made
+ * here: no round trip, the cleartext never sent) and SET ROLE, into b. */
+static gp_err
+roles_enter(db_conn *c, gp_buf *b)
+{
+    gp_db *db = c->db;
+    char  *v = NULL, *lit = NULL;
+    gp_err rc = gp_buf_puts(b, db->setup_sql);
+
+    if (rc == GP_EOK && db->password != NULL) {
+        v = PQencryptPasswordConn(c->pg, db->password, db->login, "scram-sha-256");
+        lit = v != NULL ? PQescapeLiteral(c->pg, v, strlen(v)) : NULL;
+        rc = lit != NULL ? GP_EOK : GP_ENOMEM;
+    }
+    rc = rc ? rc : gp_dbrole_enter_sql(b, db->owner, db->login, lit);
+    PQfreemem(lit);
+    PQfreemem(v);
+    return rc;
+}
+
 /* Takes the lock (waiting server-side for another instance's migration),
- * makes sure the table exists and reads what is recorded.  The service
- * name is a checked token, safe to inline. */
+ * runs the roles' setup in the roles mode, makes sure the table exists and
+ * reads what is recorded.  The service name is a checked token, safe to
+ * inline.  A check-only pool checks instead. */
 static void
 mig_begin(db_conn *c)
 {
     gp_db *db = c->db;
-    char   sql[1024];
+    gp_buf roles = GP_BUF_INIT;
+    size_t n;
+    char  *sql;
 
     db->migrator = c;
+    if (db->check_only) {
+        check_send(c);
+        return;
+    }
     db->phase = MP_LOCK;
     c->state = CS_MIGRATING;
-    snprintf(sql, sizeof(sql),
-             "SELECT pg_advisory_lock(%lld);\n"
+    if (db->setup_sql != NULL && roles_enter(c, &roles) != GP_EOK) {
+        gp_buf_fini(&roles);
+        conn_fail_later(c);
+        return;
+    }
+    n = roles.n + 1024;
+    if ((sql = malloc(n)) == NULL) {
+        gp_buf_fini(&roles);
+        conn_fail_later(c);
+        return;
+    }
+    snprintf(sql, n,
+             "SELECT pg_advisory_lock(%lld);\n%s"
              "CREATE TABLE IF NOT EXISTS gp_migrations (\n"
              "  service text NOT NULL,\n"
              "  version int NOT NULL CHECK (version > 0),\n"
@@ -621,8 +695,13 @@ mig_begin(db_conn *c)
              "  applied_at timestamptz NOT NULL DEFAULT now(),\n"
              "  PRIMARY KEY (service, version));\n"
              "SELECT version, name FROM gp_migrations WHERE service = '%s' ORDER BY version",
-             (long long)DB_MIGRATE_LOCK_KEY, db->service);
+             (long long)DB_MIGRATE_LOCK_KEY, roles.p != NULL ? roles.p : "", db->service);
+    if (roles.p != NULL)
+        explicit_bzero(roles.p, roles.n);        /* a verifier is a secret too */
+    gp_buf_fini(&roles);
     mig_send(c, sql);
+    explicit_bzero(sql, n);
+    free(sql);
 }
 
 /* The migrator broke: a waiting connection starts again from the lock. */
@@ -666,18 +745,10 @@ mig_step(db_conn *c)
     free(sql);
 }
 
-/* For good: every connection closed, nothing reconnects, the queue and
- * later queries fail with err. */
+/* Every connection closed (none was ready), none reconnects. */
 static void
-db_refuse(gp_db *db, gp_err err, const char *detail)
+db_close_conns(gp_db *db)
 {
-    char logd[GP_ERRBUF_LEN];
-
-    clean_text(db->refusal, sizeof(db->refusal), detail, false);
-    clean_text(logd, sizeof(logd), detail, true);
-    GP_ERROR("pg_schema_refused", "service=%s err=%s detail=\"%s\"", db->service,
-             gp_err_name(err), logd);
-    db->refused = err;
     db->migrator = NULL;
     PQclear(db->recorded);
     db->recorded = NULL;
@@ -692,6 +763,24 @@ db_refuse(gp_db *db, gp_err err, const char *detail)
         c->pg = NULL;
         c->state = CS_WAIT;
     }
+}
+
+/* For good: every connection closed, nothing reconnects, the queue and
+ * later queries fail with err.  CONFLICT is a refused database (logged
+ * here); a gp_db_migrate pool also ends so after a failed phase (logged
+ * by its caller). */
+static void
+db_refuse(gp_db *db, gp_err err, const char *detail)
+{
+    char logd[GP_ERRBUF_LEN];
+
+    clean_text(db->refusal, sizeof(db->refusal), detail, false);
+    clean_text(logd, sizeof(logd), detail, true);
+    if (err == GP_ECONFLICT)
+        GP_ERROR("pg_schema_refused", "service=%s err=%s detail=\"%s\"", db->service,
+                 gp_err_name(err), logd);
+    db->refused = err;
+    db_close_conns(db);
     while (db->qhead != NULL) {
         db_job *job = db->qhead;
         queue_remove(db, job);
@@ -759,12 +848,87 @@ mig_done(db_conn *c)
 
     db->schema_ok = true;
     db->migrator = NULL;
-    GP_INFO("pg_schema", "service=%s version=%d applied=%u", db->service, db->st.schema_version,
-            db->st.migrations_applied);
+    GP_INFO("pg_schema", "service=%s version=%d applied=%u%s", db->service, db->st.schema_version,
+            db->st.migrations_applied, db->check_only ? " checked=true" : "");
+    if (db->once) {                          /* gp_db_migrate: its work is done */
+        db_close_conns(db);
+        if (db->fail_cb != NULL && !db->closing)
+            db->fail_cb(db->fail_arg, GP_EOK, "");
+        return;
+    }
     conn_ready(c);
     for (unsigned i = 0; i < db->pool_size && !db->closing; i++)
         if (db->conns[i].state == CS_SCHEMA_WAIT && !db->conns[i].fail_pending)
             conn_ready(&db->conns[i]);
+}
+
+/* Check only: the schema is behind, or gp_migrations could not be read
+ * (why: the server's words); someone else must migrate.  The checker
+ * waits with the backoff and checks again; the other connections wait. */
+static void
+check_wait(db_conn *c, const char *why)
+{
+    gp_db   *db = c->db;
+    unsigned ms = gp_backoff_next_ms(&c->backoff);
+    int      newest = db->nsteps > 0 ? db->steps[db->nsteps - 1].version : 0;
+    char     logd[GP_ERRBUF_LEN + 2 * GP_MAX_ID + 128];
+
+    if (why != NULL)
+        clean_text(logd, sizeof(logd), why, true);
+    else
+        snprintf(logd, sizeof(logd), "the database has %s schema version %d, this build needs %d: "
+                 "waiting for a migration (gridpool-%s --migrate-only with pg-migrate-conninfo)",
+                 db->service, db->st.schema_version, newest, db->service);
+    GP_WARN("pg_schema_behind", "conn=%u service=%s version=%d want=%d retry_ms=%u detail=\"%s\"",
+            c->idx, db->service, db->st.schema_version, newest, ms, logd);
+    db->phase = MP_WAIT;
+    c->state = CS_SCHEMA_WAIT;
+    if (!conn_watch(c, EV_READ)) {
+        conn_break(c, "no socket", false);
+        return;
+    }
+    conn_deadline(c, ms);
+}
+
+/* The last phase: the grants (roles mode), then the unlock. */
+static void
+mig_unlock(db_conn *c)
+{
+    gp_db *db = c->db;
+    size_t n = (db->grants_sql != NULL ? strlen(db->grants_sql) : 0) + 64;
+    char  *sql = malloc(n);
+
+    db->phase = MP_UNLOCK;
+    if (sql == NULL) {
+        conn_fail_later(c);
+        return;
+    }
+    snprintf(sql, n, "%sSELECT pg_advisory_unlock(%lld)",
+             db->grants_sql != NULL ? db->grants_sql : "", (long long)DB_MIGRATE_LOCK_KEY);
+    mig_send(c, sql);
+    free(sql);
+}
+
+/* A phase failed: logged; the connection breaks and the phase is retried
+ * after the backoff, but a gp_db_migrate pool gives up (a step that failed
+ * fails again; its caller says so and exits). */
+static void
+mig_phase_failed(db_conn *c)
+{
+    gp_db *db = c->db;
+    char   logd[GP_ERRBUF_LEN];
+
+    clean_text(logd, sizeof(logd), c->detail, true);
+    if (db->phase == MP_STEP)
+        GP_ERROR("pg_migrate_failed", "conn=%u service=%s version=%d err=INTERNAL detail=\"%s\"",
+                 c->idx, db->service, db->steps[db->next_step].version, logd);
+    else
+        GP_ERROR("pg_migrate_failed", "conn=%u service=%s phase=%s err=INTERNAL detail=\"%s\"",
+                 c->idx, db->service, db->phase == MP_LOCK ? "setup" : "grants", logd);
+    if (db->once)
+        db_refuse(db, GP_EINTERNAL, c->detail);
+    else
+        conn_break(c, c->detail, false);
 }
 
 /* One migration phase's results are all in. */
@@ -772,25 +936,28 @@ static void
 mig_phase_done(db_conn *c)
 {
     gp_db *db = c->db;
-    char   logd[GP_ERRBUF_LEN];
 
-    if (c->mig_failed) {
-        clean_text(logd, sizeof(logd), c->detail, true);
-        if (db->phase == MP_STEP)
-            GP_ERROR("pg_migrate_failed", "conn=%u service=%s version=%d err=INTERNAL detail=\"%s\"",
-                     c->idx, db->service, db->steps[db->next_step].version, logd);
-        else
-            GP_ERROR("pg_migrate_failed", "conn=%u service=%s err=INTERNAL detail=\"%s\"", c->idx,
-                     db->service, logd);
-        conn_break(c, c->detail, false);
+    if (c->mig_failed && db->phase == MP_CHECK) {
+        check_wait(c, c->detail);
         return;
     }
-    if (db->phase == MP_LOCK) {
+    if (c->mig_failed) {
+        mig_phase_failed(c);
+        return;
+    }
+    if (db->phase == MP_LOCK || db->phase == MP_CHECK) {
         bool ok = mig_check(db, db->recorded);
         PQclear(db->recorded);
         db->recorded = NULL;
         if (!ok)
             return;
+        if (db->phase == MP_CHECK) {
+            if (db->next_step < db->nsteps)
+                check_wait(c, NULL);
+            else
+                mig_done(c);
+            return;
+        }
     } else if (db->phase == MP_STEP) {
         db->st.schema_version = db->steps[db->next_step].version;
         db->st.migrations_applied++;
@@ -803,12 +970,7 @@ mig_phase_done(db_conn *c)
         mig_step(c);
         return;
     }
-    db->phase = MP_UNLOCK;
-    {
-        char sql[64];
-        snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(%lld)", (long long)DB_MIGRATE_LOCK_KEY);
-        mig_send(c, sql);
-    }
+    mig_unlock(c);
 }
 
 /* One result of a migration phase: the first error is kept; in MP_LOCK
@@ -822,7 +984,8 @@ mig_result(db_conn *c, PGresult *r)
         c->mig_failed = true;
         result_detail(c->detail, sizeof(c->detail), r);
     }
-    if (db->phase == MP_LOCK && PQresultStatus(r) == PGRES_TUPLES_OK && PQnfields(r) == 2) {
+    if ((db->phase == MP_LOCK || db->phase == MP_CHECK) && PQresultStatus(r) == PGRES_TUPLES_OK &&
+        PQnfields(r) == 2) {
         PQclear(db->recorded);
         db->recorded = r;
         return;
@@ -889,8 +1052,12 @@ conn_start(db_conn *c)
          * come after, so they win): every statement here is short, and
          * a misestimated plan (statistics not yet analyzed after a fleet
          * registered) made PostgreSQL spend ~120 ms compiling one. */
-        static const char *const keys[] = {"options", "dbname", NULL};
-        const char *const        vals[] = {"-c jit=off", db->conninfo, NULL};
+        /* user after dbname: it wins over the conninfo's (an empty
+         * value is no value) */
+        static const char *const keys[] = {"options", "fallback_application_name", "dbname",
+                                           "user", NULL};
+        const char *const        vals[] = {"-c jit=off", db->app_name ? db->app_name : "",
+                                           db->conninfo, db->user ? db->user : "", NULL};
 
         c->pg = PQconnectStartParams(keys, vals, 1);
     }
@@ -1084,6 +1251,8 @@ conn_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         conn_break(c, c->detail[0] ? c->detail : "send failed", false);
     else if (c->state == CS_WAIT)
         conn_start(c);
+    else if (c->state == CS_SCHEMA_WAIT && db->migrator == c)
+        check_send(c);                       /* the checker's wait is over */
     else if (c->state == CS_CONNECTING)
         conn_break(c, "connect timeout", false);
     else if (c->state == CS_MIGRATING)
@@ -1132,18 +1301,97 @@ check_steps(const gp_db_opts *o)
     return n;
 }
 
-gp_err
-gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, void *conn_arg,
-          gp_db **out)
+/* The conninfo parses (logged when not). */
+static gp_err
+conninfo_check(const char *conninfo)
 {
-    PQconninfoOption *ci;
     char             *errmsg = NULL;
-    gp_db            *db;
-    unsigned          pool;
-    int               nsteps;
+    PQconninfoOption *ci = PQconninfoParse(conninfo, &errmsg);
+    char              logd[GP_ERRBUF_LEN];
 
-    if (out != NULL)
-        *out = NULL;
+    if (ci != NULL) {
+        PQconninfoFree(ci);
+        return GP_EOK;
+    }
+    if (errmsg == NULL)
+        return GP_ENOMEM;
+    clean_text(logd, sizeof(logd), errmsg, true);
+    GP_ERROR("pg_conninfo", "err=INVAL detail=\"%s\"", logd);
+    PQfreemem(errmsg);
+    return GP_EINVAL;
+}
+
+static char *
+dup_or_null(const char *s, bool *oom)
+{
+    char *d;
+
+    if (s == NULL || s[0] == '\0')
+        return NULL;
+    if ((d = strdup(s)) == NULL)
+        *oom = true;
+    return d;
+}
+
+static void
+db_release(gp_db *db)
+{
+    PQclear(db->recorded);
+    free(db->conninfo);
+    free(db->user);
+    free(db->app_name);
+    free(db->setup_sql);
+    free(db->grants_sql);
+    free(db->owner);
+    free(db->login);
+    if (db->password != NULL)
+        explicit_bzero(db->password, strlen(db->password));
+    free(db->password);
+    free(db->steps);
+    free(db->conns);
+    free(db);
+}
+
+/* What opts say, copied into db. */
+static gp_err
+db_copy(gp_db *db, const gp_db_opts *opts, unsigned pool, int nsteps)
+{
+    bool oom = false;
+
+    db->timeout_ms = opts->query_timeout_ms ? opts->query_timeout_ms : DB_DEFAULT_TIMEOUT_MS;
+    db->fail_cb = opts->fail_cb;
+    db->fail_arg = opts->fail_arg;
+    db->mig_timeout_ms = opts->migrate_timeout_ms ? opts->migrate_timeout_ms : DB_MIGRATE_TIMEOUT_MS;
+    db->check_only = opts->check_only;
+    db->schema_ok = opts->migrations == NULL;
+    db->conninfo = strdup(opts->conninfo);
+    db->user = dup_or_null(opts->user, &oom);
+    db->app_name = dup_or_null(opts->app_name, &oom);
+    db->conns = calloc(pool, sizeof(*db->conns));
+    if (opts->service != NULL)
+        snprintf(db->service, sizeof(db->service), "%s", opts->service);
+    if (opts->migrations != NULL) {
+        db->nsteps = nsteps;
+        db->steps = calloc((size_t)nsteps + 1, sizeof(*db->steps));
+        if (db->steps != NULL)
+            memcpy(db->steps, opts->migrations, (size_t)nsteps * sizeof(*db->steps));
+    }
+    if (oom || db->conninfo == NULL || db->conns == NULL ||
+        (opts->migrations != NULL && db->steps == NULL))
+        return GP_ENOMEM;
+    return GP_EOK;
+}
+
+/* A pool as opts say, its connections not started. */
+static gp_err
+db_make(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, void *conn_arg,
+        gp_db **out)
+{
+    gp_db   *db;
+    unsigned pool;
+    int      nsteps;
+    gp_err   rc;
+
     if (loop == NULL || opts == NULL || opts->conninfo == NULL || out == NULL)
         return GP_EINVAL;
     pool = opts->pool_size ? opts->pool_size : DB_DEFAULT_POOL;
@@ -1151,45 +1399,17 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
         return GP_ERANGE;
     if ((nsteps = check_steps(opts)) < 0)
         return GP_EINVAL;
-    ci = PQconninfoParse(opts->conninfo, &errmsg);
-    if (ci == NULL) {
-        char logd[GP_ERRBUF_LEN];
-        if (errmsg == NULL)
-            return GP_ENOMEM;
-        clean_text(logd, sizeof(logd), errmsg, true);
-        GP_ERROR("pg_conninfo", "err=INVAL detail=\"%s\"", logd);
-        PQfreemem(errmsg);
-        return GP_EINVAL;
-    }
-    PQconninfoFree(ci);
-
-    db = calloc(1, sizeof(*db));
-    if (db == NULL)
+    if ((rc = conninfo_check(opts->conninfo)) != GP_EOK)
+        return rc;
+    if ((db = calloc(1, sizeof(*db))) == NULL)
         return GP_ENOMEM;
     db->loop = loop;
     db->pool_size = pool;
-    db->timeout_ms = opts->query_timeout_ms ? opts->query_timeout_ms : DB_DEFAULT_TIMEOUT_MS;
     db->conn_cb = conn_cb;
     db->conn_arg = conn_arg;
-    db->conninfo = strdup(opts->conninfo);
-    db->conns = calloc(pool, sizeof(*db->conns));
-    db->fail_cb = opts->fail_cb;
-    db->fail_arg = opts->fail_arg;
-    db->mig_timeout_ms = opts->migrate_timeout_ms ? opts->migrate_timeout_ms : DB_MIGRATE_TIMEOUT_MS;
-    db->schema_ok = opts->migrations == NULL;
-    if (opts->migrations != NULL) {
-        snprintf(db->service, sizeof(db->service), "%s", opts->service);
-        db->nsteps = nsteps;
-        db->steps = calloc((size_t)nsteps + 1, sizeof(*db->steps));
-        if (db->steps != NULL)
-            memcpy(db->steps, opts->migrations, (size_t)nsteps * sizeof(*db->steps));
-    }
-    if (db->conninfo == NULL || db->conns == NULL || (opts->migrations != NULL && db->steps == NULL)) {
-        free(db->conninfo);
-        free(db->conns);
-        free(db->steps);
-        free(db);
-        return GP_ENOMEM;
+    if ((rc = db_copy(db, opts, pool, nsteps)) != GP_EOK) {
+        db_release(db);
+        return rc;
     }
     for (unsigned i = 0; i < pool; i++) {
         db_conn *c = &db->conns[i];
@@ -1200,11 +1420,119 @@ gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, 
         ev_io_init(&c->io, conn_io_cb, 0, EV_READ);
         ev_timer_init(&c->timer, conn_timer_cb, 0., 0.);
     }
-    /* No user callback can run here: nothing is up and nothing queued. */
-    for (unsigned i = 0; i < pool; i++)
-        conn_start(&db->conns[i]);
     *out = db;
     return GP_EOK;
+}
+
+/* No user callback can run here: nothing is up and nothing queued yet
+ * (gp_db_start: queued jobs wait for a ready connection). */
+static void
+db_start_conns(gp_db *db)
+{
+    db->held = false;
+    for (unsigned i = 0; i < db->pool_size; i++)
+        conn_start(&db->conns[i]);
+}
+
+gp_err
+gp_db_new(struct ev_loop *loop, const gp_db_opts *opts, gp_db_conn_cb *conn_cb, void *conn_arg,
+          gp_db **out)
+{
+    gp_db *db = NULL;
+    gp_err rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (opts != NULL && opts->roles != NULL)
+        return GP_EINVAL;                    /* gp_db_migrate's */
+    if ((rc = db_make(loop, opts, conn_cb, conn_arg, &db)) != GP_EOK)
+        return rc;
+    db->held = opts->held;
+    if (!db->held)
+        db_start_conns(db);
+    *out = db;
+    return GP_EOK;
+}
+
+void
+gp_db_start(gp_db *db)
+{
+    if (db != NULL && db->held && !db->closing)
+        db_start_conns(db);
+}
+
+/* The roles mode's two texts (gp/dbrole.h). */
+static gp_err
+roles_sql(gp_db *db, const gp_db_roles *r)
+{
+    gp_buf setup = GP_BUF_INIT, grants = GP_BUF_INIT;
+    gp_err rc = gp_dbrole_setup_sql(&setup, r->owner, r->login);
+
+    rc = rc ? rc : gp_dbrole_grants_sql(&grants, r->owner, r->login, r->grants);
+    if (rc != GP_EOK) {
+        gp_buf_fini(&setup);
+        gp_buf_fini(&grants);
+        GP_ERROR("pg_roles_bad", "service=%s err=%s detail=\"owner and login must be distinct "
+                 "names of [a-z0-9_], grants plain words\"", db->service, gp_err_name(rc));
+        return rc;
+    }
+    db->setup_sql = setup.p;
+    db->grants_sql = grants.p;
+    db->owner = strdup(r->owner);
+    db->login = strdup(r->login);
+    db->password = r->password != NULL && r->password[0] ? strdup(r->password) : NULL;
+    if (db->owner == NULL || db->login == NULL ||
+        (r->password != NULL && r->password[0] && db->password == NULL))
+        return GP_ENOMEM;
+    return GP_EOK;
+}
+
+gp_err
+gp_db_migrate(struct ev_loop *loop, const gp_db_opts *opts, gp_db_fail_cb *done, void *arg,
+              gp_db **out)
+{
+    gp_db     *db = NULL;
+    gp_db_opts o;
+    gp_err     rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (opts == NULL || done == NULL || !token_ok(opts->service))
+        return GP_EINVAL;
+    o = *opts;
+    o.pool_size = 1;
+    o.fail_cb = done;
+    o.fail_arg = arg;
+    if ((rc = db_make(loop, &o, NULL, NULL, &db)) != GP_EOK)
+        return rc;
+    db->once = true;
+    db->check_only = false;
+    db->schema_ok = false;                   /* the phase runs without steps too */
+    if (opts->roles != NULL && (rc = roles_sql(db, opts->roles)) != GP_EOK) {
+        db_release(db);
+        return rc;
+    }
+    db_start_conns(db);
+    *out = db;
+    return GP_EOK;
+}
+
+gp_err
+gp_db_conninfo_get(const char *conninfo, const char *keyword, char *out, size_t cap)
+{
+    PQconninfoOption *ci = conninfo != NULL ? PQconninfoParse(conninfo, NULL) : NULL;
+    gp_err            rc = GP_EOK;
+
+    if (ci == NULL || out == NULL || cap == 0) {
+        PQconninfoFree(ci);
+        return GP_EINVAL;
+    }
+    out[0] = '\0';
+    for (PQconninfoOption *o = ci; o->keyword != NULL; o++)
+        if (strcmp(o->keyword, keyword) == 0 && o->val != NULL)
+            rc = (size_t)snprintf(out, cap, "%s", o->val) >= cap ? GP_ETOOBIG : GP_EOK;
+    PQconninfoFree(ci);
+    return rc;
 }
 
 static void
@@ -1246,11 +1574,7 @@ db_destroy(gp_db *db)
         fail = job->next;
         job_finish(job, GP_EUNAVAIL, "database client closed");
     }
-    PQclear(db->recorded);
-    free(db->conninfo);
-    free(db->steps);
-    free(db->conns);
-    free(db);
+    db_release(db);
 }
 
 void

@@ -249,6 +249,10 @@ start)
             -c "CREATE DATABASE gridpool" >/dev/null
     [ "$NATS_CLUSTER" -gt 1 ] && wait_meta_leader
     urls=$(for p in $NATS_PORTS; do printf 'nats://127.0.0.1:%s,' "$p"; done)
+    # PostgreSQL: the tests' own checks (psql, gridpool-audit) use
+    # GP_PG_CONNINFO, the superuser; a service migrates on
+    # GP_PG_MIGRATE_CONNINFO (the superuser too) and then logs in on
+    # GP_PG_CONNINFO as its own role, gridpool_<service> (gp/dbrole.h)
     cat >"$dir/gp.env" <<ENV
 GP_NATS_URL=${urls%,}
 GP_REDIS_HOST=127.0.0.1
@@ -256,6 +260,8 @@ GP_REDIS_PORT=$REDIS_PORT
 GP_REDIS_USER=gridpool_{service}
 GP_REDIS_PASSWORD_FILE=$dir/redis-acl/{service}.pw
 GP_PG_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
+GP_PG_MIGRATE_CONNINFO=postgresql://postgres@127.0.0.1:$PG_PORT/gridpool?connect_timeout=5
+GP_PG_USER=gridpool_{service}
 GP_STACK_DIR=$dir
 ENV
     [ -f "$dir/auth/admin.env" ] && grep -v '^GP_NATS_URL=' "$dir/auth/admin.env" >>"$dir/gp.env"

@@ -218,7 +218,7 @@ main(int argc, char **argv)
     if (code != GP_CFG_CONTINUE)
         return code;
     rc = gp_app_new("testsvc", "test", &cfg.common, GP_NEED_REDIS | GP_NEED_PG | GP_NEED_JS,
-                    NULL, &app);
+                    NULL, NULL, &app);
     if (rc == GP_EOK && (gp_app_every(app, "tick", 0.1, tick, &ticks) == NULL ||
                          gp_app_every(app, "tock", 0.25, tick, &tocks) == NULL))
         rc = GP_ENOMEM;

@@ -25,6 +25,7 @@
 #include "gp/cfg.h"
 #include "gp/codec.h"
 #include "gp/db.h"
+#include "gp/dbrole.h"
 #include "gp/err.h"
 #include "gp/kv.h"
 #include "gp/metrics.h"
@@ -47,6 +48,15 @@ typedef struct gp_common_cfg {
     char     redis_password[128];
     char     redis_password_file[256];/* read at start; "{service}" as above */
     char     pg_conninfo[512];
+    /* Least privilege (gp/dbrole.h): set, the service migrates first on
+     * this connection (a superuser's), as the owner role, making its login
+     * role and granting it its list, then logs in as that role; "" = it
+     * migrates on pg_conninfo (one user, a development database). */
+    char     pg_migrate_conninfo[512];
+    char     pg_user[64];            /* the role to log in as ("{service}" = the service's
+                                      * name); "" = pg_conninfo's user */
+    bool     pg_migrate;             /* false: only check the schema, never migrate */
+    bool     migrate_only;           /* gp_app_main: migrate, then exit */
     char     http_host[64];
     int      http_port;              /* 0 = any free port, -1 = no HTTP endpoint */
     char     log_level[8];
@@ -145,9 +155,22 @@ gp_err gp_app_check_cfg(const gp_common_cfg *cfg, char *err, size_t errlen);
  * migrations (may be NULL): the service's schema steps, applied under the
  * service's name before PostgreSQL takes queries (gp/db.h); a database
  * with a newer schema than the steps know stops the service and makes
- * gp_app_run return CONFLICT. */
+ * gp_app_run return CONFLICT.  With pg-migrate-conninfo the steps run as
+ * the owner role on that connection first (gp_db_migrate, roles mode),
+ * which grants the login role grants (may be NULL: none), and the pool
+ * then logs in as the login and only checks the schema; a failed step,
+ * setup or grant stops the service (INTERNAL).  With pg-migrate off the
+ * pool only checks. */
 gp_err gp_app_new(const char *service, const char *version, const gp_common_cfg *cfg,
-                  unsigned needs, const gp_migration *migrations, gp_app **out);
+                  unsigned needs, const gp_migration *migrations, const gp_grant *grants,
+                  gp_app **out);
+
+/* --migrate-only: the migration phase alone, as gp_app_new would run it
+ * (roles mode with pg-migrate-conninfo), on a loop of its own, and back:
+ * OK migrated; CONFLICT refused; INTERNAL a step, setup or grant failed;
+ * INVAL a bad role.  No NATS, no Redis. */
+gp_err gp_app_migrate(const char *service, const gp_common_cfg *cfg,
+                      const gp_migration *migrations, const gp_grant *grants);
 
 /* A periodic task with its own period and name (in logs and in the
  * metrics gp_task_runs_total, gp_task_seconds, gp_task_overruns_total
@@ -290,6 +313,7 @@ typedef struct gp_service {
     size_t                 state_size;   /* bytes of the state struct */
     unsigned               needs;        /* GP_NEED_* */
     const gp_migration    *migrations;   /* NULL: none */
+    const gp_grant        *grants;       /* its login role's privileges (gp/dbrole.h) */
     const gp_stream_cfg   *streams;      /* NULL: none (else needs GP_NEED_JS) */
     const gp_route *const *routes;       /* tables served, NULL-terminated; NULL: none */
     const gp_svc_task     *tasks;        /* NULL: none */
@@ -311,7 +335,9 @@ typedef struct gp_service {
  *   1. gp_cfg_load (gridpool-<name>): --help, --check-config or a bad
  *      option end here with its status (after --check-config, the check
  *      hook's);
- *   2. logging set up from log-level; prepare;
+ *   2. logging set up from log-level; prepare; with --migrate-only,
+ *      gp_app_migrate (a service without PostgreSQL has nothing to do)
+ *      and the end here: 0 migrated, else 1;
  *   3. gp_app_new; the task table (gp_app_every); init; streams;
  *      gp_app_serve_tables; start (also with --print-routes, when the loop
  *      will not run: a hook that must not act then checks print_routes);

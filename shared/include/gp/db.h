@@ -24,6 +24,16 @@
  * ones refused with CONFLICT, and fail_cb called once.  The check runs
  * when the pool starts, not at reconnects.
  *
+ * Roles mode (opts.roles; gp/dbrole.h says what it does): the migrator's
+ * connection (a superuser's: it makes roles and hands tables over) runs
+ * the roles' setup after the lock, so the steps run as the owner role,
+ * and the login's grants after the steps.  gp_db_migrate runs that once
+ * on its own connection and closes it; the service's pool logs in as the
+ * login (opts.user) and only checks the schema (opts.check_only): it
+ * reads gp_migrations, refuses a newer schema as above, and while the
+ * schema is behind (or unreadable) waits with the backoff, one WARN line
+ * (pg_schema_behind) a try, until a migration made it current.
+ *
  * Never PQexec, never PQconnectdb: the loop never waits on the server.
  * All functions and callbacks: loop thread only. */
 #ifndef GP_DB_H
@@ -33,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gp/dbrole.h"
 #include "gp/err.h"
 
 struct ev_loop;
@@ -53,8 +64,19 @@ typedef struct gp_migration {
 
 #define GP_MIGRATION_END {0, NULL, NULL}
 
-/* The pool gave up for good (see Migrations above); once, loop thread. */
+/* The pool gave up for good (see Migrations above); once, loop thread.
+ * Also gp_db_migrate's end: err OK when the schema is current. */
 typedef void gp_db_fail_cb(void *arg, gp_err err, const char *detail);
+
+/* Roles mode: who owns, who logs in and with which privileges. */
+typedef struct gp_db_roles {
+    const char     *owner;                 /* GP_DB_OWNER_ROLE in practice */
+    const char     *login;                 /* the service's login role */
+    const gp_grant *grants;                /* ended by GP_GRANT_END; NULL = none */
+    /* NULL or "": none set; else the login's password, set as a SCRAM
+     * verifier made here (the cleartext is not sent; copied, wiped) */
+    const char     *password;
+} gp_db_roles;
 
 typedef struct gp_db_opts {
     const char         *conninfo;          /* libpq keyword/value string or URI */
@@ -68,6 +90,13 @@ typedef struct gp_db_opts {
                                             * included; 0 = 60000 */
     gp_db_fail_cb      *fail_cb;           /* may be NULL */
     void               *fail_arg;
+    const char         *user;              /* NULL or "": the conninfo's; else this role */
+    const char         *app_name;          /* application_name unless the conninfo says */
+    /* Never migrate: check the recorded versions of service against the
+     * steps, wait while they are behind (see Roles mode). */
+    bool                check_only;
+    bool                held;              /* connections start at gp_db_start */
+    const gp_db_roles  *roles;             /* gp_db_migrate only (copied) */
 } gp_db_opts;
 
 /* Called exactly once per query/transaction, on the loop thread.
@@ -97,6 +126,20 @@ typedef struct gp_db_stats {
 /* INVAL: bad conninfo, migrations out of order or without a valid service. */
 gp_err gp_db_new(struct ev_loop *loop, const gp_db_opts *opts,
                  gp_db_conn_cb *conn_cb, void *conn_arg, gp_db **out);
+/* Migrates once (gp_db_new's opts: migrations and service; roles for the
+ * roles mode, else the steps run as the conninfo's user) on one connection
+ * of opts->conninfo, which it then closes.  done(arg, err, detail) once:
+ * OK migrated; CONFLICT the database was refused; INTERNAL a step, the
+ * setup or the grants failed (logged: pg_migrate_failed), not retried.  A
+ * connection that fails is retried with the backoff.  Free with
+ * gp_db_free (done may).  INVAL: as gp_db_new, or a bad role or grant. */
+gp_err gp_db_migrate(struct ev_loop *loop, const gp_db_opts *opts, gp_db_fail_cb *done,
+                     void *arg, gp_db **out);
+/* A held pool (opts.held) starts connecting; otherwise nothing. */
+void   gp_db_start(gp_db *db);
+/* A keyword's value in conninfo ("user", "password"), into out ("" when it
+ * names none).  INVAL: not a conninfo; TOOBIG past cap. */
+gp_err gp_db_conninfo_get(const char *conninfo, const char *keyword, char *out, size_t cap);
 /* Closes every connection; queued and running queries get UNAVAIL.  NULL ok. */
 void   gp_db_free(gp_db *db);
 bool   gp_db_is_connected(const gp_db *db);  /* at least one ready connection */

@@ -7,14 +7,17 @@
  * a transaction under SET LOCAL ROLE gp_tenant_role(<tenant>), so
  * PostgreSQL filters what a query returns even if its WHERE forgot to.  A
  * site partner's own login (CREATE ROLE ... LOGIN IN ROLE gpt_<partner>)
- * reads the same rows and nothing else.  The service itself owns its
- * tables, so row-level security does not apply to its own work.
+ * reads the same rows and nothing else.  The service's own work sees
+ * every row: as the tables' owner (one database user), or as its own
+ * login role through the policy of every row gp/dbrole.h gives it.
  *
  * GP_TENANCY_SQL creates the role and the two functions if they are
  * missing (never replaces them: another service's database user may own
  * them), so every service's migration may run it; the migrations of all
  * services hold one advisory lock, so two never create them at once.
- * Making roles needs CREATEROLE for the service's database user. */
+ * Making roles needs CREATEROLE: gp_tenant_role runs as its owner
+ * (SECURITY DEFINER since the scheduler's migration 13: gridpool_owner,
+ * which has it), callable only by the roles granted EXECUTE. */
 #ifndef GP_TENANCY_H
 #define GP_TENANCY_H
 

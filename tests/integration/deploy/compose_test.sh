@@ -9,7 +9,9 @@
 #   3. deploy/compose/podman-compose.py runs the file with the profile demo:
 #      NATS with JetStream and authorization on, Redis, PostgreSQL on a
 #      volume, the six services, the 10-site simulated fleet with its
-#      workload; every container healthy by its own health check;
+#      workload; every container healthy by its own health check; each
+#      service with tables migrated by its one-shot and logged in to
+#      PostgreSQL as its own role, with its password (scram);
 #   4. a job submitted through the stack (gpctl, the operator's identity)
 #      is placed, runs on the simulated fleet and is billed (its usage in
 #      PostgreSQL with a charge, and its ledger transfers);
@@ -96,6 +98,15 @@ sed 's/^/#   /' "$tmp/ps.out"
 n_=$(grep -cE '[[:space:]](running|Up)[[:space:]]+healthy$' "$tmp/ps.out")
 [ "$n_" -eq 10 ]
 ok "every container running and healthy by its own check ($n_ of 10; ps exited $st_)" $?
+pgq() { PGPASSWORD=gridpool psql -h 172.28.0.12 -U postgres -d gridpool -Atc "$1" 2>/dev/null; }
+n_=$(grep -cE -- '-migrate_1 +completed' "$tmp/ps.out")
+logins=$(pgq "SELECT string_agg(DISTINCT a.usename || CASE WHEN r.rolsuper THEN '(superuser)' ELSE ''
+              END, ' ' ORDER BY a.usename || CASE WHEN r.rolsuper THEN '(superuser)' ELSE '' END)
+              FROM pg_stat_activity a JOIN pg_roles r ON r.rolname = a.usename
+              WHERE a.application_name LIKE 'gridpool-%'")
+[ "$n_" -eq 6 ] &&
+    [ "$logins" = "gridpool_alerting gridpool_billing gridpool_metering gridpool_recovery gridpool_registry gridpool_scheduler" ]
+ok "6 migrate one-shots completed; the services log in to PostgreSQL as their own roles, with passwords: $logins" $?
 
 # ---- 4. a job placed, run and billed --------------------------------------------------------
 sed "s|^GP_NATS_URL=.*|GP_NATS_URL=nats://172.28.0.10:4222|" build/compose/gpctl.env >"$tmp/gpctl.env"
@@ -123,7 +134,6 @@ a = a.get("items", a) if isinstance(a, dict) else a
 print(" ".join("attempt %s on %s %s" % (x["attempt"], x["node"], x["state"]) for x in a))' 2>/dev/null)
 [ "$state" = succeeded ]
 ok "job $job (tenant acme, 1 RTX 4090 for 3 s, through gp.api) placed, run: $state ($where)" $?
-pgq() { PGPASSWORD=gridpool psql -h 172.28.0.12 -U postgres -d gridpool -Atc "$1" 2>/dev/null; }
 for _ in $(seq 1 100); do
     [ "$(pgq "SELECT count(*) FROM usage_records WHERE job_id = '$job' AND final")" = 1 ] && break
     sleep 0.5

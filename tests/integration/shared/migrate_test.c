@@ -7,7 +7,11 @@
  * idempotent script) and applies step 2, an ALTER TABLE.  Then: a second
  * start applies nothing; four pools starting at once apply each step of
  * another service once; a failing step leaves nothing behind; a database
- * newer than the steps, or naming a step differently, is refused.
+ * newer than the steps, or naming a step differently, is refused.  The
+ * roles mode (gp/dbrole.h): tables the owner's (an older one too), the
+ * login's pool with exactly its grants, the list revoking what it drops,
+ * a bad grant or an over-privileged login failing the phase, and a
+ * check-only pool waiting for a migration.
  *
  * The test's own checks use blocking libpq (PQexec) on a separate
  * connection: only the code under test must not block. */
@@ -386,6 +390,197 @@ t_bad_lists(void)
     T_EQ(gp_db_new(L, &o, NULL, NULL, &db), GP_EINVAL);
 }
 
+/* ---- least privilege: the roles mode (gp/dbrole.h) --------------------- */
+
+#define LOGIN "gp_test_ledger"
+
+#define LEDGER_V1                                                              \
+    "CREATE TABLE books (id serial PRIMARY KEY, tenant text NOT NULL, "        \
+    "  amount bigint NOT NULL);\n"                                             \
+    "ALTER TABLE books ENABLE ROW LEVEL SECURITY;\n"                           \
+    "CREATE TABLE vault (secret text)"
+
+static const gp_migration ledger_v1[] = {{1, "books", LEDGER_V1}, GP_MIGRATION_END};
+static const gp_migration ledger_v2[] = {
+    {1, "books", LEDGER_V1}, {2, "notes", "CREATE TABLE notes (n text)"}, GP_MIGRATION_END};
+static const gp_grant     rw_books[] = {{"SELECT, INSERT", "TABLE books"}, GP_GRANT_END};
+
+/* One gp_db_migrate run to its end: its error (TIMEOUT: no end). */
+static gp_err
+migrate_pw(const char *login, const gp_migration *steps, const gp_grant *grants,
+           const char *password, failst *f)
+{
+    gp_db_roles r = {.owner = GP_DB_OWNER_ROLE, .login = login, .grants = grants,
+                     .password = password};
+    gp_db_opts  o = {.conninfo = conninfo, .migrations = steps, .service = "ledger", .roles = &r};
+    gp_db      *db = NULL;
+
+    memset(f, 0, sizeof(*f));
+    if (gp_db_migrate(L, &o, fail_cb, f, &db) != GP_EOK)
+        return GP_EINVAL;
+    for (ev_tstamp end = ev_time() + 30; f->calls == 0 && ev_time() < end;)
+        ev_run(L, EVRUN_ONCE);
+    gp_db_free(db);
+    return f->calls == 1 ? f->err : GP_ETIMEOUT;
+}
+
+static gp_err
+migrate_as(const char *login, const gp_migration *steps, const gp_grant *grants, failst *f)
+{
+    return migrate_pw(login, steps, grants, NULL, f);
+}
+
+/* The service's own pool: logs in as LOGIN and only checks. */
+static gp_db *
+login_pool(const gp_migration *steps, failst *f)
+{
+    gp_db     *db = NULL;
+    gp_db_opts o = {.conninfo = conninfo, .pool_size = 2, .migrations = steps, .service = "ledger",
+                    .user = LOGIN, .app_name = "migrate_test", .check_only = true,
+                    .fail_cb = fail_cb, .fail_arg = f};
+
+    T_EQ(gp_db_new(L, &o, NULL, NULL, &db), GP_EOK);
+    return db;
+}
+
+/* One statement on db: its error; q has the detail or the first value. */
+static gp_err
+run1(gp_db *db, const char *sql, qres *q)
+{
+    memset(q, 0, sizeof(*q));
+    if (gp_db_query(db, sql, 0, NULL, 10000, q_cb, q) != GP_EOK)
+        return GP_EINVAL;
+    return wait_calls(&q->calls, 1, 15) ? q->err : GP_ETIMEOUT;
+}
+
+static bool
+refused(gp_db *db, const char *sql, const char *why)
+{
+    qres q;
+
+    return run1(db, sql, &q) == GP_EINTERNAL && strstr(q.detail, why) != NULL;
+}
+
+static void
+t_roles(void)
+{
+    failst f, pf = {0};
+    qres   q;
+
+    /* what an older database holds: made by the superuser the services
+     * logged in as before */
+    T_OK(exec_ok("CREATE TABLE ledger_old (x int)"));
+    T_EQ(migrate_as(LOGIN, ledger_v1, rw_books, &f), GP_EOK);
+    T_OK(strcmp(sql1("SELECT rolsuper || ',' || rolinherit || ',' || rolcanlogin || ',' || "
+                     "rolcreaterole FROM pg_roles WHERE rolname = '" LOGIN "'"),
+                "false,false,true,false") == 0);
+    T_OK(strcmp(sql1("SELECT rolsuper || ',' || rolcanlogin || ',' || rolcreaterole FROM "
+                     "pg_roles WHERE rolname = 'gridpool_owner'"), "false,false,true") == 0);
+    T_OKM(strcmp(sql1("SELECT string_agg(DISTINCT relowner::regrole::text, ',') FROM pg_class "
+                      "WHERE relname IN ('books', 'books_id_seq', 'vault', 'ledger_old', "
+                      "'gp_migrations', 'items')"), "gridpool_owner") == 0,
+          "every table the owner's, an older one too: %s",
+          sql1("SELECT string_agg(relname || '=' || relowner::regrole::text, ',') FROM pg_class "
+               "WHERE relname IN ('books', 'vault', 'ledger_old', 'items')"));
+
+    gp_db *db = login_pool(ledger_v1, &pf);
+    T_OK(wait_connected(db, 2, 20));
+    T_EQ(stats(db).schema_version, 1);
+    T_EQ(stats(db).migrations_applied, 0);
+    /* its grants, the serial's sequence and every row (its policy) */
+    T_EQ(run1(db, "INSERT INTO books (tenant, amount) VALUES ('t1', 5) RETURNING id", &q), GP_EOK);
+    T_EQ(run1(db, "SELECT count(*) FROM books", &q), GP_EOK);
+    T_OKM(strcmp(q.v, "1") == 0, "the login sees its row under row-level security: %s", q.v);
+    T_EQ(run1(db, "SELECT current_user || ',' || session_user", &q), GP_EOK);
+    T_OKM(strcmp(q.v, LOGIN "," LOGIN) == 0, "logged in as: %s", q.v);
+    /* and nothing else */
+    T_OK(refused(db, "SELECT * FROM vault", "permission denied for table vault"));
+    T_OK(refused(db, "SELECT * FROM ledger_old", "permission denied for table ledger_old"));
+    T_OK(refused(db, "DELETE FROM books", "permission denied for table books"));
+    T_OK(refused(db, "TRUNCATE books", "permission denied for table books"));
+    T_OK(refused(db, "CREATE TABLE mine (i int)", "permission denied for schema public"));
+    T_OK(refused(db, "DROP TABLE books", "must be owner of table books"));
+    T_OK(refused(db, "SET ROLE gridpool_owner", "permission denied to set role"));
+    T_OK(refused(db, "INSERT INTO gp_migrations VALUES ('ledger', 9, 'x')",
+                 "permission denied for table gp_migrations"));
+
+    /* the list is the whole truth: a privilege it drops is revoked */
+    static const gp_grant ro[] = {{"SELECT", "TABLE books"}, GP_GRANT_END};
+    T_EQ(migrate_as(LOGIN, ledger_v1, ro, &f), GP_EOK);
+    T_OK(refused(db, "INSERT INTO books (tenant, amount) VALUES ('t1', 6)",
+                 "permission denied for table books"));
+    T_EQ(run1(db, "SELECT count(*) FROM books", &q), GP_EOK);
+
+    /* a grant naming what does not exist fails the phase, which changes nothing */
+    static const gp_grant missing[] = {{"SELECT", "TABLE books"}, {"SELECT", "TABLE nosuch"},
+                                       GP_GRANT_END};
+    T_EQ(migrate_as(LOGIN, ledger_v1, missing, &f), GP_EINTERNAL);
+    T_OKM(strstr(f.detail, "nosuch") != NULL, "detail: %s", f.detail);
+    T_EQ(run1(db, "SELECT count(*) FROM books", &q), GP_EOK);
+    T_EQ(pf.calls, 0);
+    gp_db_free(db);
+
+    /* a password given is set as a SCRAM verifier, not as the cleartext */
+    T_OK(strcmp(sql1("SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = '" LOGIN "'"),
+                "t") == 0);
+    T_EQ(migrate_pw(LOGIN, ledger_v1, rw_books, "pw-'quoted'-123", &f), GP_EOK);
+    T_OKM(strncmp(sql1("SELECT rolpassword FROM pg_authid WHERE rolname = '" LOGIN "'"),
+                  "SCRAM-SHA-256$", 14) == 0, "the login's password: a SCRAM verifier");
+    T_OK(strcmp(sql1("SELECT count(*) FROM pg_authid WHERE rolpassword LIKE '%quoted%'"), "0") == 0);
+}
+
+/* A role that may do more than its grants is refused, not changed. */
+static void
+t_roles_refused(void)
+{
+    failst f;
+
+    T_OK(exec_ok("CREATE ROLE gp_test_super LOGIN SUPERUSER"));
+    T_OK(exec_ok("CREATE ROLE gp_test_mkrole LOGIN CREATEROLE"));
+    T_OK(exec_ok("CREATE ROLE gp_test_member LOGIN IN ROLE gridpool_owner"));
+    T_EQ(migrate_as("gp_test_super", ledger_v1, rw_books, &f), GP_EINTERNAL);
+    T_OKM(strstr(f.detail, "gp_test_super may do more than its grants") != NULL, "detail: %s",
+          f.detail);
+    T_EQ(migrate_as("gp_test_mkrole", ledger_v1, rw_books, &f), GP_EINTERNAL);
+    T_EQ(migrate_as("gp_test_member", ledger_v1, rw_books, &f), GP_EINTERNAL);
+    T_OK(strcmp(sql1("SELECT rolsuper FROM pg_roles WHERE rolname = 'gp_test_super'"), "t") == 0);
+    T_OK(strcmp(sql1("SELECT count(*) FROM pg_class WHERE relname = 'books' AND relacl::text "
+                     "~ 'gp_test_(super|mkrole|member)'"), "0") == 0);             /* no grant was made */
+}
+
+/* A check-only pool whose schema is behind waits (not ready, queries
+ * queued) until a migration makes it current, then serves. */
+static void
+t_check_waits(void)
+{
+    static const gp_grant v2[] = {{"SELECT, INSERT", "TABLE books"}, {"SELECT", "TABLE notes"},
+                                  GP_GRANT_END};
+    failst f, pf = {0};
+    qres   early = {0}, q;
+
+    gp_db *db = login_pool(ledger_v2, &pf);
+    T_EQ(gp_db_query(db, "SELECT count(*) FROM notes", 0, NULL, 30000, q_cb, &early), GP_EOK);
+    spin(1.5);
+    T_OK(!gp_db_is_connected(db));
+    T_EQ(early.calls, 0);                         /* waiting, not failed */
+    T_EQ(stats(db).schema_version, 1);            /* what it read */
+    T_EQ(pf.calls, 0);
+    T_EQ(migrate_as(LOGIN, ledger_v2, v2, &f), GP_EOK);
+    T_OK(wait_connected(db, 2, 20));
+    T_OK(wait_calls(&early.calls, 1, 5));
+    T_EQ(early.err, GP_EOK);
+    T_EQ(stats(db).schema_version, 2);
+    T_EQ(run1(db, "SELECT count(*) FROM notes", &q), GP_EOK);
+    gp_db_free(db);
+    /* a newer schema is refused, as for a migrating pool */
+    gp_db *old = login_pool(ledger_v1, &pf);
+    for (ev_tstamp end = ev_time() + 20; pf.calls == 0 && ev_time() < end;)
+        ev_run(L, EVRUN_ONCE);
+    T_EQ(pf.calls, 1);
+    T_EQ(pf.err, GP_ECONFLICT);
+    gp_db_free(old);
+}
+
 static void
 alarm_h(int sig)
 {
@@ -427,6 +622,9 @@ main(void)
     t_too_new();
     t_renamed();
     t_bad_lists();
+    t_roles();
+    t_roles_refused();
+    t_check_waits();
 
     ev_timer_stop(L, &guard);
     ev_loop_destroy(L);

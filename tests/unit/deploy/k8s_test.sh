@@ -9,7 +9,9 @@
 # needs is there (a Deployment per service with /readyz and /healthz
 # probes and scrape annotations, a PodDisruptionBudget each, NATS as a
 # 3-server StatefulSet with JetStream volumes, settings and credentials
-# from a ConfigMap and Secrets); JetStream fits the servers' volumes
+# from a ConfigMap and Secrets, each service with tables migrating in an
+# initContainer, the one container with the PostgreSQL migrator's Secret,
+# and logging in with its own); JetStream fits the servers' volumes
 # (max_file_store below the volume, the streams' byte limits within
 # max_file_store, every stream 3 replicas); and planted mistakes (a
 # misspelt field, a string where a number goes, an unknown kind) fail the
@@ -113,8 +115,16 @@ for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
         if not c['resources']['requests'].get('cpu') or not c['resources']['requests'].get('memory'):
             bad.append(s + ': requests')
         refs = {r.get('configMapRef', r.get('secretRef', {})).get('name') for r in c['envFrom']}
-        if not {'gridpool-config', 'gridpool-postgres', 'gridpool-nats-' + s} <= refs:
+        want = {'gridpool-config', 'gridpool-nats-' + s, 'gridpool-postgres-' + s}
+        if not want <= refs or 'gridpool-postgres-migrator' in refs:
             bad.append(s + ': settings ' + str(sorted(refs)))
+        # the migrator's Secret: in the initContainer that migrates, alone
+        inits = pod['spec'].get('initContainers') or []
+        if not any(
+                i.get('command') == ['gridpool-' + s, '--migrate-only'] and
+                {r.get('secretRef', {}).get('name') for r in i.get('envFrom', [])} ==
+                {'gridpool-postgres-migrator', 'gridpool-postgres-' + s} for i in inits):
+            bad.append(s + ': no initContainer migrating with the migrator Secret')
         if dep['spec']['replicas'] < 2 or ('PodDisruptionBudget', s) not in by:
             bad.append(s + ': replicas or PDB')
     nats = by.get(('StatefulSet', 'nats'))
@@ -129,7 +139,7 @@ for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
 PY
 while read -r o res cnt reps; do
     [ "$res" = ok ]
-    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets) each with a PDB, NATS 3 servers with JetStream volumes (max_file_store below the volume, the streams' byte limits within it, stream-replicas 3), a redis Service ($cnt resources; replicas $reps)"
+    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets, PostgreSQL: its own login, the migrator's only in the initContainer) each with a PDB, NATS 3 servers with JetStream volumes (max_file_store below the volume, the streams' byte limits within it, stream-replicas 3), a redis Service ($cnt resources; replicas $reps)"
 done <"$tmp/needs.out"
 [ "$(wc -l <"$tmp/needs.out")" -eq 2 ]
 ok $? "... both overlays read back as objects$( [ -s "$tmp/docs.err" ] && echo ": $(head -c 200 "$tmp/docs.err")")"

@@ -1,7 +1,9 @@
 /* app_main_test.c -- the one startup path (gp_app_main, gp/app.h): which
  * hooks run, in which order, and the exit status, for --help, a bad
  * option, --check-config, a prepare that ends the run, a failed init,
- * --print-routes, and a run that a task stops cleanly or with a failure.
+ * --print-routes, a run that a task stops cleanly or with a failure, and
+ * --migrate-only (nothing to do without PostgreSQL; a bad pg-user ends it
+ * before any connection).
  * Each case runs in a child process (gp_app_main is a whole process'
  * life); the hooks write one letter each to a pipe.  No server is needed:
  * the bus only tries to connect, in the background, to a closed port. */
@@ -123,6 +125,10 @@ static const gp_service svc = {
     .free = on_free,
 };
 
+/* The same service with a database (its steps: none). */
+static gp_service svc_pg;
+static const gp_service *cur = &svc;
+
 /* Runs gp_app_main with args in a child: its exit status, the hooks'
  * letters in ev, its stdout in out. */
 static int
@@ -149,7 +155,7 @@ run(const char *args, char *ev, size_t evlen, char *out, size_t outlen)
         dup2(outp[1], 1);
         if (freopen("/dev/null", "w", stderr) == NULL)
             _exit(98);
-        _exit(gp_app_main(&svc, argc, argv));
+        _exit(gp_app_main(cur, argc, argv));
     }
     close(evp[1]);
     close(outp[1]);
@@ -198,5 +204,13 @@ main(void)
     test_print_routes();
     expect("", 0, "PIATSF");
     expect("--fail-run", 1, "PIATSF");
+    expect("--migrate-only", 0, "PF");           /* no database: nothing to migrate */
+    svc_pg = svc;
+    svc_pg.needs = GP_NEED_PG;
+    cur = &svc_pg;
+    expect("--migrate-only --pg-user Not-A-Role --pg-migrate-conninfo postgresql://127.0.0.1:1/x",
+           1, "PF");
+    expect("--migrate-only --pg-migrate-conninfo postgresql://127.0.0.1:1/x "
+           "--pg-conninfo postgresql://127.0.0.1:1/x", 1, "PF");   /* no login role named */
     return T_DONE();
 }

@@ -73,8 +73,12 @@ spawn recovery "$B/bin/gridpool-recovery" --config "$D/gp.env" --http-port 0 --r
 spawn metering "$B/bin/gridpool-metering" --config "$D/gp.env" --http-port 0 --instance m1 \
     --window-ms 1000 --grace-ms 300 --silent-ms 3000 --sweep-ms 200 --claim-ms 3000
 for _ in $(seq 1 100); do grep -q 'feed_ready.*nodes=2' "$D/sched.log" && break; sleep 0.1; done
-grep -q 'feed_ready.*nodes=2' "$D/sched.log"
-ok "two agents at two sites, the scheduler, recovery and metering run" $?
+# metering seals a new Redis's shards pg-timeout-ms + 1 s after its start
+# (services/metering/epoch.c) and refuses readings until then: an
+# attempt cut before that would be metered nothing
+for _ in $(seq 1 150); do grep -q 'event=redis_rebuilt' "$D/metering.log" && break; sleep 0.1; done
+grep -q 'feed_ready.*nodes=2' "$D/sched.log" && grep -q 'event=redis_rebuilt' "$D/metering.log"
+ok "two agents at two sites, the scheduler, recovery and metering run (metering's shards sealed)" $?
 
 # ---- bad input ----------------------------------------------------------------------
 out=$($G submit --tenant acme --kind instance --image "$OCI_REG/test/busybox:1" --gpus 1 \

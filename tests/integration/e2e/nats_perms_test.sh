@@ -112,14 +112,14 @@ ok "no violation by a service, the simulator or the operator (${viol:0:300})" $?
 
 # ---- 2. no more: each service refused outside its contract -----------------------------
 bad=""
-ncs=()
-for s in $SERVICES; do      # at once: each waits on its own connection
+# one at a time (under a second each): six at once on a loaded machine
+# left one probe without a single answer in its window (twice: metering,
+# the scheduler), and its output now goes with the failure
+for s in $SERVICES; do
     $NC "$HUB" --user "service-$s" --password "$(envv "service-$s" GP_NATS_PASSWORD)" \
         --sub 'gp.node.s0001.s0001-n01.cmd.run' --pub gp.admin.node.delete \
-        --pub '$JS.API.STREAM.DELETE.JOBS' --delay 0.1 --for 0.5 >"$tmp/nc-$s.out" 2>&1 &
-    ncs+=($!)
+        --pub '$JS.API.STREAM.DELETE.JOBS' --delay 0.1 --for 1.0 >"$tmp/nc-$s.out" 2>&1
 done
-wait "${ncs[@]}"
 for s in $SERVICES; do
     [ "$(grep -c '^err Permissions Violation' "$tmp/nc-$s.out")" -eq 3 ] || bad="$bad $s:$(grep -c '^err' "$tmp/nc-$s.out")"
     for subj in 'Subscription Violation - User "service-'$s'", Subject "gp.node.s0001.s0001-n01.cmd.run"' \
@@ -130,6 +130,7 @@ for s in $SERVICES; do
 done
 [ -z "$bad" ]
 ok "nats-server refuses each service an operator's request, an agent's commands and a stream's deletion ($bad)" $?
+[ -n "$bad" ] && for s in $SERVICES; do sed "s/^/#   $s: /" "$tmp/nc-$s.out"; done
 st_=0
 grep -q '^connected' "$tmp/nc-registry.out" || st_=1
 ok "... to connections it admitted (the identities are valid)" $st_

@@ -10,6 +10,7 @@ pkgs=(
     libev-dev
     libpq-dev postgresql             # libpq and a server for the private stack
     python3 python3-jsonschema python3-msgpack   # schema generator, independent validator
+    python3-bcrypt                   # deploy/nats-auth: the servers' files hold bcrypt hashes
     valgrind procps                  # valgrind_test; pgrep in updown_test
     postgresql-contrib               # pgbench, the PostgreSQL reference in make bench
     faketime                         # libfaketime: clock_step_test steps the agent's date

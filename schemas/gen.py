@@ -79,6 +79,22 @@ ASYNCAPI (standard AsyncAPI 3.0.0 request/reply with dynamic reply address):
   Every "receive" operation names the service(s) that serve it in
   "x-gp-service" (one of the health channel's service enum, or "agent");
   tests/unit/schemas/contract_drift_test.sh checks the services serve exactly these.
+  Who else uses a subject, so deploy/nats-auth can derive each identity's
+  NATS permissions from this file (names: the services, "agent",
+  "operator", "tenant"):
+    "x-gp-senders"  (every receive operation) who publishes on its channel:
+                    the callers of a request, the publishers of an event;
+    "x-gp-service"  on a "send" operation: who sends it;
+    "x-gp-readers"  (optional) who subscribes to it without serving it: a
+                    service's plain subscription, a watcher, a stream reader.
+  "x-gp-streams" (top level) lists the JetStream streams: NAME ->
+  {"description", "subjects" (patterns), "declared-by" (services that create
+  or update it alike), "consumers": {DURABLE -> {"by": who reads it,
+  optional "made-by": the service that creates it for "by" (then "filter",
+  its subject filter), "description"}}}.  A DURABLE "*" is any name of
+  that reader's choosing; "{tenant}" in a name or filter is the tenant's
+  id.  contract_drift_test.sh checks the services declare and consume
+  exactly these.
   A channel with "x-gp-inbox": true is a reply inbox (where replies arrive):
   addressed, with parameters, no messages of its own.
   "x-gp-limit-by": "<parameter>" on a receive operation with a reply: the
@@ -688,6 +704,7 @@ class Gen:
             o.reply = rms[0]
         for cid, (addr, m) in req.items():
             self.channels.append((cid, addr, m, reply.get(cid)))
+        self.parse_streams(doc, services)
 
     TOKEN = re.compile(r'^[A-Za-z0-9_-]{1,63}$')
 
@@ -745,21 +762,70 @@ class Gen:
             raise GenError('channels.health.parameters.service: needs the "enum" of services')
         return set(en) | {'agent'}
 
-    def op_services(self, op, services, w):
-        sv = op.get('x-gp-service')
-        if op['action'] == 'send':
-            if sv is not None:
-                raise GenError('%s: x-gp-service is for receive operations' % w)
+    # who else may use a subject: besides the services and the agent
+    PEERS = {'operator', 'tenant'}
+
+    def names(self, op, key, allowed, w, required):
+        """A list of names (or one name) under key, each one of allowed."""
+        v = op.get(key)
+        if v is None and not required:
             return []
-        if isinstance(sv, str):
-            sv = [sv]
-        if not isinstance(sv, list) or not sv or not all(isinstance(x, str) for x in sv):
-            raise GenError('%s: a receive operation names the service(s) that serve it in '
-                           '"x-gp-service"' % w)
-        bad = [x for x in sv if x not in services]
-        if bad:
-            raise GenError('%s: x-gp-service %s not one of %s' % (w, bad, sorted(services)))
-        return sv
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+            raise GenError('%s: "%s" must name one or more of %s' % (w, key, sorted(allowed)))
+        bad = [x for x in v if x not in allowed]
+        if bad or len(set(v)) != len(v):
+            raise GenError('%s: %s %s: not one of %s, or named twice' % (w, key, bad or v,
+                                                                       sorted(allowed)))
+        return v
+
+    def op_services(self, op, services, w):
+        """The services that serve a receive operation (or send a send one);
+        its senders and readers are checked here too (deploy/nats-auth
+        reads them)."""
+        everyone = services | self.PEERS
+        self.names(op, 'x-gp-readers', everyone, w, False)
+        if op['action'] == 'send':
+            if 'x-gp-senders' in op:
+                raise GenError('%s: a send operation names its sender in "x-gp-service"' % w)
+            self.names(op, 'x-gp-service', services, w, True)
+            return []
+        self.names(op, 'x-gp-senders', everyone, w, True)
+        return self.names(op, 'x-gp-service', services, w, True)
+
+    def parse_streams(self, doc, services):
+        """x-gp-streams: the JetStream streams, who declares and who reads
+        each (deploy/nats-auth grants the JetStream API from it)."""
+        st = doc.get('x-gp-streams')
+        if not isinstance(st, dict) or not st:
+            raise GenError('"x-gp-streams": the JetStream streams (see gen.py)')
+        everyone = services | self.PEERS
+        for name, s in st.items():
+            w = 'x-gp-streams.%s' % name
+            if not re.match(r'^[A-Z][A-Z0-9_]{0,31}$', name):
+                raise GenError('%s: a stream name is [A-Z][A-Z0-9_]*' % w)
+            if not isinstance(s, dict) or not s.get('description'):
+                raise GenError('%s: missing "description"' % w)
+            subs = s.get('subjects')
+            if not isinstance(subs, list) or not subs or not all(
+                    isinstance(x, str) and re.match(r'^[A-Za-z0-9_.*>-]+$', x) for x in subs):
+                raise GenError('%s: "subjects" lists subject patterns' % w)
+            self.names(s, 'declared-by', services, w, True)
+            cons = s.get('consumers')
+            if not isinstance(cons, dict):
+                raise GenError('%s: "consumers" (an object, maybe empty)' % w)
+            for dn, c in cons.items():
+                cw = '%s.consumers.%s' % (w, dn)
+                if not re.match(r'^(\*|[A-Za-z0-9_-]*(\{tenant\})?[A-Za-z0-9_-]*)$', dn) or not dn:
+                    raise GenError('%s: a durable name, "*" or a name with {tenant}' % cw)
+                if not isinstance(c, dict):
+                    raise GenError('%s: an object' % cw)
+                who = self.names(c, 'by', everyone, cw, True)
+                made = self.names(c, 'made-by', services, cw, False)
+                if ('{tenant}' in dn) != (who == ['tenant']) or bool(made) != ('filter' in c):
+                    raise GenError('%s: a tenant\'s consumer is named with {tenant}, and one '
+                                   'made by a service for another has its "filter"' % cw)
 
     def op_limit_by(self, op, o, rp, w):
         lb = op.get('x-gp-limit-by')

@@ -4,10 +4,17 @@
  * firing and resolved, from gp.alerts.<S|*>.<R|*>.<S|*>.*.  One line each
  * (-o json: one JSON object a line), until SIGINT or SIGTERM; exits 0
  * then.  A core NATS subscription: it shows what happens from now on (the
- * JOBS and ALERTS streams keep the past for durable consumers).  watch
- * alerts --durable NAME reads ALERTS through the durable consumer NAME
- * instead, acking what it printed: run again with the same NAME after a
- * disconnection, it prints what came meanwhile, and nothing twice. */
+ * JOBS and ALERTS streams keep the past for durable consumers).
+ *
+ * --durable NAME reads the stream (ALERTS, JOBS) through the durable
+ * consumer NAME instead, acking what it printed: run again with the same
+ * NAME after a disconnection, it prints what came meanwhile, and nothing
+ * twice.  The operator's NAME is its own, made (or updated) here with the
+ * flags' filter.  A tenant's is the one the scheduler made for it,
+ * tenant-<T> (gp/tenant_events.h), filtered to its own events: gpctl only
+ * binds to it (a tenant's identity may not make one), and so for any
+ * identity a NAME tenant-*.  nats-server's refusal (another tenant's
+ * consumer) ends it with DENIED, exit 1. */
 #include <ev.h>
 #include <signal.h>
 #include <string.h>
@@ -15,6 +22,7 @@
 
 #include "gp/id.h"
 #include "gp/limits.h"
+#include "gp/tenant_events.h"
 #include "gpctl.h"
 #include "jobview.h"
 
@@ -59,6 +67,17 @@ on_event(void *arg, const gp_bus_msg *m)
 }
 
 static void print_alert(watch *w, const char *subject, const void *data, size_t len);
+
+/* from the durable consumer: printed, then acked */
+static void
+on_event_js(void *arg, gp_jsmsg *m)
+{
+    gp_bus_msg bm = {.subject = gp_jsmsg_subject(m), .data = gp_jsmsg_data(m),
+                     .len = gp_jsmsg_len(m)};
+
+    on_event(arg, &bm);
+    gp_jsmsg_ack(m);
+}
 
 static void
 on_alert(void *arg, const gp_bus_msg *m)
@@ -110,14 +129,14 @@ on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 
 typedef struct watch_args {
     bool        alerts;
-    const char *durable;                      /* alerts: read ALERTS through this consumer */
+    const char *durable;                      /* read the stream through this consumer */
     const char *tenant, *job;                 /* jobs */
     const char *severity, *region, *site;     /* alerts */
 } watch_args;
 
 static const char watch_usage[] =
-    "expected: watch jobs [--tenant T] [--job ID] | watch alerts [--severity S] [--region R] "
-    "[--site S] [--durable NAME]";
+    "expected: watch jobs [--tenant T] [--job ID] [--durable NAME] | watch alerts "
+    "[--severity S] [--region R] [--site S] [--durable NAME]";
 
 static int
 parse_watch(int argc, char **argv, watch_args *wa)
@@ -133,8 +152,9 @@ parse_watch(int argc, char **argv, watch_args *wa)
         const char **slot = NULL;
 
         if (!wa->alerts)
-            slot = strcmp(argv[i], "--tenant") == 0 ? &wa->tenant
-                   : strcmp(argv[i], "--job") == 0  ? &wa->job : NULL;
+            slot = strcmp(argv[i], "--tenant") == 0    ? &wa->tenant
+                   : strcmp(argv[i], "--job") == 0     ? &wa->job
+                   : strcmp(argv[i], "--durable") == 0 ? &wa->durable : NULL;
         else
             slot = strcmp(argv[i], "--severity") == 0  ? &wa->severity
                    : strcmp(argv[i], "--region") == 0 ? &wa->region
@@ -152,60 +172,112 @@ parse_watch(int argc, char **argv, watch_args *wa)
     return GPCTL_OK;
 }
 
+/* A durable's reads are on a worker thread: the server's refusal of them
+ * (-ERR, a permissions violation) is looked for here, on the loop. */
 static void
-run_watch(watch *w, const char *pattern)
+on_refusal_check(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    watch *w = t->data;
+
+    (void)revents;
+    if (ctl_refused(w->c)) {
+        w->stop = 2;
+        ev_break(loop, EVBREAK_ALL);
+    }
+}
+
+static void
+run_watch(watch *w, const char *pattern, bool durable)
 {
     ev_signal sint, sterm;
+    ev_timer  check;
 
     ev_signal_init(&sint, on_signal, SIGINT);
     ev_signal_init(&sterm, on_signal, SIGTERM);
-    sint.data = sterm.data = w;
+    ev_timer_init(&check, on_refusal_check, 0.2, 0.2);
+    sint.data = sterm.data = check.data = w;
     ev_signal_start(w->c->loop, &sint);
     ev_signal_start(w->c->loop, &sterm);
+    if (durable)
+        ev_timer_start(w->c->loop, &check);
     fprintf(stderr, "Watching %s (Ctrl-C to stop)\n", pattern);
     while (!w->stop)
         ev_run(w->c->loop, EVRUN_ONCE);
+    ev_timer_stop(w->c->loop, &check);
     ev_signal_stop(w->c->loop, &sint);
     ev_signal_stop(w->c->loop, &sterm);
 }
 
-/* watch alerts --durable NAME: a pull consumer of ALERTS, filtered on the
- * pattern of the flags (the server keeps its position: a second run with
- * the same NAME and filter goes on where the first stopped). */
+/* The durable's stream, callback, filter and whether gpctl may make it. */
+static gp_err
+durable_cfg(gpctl *c, const watch_args *wa, gp_pull_cfg *cfg, gp_bus_js_cb **cb, char *pattern,
+            size_t n)
+{
+    char prefix[GP_MAX_ID + 16];
+
+    snprintf(prefix, sizeof(prefix), GP_TENANT_CONSUMER_FMT, "");
+    cfg->durable = wa->durable;
+    cfg->batch = 64;
+    cfg->filter_subject = pattern;
+    if (wa->alerts) {
+        cfg->stream = "ALERTS";
+        *cb = on_alert_js;
+        return gp_op_pattern(GP_OP_ALERT, pattern, n,
+                             (const char *const[]){wa->severity, wa->region, wa->site, NULL, NULL});
+    }
+    cfg->stream = GP_JOBS_STREAM;
+    *cb = on_event_js;
+    /* a tenant's consumer: the scheduler's, bound as it is, its own filter */
+    cfg->bind_only = c->tenant[0] != '\0' || strncmp(wa->durable, prefix, strlen(prefix)) == 0;
+    if (cfg->bind_only) {
+        bool other = wa->tenant != NULL && (strncmp(wa->durable, prefix, strlen(prefix)) != 0 ||
+                                            strcmp(wa->durable + strlen(prefix), wa->tenant) != 0);
+
+        cfg->filter_subject = NULL;
+        snprintf(pattern, n, "%s %s", GP_JOBS_STREAM, wa->durable);
+        return other || wa->job != NULL ? GP_EINVAL : GP_EOK;
+    }
+    return gp_op_pattern(GP_OP_JOB_EVENT, pattern, n,
+                         (const char *const[]){wa->tenant, wa->job, NULL});
+}
+
+/* watch --durable NAME: a pull consumer of the stream, filtered on the
+ * pattern of the flags, or bound to a tenant's consumer (the server keeps
+ * its position: a second run with the same NAME goes on where the first
+ * stopped). */
 static int
 watch_durable(gpctl *c, const watch_args *wa)
 {
-    char         pattern[GP_MAX_SUBJECT + 1];
-    watch        w = {.c = c};
-    gp_bus_pull *pull = NULL;
-    gp_pull_cfg  cfg = {.stream = "ALERTS", .durable = wa->durable, .batch = 64};
-    gp_err       err;
-    int          rc;
+    char          pattern[GP_MAX_SUBJECT + 1];
+    watch         w = {.c = c};
+    gp_bus_pull  *pull = NULL;
+    gp_pull_cfg   cfg = {0};
+    gp_bus_js_cb *cb = NULL;
+    gp_err        err = durable_cfg(c, wa, &cfg, &cb, pattern, sizeof(pattern));
+    int           rc;
 
-    if (!wa->alerts)
-        return usage_error("watch", "--durable is for watch alerts");
+    if (err == GP_EINVAL && cfg.bind_only)
+        return usage_error("watch", "--durable %s is a tenant's consumer, filtered to its "
+                           "events by the scheduler: no --job, no other --tenant", wa->durable);
     c->jetstream = true;
     if ((rc = ctl_connect(c)) != GPCTL_OK)
         return rc;
-    err = gp_op_pattern(GP_OP_ALERT, pattern, sizeof(pattern),
-                        (const char *const[]){wa->severity, wa->region, wa->site, NULL, NULL});
-    cfg.filter_subject = pattern;
     if (err == GP_EOK)
-        err = gp_bus_js_pull_new(c->bus, &cfg, on_alert_js, &w, &pull);
+        err = gp_bus_js_pull_new(c->bus, &cfg, cb, &w, &pull);
     if (err != GP_EOK) {
-        fprintf(stderr, "gpctl: cannot read ALERTS through %s: %s\n", wa->durable,
+        fprintf(stderr, "gpctl: cannot read %s through %s: %s\n", cfg.stream, wa->durable,
                 gp_err_str(err));
         return ctl_exit_code(err, true);
     }
     gp_buf_init(&w.b, 0);
-    run_watch(&w, pattern);
+    run_watch(&w, pattern, true);
     gp_bus_js_pull_free(pull);
     /* the worker ends within its fetch (<= 1 s): let it, so the acks go out */
     for (int i = 0; i < 15; i++)
         ev_run(c->loop, EVRUN_NOWAIT), usleep(100000);
     gp_buf_fini(&w.b);
-    fprintf(stderr, "%llu alerts\n", (unsigned long long)w.shown);
-    return GPCTL_OK;
+    fprintf(stderr, "%llu %s\n", (unsigned long long)w.shown, wa->alerts ? "alerts" : "events");
+    return w.stop == 2 ? GPCTL_FAIL : GPCTL_OK;
 }
 
 int
@@ -245,7 +317,7 @@ cmd_watch(gpctl *c, int argc, char **argv)
         return ctl_exit_code(err, true);
     }
     gp_buf_init(&w.b, 0);
-    run_watch(&w, pattern);
+    run_watch(&w, pattern, false);
     gp_bus_sub_free(sub);
     gp_buf_fini(&w.b);
     fprintf(stderr, "%llu %s\n", (unsigned long long)w.shown, wa.alerts ? "alerts" : "events");

@@ -191,16 +191,19 @@ static const help helps[] = {
      "\n"
      "  Ends a silence now.\n"},
     {"watch",
-     "Usage: gpctl watch jobs [--tenant T] [--job ID] [-o json]\n"
+     "Usage: gpctl watch jobs [--tenant T] [--job ID] [--durable NAME] [-o json]\n"
      "       gpctl watch alerts [--severity page|ticket|info] [--region R] [--site S]\n"
      "                          [--durable NAME] [-o json]\n"
      "\n"
      "  Prints job events as they happen (gp.events.<T|*>.job.<ID|*>.*), or\n"
      "  alerts, firing and resolved (gp.alerts.<severity>.<region>.<site>.<name>;\n"
      "  fleet-wide alerts have region and site _), one a line, until Ctrl-C\n"
-     "  (exit 0).  --durable NAME reads the ALERTS stream through a durable\n"
-     "  consumer of that name: run again with the same NAME after a disconnection,\n"
-     "  it prints every alert that came meanwhile, none twice.\n"},
+     "  (exit 0).  --durable NAME reads the JOBS or ALERTS stream through a\n"
+     "  durable consumer of that name: run again with the same NAME after a\n"
+     "  disconnection, it prints every event that came meanwhile, none twice.\n"
+     "  A tenant's NAME is tenant-<T>, the consumer the scheduler made for it\n"
+     "  (its own job events only; a tenant may not make one): gpctl binds to it.\n"
+     "  Another tenant's is refused by nats-server (DENIED, exit 1).\n"},
     {"fault",
      "Usage: gpctl fault KIND [--node N] [--site S] [--gpu I] [--code C] [--count N]\n"
      "                   [--duration-ms MS] [--delay-ms MS] [--jitter-ms MS] [--period-ms MS]\n"

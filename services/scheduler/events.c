@@ -1,4 +1,5 @@
-/* events.c -- job events: the outbox and the stream JOBS.
+/* events.c -- job events: the outbox and the stream JOBS, and each
+ * tenant's durable consumer on it (made here, read by the tenant).
  *
  * Every state change of a job writes its job_events row in the same
  * transaction as the change, unpublished.  After the commit the handler
@@ -19,6 +20,7 @@
 #include "gp/clock.h"
 #include "gp/dbarray.h"
 #include "gp/log.h"
+#include "gp/tenant_events.h"
 #include "scheduler.h"
 
 /* Outbox rows per pass: one pass's publishes stay a bounded burst. */
@@ -305,6 +307,53 @@ sched_outbox_run(gp_app *app, void *arg)
         s->outbox_busy = true;
 }
 
+/* ---- each tenant's consumer ----------------------------------------------------- */
+
+typedef struct made {
+    sched *s;
+    char   durable[GP_MAX_ID + 16];
+} made;
+
+static void
+consumer_made(void *arg, gp_err err)
+{
+    made *m = arg;
+
+    sched_count(m->s->m_tenant_consumers[err == GP_EOK ? 0 : 1]);
+    if (err != GP_EOK)              /* made at the tenant's next check instead */
+        GP_WARN("tenant_consumer_failed", "stream=%s durable=%s code=%s", GP_JOBS_STREAM,
+                m->durable, gp_err_name(err));
+    free(m);
+}
+
+/* Its config is the chassis' default for a durable (explicit acks, 30 s to
+ * ack, 1024 unacked) with the tenant's filter; a new one starts at the
+ * stream's first message, so one made after the tenant's first events
+ * still gives them, and making it again alike changes nothing. */
+void
+sched_tenant_consumer(sched *s, const char *tenant)
+{
+    char        filter[GP_MAX_SUBJECT + 1];
+    made       *m = calloc(1, sizeof(*m));
+    gp_pull_cfg c = {.stream = GP_JOBS_STREAM, .filter_subject = filter};
+    gp_err      rc = m == NULL ? GP_ENOMEM
+                               : gp_op_stream_filter(GP_OP_JOB_EVENT, "job",
+                                                     (const char *const[]){tenant, NULL, NULL},
+                                                     filter, sizeof(filter));
+
+    if (rc == GP_EOK) {
+        m->s = s;
+        snprintf(m->durable, sizeof(m->durable), GP_TENANT_CONSUMER_FMT, tenant);
+        c.durable = m->durable;
+        rc = gp_bus_js_consumer(gp_app_bus(s->app), &c, consumer_made, m);
+    }
+    if (rc != GP_EOK) {
+        sched_count(s->m_tenant_consumers[1]);
+        GP_WARN("tenant_consumer_failed", "tenant=%s code=%s", tenant, gp_err_name(rc));
+        free(m);
+    }
+}
+
 void
 sched_events_start(sched *s)
 {
@@ -326,4 +375,8 @@ sched_events_start(sched *s)
         "Job event publishes that failed (the outbox sends them again)");
     s->m_outbox_resent = gp_metrics_counter(m, "gp_scheduler_outbox_republished_total", NULL,
                                             "Job events the outbox task published again");
+    gp_metrics_counters(m, "gp_scheduler_tenant_consumers_total", "result",
+                        (const char *const[]){"made", "failed"}, 2,
+                        "Tenants' durable consumers on JOBS made (or made again alike), and "
+                        "failures", s->m_tenant_consumers);
 }

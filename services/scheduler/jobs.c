@@ -528,6 +528,7 @@ tenant_checked(void *arg, gp_err err, bool transport, const void *reply, const c
     }
     if (err == GP_EOK) {
         tenant_remember(sb->s, sb->tenant);
+        sched_tenant_consumer(sb->s, sb->tenant);      /* its events' replay, before any */
         if (reply != NULL)          /* placement needs it too (rights): no wait for a load */
             snap_tenant_upsert(&sb->s->snap, reply);
     }

@@ -96,6 +96,7 @@ typedef struct sched {
     uint64_t            *m_submits[6];    /* by outcome (jobs.c: SUBMIT_*) */
     uint64_t            *m_cancels[4];    /* by outcome (jobs.c: CANCEL_*) */
     uint64_t            *m_events_published, *m_event_publish_failures, *m_outbox_resent;
+    uint64_t            *m_tenant_consumers[2];   /* made, failed (events.c) */
     uint64_t            *m_event_batches;   /* attempt events: statements of 2+ */
     uint64_t            *m_signal_failures;
     double              *m_jobs[6];       /* jobs by state (msg_job_state_names) */
@@ -246,6 +247,9 @@ void sched_event_rows(sched *s, const char *tenant, const struct pg_result *res)
 void sched_outbox_run(gp_app *app, void *arg);
 extern const gp_stream_cfg sched_streams[];
 void sched_events_start(sched *s);
+/* Makes the tenant's durable consumer on JOBS (gp/tenant_events.h), or
+ * makes it again alike: called when a submit learns the tenant exists. */
+void sched_tenant_consumer(sched *s, const char *tenant);
 
 /* ---- flows ----------------------------------------------------------------------- */
 

@@ -1661,6 +1661,8 @@ sub_open(gp_app *app, sub_rt *s, const gp_route *r, const char *subject, void *d
         return GP_ETOOBIG;
     s->o->served = true;
     snprintf(s->subject, sizeof(s->subject), "%s", subject);
+    if (r->durable != NULL)
+        app->need_dlq = true;
     if (app->cfg.print_routes)
         return GP_EOK;                     /* listed, not subscribed */
     if (r->durable != NULL) {
@@ -1670,7 +1672,6 @@ sub_open(gp_app *app, sub_rt *s, const gp_route *r, const char *subject, void *d
                                 .max_inflight = d->max_inflight ? d->max_inflight : 256,
                                 .ack_wait_ms = d->ack_wait_ms ? d->ack_wait_ms : 30000};
 
-        app->need_dlq = true;
         return gp_bus_js_pull_new(app->bus, &pc, on_js, s, &s->pull);
     }
     return gp_bus_sub_new_lane(app->bus, subject, (r->flags & GP_R_QUEUE) ? app->service : NULL,
@@ -2028,11 +2029,27 @@ gp_app_release(gp_app *app)
         maybe_finish_drain(app);
 }
 
+/* What the service serves, and the JetStream streams it declares and the
+ * durable consumers it reads ("stream", "durable" lines): the contract's
+ * x-gp-service and x-gp-streams, which contract_drift_test.sh compares
+ * and deploy/nats-auth grants permissions from. */
 static void
 print_routes(gp_app *app)
 {
     for (int i = 0; i < app->nops; i++)
         printf("route %s %s %s\n", app->service, app->ops[i].op->id, app->ops[i].op->pattern);
+    for (int i = 0; i < app->nstreams; i++) {
+        const gp_stream_cfg *c = &app->streams[i].cfg;
+
+        printf("stream %s %s", app->service, c->name);
+        for (int j = 0; c->subjects[j] != NULL; j++)
+            printf("%s%s", j ? "," : " ", c->subjects[j]);
+        printf("\n");
+    }
+    for (int i = 0; i < app->nsubs; i++)
+        if (app->subs[i]->r->durable != NULL)
+            printf("durable %s %s %s\n", app->service, app->subs[i]->r->durable->stream,
+                   app->subs[i]->r->durable->name);
     fflush(stdout);
 }
 

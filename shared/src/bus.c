@@ -106,7 +106,7 @@ typedef struct req {
     ev_timer         timer;
 } req;
 
-typedef enum job_kind { JOB_STREAM, JOB_PUB, JOB_LIST } job_kind;
+typedef enum job_kind { JOB_STREAM, JOB_PUB, JOB_LIST, JOB_CONSUMER } job_kind;
 
 typedef struct job {
     struct job     *next;
@@ -123,6 +123,8 @@ typedef struct job {
     char           *msg_id;
     void           *data;
     size_t          len;
+    /* JOB_CONSUMER: made by gp_bus_js_consumer (with pull_alloc's defaults) */
+    gp_bus_pull    *cons;
 } job;
 
 struct gp_bus_pull {
@@ -132,6 +134,7 @@ struct gp_bus_pull {
     char             *stream, *durable, *filter;
     int               batch, max_inflight;
     int64_t           ack_wait_ms;
+    bool              bind_only; /* someone else made the durable: bind only */
     gp_bus_js_cb     *cb;
     void             *arg;
     pthread_t         thread;
@@ -785,6 +788,10 @@ make_options(gp_bus *bus, const gp_bus_opts *opts)
         s = natsOptions_SetUserInfo(o, opts->user, opts->password);
     if (s == NATS_OK && opts->token != NULL)
         s = natsOptions_SetToken(o, opts->token);
+    /* cnats' own requests too (the JetStream API, a pull consumer's
+     * fetches): an identity that may only read its own inboxes (a tenant) */
+    if (s == NATS_OK && opts->inbox_prefix != NULL)
+        s = natsOptions_SetCustomInboxPrefix(o, opts->inbox_prefix);
     if (s == NATS_OK)
         s = natsOptions_SetRetryOnFailedConnect(o, true, on_connected, bus);
     if (s == NATS_OK)
@@ -1187,9 +1194,14 @@ gp_bus_request_msgid(gp_bus *bus, const char *subject, const char *msg_id, const
 
 /* ---- JetStream worker: stream management and publishes ------------------ */
 
+static void   pull_destroy(gp_bus_pull *p);
+static gp_err run_consumer(job *j);
+
 static void
 job_free(job *j)
 {
+    if (j->cons != NULL)
+        pull_destroy(j->cons);
     if (j->subjects != NULL)
         for (char **p = j->subjects; *p != NULL; p++)
             free(*p);
@@ -1398,7 +1410,9 @@ jw_run(gp_bus *bus, job *j)
         run_list(bus, j);
         return;
     }
-    err = j->kind == JOB_STREAM ? run_stream(bus, j) : run_pub(bus, j, &full);
+    err = j->kind == JOB_STREAM     ? run_stream(bus, j)
+        : j->kind == JOB_CONSUMER ? run_consumer(j)
+                                  : run_pub(bus, j, &full);
     jw_report(bus, j, err, full);           /* full is set by the call before */
 }
 
@@ -1600,28 +1614,44 @@ pull_room(gp_bus_pull *p)
     return room < p->batch ? room : p->batch;
 }
 
-/* Creates or updates the durable to our config, then binds to it: binding
- * needs no subject, so a consumer of the whole stream works too, and the
- * durable survives natsSubscription_Destroy. */
+/* Creates the durable p names, or updates it to p's config; *jerr is the
+ * JetStream API's error (0: none, or no answer). */
+static natsStatus
+consumer_put(gp_bus_pull *p, jsSubOptions *so, jsErrCode *jerr)
+{
+    jsConsumerInfo *ci = NULL;
+    natsStatus      s;
+
+    jsSubOptions_Init(so);
+    so->Config.Durable = p->durable;
+    so->Config.AckPolicy = js_AckExplicit;
+    so->Config.AckWait = p->ack_wait_ms * 1000000LL;        /* ns */
+    so->Config.FilterSubject = p->filter;
+    so->Config.MaxAckPending = p->max_inflight;
+    *jerr = 0;
+    s = js_AddConsumer(&ci, p->js, p->stream, &so->Config, NULL, jerr);
+    if (s != NATS_OK && *jerr != 0)
+        s = js_UpdateConsumer(&ci, p->js, p->stream, &so->Config, NULL, jerr);
+    jsConsumerInfo_Destroy(ci);
+    return s;
+}
+
+/* Creates or updates the durable to our config (unless bind_only: its
+ * owner made it, and this identity may only read it), then binds to it:
+ * binding needs no subject, so a consumer of the whole stream works too,
+ * and the durable survives natsSubscription_Destroy. */
 static natsStatus
 pull_subscribe(gp_bus_pull *p)
 {
-    jsSubOptions    so;
-    jsConsumerInfo *ci = NULL;
-    jsErrCode       jerr = 0;
-    natsStatus      s;
+    jsSubOptions so;
+    jsErrCode    jerr = 0;
+    natsStatus   s = NATS_ERR;
 
-    jsSubOptions_Init(&so);
-    so.Config.Durable = p->durable;
-    so.Config.AckPolicy = js_AckExplicit;
-    so.Config.AckWait = p->ack_wait_ms * 1000000LL;        /* ns */
-    so.Config.FilterSubject = p->filter;
-    so.Config.MaxAckPending = p->max_inflight;
-    s = js_AddConsumer(&ci, p->js, p->stream, &so.Config, NULL, &jerr);
-    if (s != NATS_OK && jerr != 0)
-        s = js_UpdateConsumer(&ci, p->js, p->stream, &so.Config, NULL, &jerr);
-    jsConsumerInfo_Destroy(ci);
-    if (s != NATS_OK && jerr == 0)
+    if (p->bind_only)
+        jsSubOptions_Init(&so);
+    else
+        s = consumer_put(p, &so, &jerr);
+    if (!p->bind_only && s != NATS_OK && jerr == 0)
         return s;                   /* no answer: retry; else bind as it is */
     so.Stream = p->stream;
     so.Consumer = p->durable;
@@ -1743,6 +1773,7 @@ pull_alloc(gp_bus *bus, const gp_pull_cfg *cfg)
     p->batch = cfg->batch > 0 ? cfg->batch : 64;
     p->max_inflight = cfg->max_inflight > 0 ? cfg->max_inflight : 1024;
     p->ack_wait_ms = cfg->ack_wait_ms > 0 ? cfg->ack_wait_ms : 30000;
+    p->bind_only = cfg->bind_only;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cond, NULL);
     if (p->stream == NULL || p->durable == NULL ||
@@ -1778,6 +1809,43 @@ gp_bus_js_pull_new(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_js_cb *cb, void *
     bus->pulls = p;
     *out = p;
     return GP_EOK;
+}
+
+/* JOB_CONSUMER, on the worker thread. */
+static gp_err
+run_consumer(job *j)
+{
+    jsSubOptions so;
+    jsErrCode    jerr;
+    natsStatus   s = consumer_put(j->cons, &so, &jerr);
+
+    if (s != NATS_OK)
+        GP_WARN("js_consumer", "stream=%s durable=%s detail=\"%s\" js_err=%d", j->cons->stream,
+                j->cons->durable, natsStatus_GetText(s), (int)jerr);
+    return s == NATS_OK ? GP_EOK : js_err(s, jerr);
+}
+
+gp_err
+gp_bus_js_consumer(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_done_cb *cb, void *arg)
+{
+    gp_err err = js_usable(bus);
+    job   *j;
+
+    if (err != GP_EOK)
+        return err;
+    if (cfg == NULL || cfg->stream == NULL || cfg->durable == NULL ||
+        strchr(cfg->durable, '.') != NULL || cfg->bind_only)
+        return GP_EINVAL;
+    if ((j = calloc(1, sizeof(*j))) == NULL)
+        return GP_ENOMEM;
+    j->kind = JOB_CONSUMER;
+    j->cb = cb;
+    j->arg = arg;
+    if ((j->cons = pull_alloc(bus, cfg)) == NULL) {
+        job_free(j);
+        return GP_ENOMEM;
+    }
+    return jw_submit(bus, j);
 }
 
 static void

@@ -103,11 +103,13 @@ gp_op_param_index(const gp_op *op, const char *name)
     return -1;
 }
 
-gp_err
-gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n)
+/* pat (op's pattern, maybe with parameters filled: ids hold no dot, so the
+ * tokens stay where they were) cut at parameter `from`, ended with ">". */
+static gp_err
+cut_at(const gp_op *op, const char *pat, const char *from, char *buf, size_t n)
 {
     int         i = gp_op_param_index(op, from);
-    const char *p = op->pattern;
+    const char *p = pat;
     size_t      len;
 
     if (i < 0)
@@ -117,12 +119,28 @@ gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n)
             return GP_EINVAL;
         else
             p++;
-    len = (size_t)(p - op->pattern);
+    len = (size_t)(p - pat);
     if (len + 2 > n)
         return GP_ETOOBIG;
-    memcpy(buf, op->pattern, len);
+    memmove(buf, pat, len);
     memcpy(buf + len, ">", 2);
     return GP_EOK;
+}
+
+gp_err
+gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n)
+{
+    return cut_at(op, op->pattern, from, buf, n);
+}
+
+gp_err
+gp_op_stream_filter(const gp_op *op, const char *from, const char *const *args, char *buf,
+                    size_t n)
+{
+    char   pat[GP_MAX_SUBJECT + 1];
+    gp_err rc = gp_op_pattern(op, pat, sizeof(pat), args);
+
+    return rc != GP_EOK ? rc : cut_at(op, pat, from, buf, n);
 }
 
 bool

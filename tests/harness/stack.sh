@@ -9,6 +9,9 @@
 #                             stop or restart one server on the same port
 #   stack.sh reload-nats DIR  nats-server reads its configuration again
 #                             (after deploy/nats-auth added identities)
+#   stack.sh auth-nats DIR    restarts nats-server (same port and store) with
+#                             authorization on, as GP_STACK_NATS_AUTH=1 would
+#                             have started it: for a test under with-stack.sh
 #
 # GP_STACK_NATS_CLUSTER=N (2..5) at start: N clustered nats-servers with
 # JetStream instead of one (DIR/nats-I.conf, I = 1..N, routes between them
@@ -57,6 +60,9 @@ auth_nats() {
     local gen top
     top=$(cd "$(dirname "$0")/../.." && pwd)
     gen=$top/deploy/nats-auth
+    # the cheapest bcrypt: nats-server checks it at every connection, and a
+    # test's many short connections share two cores (a real network: 11)
+    export NATS_AUTH_BCRYPT_COST=${NATS_AUTH_BCRYPT_COST:-4}
     # shellcheck disable=SC2086
     "$gen" init "$dir/auth" --url "nats://127.0.0.1:$NATS_PORT" ${GP_STACK_SERVICES:-} >/dev/null
     "$gen" sim "$dir/auth" >/dev/null
@@ -305,6 +311,10 @@ kill-nats)      # I: kill -9, a crash (its pid file stays, for start-nats to rep
     wait_gone "$pid" 50
     ;;
 reload-nats) kill -HUP "$(cat "$dir/nats.pid")" ;;     # nats-server: SIGHUP reloads its config
+auth-nats)
+    load_env; auth_nats; stop_pidfile "$dir/nats.pid"; start_nats
+    grep -v '^GP_NATS_URL=' "$dir/auth/admin.env" >>"$dir/gp.env"     # as start does
+    ;;
 stop-redis) stop_pidfile "$dir/redis.pid" ;;
 start-redis) load_env; start_redis ;;
 stop-pg)    load_env; stop_pg ;;

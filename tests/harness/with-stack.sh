@@ -30,6 +30,9 @@ for a in "$@"; do
         case "$kv" in GP_STACK_[A-Z_]*=[A-Za-z0-9_]*) export "${kv?}" ;; esac
     done
 done
+# deploy/nats-auth's bcrypt hashes at the cheapest cost: nats-server checks
+# one at every connection, and a test's many short ones share two cores
+export NATS_AUTH_BCRYPT_COST=${NATS_AUTH_BCRYPT_COST:-4}
 "$here/stack.sh" start "$dir" || { echo "not ok - stack did not start"; exit 1; }
 set -a
 # shellcheck disable=SC1091

@@ -61,7 +61,9 @@ typedef struct gp_bus_opts {
     /* Prefix of the reply inbox (default "_INBOX"): replies to our requests
      * come on "<prefix>.<nuid>.<token>".  An agent sets its own subtree
      * ("gp.node.<site>.<node>._reply") so its NATS identity needs no
-     * subscribe rights outside it.  A subject without wildcards. */
+     * subscribe rights outside it, a tenant's gpctl gp.api.<t>._reply;
+     * cnats' own inboxes (JetStream calls and fetches) get it too.  A
+     * subject without wildcards. */
     const char *inbox_prefix;
     bool        jetstream;         /* open a JetStream context */
     /* Requests outstanding at once, at most (TOOBIG past it); 0 =
@@ -255,10 +257,18 @@ typedef struct gp_pull_cfg {
     int         batch;             /* messages per fetch (default 64) */
     int         max_inflight;      /* un-ended messages (default 1024) */
     int64_t     ack_wait_ms;       /* redelivery after this (default 30 s) */
+    bool        bind_only;         /* the durable exists, made by its owner: bind to it as it
+                                    * is, never create or update it (an identity that may only
+                                    * fetch and ack it, as a tenant its tenant-<t> on JOBS) */
 } gp_pull_cfg;
 
 gp_err gp_bus_js_pull_new(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_js_cb *cb, void *arg,
                           gp_bus_pull **out);
+/* Creates the durable consumer cfg describes, or updates it to cfg, on the
+ * worker thread, without reading from it: for a consumer one service makes
+ * for another identity to read (cfg->bind_only must be false).  cb once,
+ * OK or the error (CONFLICT: the JetStream API refused the config). */
+gp_err gp_bus_js_consumer(gp_bus *bus, const gp_pull_cfg *cfg, gp_bus_done_cb *cb, void *arg);
 /* Stops fetching; un-ended messages are redelivered later by the server.
  * Messages already handed out may still be ended.  Does not block; the
  * worker is joined on the loop once its current fetch (<= 1 s) returns.

@@ -59,6 +59,12 @@ gp_err gp_op_subjectf(const gp_op *op, char *buf, size_t n, ...);
  * same subjects from it. */
 gp_err gp_op_stream_subject(const gp_op *op, const char *from, char *buf, size_t n);
 
+/* The same with the parameters before `from` filled from args (as
+ * gp_op_pattern: NULL stays "*"): a consumer's filter on part of a stream
+ * (gp.events.acme.job.> from "job" and {"acme"}). */
+gp_err gp_op_stream_filter(const gp_op *op, const char *from, const char *const *args, char *buf,
+                           size_t n);
+
 /* Index of parameter name in op, or -1. */
 int    gp_op_param_index(const gp_op *op, const char *name);
 

@@ -67,9 +67,14 @@ grep -q '"node-la-la-n1"' "$A/site-la/auth.conf" && grep -q '"node-la-la-n2"' "$
 ok "la's leaf authorization lists la's two nodes and nothing else; lc (no node yet) a locked user only" $?
 
 # ---- the hub and the leaves -------------------------------------------------------------
-mkdir -p "$tmp/hub"
+mkdir -p "$tmp/hub/auth"
 ln -s "$CONF/hub.conf" "$tmp/hub/hub.conf"
-ln -s "$A" "$tmp/hub/auth"
+# the hub's authorization: nats-auth's, plus a test-only spy that may
+# subscribe to everything (none of nats-auth's identities may: each has
+# the subjects of its own operations only)
+SPY=$(openssl rand -hex 12)
+sed "s/^  users = \[\$/&\n    { user: \"spy\", password: \"$SPY\", permissions: { publish: { deny: [\">\"] }, subscribe: { allow: [\">\"] } } }/" \
+    "$A/auth.conf" >"$tmp/hub/auth/auth.conf"
 HUB_NAME=hub-0 HUB_HOST=127.0.0.1 HUB_PORT=${P[0]} HUB_CLUSTER_PORT=${P[1]} HUB_LEAF_PORT=${P[2]} \
 HUB_HTTP_PORT=${P[3]} HUB_STORE=$tmp/js HUB_ROUTES="nats-route://127.0.0.1:${P[1]}" \
 HUB_LEAF_TLS_CA=$A/tls/ca.crt HUB_LEAF_TLS_CERT=$A/tls/hub.crt HUB_LEAF_TLS_KEY=$A/tls/hub.key \
@@ -115,14 +120,17 @@ $NC "$LB" --user node-lb-lb-n1 --password "$(pw node-lb-lb-n1)" >"$tmp/lb-on-lb.
 ok "la's leaf refuses lb's node (not in its authorization); lb's leaf admits it" $?
 
 # the control plane's side: a service on the hub subscribed as the registry
-# is (gp.node.*.*.hb, a wildcard), and to everything of site la
+# is (gp.node.*.*.hb, a wildcard), and the spy to everything of the nodes
 $NC "$HUB" --user service-registry --password "$(pw service-registry)" --sub 'gp.node.*.*.hb' \
-    --sub 'gp.node.>' --for 2.5 >"$tmp/hub-sub.out" 2>&1 &
+    --for 2.5 >"$tmp/hub-sub.out" 2>&1 &
 sub=$!
+$NC "$HUB" --user spy --password "$SPY" --sub 'gp.node.>' --for 2.5 >"$tmp/hub-spy.out" 2>&1 &
+spy=$!
 sleep 0.8
 $NC "$LA" --user node-la-la-n1 --password "$(pw node-la-la-n1)" --pub gp.node.la.la-n2.hb \
     --pub gp.node.lb.lb-n1.hb --pub gp.node.la.la-n1.hb >"$tmp/la-n1.out" 2>&1
-wait "$sub"
+wait "$sub" "$spy"
+cat "$tmp/hub-spy.out" >>"$tmp/hub-sub.out"
 grep -qx 'err Permissions Violation for Publish to "gp.node.la.la-n2.hb"' "$tmp/la-n1.out" &&
     grep -qx 'err Permissions Violation for Publish to "gp.node.lb.lb-n1.hb"' "$tmp/la-n1.out" &&
     grep -q 'Publish Violation - User "node-la-la-n1", Subject "gp.node.lb.lb-n1.hb"' "$D/leaf-la.log"
@@ -161,8 +169,7 @@ spawn rogue "$NATS_SERVER" -c "$tmp/rogue.conf"
 wait_links 3
 ok "a leaf with la's identity and certificate, anonymous inside, is linked" $?
 for _ in 1 2 3 4 5; do       # (the hub subscriber's interest crosses the link in its own time)
-    $NC "$HUB" --user service-registry --password "$(pw service-registry)" --sub '>' --for 2.5 \
-        >"$tmp/hub-all.out" 2>&1 &
+    $NC "$HUB" --user spy --password "$SPY" --sub '>' --for 2.5 >"$tmp/hub-all.out" 2>&1 &
     sub=$!
     sleep 0.8
     $NC "127.0.0.1:${P[7]}" --pub gp.node.lb.lb-n1.hb --pub gp.admin.sites.list \
@@ -177,7 +184,7 @@ for _ in 1 2 3 4 5; do       # (the rogue's interest crosses the link in its own
     sub=$!
     sleep 0.8
     $NC "$HUB" --user service-scheduler --password "$(pw service-scheduler)" \
-        --pub gp.node.lb.lb-n1.cmd.run --pub gp.events.acme.job --pub gp.node.la.la-n1.cmd.run >/dev/null 2>&1
+        --pub gp.node.lb.lb-n1.cmd.run --pub gp.events.acme.job.j1.submitted --pub gp.node.la.la-n1.cmd.run >/dev/null 2>&1
     wait "$sub"
     grep -q '^msg gp.node.la.la-n1.cmd.run' "$tmp/rogue-sub.out" && break
 done

@@ -750,6 +750,41 @@ test_stream_limits(gp_bus *bus)
           (long long)l2.lim.max_bytes);
 }
 
+/* A durable made by one party (gp_bus_js_consumer: created, not read) and
+ * read by another that only binds to it (bind_only): the reader gets the
+ * maker's filter, whatever filter it asks for, and binding never creates
+ * a missing durable. */
+static void
+test_made_consumer(gp_bus *bus)
+{
+    gp_pull_cfg  made = {.stream = "GPT", .durable = "made-a", .filter_subject = "gpt.a"};
+    gp_pull_cfg  bind = {.stream = "GPT", .durable = "made-a", .bind_only = true};
+    gp_pull_cfg  none = {.stream = "GPT", .durable = "never-made", .bind_only = true};
+    done_rec     m1 = {0}, m2 = {0}, pb = {0};
+    pull_rec     rb = {0}, rn = {0};
+    gp_bus_pull *pb1, *pb2;
+
+    T_OKM(gp_bus_js_consumer(bus, &bind, done_cb, &m1) == GP_EINVAL,
+          "gp_bus_js_consumer of a bind_only config: INVAL");
+    T_OK(gp_bus_js_consumer(bus, &made, done_cb, &m1) == GP_EOK);
+    T_OK(gp_bus_js_consumer(bus, &made, done_cb, &m2) == GP_EOK);
+    RUN_UNTIL(m1.calls > 0 && m2.calls > 0, 10);
+    T_OKM(m1.err == GP_EOK && m2.err == GP_EOK, "durable made, and made again alike (%s, %s)",
+          gp_err_name(m1.err), gp_err_name(m2.err));
+    T_OK(gp_bus_js_pub(bus, "gpt.b", "mb1", "other", 5, done_cb, &pb) == GP_EOK);
+    RUN_UNTIL(pb.calls > 0, 10);
+    T_OK(gp_bus_js_pull_new(bus, &bind, pull_cb, &rb, &pb1) == GP_EOK);
+    T_OK(gp_bus_js_pull_new(bus, &none, pull_cb, &rn, &pb2) == GP_EOK);
+    RUN_UNTIL(rb.n >= 1, 10);
+    run_for(1.5);                           /* gpt.b messages would show up */
+    T_OKM(rb.n == 1 && strcmp(rb.data[0], "first") == 0,
+          "the reader bound to the made durable gets its filter's messages only (%d)", rb.n);
+    T_OKM(rn.n == 0, "binding to a missing durable reads nothing (%d)", rn.n);
+    gp_bus_js_pull_free(pb1);
+    gp_bus_js_pull_free(pb2);
+    run_for(1.2);
+}
+
 /* ---- outage ------------------------------------------------------------- */
 
 typedef struct conn_rec { int up, down; bool seq_ok; } conn_rec;
@@ -1041,6 +1076,7 @@ main(void)
     test_burst(bus, url);
     test_jetstream(bus);
     test_stream_limits(bus);
+    test_made_consumer(bus);
     test_outage(bus, &cr, url);
     test_pub_stall(url);
 

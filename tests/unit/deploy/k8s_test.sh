@@ -11,11 +11,12 @@
 # 3-server StatefulSet with JetStream volumes, settings and credentials
 # from a ConfigMap and Secrets, each service with tables migrating in an
 # initContainer, the one container with the PostgreSQL migrator's Secret,
-# and logging in with its own); JetStream fits the servers' volumes
-# (max_file_store below the volume, the streams' byte limits within
-# max_file_store, every stream 3 replicas); and planted mistakes (a
-# misspelt field, a string where a number goes, an unknown kind) fail the
-# check.
+# and logging in with its own; NATS's placeholder authorization admits no
+# one and is the server's alone; no simulator identity); JetStream fits the
+# servers' volumes (max_file_store below the volume, the streams' byte
+# limits within max_file_store, every stream 3 replicas); and planted
+# mistakes (a misspelt field, a string where a number goes, an unknown
+# kind) fail the check.
 # Prints TAP.  Needs kubectl (>= 1.24: kustomize 4 labels and replicas)
 # and node with deploy/k8s/validate's packages (make deps); SKIPs without.
 # test-tags: pass=normal (tests/run.sh)
@@ -65,7 +66,7 @@ for (const f of ['pilot', 'production'])
   console.log(JSON.stringify(parseAllDocuments(readFileSync('$tmp/' + f + '.yaml', 'utf8')).map(d => d.toJS())));
 " >"$tmp/docs.jsonl" 2>"$tmp/docs.err"
 /usr/bin/python3 - "$tmp/docs.jsonl" >"$tmp/needs.out" <<'PY'
-import json, sys
+import json, re, sys
 svcs = ['registry', 'scheduler', 'recovery', 'metering', 'billing', 'alerting']
 # the streams' default byte limits in MiB (services/*: sched_streams,
 # metering_streams, alerting_streams; shared/src/app.c: DLQ)
@@ -134,12 +135,26 @@ for name, line in zip(['pilot', 'production'], open(sys.argv[1])):
     if ('Service', 'redis') not in by:
         bad.append('no redis Service')
     bad += storage(by)
+    # NATS admits no one until an operator puts deploy/nats-auth's file in:
+    # the placeholder lists one user, a bcrypt hash of a value thrown away,
+    # denied everything (an empty list would admit anyone), read by the
+    # server alone; no simulator identity, Secret or Deployment
+    conf = by.get(('Secret', 'nats-auth'), {}).get('stringData', {}).get('auth.conf', '')
+    users = re.findall(r'user:\s*"([^"]*)",\s*password:\s*"([^"]*)"', conf)
+    if len(users) != 1 or not re.match(r'^\$2[aby]\$1[0-9]\$[./A-Za-z0-9]{53}$', users[0][1]) \
+            or 'deny: [">"] }, subscribe: { deny: [">"]' not in conf or 'allow' in conf:
+        bad.append('nats-auth placeholder: one locked user, a bcrypt hash, deny all (%s)' % users)
+    vol = [v for v in nats['spec']['template']['spec']['volumes'] if v['name'] == 'auth'] if nats else []
+    if not vol or vol[0]['secret'].get('defaultMode') != 0o400:
+        bad.append('nats auth volume: mode 0400')
+    if any('sim' in (d['metadata']['name'].split('-') + [u for u, _ in users]) for d in docs):
+        bad.append('a simulator identity, Secret or Deployment')
     reps = {s: by[('Deployment', s)]['spec']['replicas'] for s in svcs if ('Deployment', s) in by}
     print(name, 'ok' if not bad else 'bad', len(docs), ' '.join('%s=%d' % kv for kv in reps.items()), '; '.join(bad))
 PY
 while read -r o res cnt reps; do
     [ "$res" = ok ]
-    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets, PostgreSQL: its own login, the migrator's only in the initContainer) each with a PDB, NATS 3 servers with JetStream volumes (max_file_store below the volume, the streams' byte limits within it, stream-replicas 3), a redis Service ($cnt resources; replicas $reps)"
+    ok $? "$o: 6 Deployments (probes /readyz and /healthz, scrape annotations, requests, settings from ConfigMap and Secrets, PostgreSQL: its own login, the migrator's only in the initContainer) each with a PDB, NATS 3 servers with JetStream volumes (max_file_store below the volume, the streams' byte limits within it, stream-replicas 3), a redis Service, NATS's placeholder authorization admitting no one (0400), no simulator identity ($cnt resources; replicas $reps)"
 done <"$tmp/needs.out"
 [ "$(wc -l <"$tmp/needs.out")" -eq 2 ]
 ok $? "... both overlays read back as objects$( [ -s "$tmp/docs.err" ] && echo ": $(head -c 200 "$tmp/docs.err")")"

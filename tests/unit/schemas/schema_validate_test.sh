@@ -5,7 +5,8 @@
 # gp_msg_encode) and validates each <Title>.msgpack against
 # schemas/<domain>/<Title>.json with Debian's python3-jsonschema (Draft
 # 2020-12, $refs between files resolved over schemas/ by $id); checks that
-# broken objects do not validate, that gen.py --check passes, and that
+# broken objects do not validate, that gen.py --check passes (and refuses
+# broken folders, the markings deploy/nats-auth reads included), and that
 # Error.code's enum is the gp_err names of shared/include/gp/err.h, in order.
 # Prints TAP; exits non-zero on any failure.
 set -u
@@ -147,6 +148,19 @@ broken(('a channel whose payload schema is missing', 'no such schema'),
            {'$ref': 'test/Nope.json'})))
 broken(('an invalid examples[0]', 'examples[0]'),
        patch('test/Echo.json', lambda d: d['examples'][0].update(level=99)))
+# the markings deploy/nats-auth derives permissions from
+broken(('a receive operation without its senders', '"x-gp-senders" must name'),
+       patch('asyncapi.json', lambda d: d['operations']['apiJobGet'].pop('x-gp-senders')))
+broken(('a sender that is no identity', "x-gp-senders ['nobody']"),
+       patch('asyncapi.json', lambda d: d['operations']['apiJobGet'].update(
+           {'x-gp-senders': ['tenant', 'nobody']})))
+broken(('a send operation without its sender', '"x-gp-service" must name'),
+       patch('asyncapi.json', lambda d: d['operations']['alert'].pop('x-gp-service')))
+broken(('a tenant consumer read by another', "a tenant's consumer is named with {tenant}"),
+       patch('asyncapi.json', lambda d: d['x-gp-streams']['JOBS']['consumers']
+             ['tenant-{tenant}'].update(by='operator')))
+broken(('a stream declared by no service', '"declared-by" must name'),
+       patch('asyncapi.json', lambda d: d['x-gp-streams']['JOBS'].pop('declared-by')))
 
 # Error.code == the names in err.h, in order (so the index is the gp_err).
 with open(os.path.join(root, 'shared/include/gp/err.h')) as f:

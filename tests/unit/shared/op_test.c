@@ -1,7 +1,8 @@
 /* op_test.c -- gp_op_inbox_prefix: a client's reply inbox prefix
  * from the contract's inbox channels (the agent's and a tenant's);
- * gp_op_stream_subject: a stream's subjects from an operation; and the
- * per-tenant limit (x-gp-limit-by) on exactly the tenant API. */
+ * gp_op_stream_subject, gp_op_stream_filter: a stream's subjects, and a
+ * consumer's filter on it, from an operation; and the per-tenant limit
+ * (x-gp-limit-by) on exactly the tenant API. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,5 +69,16 @@ main(void)
     rc = gp_op_stream_subject(GP_OP_JOB_EVENT, "job", buf, 12);
     T_OKM(rc == GP_ETOOBIG, "a buffer too small is TOOBIG (%s)", gp_err_name(rc));
     test_limit_by();
+    rc = gp_op_stream_filter(GP_OP_JOB_EVENT, "job", (const char *const[]){"acme", NULL, NULL},
+                             buf, sizeof(buf));
+    T_OKM(rc == GP_EOK && strcmp(buf, "gp.events.acme.job.>") == 0,
+          "a tenant's filter on JOBS: its events, every job (%s)", buf);
+    rc = gp_op_stream_filter(GP_OP_JOB_EVENT, "job", (const char *const[]){"a.b", NULL, NULL},
+                             buf, sizeof(buf));
+    T_OKM(rc == GP_EINVAL, "a tenant that is no id (a dot) is INVAL (%s)", gp_err_name(rc));
+    rc = gp_op_stream_filter(GP_OP_JOB_EVENT, "job", (const char *const[]){NULL, NULL, NULL},
+                             buf, sizeof(buf));
+    T_OKM(rc == GP_EOK && strcmp(buf, "gp.events.*.job.>") == 0,
+          "no tenant: every tenant's (%s)", buf);
     return T_DONE();
 }

@@ -44,7 +44,7 @@ G="$B/bin/gpctl --timeout 60000"
 PY=/usr/bin/python3
 SEED=7
 if [ "${B%/san}" != "$B" ]; then
-    SITES=${GP_FLEET_SITES:-300}; JOBS1=${GP_FLEET_JOBS:-1000}; JOBS2=${GP_FLEET_JOBS2:-300}
+    SITES=${GP_FLEET_SITES:-300}; JOBS1=${GP_FLEET_JOBS:-600}; JOBS2=${GP_FLEET_JOBS2:-300}
     RATE=60; SETTLE1=300; SETTLE2=240
     echo "# sanitizer build: scaled down to $SITES sites, $JOBS1 + $JOBS2 jobs"
 else

@@ -19,7 +19,7 @@
 #   4. the hub's leaf port refuses a leaf with a certificate of another CA,
 #      with none, or with a wrong password;
 #   5. the leaf listens on LEAF_HOST only; a site without nodes admits no one.
-# test-tags: pass=normal (tests/run.sh)
+# test-tags: heavy pass=normal (tests/run.sh)
 set -u
 NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}
 # shellcheck source=tests/lib/lib.sh

@@ -19,7 +19,7 @@
 # start returns once JetStream has a meta leader.  Then
 #   stack.sh kill-nats DIR I  kill -9 server I (a crash)
 #   stack.sh stop-nats DIR [I] / start-nats DIR [I]   one server, or all
-# (no authorization on a cluster).
+# (with GP_STACK_NATS_AUTH=1, each server has the same authorization).
 #
 # PostgreSQL refuses to run as root, so its commands go through
 # `runuser -u postgres` when we are root.  A template cluster made once is
@@ -66,12 +66,29 @@ auth_nats() {
     # shellcheck disable=SC2086
     "$gen" init "$dir/auth" --url "nats://127.0.0.1:$NATS_PORT" ${GP_STACK_SERVICES:-} >/dev/null
     "$gen" sim "$dir/auth" >/dev/null
+    test_auth
+    [ "$NATS_CLUSTER" -gt 1 ] && return 0      # cluster_conf includes it
     cat >"$dir/nats.conf" <<CONF
 listen: 127.0.0.1:$NATS_PORT
 http: 127.0.0.1:$NATS_MON_PORT
 jetstream { store_dir: "$dir/nats" }
-include "auth/auth.conf"
+include "auth-test.conf"
 CONF
+}
+
+# DIR/auth-test.conf: nats-auth's authorization (DIR/auth/auth.conf) plus
+# the tests' own inspector, user "gptest" (password in DIR/gptest.pw), who
+# may publish and subscribe anything: a test's checks (tests/lib/jsapi.py
+# creating, filling and reading streams; usage_dump's durable) look at the
+# servers as an operator with a break-glass account would.  No service,
+# agent or tenant runs as it.  Made again at each reload-nats, after
+# `nats-auth tenant` rendered auth.conf anew.
+test_auth() {
+    [ -f "$dir/gptest.pw" ] || { openssl rand -hex 16 >"$dir/gptest.pw"; chmod 600 "$dir/gptest.pw"; }
+    sed "s/^  users = \[\$/&\n    { user: \"gptest\", password: \"$(cat "$dir/gptest.pw")\" }/" \
+        "$dir/auth/auth.conf" >"$dir/auth-test.conf"
+    chmod 600 "$dir/auth-test.conf"
+    grep -q '"gptest"' "$dir/auth-test.conf"
 }
 
 # Redis's ACL users (deploy/redis-acl): each service logs in as its own
@@ -179,6 +196,8 @@ cluster {
   routes: [$routes ]
 }
 CONF
+    [ -f "$dir/auth-test.conf" ] && echo 'include "auth-test.conf"' >>"$dir/nats-$i.conf"
+    return 0
 }
 
 port_of() {         # "p1 p2 p3" I -> pI
@@ -242,7 +261,7 @@ start)
     init_pg
     acl_redis
     if [ "$NATS_CLUSTER" -gt 1 ]; then
-        [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && { echo "stack: no authorization on a cluster" >&2; exit 2; }
+        [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
         start_cluster
     else
         [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
@@ -310,9 +329,14 @@ kill-nats)      # I: kill -9, a crash (its pid file stays, for start-nats to rep
     kill -KILL "$pid"
     wait_gone "$pid" 50
     ;;
-reload-nats) kill -HUP "$(cat "$dir/nats.pid")" ;;     # nats-server: SIGHUP reloads its config
+reload-nats)    # nats-server: SIGHUP reloads its config
+    load_env; test_auth
+    for f in "$dir"/nats.pid "$dir"/nats-*.pid; do
+        if [ -e "$f" ]; then kill -HUP "$(cat "$f")"; fi
+    done
+    ;;
 auth-nats)
-    load_env; auth_nats; stop_pidfile "$dir/nats.pid"; start_nats
+    load_env; NATS_CLUSTER=${NATS_CLUSTER:-1}; auth_nats; stop_pidfile "$dir/nats.pid"; start_nats
     grep -v '^GP_NATS_URL=' "$dir/auth/admin.env" >>"$dir/gp.env"     # as start does
     ;;
 stop-redis) stop_pidfile "$dir/redis.pid" ;;

@@ -19,11 +19,12 @@ requests on $JS.API.>, over the text protocol, no client library.
                                        one without)
 
 URLS: nats://H:P[,nats://H:P...] or H:P,...; the first that answers is
-used.  An API error reply ({"error": ...}) exits 1 after printing it; no
+used, as GP_NATS_USER with GP_NATS_PASSWORD when they are set.  An API error reply ({"error": ...}) exits 1 after printing it; no
 server or no answer exits 2.
 """
 import base64
 import json
+import os
 import socket
 import sys
 import time
@@ -44,8 +45,12 @@ class Conn:
             raise OSError('no server of %s answers: %s' % (urls, last))
         self.buf = b''
         self.line()                                   # INFO
-        self.s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,'
-                       b'"no_responders":true}\r\nSUB _JSAPI.* 1\r\nPING\r\n')
+        auth = ''
+        if os.environ.get('GP_NATS_USER'):
+            auth = ',"user":%s,"pass":%s' % (json.dumps(os.environ['GP_NATS_USER']),
+                                             json.dumps(os.environ.get('GP_NATS_PASSWORD', '')))
+        self.s.sendall(('CONNECT {"verbose":false,"pedantic":false,"headers":true,'
+                        '"no_responders":true%s}\r\nSUB _JSAPI.* 1\r\nPING\r\n' % auth).encode())
         while self.read()[0] != 'PONG':
             pass
         self.n = 0

@@ -26,7 +26,12 @@
 #      says so: stream_kept).
 # Not in the sanitizer pass: the workload's timing is sized for the normal
 # build (as billing/fault_test).
-# test-stack: GP_STACK_NATS_CLUSTER=3
+# Authorization on (GP_STACK_NATS_AUTH=1, the same on all three servers):
+# each service runs as its own deploy/nats-auth identity, the simulator as
+# sim, gpctl as the operator (admin); the test's own inspection (the
+# JetStream API, the audit's durable, the testsvc stand-ins) as the
+# harness' gptest (tests/harness/stack.sh).
+# test-stack: GP_STACK_NATS_CLUSTER=3 GP_STACK_NATS_AUTH=1
 # test-tags: pass=normal timeout=300 (tests/run.sh)
 set -u
 case "$GP_BUILD" in
@@ -38,7 +43,12 @@ D=$GP_STACK_DIR
 TENANT=op
 PY=/usr/bin/python3
 STACK="$GP_HARNESS/stack.sh"
-JS="$PY $(dirname "$0")/../../lib/jsapi.py $GP_NATS_URL"
+# the test's inspector (gptest) and each identity's credentials as env(1)
+# arguments (spawn records env's pid, which is the program's: env execs it)
+TESTER="GP_NATS_USER=gptest GP_NATS_PASSWORD=$(cat "$GP_STACK_DIR/gptest.pw")"
+creds() { echo "GP_NATS_USER=$1 GP_NATS_PASSWORD=$(sed -n 's/^GP_NATS_PASSWORD=//p' "$GP_STACK_DIR/auth/$1.env")"; }
+# shellcheck disable=SC2086
+JS="env $TESTER $PY $(dirname "$0")/../../lib/jsapi.py $GP_NATS_URL"
 # shellcheck source=tests/lib/lib.sh
 . "$(dirname "$0")/../../lib/lib.sh"
 # shellcheck disable=SC1091
@@ -68,13 +78,15 @@ diff_sets() { # FILE FILE: what differs, for the message
         <(sort -u "$2") | head -n 3 | tr '\n' ' '); missing: $(comm -13 <(sort -u "$1") \
         <(sort -u "$2") | head -n 3 | tr '\n' ' ')"
 }
-svc() {       # NAME PROG ARGS...
+svc() {       # NAME PROG ARGS...: as service-PROG
     local name=$1 prog=$2
     shift 2
-    spawn "$name" "$B/bin/gridpool-$prog" --config "$D/gp.env" --http-port 0 --instance "$name" \
+    # shellcheck disable=SC2046
+    spawn "$name" env $(creds "service-$prog") "$B/bin/gridpool-$prog" --config "$D/gp.env" --http-port 0 --instance "$name" \
         --stream-replicas 3 "$@"
 }
-tsvc() { spawn "$1" "$B/test/bin/testsvc" --config "$D/gp.env" --http-port -1 --instance "$1" \
+# shellcheck disable=SC2086
+tsvc() { spawn "$1" env $TESTER "$B/test/bin/testsvc" --config "$D/gp.env" --http-port -1 --instance "$1" \
     --presence-ms 500; }
 
 # ---- 1. the services declare their streams, 3 replicas each ----------------------------
@@ -103,9 +115,25 @@ for s in JOBS ATTEMPTS USAGE FLEET ALERTS DLQ; do
 done
 ok "JOBS ATTEMPTS USAGE FLEET ALERTS DLQ: 3 replicas, a byte and an age limit, discard new (FLEET old)${bad:+:$bad}" \
     "$([ -z "$bad" ]; echo $?)"
+# authorization is on, on every server: no anonymous client, and the
+# services' own identities cannot touch a stream outside their contract
+bad=
+for p_ in $NATS_PORTS; do
+    $PY "$(dirname "$0")/../../lib/natsc.py" "127.0.0.1:$p_" >"$tmp/anon.out" 2>&1 &&
+        bad="$bad $p_"
+    grep -q '^refused Authorization Violation' "$tmp/anon.out" || bad="$bad $p_"
+done
+# shellcheck disable=SC2046
+env $(creds service-alerting) $PY "$(dirname "$0")/../../lib/jsapi.py" "$GP_NATS_URL" purge USAGE \
+    >"$tmp/alerting-purge.out" 2>&1
+st_=$?
+[ -z "$bad" ] && [ $st_ -ne 0 ] && grep -q "Permissions Violation" "$tmp/alerting-purge.out" &&
+    [ "$(info USAGE "d['config']['num_replicas']")" = 3 ]
+ok "every server refuses an anonymous client${bad:+ (admitted on:$bad)}; alerting's identity may not purge USAGE ($(head -c 120 "$tmp/alerting-purge.out"))" $?
 
 # ---- 2. a server killed under a workload ---------------------------------------------------
-spawn sim "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 3 --seed 7 \
+# shellcheck disable=SC2046
+spawn sim env $(creds sim) "$B/bin/gridpool-sim" --config "$D/gp.env" --http-port 0 --sites 3 --seed 7 \
     --spread-ms 300 --truth "$D/truth.jsonl"
 for _ in $(seq 1 300); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
 for _ in $(seq 1 100); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
@@ -184,7 +212,8 @@ ids ATTEMPTS "$tmp/att.got"
 same_set "$tmp/att.got" "$tmp/att.want" && [ -s "$tmp/att.want" ]
 st_=$?
 ok "ATTEMPTS holds each attempt's start and end once, as the simulator ran them ($(wc -l <"$tmp/att.got"); $(diff_sets "$tmp/att.got" "$tmp/att.want"))" $st_
-"$B/test/bin/usage_dump" "$GP_NATS_URL" audit1 2000 >"$tmp/usage.jsonl" 2>"$tmp/dump.err"
+# shellcheck disable=SC2086
+env $TESTER "$B/test/bin/usage_dump" "$GP_NATS_URL" audit1 2000 >"$tmp/usage.jsonl" 2>"$tmp/dump.err"
 n_stream=$(grep -c . "$tmp/usage.jsonl")
 wait_sql "SELECT (SELECT count(*) FROM usage_records) + (SELECT count(*) FROM rejected_records)" \
     "$n_stream" 300
@@ -218,7 +247,8 @@ $JS set USAGE "{\"max_bytes\": $big, \"max_age\": $age}" >"$tmp/set.out"
 st_=$?
 ok "an operator raises USAGE's byte limit to 6 GiB and its age to 90 days$([ $st_ = 0 ] || echo ": $(head -c 300 "$tmp/set.out")")" $st_
 stop_pidfile "$D/pids/bill.pid"
-spawn bill2 "$B/bin/gridpool-billing" --config "$D/gp.env" --http-port 0 --instance bill2 \
+# shellcheck disable=SC2046
+spawn bill2 env $(creds service-billing) "$B/bin/gridpool-billing" --config "$D/gp.env" --http-port 0 --instance bill2 \
     --book-ms 500 --stream-replicas 1
 for _ in $(seq 1 100); do grep -q 'event=stream_ready.*stream=USAGE' "$D/bill2.log" && break; sleep 0.1; done
 got=$(info USAGE "d['config']['num_replicas'], d['config']['max_bytes'], d['config']['max_age']")

@@ -54,7 +54,7 @@ typedef struct sched_feed {
     bool        want_bookings;        /* this load ended before the follower's first */
     bool        stale;                /* a new site or node since this file's last load */
     uint64_t    run_ms;               /* gp_mono_ms when the last load started */
-    uint32_t    marks, run_marks;     /* sites marked waiting; how many when the load began */
+    uint32_t    marks, run_marks;     /* the last mark of a waiting site; the last before the load began */
     unsigned    fails;                /* loads failed in a row (logged at 1, 2, 4, 8...) */
     bool        owners_busy;          /* a site_owners write is running */
     uint64_t   *m_loads, *m_load_failures, *m_state_events;
@@ -325,17 +325,18 @@ owners_sync(sched_feed *f)
 
 /* The bookings are synced once the follower has loaded too (a booking
  * needs its node): at once, or at the follower's load (inv_loaded). */
-/* A load begun after every site was marked waiting has their pools and
- * products: they are placed on from now. */
+/* A load begun after a site was marked waiting has its pools and
+ * products: it is placed on from now.  A site marked since waits for the
+ * next load (each mark has its number, so a fleet still registering does
+ * not hold back the sites marked before the load began). */
 static void
 sites_ready(sched_feed *f)
 {
     snap *sn = &f->s->snap;
 
-    if (f->run_marks != f->marks)
-        return;                           /* one marked since: the next load */
     for (uint32_t i = 0; i < sn->nsite; i++)
-        sn->site[i].waiting = false;
+        if (sn->site[i].waiting != 0 && sn->site[i].waiting <= f->run_marks)
+            sn->site[i].waiting = 0;
 }
 
 static void
@@ -552,8 +553,7 @@ on_site(void *arg, gp_inv_what what, const char *id, const struct msg_site *m)
         /* its pools and products may be new too: not placed on until the
          * next load has them (an unpriced attempt is a record billing
          * refuses: billing fault_test) */
-        f->s->snap.site[snap_site_find(&f->s->snap, id)].waiting = true;
-        f->marks++;
+        f->s->snap.site[snap_site_find(&f->s->snap, id)].waiting = ++f->marks;
         f->stale = true;
     }
 }
@@ -573,8 +573,15 @@ on_node(void *arg, gp_inv_what what, const char *id, const char *site, const str
         GP_WARN("feed_upsert_failed", "kind=node id=%s site=%s", id, site);
         return;
     }
-    if (fresh)
+    if (fresh) {
+        /* its site waits again for a load begun after it: an operator
+         * (the simulator too) creates a site, then its pools and products,
+         * then installs its nodes, so the site's first load may have
+         * predated the products (streams_test saw a job placed unpriced
+         * there, 4 records billing refused) */
+        f->s->snap.site[f->s->snap.node[snap_node_find(&f->s->snap, id)].site].waiting = ++f->marks;
         f->stale = true;
+    }
     if (fresh && f->s->fed)
         sched_place_kick(f->s);
 }

@@ -479,7 +479,7 @@ int snap_site_upsert(snap *s, const msg_site *m)
         if (i == SNAP_NONE || map_put(&s->site_ix, m->id, i) < 0) return -1;
         snap_site *st = &s->site[i];
         st->used = true;
-        st->waiting = false;
+        st->waiting = 0;
         st->nodes = (snap_list){SNAP_NONE, 0};
         st->region = region;
         st->cell = snap_geo_cell(m->lat, m->lon);

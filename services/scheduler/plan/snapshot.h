@@ -83,8 +83,9 @@ typedef struct snap_site {
     snap_link rlink, glink;       /* in its region's list, its cell's list */
     int32_t cell;
     uint32_t visit_gen;           /* place(): visited in this walk */
-    bool waiting;                 /* new since the feed's last load of pools and products
-                                   * (a product may price it): not placed on yet */
+    uint32_t waiting;             /* non-zero: new (or a new node of it) since the feed's
+                                   * last load of pools and products (a product may price
+                                   * it): not placed on yet; the feed's mark number */
     bool used;
 } snap_site;
 

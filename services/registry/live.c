@@ -664,6 +664,26 @@ reseed_chunk_done(void *arg, const redisReply *rep, gp_err err)
     reseed_chunk_end(r);
 }
 
+/* The shard's mark, sent after its chunks (one slot: Redis runs them in
+ * order).  A chunk that failed leaves the epoch unwritten and the reseed
+ * runs again; meanwhile its nodes' leases are answered NOTFOUND and they
+ * register again, as before the marks. */
+static void
+seeded_mark(registry *r, unsigned shard)
+{
+    char key[REGISTRY_KEY_LEN];
+
+    if (r->reseed_bad > 0)
+        return;
+    registry_seeded_key(key, shard);
+    r->reseed_pending++;
+    if (gp_kv_cmdf(gp_app_kv(r->app), reseed_chunk_done, r, "SET %s %s", key,
+                   gp_app_instance(r->app)) != GP_EOK) {
+        r->reseed_pending--;
+        r->reseed_bad++;
+    }
+}
+
 static void
 reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
@@ -726,6 +746,7 @@ reseeded(void *arg, gp_err err, PGresult *const *res, int nres, const char *deta
                 r->reseed_bad++;            /* not sent: the chunks in flight still end */
             }
         }
+        seeded_mark(r, s);
     }
     free(order);
     free(start);

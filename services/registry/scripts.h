@@ -10,6 +10,7 @@
  *     gp:{N}:node:<id>    hash of one node (its site's shard)
  *     gp:{N}:seen         sorted set: the shard's nodes by their next deadline
  *     gp:{N}:rtt:<site>   hash: node -> last uplink RTT
+ *     gp:{N}:seeded       the shard's 'reg' marks are restored (a reseed)
  *     gp:epoch:v3         alone in its calls (no tag needed)
  *     gp:reseed:lock:v3   the reseeder's lock, alone in its calls
  *
@@ -44,6 +45,22 @@ static inline void
 registry_node_key(char *out, unsigned shard, const char *node)
 {
     snprintf(out, REGISTRY_KEY_LEN, "gp:{%u}:node:%s", shard, node);
+}
+
+static inline void
+registry_seen_key(char *out, unsigned shard);
+
+/* A shard whose 'reg' marks the registry restored (live.c's reseed): while
+ * it is missing (Redis lost its data, the reseed not through yet) the
+ * scheduler answers a lease without a 'reg' mark "renew again", not
+ * NOTFOUND, so a Redis loss does not send every agent to register again
+ * (3,000 registrations queued before an operator's read in registry
+ * fleet_test; 100,000 at the design limit).  The scheduler builds the same
+ * name (services/scheduler/reserve_scripts.h). */
+static inline void
+registry_seeded_key(char *out, unsigned shard)
+{
+    snprintf(out, REGISTRY_KEY_LEN, "gp:{%u}:seeded", shard);
 }
 
 static inline void

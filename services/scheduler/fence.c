@@ -86,15 +86,21 @@ static const char stamp_lua[] =
     "if at > cur then redis.call('SET', KEYS[1], string.format('%.0f', at), 'PX', " GRANT_TTL_MS ") end\n"
     "return 1\n";
 
-/* KEYS live hash (the registry's), reservations, grant, retired, epoch;
- * ARGV the reported attempts "<job>:<attempt>".  'notfound' without the
- * registry's 'reg' mark (first: registering again grants nothing of ours,
- * and the registration's stamp holds the fence); 'stale' without the
+/* KEYS live hash (the registry's), reservations, grant, retired, epoch,
+ * the registry's seeded mark; ARGV the reported attempts
+ * "<job>:<attempt>".  'notfound' without the registry's 'reg' mark (first:
+ * registering again grants nothing of ours, and the registration's stamp
+ * holds the fence), but 'reseeding' while the registry has not restored
+ * the shard's marks after a Redis loss (the node is renewed again in a
+ * moment instead of every node registering at once); 'stale' without the
  * shard's epoch; else one 1 (keep) or 0 (kill) per reported attempt, and the
  * grant is stamped when anything is kept.  A retired attempt (below) is
  * killed though it still holds its GPUs. */
 static const char lease_lua[] =
-    "if not redis.call('HGET', KEYS[1], 'reg') then return 'notfound' end\n"
+    "if not redis.call('HGET', KEYS[1], 'reg') then\n"
+    "  if redis.call('EXISTS', KEYS[6]) == 0 then return 'reseeding' end\n"
+    "  return 'notfound'\n"
+    "end\n"
     FENCE_LUA_STALE("KEYS[5]")
     "local held = {}\n"
     "for _, v in ipairs(redis.call('HVALS', KEYS[2])) do\n"
@@ -304,6 +310,9 @@ leased(void *arg, const redisReply *rep, gp_err err)
     else if (err == GP_EOK && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) &&
              strcmp(rep->str, "notfound") == 0)
         err = GP_ENOTFOUND;
+    else if (err == GP_EOK && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) &&
+             strcmp(rep->str, "reseeding") == 0)
+        err = GP_ECONFLICT;                /* the registry restores its marks: again soon */
     else if (err == GP_EOK && (rep->type != REDIS_REPLY_ARRAY || rep->elements != c->n))
         err = GP_EUNAVAIL;
     for (uint32_t i = 0; err == GP_EOK && i < c->n; i++)
@@ -317,9 +326,9 @@ sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_
                   sched_lease_cb *cb, void *arg)
 {
     char                   kn[SCHED_RES_KEY_LEN], kr[SCHED_RES_KEY_LEN], kg[SCHED_RES_KEY_LEN];
-    char                   kd[SCHED_RES_KEY_LEN], ke[SCHED_RES_KEY_LEN];
+    char                   kd[SCHED_RES_KEY_LEN], ke[SCHED_RES_KEY_LEN], ks[SCHED_RES_KEY_LEN];
     char                   held[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS][GP_MAX_ID + 16];
-    const char            *keys[5] = {kn, kr, kg, kd, ke};
+    const char            *keys[6] = {kn, kr, kg, kd, ke, ks};
     const char            *args[MSG_LEASE_RENEW_ATTEMPTS_MAXITEMS];
     const msg_attempt_ref *a = q->attempts.v;
     fence_call            *c;
@@ -335,11 +344,12 @@ sched_fence_lease(sched *s, const char *site, const char *node, const msg_lease_
     grant_key(kg, site, node);
     retired_key(kd, site, node);
     sched_epoch_key(ke, c->shard);
+    sched_res_seeded_key(ks, c->shard);
     for (uint32_t i = 0; i < q->attempts.n; i++) {
         snprintf(held[i], sizeof(held[i]), "%s:%u", a[i].job_id, a[i].attempt);
         args[i] = held[i];
     }
-    rc = gp_kvscript_call(&fs.lease, gp_app_kv(s->app), leased, c, 5, keys, (int)q->attempts.n,
+    rc = gp_kvscript_call(&fs.lease, gp_app_kv(s->app), leased, c, 6, keys, (int)q->attempts.n,
                           args, NULL);
     if (rc != GP_EOK)
         free(c);

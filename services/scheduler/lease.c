@@ -25,8 +25,8 @@
 #include "gp/shard.h"
 #include "scheduler.h"
 
-enum { LEASE_GRANTED, LEASE_KILLS, LEASE_NOTFOUND, LEASE_ERROR };
-static const char *const lease_outcomes[] = {"granted", "kills", "notfound", "error"};
+enum { LEASE_GRANTED, LEASE_KILLS, LEASE_NOTFOUND, LEASE_RESEEDING, LEASE_ERROR };
+static const char *const lease_outcomes[] = {"granted", "kills", "notfound", "reseeding", "error"};
 
 static void
 lease_end(gp_req *req, int outcome, gp_err rc)
@@ -79,6 +79,12 @@ decided(void *arg, gp_err err, const bool *keep, uint32_t n)
                                                    "node '%s' is not in the inventory (never "
                                                    "registered, or deleted): register again",
                                                    gp_req_param(req, "node")));
+        return;
+    }
+    if (err == GP_ECONFLICT) {      /* fence.c: no 'reg' mark, the registry's reseed not through */
+        lease_end(req, LEASE_RESEEDING, gp_req_fail(req, GP_EUNAVAIL,
+                                                    "the registry is restoring its live view "
+                                                    "after a Redis loss: renew again"));
         return;
     }
     if (err != GP_EOK) {
@@ -134,7 +140,7 @@ sched_lease_start(sched *s)
 {
     gp_metrics *m = gp_app_metrics(s->app);
 
-    gp_metrics_counters(m, "gp_scheduler_leases_total", "outcome", lease_outcomes, 4,
+    gp_metrics_counters(m, "gp_scheduler_leases_total", "outcome", lease_outcomes, 5,
                         "Lease renewals by outcome", s->m_leases);
     s->m_lease_kills = gp_metrics_counter(m, "gp_scheduler_lease_kills_total", NULL,
                                           "Attempts a lease reply told a node to kill");

@@ -40,6 +40,15 @@ sched_res_live_key(char *out, unsigned shard, const char *node)
     snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:node:%s", shard, node);
 }
 
+/* The registry's mark that it restored the shard's 'reg' marks after a
+ * Redis loss (services/registry/scripts.h, registry_seeded_key); read
+ * only, by the lease. */
+static inline void
+sched_res_seeded_key(char *out, unsigned shard)
+{
+    snprintf(out, SCHED_RES_KEY_LEN, "gp:{%u}:seeded", shard);
+}
+
 /* A shard's epoch: present while the shard's scheduler keys (reservations,
  * grants, retire marks) are whole.  Redis that lost its data (FLUSHALL, a
  * restart without persistence, a failover to an empty replica) lacks it,

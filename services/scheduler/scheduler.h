@@ -128,7 +128,7 @@ typedef struct sched {
     uint64_t             recon_truth_ms;        /* Redis's clock just before that read */
     uint64_t            *m_attempt_events[6];   /* by AttemptEvent.event */
     uint64_t            *m_attempt_event_errors;
-    uint64_t            *m_leases[4];     /* by outcome (lease.c: LEASE_*) */
+    uint64_t            *m_leases[5];     /* by outcome (lease.c: LEASE_*) */
     uint64_t            *m_lease_kills;   /* attempts a lease reply told a node to kill */
     uint64_t            *m_release_failures, *m_timed_out, *m_replaced;
     uint64_t            *m_reconcile_runs[3];   /* done, skipped (another instance), failed */

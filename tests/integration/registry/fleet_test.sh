@@ -80,6 +80,15 @@ check "gpctl describe node $first shows its GPUs and latest telemetry" py "
 import sys; t = open('$D/describe.txt').read().lower()
 sys.exit(not all(k in t for k in ('telemetry', 'temp', 'power', 'util', 'uuid', 'gpu-')))"
 
+# metric NAME PATTERN: the registry's (reg) or scheduler's (sched) counter
+# line matching PATTERN, its value (0 when absent)
+metric() {
+    local port
+    port=$(grep -o 'event=starting .*http_port=[0-9]*' "$D/$1.log" | head -n 1 | sed 's/.*http_port=//')
+    curl -s "http://127.0.0.1:$port/metrics" | grep -F "$2" | awk '{s += $2} END {print s + 0}'
+}
+regs0=$(metric registry 'gp_requests_total{route="gp.node.*.*.register"')
+grant0=$(metric scheduler 'gp_scheduler_leases_total{outcome="granted"}')
 redis-cli -h 127.0.0.1 -p "$GP_REDIS_PORT" FLUSHALL >/dev/null
 flushed=$(py "import time; print(int(time.time() * 1000))")
 sleep $((2 * HB_MS / 1000))
@@ -90,6 +99,14 @@ nodes = json.load(open('$D/nodes2.json'))
 late = [x['id'] for x in nodes if x['last_seen_ms'] < $flushed or x['state'] != 'healthy']
 print('# nodes', len(nodes), 'not back', len(late), late[:5])
 sys.exit(bool(late) or len(nodes) != $nodes)"
+# the registry restored every node's mark from PostgreSQL; a lease that came
+# before it is answered "renew again", so no agent registers again (each
+# registration is a PostgreSQL transaction: 3,000 at once queued the
+# operator's read above past its 20 s)
+regs=$(( $(metric registry 'gp_requests_total{route="gp.node.*.*.register"') - regs0 ))
+grants=$(( $(metric scheduler 'gp_scheduler_leases_total{outcome="granted"}') - grant0 ))
+check "... and no node had to register again ($regs registrations since the flush; $(metric scheduler 'gp_scheduler_leases_total{outcome="reseeding"}') leases answered 'renew again' meanwhile, $grants granted since)" \
+    test "$regs" -le $((nodes / 100)) -a "$grants" -gt "$nodes"
 
 $G fault node_stop --node "$first" >/dev/null
 stopped=$(now)

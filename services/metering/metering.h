@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "gp/app.h"
+#include "gp/epoch.h"
 #include "gp/kvscript.h"
 #include "gp/limits.h"
 #include "gp/shard.h"
@@ -64,10 +65,10 @@ typedef struct metering {
     /* store.c: records to PostgreSQL, baselines from it */
     struct metering_store *store;
     uint64_t           *m_stored, *m_store_errors, *m_baselines[3];
-    /* epoch.c: shards whose epoch Redis lacks, to be rebuilt */
-    bool                stale[GP_SHARDS];
-    bool                stale_any, epoch_busy;
-    uint64_t           *m_rebuilds[3], *m_requeued, *m_stale_refusals;
+    /* epoch.c: shards whose epoch Redis lacks, to be rebuilt (the marks,
+     * the rounds and gp_metering_redis_rebuilds_total: gp/epoch.h) */
+    gp_epoch            epoch;
+    uint64_t           *m_requeued, *m_stale_refusals;
 } metering;
 
 /* A script found shard's epoch missing: Redis lost its data (epoch.c
@@ -75,9 +76,7 @@ typedef struct metering {
 static inline void
 metering_shard_stale(metering *m, unsigned shard)
 {
-    if (shard < GP_SHARDS)
-        m->stale[shard] = true;
-    m->stale_any = true;
+    gp_epoch_mark(&m->epoch, shard);
     if (m->m_stale_refusals != NULL)
         (*m->m_stale_refusals)++;
 }

@@ -17,8 +17,9 @@
  * Each shard carries an epoch key (reserve_scripts.h).  Every script that
  * books, grants, renews, retires or replaces refuses without it ('stale')
  * and marks the shard (sched_shard_stale); so does a start, for every
- * shard.  The "epoch" task takes the marks and rebuilds those shards, each
- * step a script that first checks the epoch is still missing (else the
+ * shard.  The "epoch" task takes the marks and rebuilds those shards (the
+ * marks, rounds and results are gp/epoch.h's driver; this file gives it the
+ * scripts, the read and the steps), each step a script that first checks the epoch is still missing (else the
  * shard is whole: 'present') and, after the first, that the rebuild's
  * token is still its own (else 'lost'):
  *
@@ -52,6 +53,7 @@
 #include <string.h>
 
 #include "gp/clock.h"
+#include "gp/epoch.h"
 #include "gp/kvscript.h"
 #include "gp/log.h"
 #include "reserve_scripts.h"
@@ -109,9 +111,7 @@ static const char seal_lua[] =
 
 static gp_kvscript begin_script, grants_script, restore_script, seal_script;
 
-enum { R_DONE, R_PRESENT, R_FAILED };
-static const char *const results[] = {"done", "present", "failed"};
-enum { S_BEGIN, S_GRANTS, S_RESTORE, S_SEAL };
+enum { S_GRANTS = GP_EPOCH_FIRST, S_RESTORE, S_SEAL };
 
 /* One live attempt row, as read. */
 typedef struct live_row {
@@ -120,42 +120,24 @@ typedef struct live_row {
     uint64_t gpus;
 } live_row;
 
-typedef struct rebuild rebuild;
-
-/* One shard's rebuild: its rows, the step and how far it got. */
-typedef struct shard_job {
-    rebuild  *rb;
-    unsigned  shard;
-    bool      begun;
-    int       step;
-    live_row *row;               /* into rb->rows */
+/* One shard's rows and how far its steps got (the driver's job data). */
+typedef struct shard_rows {
+    live_row *row;               /* into the round's rows */
     unsigned  n, at;             /* rows, the next row of the step */
     int       gpu;               /* restore: the next GPU of row[at] */
     unsigned  grants, gpus;      /* nodes and GPUs this rebuild changed */
-    char      token[GP_MAX_ID + 32];
-} shard_job;
+} shard_rows;
 
-struct rebuild {
-    sched     *s;
-    live_row  *rows;
-    unsigned   pending;
-    unsigned   done, attempts, gpus, grants;   /* the round's, for its log lines */
-    unsigned   failed;
-    char       why[64];                        /* the first failure's */
-    bool       marked[GP_SHARDS];   /* the shards this round rebuilds */
-    shard_job  job[GP_SHARDS];
-};
+/* The round's rows and figures (the driver's round data). */
+typedef struct round_rows {
+    live_row *rows;
+    unsigned  attempts, gpus, grants;   /* the done shards', for the log line */
+} round_rows;
 
-static void step_send(shard_job *j);
-static void read_live(rebuild *rb);
-
-/* Marked again after a failure: the task's next run tries again. */
-static void
-mark(sched *s, unsigned shard)
-{
-    s->stale[shard] = true;
-    s->stale_any = true;
-}
+/* One call's keys and arguments (one call is built at a time). */
+static char        kb[CHUNK + 3][SCHED_RES_KEY_LEN];
+static char        ab[2 * (CHUNK + 3)][GP_MAX_ID + 16];
+static const char *keys[CHUNK + 3], *args[3 * CHUNK + 3];
 
 static void
 add(uint64_t *c, unsigned n)
@@ -164,167 +146,155 @@ add(uint64_t *c, unsigned n)
         *c += n;
 }
 
-/* One call of the phase answered: the round goes on when all have. */
+/* Every script's first keys and argument: the epoch, the token. */
 static void
-phase_step(rebuild *rb)
+script_head(const gp_epoch_job *j)
 {
-    sched *s = rb->s;
-
-    if (--rb->pending > 0)
-        return;
-    for (unsigned sh = 0; sh < GP_SHARDS; sh++)
-        if (rb->job[sh].begun && rb->job[sh].step == S_BEGIN) {
-            read_live(rb);                /* every begin answered: the truth, then the rest */
-            return;
-        }
-    if (rb->done > 0)
-        GP_WARN("redis_rebuilt", "shards=%u attempts=%u gpus=%u grants=%u", rb->done,
-                rb->attempts, rb->gpus, rb->grants);
-    if (rb->failed > 0)
-        GP_WARN("redis_rebuild_failed", "shards=%u why=\"%s\"", rb->failed, rb->why);
-    free(rb->rows);
-    free(rb);
-    s->epoch_busy = false;
-    if (s->stale_any && s->epoch_task != NULL)
-        gp_task_kick(s->epoch_task);
-}
-
-static void
-shard_end(shard_job *j, int result, const char *why)
-{
-    sched *s = j->rb->s;
-
-    j->begun = false;
-    sched_count(s->m_rebuilds[result]);
-    if (result == R_DONE) {
-        add(s->m_rebuilt_gpus, j->gpus);
-        add(s->m_rebuilt_grants, j->grants);
-        j->rb->done++;
-        j->rb->attempts += j->n;
-        j->rb->gpus += j->gpus;
-        j->rb->grants += j->grants;
-    } else if (result == R_FAILED) {
-        if (j->rb->failed++ == 0)
-            snprintf(j->rb->why, sizeof(j->rb->why), "shard %u step %d: %s", j->shard, j->step,
-                     why);
-        if (strcmp(why, "lost") != 0)  /* lost: another rebuild or a loss took it over */
-            mark(s, j->shard);
-    }
-    phase_step(j->rb);
-}
-
-static void
-step_answered(void *arg, const redisReply *rep, gp_err err)
-{
-    shard_job *j = arg;
-
-    if (err != GP_EOK || rep->type == REDIS_REPLY_ERROR) {
-        shard_end(j, R_FAILED, err != GP_EOK ? gp_err_name(err) : rep->str);
-        return;
-    }
-    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "begun") == 0) {
-        phase_step(j->rb);            /* waits for the read */
-        return;
-    }
-    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "sealed") != 0) {
-        shard_end(j, strcmp(rep->str, "present") == 0 ? R_PRESENT : R_FAILED, rep->str);
-        return;
-    }
-    if (j->step == S_SEAL) {
-        shard_end(j, R_DONE, NULL);
-        return;
-    }
-    if (j->step == S_GRANTS && rep->type == REDIS_REPLY_INTEGER)
-        j->grants += (unsigned)rep->integer;
-    else if (j->step == S_RESTORE && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
-        j->gpus += (unsigned)rep->element[0]->integer;
-    if (j->at >= j->n) {               /* this step is through every row: the next */
-        j->step = j->step == S_GRANTS && j->n > 0 ? S_RESTORE : S_SEAL;
-        j->at = 0;
-        j->gpu = 0;
-    }
-    step_send(j);
-}
-
-/* Grants: up to CHUNK nodes of the shard's rows (a node twice is harmless). */
-static gp_err
-send_grants(shard_job *j, const char **keys, char (*kb)[SCHED_RES_KEY_LEN], const char **args)
-{
-    char ahead[16];
-    int  nk = 2;
-
-    snprintf(ahead, sizeof(ahead), "%u", j->rb->s->cfg->dispatch_timeout_ms);
-    args[1] = ahead;
-    for (; j->at < j->n && nk < CHUNK + 2; j->at++, nk++) {
-        sched_grant_key(kb[nk], j->shard, j->row[j->at].node);
-        keys[nk] = kb[nk];
-    }
-    return gp_kvscript_call(&grants_script, gp_app_kv(j->rb->s->app), step_answered, j, nk, keys,
-                            2, args, NULL);
-}
-
-/* Restore: up to CHUNK GPUs, row by row, GPU by GPU. */
-static gp_err
-send_restore(shard_job *j, const char **keys, char (*kb)[SCHED_RES_KEY_LEN], const char **args,
-             char (*ab)[GP_MAX_ID + 16])
-{
-    int nk = 3, na = 1;
-
-    sched_res_index_key(kb[2], j->shard);
-    keys[2] = kb[2];
-    while (j->at < j->n && nk < CHUNK + 3) {
-        const live_row *r = &j->row[j->at];
-
-        for (; j->gpu <= SCHED_RES_MAX_GPU && !(r->gpus & (1ull << j->gpu)); j->gpu++)
-            ;
-        if (j->gpu > SCHED_RES_MAX_GPU) {
-            j->at++;
-            j->gpu = 0;
-            continue;
-        }
-        sched_res_key(kb[nk], j->shard, r->node);
-        keys[nk] = kb[nk];
-        snprintf(ab[2 * nk], sizeof(ab[0]), "%d", j->gpu);
-        snprintf(ab[2 * nk + 1], sizeof(ab[0]), "%s:%u", r->job, r->attempt);
-        args[na++] = r->node;
-        args[na++] = ab[2 * nk];
-        args[na++] = ab[2 * nk + 1];
-        nk++;
-        j->gpu++;
-    }
-    return gp_kvscript_call(&restore_script, gp_app_kv(j->rb->s->app), step_answered, j, nk, keys,
-                            na, args, NULL);
-}
-
-static void
-step_send(shard_job *j)
-{
-    static char        kb[CHUNK + 3][SCHED_RES_KEY_LEN];
-    static char        ab[2 * (CHUNK + 3)][GP_MAX_ID + 16];
-    static const char *keys[CHUNK + 3], *args[3 * CHUNK + 3];
-    gp_kv             *kv = gp_app_kv(j->rb->s->app);
-    char               value[GP_MAX_ID + 32];
-    gp_err             rc;
-
     sched_epoch_key(kb[0], j->shard);
     snprintf(kb[1], sizeof(kb[1]), "gp:{%u}:sched:rebuilding", j->shard);
     keys[0] = kb[0];
     keys[1] = kb[1];
     args[0] = j->token;
-    if (j->step == S_BEGIN) {
-        rc = gp_kvscript_call(&begin_script, kv, step_answered, j, 2, keys, 1, args, NULL);
-    } else if (j->step == S_GRANTS) {
-        rc = send_grants(j, keys, kb, args);
-    } else if (j->step == S_RESTORE) {
-        rc = send_restore(j, keys, kb, args, ab);
-    } else {
-        snprintf(value, sizeof(value), "%s:%llu", gp_app_instance(j->rb->s->app),
-                 (unsigned long long)gp_wall_ms());
-        args[1] = value;
-        rc = gp_kvscript_call(&seal_script, kv, step_answered, j, 2, keys, 2, args, NULL);
+}
+
+static gp_err
+send_begin(void *arg, gp_epoch_job *j)
+{
+    sched *s = arg;
+
+    script_head(j);
+    return gp_kvscript_call(&begin_script, gp_app_kv(s->app), gp_epoch_answered, j, 2, keys, 1,
+                            args, NULL);
+}
+
+/* Grants: up to CHUNK nodes of the shard's rows (a node twice is harmless). */
+static gp_err
+send_grants(sched *s, gp_epoch_job *j, shard_rows *d)
+{
+    char ahead[16];
+    int  nk = 2;
+
+    snprintf(ahead, sizeof(ahead), "%u", s->cfg->dispatch_timeout_ms);
+    args[1] = ahead;
+    for (; d->at < d->n && nk < CHUNK + 2; d->at++, nk++) {
+        sched_grant_key(kb[nk], j->shard, d->row[d->at].node);
+        keys[nk] = kb[nk];
     }
-    if (rc != GP_EOK)
-        shard_end(j, R_FAILED, gp_err_name(rc));
+    return gp_kvscript_call(&grants_script, gp_app_kv(s->app), gp_epoch_answered, j, nk, keys, 2,
+                            args, NULL);
+}
+
+/* Restore: up to CHUNK GPUs, row by row, GPU by GPU. */
+static gp_err
+send_restore(sched *s, gp_epoch_job *j, shard_rows *d)
+{
+    int nk = 3, na = 1;
+
+    sched_res_index_key(kb[2], j->shard);
+    keys[2] = kb[2];
+    while (d->at < d->n && nk < CHUNK + 3) {
+        const live_row *r = &d->row[d->at];
+
+        for (; d->gpu <= SCHED_RES_MAX_GPU && !(r->gpus & (1ull << d->gpu)); d->gpu++)
+            ;
+        if (d->gpu > SCHED_RES_MAX_GPU) {
+            d->at++;
+            d->gpu = 0;
+            continue;
+        }
+        sched_res_key(kb[nk], j->shard, r->node);
+        keys[nk] = kb[nk];
+        snprintf(ab[2 * nk], sizeof(ab[0]), "%d", d->gpu);
+        snprintf(ab[2 * nk + 1], sizeof(ab[0]), "%s:%u", r->job, r->attempt);
+        args[na++] = r->node;
+        args[na++] = ab[2 * nk];
+        args[na++] = ab[2 * nk + 1];
+        nk++;
+        d->gpu++;
+    }
+    return gp_kvscript_call(&restore_script, gp_app_kv(s->app), gp_epoch_answered, j, nk, keys,
+                            na, args, NULL);
+}
+
+static gp_err
+send_seal(sched *s, gp_epoch_job *j)
+{
+    char value[GP_MAX_ID + 32];
+
+    snprintf(value, sizeof(value), "%s:%llu", gp_app_instance(s->app),
+             (unsigned long long)gp_wall_ms());
+    args[1] = value;
+    return gp_kvscript_call(&seal_script, gp_app_kv(s->app), gp_epoch_answered, j, 2, keys, 2,
+                            args, NULL);
+}
+
+/* After the read (rep NULL) or a step's count: grants, restore, seal. */
+static gp_err
+send_step(void *arg, gp_epoch_job *j, const redisReply *rep)
+{
+    sched      *s = arg;
+    shard_rows *d = j->data;
+
+    if (rep != NULL && j->step == S_SEAL)
+        return GP_EINTERNAL;           /* the seal answers a string */
+    if (rep != NULL && j->step == S_GRANTS && rep->type == REDIS_REPLY_INTEGER)
+        d->grants += (unsigned)rep->integer;
+    else if (rep != NULL && j->step == S_RESTORE && rep->type == REDIS_REPLY_ARRAY &&
+             rep->elements == 2)
+        d->gpus += (unsigned)rep->element[0]->integer;
+    if (rep != NULL && d->at >= d->n) {   /* this step is through every row: the next */
+        j->step = j->step == S_GRANTS && d->n > 0 ? S_RESTORE : S_SEAL;
+        d->at = 0;
+        d->gpu = 0;
+    }
+    script_head(j);
+    if (j->step == S_GRANTS)
+        return send_grants(s, j, d);
+    if (j->step == S_RESTORE)
+        return send_restore(s, j, d);
+    return send_seal(s, j);
+}
+
+static void
+shard_done(void *arg, gp_epoch_job *j)
+{
+    sched            *s = arg;
+    const shard_rows *d = j->data;
+    round_rows       *rr = gp_epoch_data(j->round);
+
+    add(s->m_rebuilt_gpus, d->gpus);
+    add(s->m_rebuilt_grants, d->grants);
+    rr->attempts += d->n;
+    rr->gpus += d->gpus;
+    rr->grants += d->grants;
+}
+
+static void
+round_fields(void *arg, gp_epoch_round *r, char *buf, size_t len)
+{
+    const round_rows *rr = gp_epoch_data(r);
+
+    (void)arg;
+    snprintf(buf, len, "attempts=%u gpus=%u grants=%u", rr->attempts, rr->gpus, rr->grants);
+}
+
+static void
+round_end(void *arg, gp_epoch_round *r)
+{
+    round_rows *rr = gp_epoch_data(r);
+
+    (void)arg;
+    free(rr->rows);
+}
+
+/* Marked meanwhile: the task runs again at once. */
+static void
+kick_again(void *arg)
+{
+    sched *s = arg;
+
+    if (s->epoch_task != NULL)
+        gp_task_kick(s->epoch_task);
 }
 
 /* "0,1,3" -> bits 0, 1, 3 */
@@ -348,37 +318,43 @@ gpu_mask(const char *list)
 
 /* The rows of the begun shards, grouped by shard (a counting sort). */
 static gp_err
-take_rows(rebuild *rb, const PGresult *res)
+take_rows(gp_epoch_round *r, const PGresult *res)
 {
-    int      n = PQntuples(res);
-    unsigned count[GP_SHARDS] = {0}, at[GP_SHARDS], total = 0;
+    round_rows *rr = gp_epoch_data(r);
+    int         n = PQntuples(res);
+    unsigned    count[GP_SHARDS] = {0}, at[GP_SHARDS], total = 0;
 
     for (int i = 0; i < n; i++) {
         unsigned sh = gp_shard_of(PQgetvalue(res, i, 2));
 
-        count[sh] += rb->job[sh].begun;
+        count[sh] += gp_epoch_begun(r, sh) != NULL;
     }
     for (unsigned sh = 0; sh < GP_SHARDS; sh++) {
         at[sh] = total;
         total += count[sh];
     }
-    if (total > 0 && (rb->rows = calloc(total, sizeof(*rb->rows))) == NULL)
+    if (total > 0 && (rr->rows = calloc(total, sizeof(*rr->rows))) == NULL)
         return GP_ENOMEM;
     for (unsigned sh = 0; sh < GP_SHARDS; sh++) {
-        rb->job[sh].row = rb->rows + at[sh];
-        rb->job[sh].n = count[sh];
+        gp_epoch_job *j = gp_epoch_begun(r, sh);
+        shard_rows   *d = j != NULL ? j->data : NULL;
+
+        if (d != NULL) {
+            d->row = rr->rows + at[sh];
+            d->n = count[sh];
+        }
     }
     for (int i = 0; i < n; i++) {
         unsigned  sh = gp_shard_of(PQgetvalue(res, i, 2));
-        live_row *r;
+        live_row *row;
 
-        if (!rb->job[sh].begun)
+        if (gp_epoch_begun(r, sh) == NULL)
             continue;
-        r = &rb->rows[at[sh]++];
-        snprintf(r->job, sizeof(r->job), "%s", PQgetvalue(res, i, 0));
-        r->attempt = (uint32_t)strtoul(PQgetvalue(res, i, 1), NULL, 10);
-        snprintf(r->node, sizeof(r->node), "%s", PQgetvalue(res, i, 3));
-        r->gpus = gpu_mask(PQgetvalue(res, i, 4));
+        row = &rr->rows[at[sh]++];
+        snprintf(row->job, sizeof(row->job), "%s", PQgetvalue(res, i, 0));
+        row->attempt = (uint32_t)strtoul(PQgetvalue(res, i, 1), NULL, 10);
+        snprintf(row->node, sizeof(row->node), "%s", PQgetvalue(res, i, 3));
+        row->gpus = gpu_mask(PQgetvalue(res, i, 4));
     }
     return GP_EOK;
 }
@@ -386,66 +362,49 @@ take_rows(rebuild *rb, const PGresult *res)
 static void
 live_read(void *arg, gp_err err, PGresult *const *res, int nres, const char *detail)
 {
-    rebuild *rb = arg;
+    gp_epoch_round *r = arg;
 
     if (err == GP_EOK && nres != 1)
         err = GP_EINTERNAL, detail = "no result";
     if (err == GP_EOK)
-        err = take_rows(rb, res[0]);
-    rb->pending = 1;                   /* held while sending */
-    for (unsigned sh = 0; sh < GP_SHARDS; sh++) {
-        shard_job *j = &rb->job[sh];
-
-        if (!j->begun)
-            continue;
-        rb->pending++;
-        j->step = S_GRANTS;
-        if (err != GP_EOK)
-            shard_end(j, R_FAILED, detail != NULL ? detail : gp_err_name(err));
-        else
-            step_send(j);
-    }
-    phase_step(rb);
+        err = take_rows(r, res[0]);
+    gp_epoch_read_done(r, err, detail);
 }
 
 static void
-read_live(rebuild *rb)
+read_live(void *arg, gp_epoch_round *r)
 {
-    if (gp_db_query(gp_app_db(rb->s->app),
+    sched *s = arg;
+
+    if (gp_db_query(gp_app_db(s->app),
                     "SELECT a.job_id, a.attempt, a.site, a.node, array_to_string(a.gpus, ',')\n"
                     "FROM attempts a WHERE a.state IN ('reserved','starting','running')",
-                    0, NULL, 0, live_read, rb) != GP_EOK)
-        live_read(rb, GP_EUNAVAIL, NULL, 0, "database unavailable");
+                    0, NULL, 0, live_read, r) != GP_EOK)
+        live_read(r, GP_EUNAVAIL, NULL, 0, "database unavailable");
 }
 
+static const gp_epoch_ops epoch_ops = {
+    .metric = "gp_scheduler_redis_rebuilds_total",
+    .round_size = sizeof(round_rows),
+    .job_size = sizeof(shard_rows),
+    .begin = send_begin,
+    .read = read_live,
+    .step = send_step,
+    .done = shard_done,
+    .fields = round_fields,
+    .end = round_end,
+    .again = kick_again,
+};
+
 /* The "epoch" task (kicked by a stale refusal): the marked shards are
- * rebuilt, one round at a time. */
+ * rebuilt, one round at a time (gp/epoch.h). */
 void
 sched_epoch_run(gp_app *app, void *arg)
 {
-    sched   *s = arg;
-    rebuild *rb;
+    sched *s = arg;
 
-    if (s->epoch_busy || !s->stale_any || !gp_kv_is_connected(gp_app_kv(app)) ||
-        (rb = calloc(1, sizeof(*rb))) == NULL)
-        return;
-    rb->s = s;
-    s->epoch_busy = true;
-    s->stale_any = false;
-    rb->pending = 1;                   /* held while sending */
-    for (unsigned sh = 0; sh < GP_SHARDS; sh++) {
-        shard_job *j = &rb->job[sh];
-
-        if (!s->stale[sh])
-            continue;
-        s->stale[sh] = false;          /* a refusal from now on marks it again */
-        *j = (shard_job){.rb = rb, .shard = sh, .begun = true, .step = S_BEGIN};
-        snprintf(j->token, sizeof(j->token), "%s:%llu", gp_app_instance(s->app),
-                 (unsigned long long)gp_mono_ms());
-        rb->pending++;
-        step_send(j);
-    }
-    phase_step(rb);
+    if (gp_kv_is_connected(gp_app_kv(app)))
+        gp_epoch_run(&s->epoch);
 }
 
 void
@@ -457,9 +416,7 @@ sched_epoch_start(sched *s)
     gp_kvscript_init(&grants_script, grants_lua);
     gp_kvscript_init(&restore_script, restore_lua);
     gp_kvscript_init(&seal_script, seal_lua);
-    gp_metrics_counters(m, "gp_scheduler_redis_rebuilds_total", "result", results, 3,
-                        "Shards whose Redis keys were rebuilt from PostgreSQL, by result "
-                        "(present: found whole, failed: tried again)", s->m_rebuilds);
+    gp_epoch_init(&s->epoch, &epoch_ops, s, gp_app_instance(s->app), m);
     s->m_rebuilt_gpus = gp_metrics_counter(m, "gp_scheduler_redis_rebuilt_gpus_total", NULL,
                                            "GPUs of live attempts booked again by a rebuild");
     s->m_rebuilt_grants = gp_metrics_counter(m, "gp_scheduler_redis_rebuilt_grants_total", NULL,
@@ -469,9 +426,7 @@ sched_epoch_start(sched *s)
                                              "Scripts refused because their shard's epoch was "
                                              "missing (Redis lost its data)");
     /* a start checks every shard: one sealed already answers 'present' */
-    for (unsigned sh = 0; sh < GP_SHARDS; sh++)
-        s->stale[sh] = true;
-    s->stale_any = true;
+    gp_epoch_start(&s->epoch);
     if (s->epoch_task != NULL)
         gp_task_kick(s->epoch_task);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "gp/app.h"
+#include "gp/epoch.h"
 #include "gp/limits.h"
 #include "gp/shard.h"
 #include "msg_gen.h"
@@ -138,11 +139,10 @@ typedef struct sched {
     char                 secret_key[129];
     uint64_t            *m_secrets[5];    /* by outcome (secrets.c: SECRET_*) */
     /* epoch.c: shards whose epoch Redis lacks (a script refused as stale),
-     * waiting for their rebuild from PostgreSQL */
-    bool                 stale[GP_SHARDS];
-    bool                 stale_any, epoch_busy;
+     * waiting for their rebuild from PostgreSQL (the marks, the rounds and
+     * gp_scheduler_redis_rebuilds_total: gp/epoch.h) */
+    gp_epoch             epoch;
     gp_task             *epoch_task;
-    uint64_t            *m_rebuilds[3];   /* shards: done, present (another did it), failed */
     uint64_t            *m_rebuilt_gpus, *m_rebuilt_grants, *m_stale_refusals;
 } sched;
 
@@ -172,10 +172,7 @@ sched_place_kick(sched *s)
 static inline void
 sched_shard_stale(sched *s, unsigned shard)
 {
-    if (shard < GP_SHARDS) {
-        s->stale[shard] = true;
-        s->stale_any = true;
-    }
+    gp_epoch_mark(&s->epoch, shard);
     sched_count(s->m_stale_refusals);
     if (s->epoch_task != NULL)
         gp_task_kick(s->epoch_task);

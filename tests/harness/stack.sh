@@ -142,7 +142,8 @@ start_stunnel() {
     { printf 'foreground = no\npid = %s\noutput = %s\n' "$dir/stunnel.pid" "$dir/stunnel.log"
       grep -v '^foreground\|^pid\|^output' "$dir/redis-tls/testsvc/stunnel.conf"
     } >"$dir/stunnel.conf"
-    stunnel "$dir/stunnel.conf" </dev/null >/dev/null 2>&1
+    stunnel "$dir/stunnel.conf" </dev/null >"$dir/stunnel.out" 2>&1 ||
+        { tail -n 5 "$dir/stunnel.out" >&2; return 1; }
     wait_port "$REDIS_PORT" 10
 }
 

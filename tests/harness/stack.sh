@@ -139,6 +139,7 @@ tls_redis() {
 # Every service of the stack connects through it and logs in as its own
 # ACL user over it (a deployment runs one tunnel beside each service).
 start_stunnel() {
+    command -v stunnel >/dev/null || { echo "stack: no stunnel (stunnel4: make deps)" >&2; return 1; }
     { printf 'foreground = no\npid = %s\noutput = %s\n' "$dir/stunnel.pid" "$dir/stunnel.log"
       grep -v '^foreground\|^pid\|^output' "$dir/redis-tls/testsvc/stunnel.conf"
     } >"$dir/stunnel.conf"

@@ -7,6 +7,7 @@ pkgs=(
     nats-server libnats-dev          # NATS server and cnats
     libmsgpack-dev                   # msgpack-c
     libhiredis-dev redis-server redis-tools
+    stunnel4                         # deploy/redis-tls: TLS to Redis beside each service (hiredis 0.14 has none)
     libev-dev
     libpq-dev postgresql             # libpq and a server for the private stack
     python3 python3-jsonschema python3-msgpack   # schema generator, independent validator

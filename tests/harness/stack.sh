@@ -21,6 +21,13 @@
 #   stack.sh stop-nats DIR [I] / start-nats DIR [I]   one server, or all
 # (with GP_STACK_NATS_AUTH=1, each server has the same authorization).
 #
+# GP_STACK_REDIS_TLS=1 at start: redis-server speaks TLS only (port 0, its
+# tls-port on a free loopback port: REDIS_TLS_PORT in DIR/ports), with the
+# files of deploy/redis-tls (DIR/redis-tls/), and one stunnel4 client
+# tunnel for the whole stack (DIR/stunnel.conf, .pid, .log; certificate
+# testsvc) on a free loopback port, which gp.env's GP_REDIS_PORT names.
+# stop-redis/start-redis restart redis-server only; the tunnel stays.
+#
 # PostgreSQL refuses to run as root, so its commands go through
 # `runuser -u postgres` when we are root.  A template cluster made once is
 # copied for each stack (BUILD_DIR/pg-template, see make_template).
@@ -105,10 +112,39 @@ acl_redis() {
 
 start_redis() {
     mkdir -p "$dir/redis"
+    if [ -f "$dir/redis-tls/redis-tls.conf" ]; then      # GP_STACK_REDIS_TLS=1
+        redis-server "$dir/redis-tls/redis-tls.conf" --bind 127.0.0.1 --save '' \
+            --appendonly no --aclfile "$dir/redis-acl/users.acl" \
+            --daemonize yes --pidfile "$dir/redis.pid" --dir "$dir/redis" \
+            --logfile "$dir/redis.log" >/dev/null
+        wait_port "$REDIS_TLS_PORT" 10
+        return
+    fi
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
         --aclfile "$dir/redis-acl/users.acl" \
         --daemonize yes --pidfile "$dir/redis.pid" --dir "$dir/redis" \
         --logfile "$dir/redis.log" >/dev/null
+    wait_port "$REDIS_PORT" 10
+}
+
+# GP_STACK_REDIS_TLS=1: deploy/redis-tls's CA and certificates, Redis's
+# TLS port REDIS_TLS_PORT, the tunnel's port REDIS_PORT (what gp.env names).
+tls_redis() {
+    "$(cd "$(dirname "$0")/../.." && pwd)/deploy/redis-tls" init "$dir/redis-tls" --test \
+        --port "$REDIS_TLS_PORT" --local-port "$REDIS_PORT"
+}
+
+# The stack's one tunnel: redis-tls's client configuration of testsvc, as a
+# daemon with a pid file and a log in DIR instead of a foreground process.
+# Every service of the stack connects through it and logs in as its own
+# ACL user over it (a deployment runs one tunnel beside each service).
+start_stunnel() {
+    command -v stunnel >/dev/null || { echo "stack: no stunnel (stunnel4: make deps)" >&2; return 1; }
+    { printf 'foreground = no\npid = %s\noutput = %s\n' "$dir/stunnel.pid" "$dir/stunnel.log"
+      grep -v '^foreground\|^pid\|^output' "$dir/redis-tls/testsvc/stunnel.conf"
+    } >"$dir/stunnel.conf"
+    stunnel "$dir/stunnel.conf" </dev/null >"$dir/stunnel.out" 2>&1 ||
+        { tail -n 5 "$dir/stunnel.out" >&2; return 1; }
     wait_port "$REDIS_PORT" 10
 }
 
@@ -260,6 +296,11 @@ start)
         "$NATS_CLUSTER" "$NATS_PORTS" "$NATS_MON_PORTS" "$NATS_ROUTE_PORTS" >>"$dir/ports"
     init_pg
     acl_redis
+    if [ "${GP_STACK_REDIS_TLS:-0}" = 1 ]; then
+        REDIS_TLS_PORT=$(free_port)
+        echo "REDIS_TLS_PORT=$REDIS_TLS_PORT" >>"$dir/ports"
+        tls_redis
+    fi
     if [ "$NATS_CLUSTER" -gt 1 ]; then
         [ "${GP_STACK_NATS_AUTH:-0}" = 1 ] && auth_nats
         start_cluster
@@ -268,6 +309,7 @@ start)
         start_nats
     fi
     start_redis
+    [ "${GP_STACK_REDIS_TLS:-0}" = 1 ] && start_stunnel
     start_pg
     [ -n "$TEMPLATE" ] ||       # the template has it
         as_pg "$PGBIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
@@ -277,7 +319,10 @@ start)
     # PostgreSQL: the tests' own checks (psql, gridpool-audit) use
     # GP_PG_CONNINFO, the superuser; a service migrates on
     # GP_PG_MIGRATE_CONNINFO (the superuser too) and then logs in on
-    # GP_PG_CONNINFO as its own role, gridpool_<service> (gp/dbrole.h)
+    # GP_PG_CONNINFO as its own role, gridpool_<service> (gp/dbrole.h).
+    # Redis: with GP_STACK_REDIS_TLS=1, GP_REDIS_PORT is the stunnel
+    # tunnel's, so the services and the tests' own redis-cli checks all go
+    # through it (TLS to redis-server, which has no plaintext port then).
     cat >"$dir/gp.env" <<ENV
 GP_NATS_URL=${urls%,}
 GP_REDIS_HOST=127.0.0.1
@@ -298,6 +343,7 @@ stop)
     done
     [ -f "$dir/ports" ] && { load_env; stop_pg; }
     stop_pidfile "$dir/redis.pid"
+    stop_pidfile "$dir/stunnel.pid"
     stop_pidfile "$dir/nats.pid"
     for f in "$dir"/nats-*.pid; do
         [ -e "$f" ] && stop_pidfile "$f"

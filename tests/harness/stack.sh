@@ -73,17 +73,24 @@ auth_nats() {
     # shellcheck disable=SC2086
     "$gen" init "$dir/auth" --url "nats://127.0.0.1:$NATS_PORT" ${GP_STACK_SERVICES:-} >/dev/null
     "$gen" sim "$dir/auth" >/dev/null
-    test_auth
+    [ "${GP_STACK_NATS_TESTER:-0}" = 1 ] && test_auth
     [ "$NATS_CLUSTER" -gt 1 ] && return 0      # cluster_conf includes it
     cat >"$dir/nats.conf" <<CONF
 listen: 127.0.0.1:$NATS_PORT
 http: 127.0.0.1:$NATS_MON_PORT
 jetstream { store_dir: "$dir/nats" }
-include "auth-test.conf"
+include "$(auth_file)"
 CONF
 }
 
-# DIR/auth-test.conf: nats-auth's authorization (DIR/auth/auth.conf) plus
+# The authorization a server includes: nats-auth's, or with the tester
+# nats-auth's plus gptest (below).
+auth_file() {
+    if [ -f "$dir/auth-test.conf" ]; then echo auth-test.conf; else echo auth/auth.conf; fi
+}
+
+# GP_STACK_NATS_TESTER=1 (a test's stack only, never make up's):
+# DIR/auth-test.conf, nats-auth's authorization (DIR/auth/auth.conf) plus
 # the tests' own inspector, user "gptest" (password in DIR/gptest.pw), who
 # may publish and subscribe anything: a test's checks (tests/lib/jsapi.py
 # creating, filling and reading streams; usage_dump's durable) look at the
@@ -232,7 +239,7 @@ cluster {
   routes: [$routes ]
 }
 CONF
-    [ -f "$dir/auth-test.conf" ] && echo 'include "auth-test.conf"' >>"$dir/nats-$i.conf"
+    [ -f "$dir/auth/auth.conf" ] && echo "include \"$(auth_file)\"" >>"$dir/nats-$i.conf"
     return 0
 }
 
@@ -376,7 +383,8 @@ kill-nats)      # I: kill -9, a crash (its pid file stays, for start-nats to rep
     wait_gone "$pid" 50
     ;;
 reload-nats)    # nats-server: SIGHUP reloads its config
-    load_env; test_auth
+    load_env
+    if [ -f "$dir/auth-test.conf" ]; then test_auth; fi
     for f in "$dir"/nats.pid "$dir"/nats-*.pid; do
         if [ -e "$f" ]; then kill -HUP "$(cat "$f")"; fi
     done

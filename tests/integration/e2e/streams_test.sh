@@ -31,7 +31,7 @@
 # sim, gpctl as the operator (admin); the test's own inspection (the
 # JetStream API, the audit's durable, the testsvc stand-ins) as the
 # harness' gptest (tests/harness/stack.sh).
-# test-stack: GP_STACK_NATS_CLUSTER=3 GP_STACK_NATS_AUTH=1
+# test-stack: GP_STACK_NATS_CLUSTER=3 GP_STACK_NATS_AUTH=1 GP_STACK_NATS_TESTER=1
 # test-tags: pass=normal timeout=300 (tests/run.sh)
 set -u
 case "$GP_BUILD" in

@@ -52,6 +52,7 @@ typedef struct sched_feed {
     gp_bus_sub *sub;                  /* NodeState events */
     gp_inventory *inv;                /* sites and nodes: the shared follower */
     bool        want_bookings;        /* this load ended before the follower's first */
+    bool        again;                /* the first load was run again (load_done) */
     bool        stale;                /* a new site or node since this file's last load */
     uint64_t    run_ms;               /* gp_mono_ms when the last load started */
     uint32_t    marks, run_marks;     /* the last mark of a waiting site; the last before the load began */
@@ -348,6 +349,16 @@ load_done(sched_feed *f)
     f->fails = 0;
     sched_count(f->m_loads);
     if (gp_inventory_ready(f->inv)) {
+        if (!f->s->fed && f->run_marks != f->marks && !f->again) {
+            /* the first load began before the follower's sites: once
+             * more at once, so the scheduler is not fed with every site
+             * still waiting (a job submitted then waited a second, with
+             * a 'pending' event: place_test) */
+            f->again = true;
+            f->busy = false;
+            sched_feed_run(f->s->app, f->s);
+            return;
+        }
         load_bookings(f);
         return;
     }
@@ -573,17 +584,19 @@ on_node(void *arg, gp_inv_what what, const char *id, const char *site, const str
         GP_WARN("feed_upsert_failed", "kind=node id=%s site=%s", id, site);
         return;
     }
-    if (fresh) {
-        /* its site waits again for a load begun after it: an operator
-         * (the simulator too) creates a site, then its pools and products,
-         * then installs its nodes, so the site's first load may have
-         * predated the products (streams_test saw a job placed unpriced
-         * there, 4 records billing refused) */
-        f->s->snap.site[f->s->snap.node[snap_node_find(&f->s->snap, id)].site].waiting = ++f->marks;
+    if (fresh)
         f->stale = true;
-    }
-    if (fresh && f->s->fed)
+    if (fresh && f->s->fed) {
+        /* A node joining a fed scheduler makes its site wait again for a
+         * load begun after it: an operator (the simulator too) creates a
+         * site, then its pools and products, then installs its nodes, so
+         * the load the site's appearance began may have predated the
+         * products (streams_test saw a job placed unpriced there, 4
+         * records billing refused).  A node of the first load is no news:
+         * its site waits as any new site does. */
+        f->s->snap.site[f->s->snap.node[snap_node_find(&f->s->snap, id)].site].waiting = ++f->marks;
         sched_place_kick(f->s);
+    }
 }
 
 /* After each of the follower's loads: the site owners (its sites), and the
@@ -597,6 +610,11 @@ inv_loaded(void *arg, bool first)
     owners_sync(f);
     if (f->want_bookings && !f->busy) {
         f->want_bookings = false;
+        if (!f->s->fed && f->run_marks != f->marks && !f->again) {
+            f->again = true;              /* as load_done: its sites came after it began */
+            sched_feed_run(f->s->app, f->s);
+            return;
+        }
         f->busy = true;
         load_bookings(f);
     }

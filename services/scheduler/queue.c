@@ -973,6 +973,12 @@ sched_place_run(gp_app *app, void *arg)
     }
     sched_feed_refresh(s);
     usage_refresh(q);
+    /* Redis's shards not whole (a start, a Redis loss): every booking would
+     * be refused 'stale', and its job given a 'pending' event; the pass
+     * waits the rebuild out (epoch.c, under a second: place_test saw a
+     * booking refused 450 ms after a start) */
+    if (s->epoch.stale_any || s->epoch.busy)
+        return;
     if (q->m_snap_nodes != NULL)
         *q->m_snap_nodes = s->snap.nodes;
     /* an empty fleet has nothing to place on and no reason to count:

@@ -80,9 +80,9 @@ row=$(sql "SELECT node, array_to_string(gpus, ','), latency_est_ms IS NOT NULL,
            FROM attempts WHERE job_id = '$j1'")
 echo "$row" | grep -Eq '^n[123]\|0\|t\|t\|t$'
 ok "the attempt row: an L4 node, GPU 0, latency estimate, score and its weighted parts ($row)" $?
-sql "SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = '$j1'" |
-    grep -Eq '^submitted,placed(,started)?$'
-ok "events: submitted, placed (and started once its agent reported it)" $?
+evs=$(sql "SELECT string_agg(event, ',' ORDER BY seq) FROM job_events WHERE job_id = '$j1'")
+echo "$evs" | grep -Eq '^submitted,placed(,started)?$'
+ok "events: submitted, placed (and started once its agent reported it): $evs" $?
 [ "$(state "$j1")" = starting ] || [ "$(state "$j1")" = running ]
 ok "the job is starting" $?
 

@@ -340,6 +340,21 @@ sites_ready(sched_feed *f)
             sn->site[i].waiting = 0;
 }
 
+/* The first load began before the follower's sites: it runs once more at
+ * once, so the scheduler is not fed with every site still waiting (a job
+ * submitted then waited a second, with a 'pending' event: place_test).
+ * True when it did. */
+static bool
+first_load_again(sched_feed *f)
+{
+    if (f->s->fed || f->run_marks == f->marks || f->again)
+        return false;
+    f->again = true;
+    f->busy = false;
+    sched_feed_run(f->s->app, f->s);
+    return true;
+}
+
 static void
 load_done(sched_feed *f)
 {
@@ -349,16 +364,8 @@ load_done(sched_feed *f)
     f->fails = 0;
     sched_count(f->m_loads);
     if (gp_inventory_ready(f->inv)) {
-        if (!f->s->fed && f->run_marks != f->marks && !f->again) {
-            /* the first load began before the follower's sites: once
-             * more at once, so the scheduler is not fed with every site
-             * still waiting (a job submitted then waited a second, with
-             * a 'pending' event: place_test) */
-            f->again = true;
-            f->busy = false;
-            sched_feed_run(f->s->app, f->s);
+        if (first_load_again(f))
             return;
-        }
         load_bookings(f);
         return;
     }
@@ -610,11 +617,8 @@ inv_loaded(void *arg, bool first)
     owners_sync(f);
     if (f->want_bookings && !f->busy) {
         f->want_bookings = false;
-        if (!f->s->fed && f->run_marks != f->marks && !f->again) {
-            f->again = true;              /* as load_done: its sites came after it began */
-            sched_feed_run(f->s->app, f->s);
+        if (first_load_again(f))
             return;
-        }
         f->busy = true;
         load_bookings(f);
     }

@@ -56,7 +56,7 @@ start_nats() {
         "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MON_PORT" -sd "$dir/nats" \
             -P "$dir/nats.pid" -l "$dir/nats.log" </dev/null >/dev/null 2>&1 &
     fi
-    wait_port "$NATS_PORT" 10
+    wait_port "$NATS_PORT" 10 || { tail -n 5 "$dir/nats.log" >&2; return 1; }
 }
 
 # GP_STACK_NATS_AUTH=1: identities for the services (GP_STACK_SERVICES, or
@@ -251,7 +251,7 @@ start_cluster_one() {   # I
     mkdir -p "$dir/nats-$1"
     "$NATS_SERVER" -c "$dir/nats-$1.conf" -P "$dir/nats-$1.pid" -l "$dir/nats-$1.log" \
         </dev/null >/dev/null 2>&1 &
-    wait_port "$(port_of "$NATS_PORTS" "$1")" 10
+    wait_port "$(port_of "$NATS_PORTS" "$1")" 10 || { tail -n 5 "$dir/nats-$1.log" >&2; return 1; }
 }
 
 # JetStream answers stream requests once the servers elected a meta leader.
@@ -272,14 +272,9 @@ sys.exit(0 if (d.get('meta_cluster') or {}).get('leader') else 1)" 2>/dev/null &
 start_cluster() {
     local i
     for ((i = 1; i <= NATS_CLUSTER; i++)); do cluster_conf "$i"; done
-    for ((i = 1; i <= NATS_CLUSTER; i++)); do start_cluster_one "$i"; done
+    for ((i = 1; i <= NATS_CLUSTER; i++)); do start_cluster_one "$i" || return 1; done
 }
 
-free_ports() {      # N -> N free ports, space separated
-    local i out=
-    for ((i = 0; i < $1; i++)); do out="$out $(free_port)"; done
-    echo $out
-}
 
 load_env() {
     # shellcheck disable=SC1091
@@ -292,9 +287,11 @@ start)
     chmod 755 "$dir"
     NATS_CLUSTER=${GP_STACK_NATS_CLUSTER:-1}
     case "$NATS_CLUSTER" in [1-5]) ;; *) echo "stack: GP_STACK_NATS_CLUSTER is 1..5" >&2; exit 2 ;; esac
-    REDIS_PORT=$(free_port); PG_PORT=$(free_port)
-    NATS_PORTS=$(free_ports "$NATS_CLUSTER"); NATS_MON_PORTS=$(free_ports "$NATS_CLUSTER")
-    NATS_ROUTE_PORTS=$(free_ports "$NATS_CLUSTER")
+    # every port of the stack from one call: distinct
+    read -r REDIS_PORT PG_PORT NATS_ALL <<<"$(free_ports $((2 + 3 * NATS_CLUSTER)))"
+    NATS_PORTS=$(echo "$NATS_ALL" | cut -d' ' -f"1-$NATS_CLUSTER")
+    NATS_MON_PORTS=$(echo "$NATS_ALL" | cut -d' ' -f"$((NATS_CLUSTER + 1))-$((2 * NATS_CLUSTER))")
+    NATS_ROUTE_PORTS=$(echo "$NATS_ALL" | cut -d' ' -f"$((2 * NATS_CLUSTER + 1))-")
     NATS_PORT=$(port_of "$NATS_PORTS" 1)
     NATS_MON_PORT=$(port_of "$NATS_MON_PORTS" 1)  # monitoring: a failing test shows its consumers
     printf 'NATS_PORT=%s\nREDIS_PORT=%s\nPG_PORT=%s\nNATS_MON_PORT=%s\n' "$NATS_PORT" "$REDIS_PORT" \

@@ -33,7 +33,16 @@ done
 # deploy/nats-auth's bcrypt hashes at the cheapest cost: nats-server checks
 # one at every connection, and a test's many short ones share two cores
 export NATS_AUTH_BCRYPT_COST=${NATS_AUTH_BCRYPT_COST:-4}
-"$here/stack.sh" start "$dir" || { echo "not ok - stack did not start"; exit 1; }
+# A second try on fresh ports: a port found free can still be taken by a
+# test beside this one before its server binds it.
+started=0
+for try in 1 2 3; do
+    if "$here/stack.sh" start "$dir"; then started=1; break; fi
+    echo "# stack: start $try failed, trying again on other ports" >&2
+    "$here/stack.sh" stop "$dir" >/dev/null 2>&1
+    rm -rf "$dir" && mkdir -p "$dir"
+done
+[ "$started" = 1 ] || { echo "not ok - stack did not start"; exit 1; }
 set -a
 # shellcheck disable=SC1091
 . "$dir/gp.env"

@@ -35,7 +35,8 @@
 #
 # Ports and processes, for tests and harness scripts alike:
 #
-#   free_port             a free loopback TCP port
+#   free_port             a free loopback TCP port, below the ephemeral range
+#   free_ports N          N distinct ones
 #   wait_port PORT SECS   waits until something listens on PORT (1 if not)
 #   stop_pidfile FILE     TERM the process of a pid file, up to 5 s, then KILL;
 #                         returns once it is gone
@@ -45,8 +46,31 @@
 # HARNESS_NAME, which prefixes its messages, before sourcing this: it gets
 # the functions only, without the test's counters, $tmp and exit trap.
 
+# Below the kernel's ephemeral range (ip_local_port_range, 32768.. here):
+# a port the kernel handed out by bind(0) is also one it hands to the
+# next outgoing connection of any test beside this one, which took a
+# cluster server's port between its choice and its start (CI, stop 34).
 free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    free_ports 1
+}
+
+free_ports() {      # N -> N distinct free ports, space separated
+    /usr/bin/python3 - "$1" <<'PY'
+import random, socket, sys
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+want, held, out = int(sys.argv[1]), [], []
+while len(out) < want:
+    p = random.randint(min(20000, lo - 1000), lo - 1)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    out.append(str(p))
+print(" ".join(out))
+PY
 }
 
 wait_port() {   # port, seconds

@@ -167,8 +167,13 @@ wait_sql "SELECT state FROM alerts WHERE alertname = 'ServiceInstanceSilent'
           AND labels = 'team=platform,service=testsvc,instance=tsa'" resolved 100
 ok "tsa speaks again: its alert resolves" $?
 # ---- 3. a full stream is an alert ------------------------------------------------------------------
-$JS create '{"name": "FILLME", "subjects": ["fillme.>"], "storage": "file", "num_replicas": 3,
-    "max_bytes": 65536, "discard": "new"}' >"$tmp/create.out"
+# Up to three tries: the API request can go unanswered for its 10 s while
+# the restarted server rejoins the meta group (seen once in 3 runs); a
+# second create of the same configuration is answered like the first.
+for _ in 1 2 3; do
+    $JS create '{"name": "FILLME", "subjects": ["fillme.>"], "storage": "file", "num_replicas": 3,
+        "max_bytes": 65536, "discard": "new"}' >"$tmp/create.out" && break
+done
 ok "a stream FILLME of 64 KiB, 3 replicas, discard new" $?
 $JS fill fillme.x 1024 200 >"$tmp/fill.out"
 grep -q 'maximum bytes exceeded' "$tmp/fill.out"

@@ -86,7 +86,10 @@ ASYNCAPI (standard AsyncAPI 3.0.0 request/reply with dynamic reply address):
                     the callers of a request, the publishers of an event;
     "x-gp-service"  on a "send" operation: who sends it;
     "x-gp-readers"  (optional) who subscribes to it without serving it: a
-                    service's plain subscription, a watcher, a stream reader.
+                    service's plain subscription, a watcher, a stream reader;
+    "x-gp-overhear" (optional, a subset of x-gp-service of a request) who
+                    serves it without ever replying (gp/app.h's
+                    GP_R_OVERHEAR): no right to the callers' inboxes.
   "x-gp-streams" (top level) lists the JetStream streams: NAME ->
   {"description", "subjects" (patterns), "declared-by" (services that create
   or update it alike), "consumers": {DURABLE -> {"by": who reads it,
@@ -792,7 +795,11 @@ class Gen:
             self.names(op, 'x-gp-service', services, w, True)
             return []
         self.names(op, 'x-gp-senders', everyone, w, True)
-        return self.names(op, 'x-gp-service', services, w, True)
+        served = self.names(op, 'x-gp-service', services, w, True)
+        over = self.names(op, 'x-gp-overhear', services, w, False)
+        if over and (not op.get('reply') or not set(over) <= set(served)):
+            raise GenError('%s: "x-gp-overhear" names services that serve a request' % w)
+        return served
 
     def parse_streams(self, doc, services):
         """x-gp-streams: the JetStream streams, who declares and who reads

@@ -114,6 +114,9 @@ void   agent_free(agent *a);
  * agent stopped). */
 gp_err agent_cmd_run(agent *a, const msg_run_attempt *in, msg_attempt_ack *out, char *detail,
                      size_t dlen);
+/* gp.node.<site>.<node>.cmd.register: the registry does not hold the node
+ * (its beat came for a forgotten node): register again. */
+void   agent_cmd_register_again(agent *a, const msg_register_again *in);
 gp_err agent_cmd_signal(agent *a, const msg_attempt_signal *in, msg_attempt_ack *out,
                         char *detail, size_t dlen);
 /* A piece of a container attempt's output (attempt 0: the one this node

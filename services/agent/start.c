@@ -173,11 +173,20 @@ on_logs(gp_req *req, const void *in, void *out)
     return rc == GP_EOK ? rc : gp_req_fail(req, rc, "%s", detail);
 }
 
+static gp_err
+on_register_again(gp_req *req, const void *in, void *out)
+{
+    (void)out;
+    agent_cmd_register_again(gp_req_data(req), in);
+    return GP_EOK;
+}
+
 /* The node's command routes, bound to its own site and node. */
 static const gp_route agent_routes[] = {
     {GP_OP_NODE_RUN, on_run, 0, 0, NULL, NULL},
     {GP_OP_NODE_SIGNAL, on_signal, 0, 0, NULL, NULL},
     {GP_OP_NODE_LOGS, on_logs, 0, 0, NULL, NULL},
+    {GP_OP_NODE_REGISTER_AGAIN, on_register_again, 0, 0, NULL, NULL},
     {NULL},
 };
 

@@ -222,7 +222,20 @@ on_beat(gp_req *req, const void *in, void *out)
     return GP_EOK;
 }
 
+/* A node with attempts beats inside its lease renewal (the scheduler
+ * answers it; this route overhears it). */
+static gp_err
+on_lease(gp_req *req, const void *in, void *out)
+{
+    const msg_lease_renew *l = in;
+
+    if (!GP_HAS(l, MSG_LEASE_RENEW__BEAT))
+        return GP_EOK;
+    return on_beat(req, &l->beat, out);
+}
+
 const gp_route alerting_beat_routes[] = {
     {GP_OP_NODE_HEARTBEAT, on_beat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
+    {GP_OP_NODE_LEASE, on_lease, GP_R_QUEUE | GP_R_BULK | GP_R_OVERHEAR, 0, NULL, NULL},
     {NULL},
 };

@@ -23,16 +23,17 @@
 #define COUNTER_MAX (1ull << 53)
 
 typedef struct beat_call {
-    metering *m;
-    gp_req   *req;
-    unsigned  shard;
+    metering            *m;
+    gp_req              *req;
+    const msg_heartbeat *hb;       /* in req's input: a beat, or a lease renewal's */
+    unsigned             shard;
 } beat_call;
 
 /* The attempts the script had no state for: seeded (store.c). */
 static void
 seed_needed(beat_call *c, const redisReply *need)
 {
-    const msg_heartbeat     *hb = gp_req_in(c->req);
+    const msg_heartbeat     *hb = c->hb;
     const msg_attempt_usage *u = hb->attempts.v;
 
     for (size_t i = 0; need->type == REDIS_REPLY_ARRAY && i < need->elements; i++) {
@@ -148,6 +149,7 @@ on_beat(gp_req *req, const void *in, void *out)
         a->keys[i] = a->key[i];
     c->m = m;
     c->req = req;
+    c->hb = hb;
     c->shard = shard;
     rc = gp_kvscript_call(&m->beat, gp_app_kv(m->app), beat_done, c, (int)(6 + 2 * n), a->keys,
                           (int)(9 + 5 * n), a->argv, NULL);
@@ -159,8 +161,21 @@ on_beat(gp_req *req, const void *in, void *out)
     return GP_EPENDING;
 }
 
+/* A node with attempts beats inside its lease renewal (the scheduler
+ * answers it; this route overhears it). */
+static gp_err
+on_lease(gp_req *req, const void *in, void *out)
+{
+    const msg_lease_renew *l = in;
+
+    if (!GP_HAS(l, MSG_LEASE_RENEW__BEAT))
+        return GP_EOK;
+    return on_beat(req, &l->beat, out);
+}
+
 const gp_route metering_beat_routes[] = {
     {GP_OP_NODE_HEARTBEAT, on_beat, GP_R_QUEUE | GP_R_BULK, 0, NULL, NULL},
+    {GP_OP_NODE_LEASE, on_lease, GP_R_QUEUE | GP_R_BULK | GP_R_OVERHEAR, 0, NULL, NULL},
     {NULL},
 };
 

@@ -255,6 +255,24 @@ quarantine_check(const beat *b, long long xids, long long dbe, long long flaps)
     quarantine(b->r, b->site, b->node, why);
 }
 
+/* A beat of a node the live view does not hold, its shard seeded (so not
+ * a Redis loss the reseed is restoring): the node was forgotten (deleted,
+ * moved, or its registration's write lost).  A node that runs nothing
+ * renews no lease, so its beat is where it hears it; one beat, one word,
+ * and a deleted node's registration is refused (DENIED) as before. */
+static void
+register_again(registry *r, const char *site, const char *node)
+{
+    msg_register_again m = {0};
+    const char        *args[2] = {site, node};
+
+    snprintf(m.reason, sizeof(m.reason), "the registry does not hold node %s of site %s", node,
+             site);
+    GP_SET_HAS(&m, MSG_REGISTER_AGAIN__REASON);
+    if (gp_app_publish(r->app, GP_OP_NODE_REGISTER_AGAIN, args, &m) == GP_EOK)
+        (*r->m_register_again)++;
+}
+
 static void
 beat_done(void *arg, const redisReply *rep, gp_err err)
 {
@@ -270,9 +288,13 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
         beat_free(b, err != GP_EOK ? err : GP_EUNAVAIL);
         return;
     }
-    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ghost") == 0) {
-        (*b->r->m_hb_unknown)++;             /* not in the inventory: dropped */
-        GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s", b->site, b->node);
+    if (rep->type == REDIS_REPLY_STRING &&
+        (strcmp(rep->str, "ghost") == 0 || strcmp(rep->str, "unseeded") == 0)) {
+        (*b->r->m_hb_unknown)++;             /* not in the live view: dropped */
+        GP_DEBUG("heartbeat_unknown_node", "site=%s node=%s seeded=%d", b->site, b->node,
+                 rep->str[0] == 'g');
+        if (rep->str[0] == 'g')
+            register_again(b->r, b->site, b->node);
         beat_free(b, GP_ENOTFOUND);
         return;
     }
@@ -302,8 +324,8 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
            registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
-    char        rtt[32];
-    const char *keys[3] = {kn, ks, kr};
+    char        kd[REGISTRY_KEY_LEN], rtt[32];
+    const char *keys[4] = {kn, ks, kr, kd};
     const char *args[9];
     size_t      argl[9];
     char        xb[16], dbe[24];
@@ -329,6 +351,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     registry_node_key(kn, shard, node);
     registry_seen_key(ks, shard);
     registry_rtt_key(kr, site);
+    registry_seeded_key(kd, shard);
     snprintf(rtt, sizeof(rtt), "%.3f", rtt_ms);
     args[0] = raw;                    /* stamped with Redis's time by the script */
     args[1] = site;
@@ -343,7 +366,7 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     args[8] = r->q_flap_window;
     for (int k = 0; k < 9; k++)
         argl[k] = k == 0 ? len : strlen(args[k]);
-    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 3, keys, 9, args, argl) !=
+    if (gp_kvscript_call(&r->hb_script, gp_app_kv(r->app), beat_done, b, 4, keys, 9, args, argl) !=
         GP_EOK) {
         (*r->m_hb_bad)++;
         beat_free(b, GP_EUNAVAIL);
@@ -993,6 +1016,9 @@ registry_live_start(registry *r)
     r->m_hb_unknown = gp_metrics_counter(m, "gp_registry_heartbeats_unknown_node_total", NULL,
                                          "Heartbeats dropped because the node is not in the "
                                          "inventory (never registered, or deleted)");
+    r->m_register_again = gp_metrics_counter(m, "gp_registry_register_again_total", NULL,
+                                             "Nodes told to register again (a beat of a node "
+                                             "its seeded shard does not hold)");
     r->m_reseed_failures = gp_metrics_counter(m, "gp_registry_redis_reseed_failures_total", NULL,
                                               "Reseeds of Redis that failed (a chunk or the "
                                               "inventory read), retried after a backoff");

@@ -393,14 +393,13 @@ health_of(const msg_heartbeat *hb, beat_health *h)
     }
 }
 
+/* A heartbeat, alone (hb) or inside a lease renewal (lease). */
 static gp_err
-on_heartbeat(gp_req *req, const void *in, void *out)
+take_beat(gp_req *req, const msg_heartbeat *hb)
 {
-    const msg_heartbeat *hb = in;
-    gp_buf               b;
-    gp_err               rc = check_subject(req, hb->site, hb->node);
+    gp_buf b;
+    gp_err rc = check_subject(req, hb->site, hb->node);
 
-    (void)out;
     if (rc != GP_EOK)
         return rc;
     /* The live view keeps the heartbeat as decoded, re-encoded: bounded by
@@ -415,6 +414,13 @@ on_heartbeat(gp_req *req, const void *in, void *out)
     }
     gp_buf_fini(&b);
     return rc;
+}
+
+static gp_err
+on_heartbeat(gp_req *req, const void *in, void *out)
+{
+    (void)out;
+    return take_beat(req, in);
 }
 
 /* ---- node get / list / delete ----------------------------------------------------- */
@@ -839,17 +845,21 @@ on_node_mode(gp_req *req, const void *in, void *out)
 }
 
 /* A lease renewal, overheard in the registry's own queue group (the
- * scheduler answers it): contact for the failure detector.  No reply. */
+ * scheduler answers it): the node's heartbeat when it carries one (a node
+ * with attempts beats with its renewals), else contact for the failure
+ * detector.  No reply. */
 static gp_err
 on_lease_seen(gp_req *req, const void *in, void *out)
 {
-    const char *site = gp_req_param(req, "site"), *node = gp_req_param(req, "node");
+    const msg_lease_renew *l = in;
+    const char            *site = gp_req_param(req, "site"), *node = gp_req_param(req, "node");
 
-    (void)in;
     (void)out;
+    if (GP_HAS(l, MSG_LEASE_RENEW__BEAT))
+        return take_beat(req, &l->beat);   /* a bad one counted and logged, never answered */
     if (gp_id_ok(site) && gp_id_ok(node))
         registry_live_contact(gp_req_state(req), site, node);
-    return gp_req_drop(req);
+    return GP_EOK;
 }
 
 const gp_route registry_node_routes[] = {
@@ -863,6 +873,6 @@ const gp_route registry_node_routes[] = {
     {GP_OP_ADMIN_NODE_DRAIN, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_drain, NULL},
     {GP_OP_ADMIN_NODE_UNCORDON, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_uncordon, NULL},
     {GP_OP_ADMIN_NODE_RELEASE, on_node_mode, GP_R_QUEUE, 0, (void *)&mode_release, NULL},
-    {GP_OP_NODE_LEASE, on_lease_seen, GP_R_QUEUE, 0, NULL, NULL},
+    {GP_OP_NODE_LEASE, on_lease_seen, GP_R_QUEUE | GP_R_BULK | GP_R_OVERHEAR, 0, NULL, NULL},
     {NULL},
 };

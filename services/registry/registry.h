@@ -106,6 +106,7 @@ typedef struct registry {
     uint64_t            flush_not_before;  /* gp_mono_ms */
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown, *m_history_dropped;
+    uint64_t           *m_register_again;
     uint64_t            last_at_ms;        /* the last transition's time: the next is later */
     uint64_t           *m_reseed_failures, *m_contacts;
     uint64_t           *m_forget_failures, *m_forget_dropped;

@@ -158,7 +158,7 @@ registry_rtt_key(char *out, const char *site)
     "  return 'healthy'\n"                                                                  \
     "end\n"
 
-/* One heartbeat: KEYS node, seen, rtt (one shard); ARGV heartbeat
+/* One heartbeat: KEYS node, seen, rtt, seeded (one shard); ARGV heartbeat
  * (msgpack, re-encoded; "" at registration), site, node, rtt, detector
  * configuration, then the quarantine's facts: bad-GPU XIDs in this beat,
  * uncorrectable ECC errors (cumulative, all GPUs), the XID window and the
@@ -167,7 +167,9 @@ registry_rtt_key(char *out, const char *site)
  * scores it in the index by its next suspect deadline.  Returns {previous
  * state, new state, bad XIDs within the window, new uncorrectable ECC
  * errors, returns from lost within the flap window}, or "ghost" (and
- * writes nothing) for a beat of a node whose hash lacks the 'reg' mark:
+ * writes nothing) for a beat of a node whose hash lacks the 'reg' mark
+ * ("unseeded" while the shard's seeded mark is missing: Redis lost its
+ * data and the reseed is not through, so the node is not forgotten):
  * registration sets it, the reseed restores it for every inventory node,
  * delete removes the hash.  A registration ("" heartbeat) starts the
  * history afresh (the node restarted) and stamps 'regat': its reply keeps
@@ -177,7 +179,10 @@ registry_rtt_key(char *out, const char *site)
  * reset by a reboot count from their new value. */
 static const char registry_hb_lua[] =
     "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
-    "if ARGV[1] ~= '' and not reg then return 'ghost' end\n"
+    "if ARGV[1] ~= '' and not reg then\n"
+    "  if redis.call('EXISTS', KEYS[4]) == 1 then return 'ghost' end\n"
+    "  return 'unseeded'\n"
+    "end\n"
     REGISTRY_LUA_NOW
     REGISTRY_LUA_DETECT
     "local function window(field, add, win)\n"

@@ -136,10 +136,22 @@ on_node_health(gp_req *req, const void *in, void *out)
     return GP_EOK;
 }
 
+static gp_err
+on_node_register_again(gp_req *req, const void *in, void *out)
+{
+    sim_node *n = gp_req_data(req);
+
+    (void)out;
+    if (agent_is_reachable(n->ag))
+        agent_cmd_register_again(n->ag, in);
+    return GP_EOK;
+}
+
 static const gp_route node_routes[] = {
     {GP_OP_NODE_RUN, on_node_run, 0, 0, NULL, NULL},
     {GP_OP_NODE_SIGNAL, on_node_signal, 0, 0, NULL, NULL},
     {GP_OP_NODE_HEALTH, on_node_health, 0, 0, NULL, NULL},
+    {GP_OP_NODE_REGISTER_AGAIN, on_node_register_again, 0, 0, NULL, NULL},
     {NULL},
 };
 

@@ -595,7 +595,8 @@ req_new(sub_rt *s, const char *subject, const char *reply)
     req->in = (char *)req + base;
     req->out = out_sz ? (char *)req + base + in_al : NULL;
     copy_str(req->subject, sizeof(req->subject), subject);
-    copy_str(req->reply, sizeof(req->reply), reply != NULL ? reply : "");
+    copy_str(req->reply, sizeof(req->reply),
+             reply != NULL && !(s->r->flags & GP_R_OVERHEAR) ? reply : "");
     tokenize(req);
     return req;
 }
@@ -606,7 +607,7 @@ reject(sub_rt *s, const gp_bus_msg *m, gp_err rc, const char *detail, unsigned r
 {
     count_error(s->o, rc);
     log_bad(s->o, m->subject, rc, detail);
-    if (m->reply != NULL && s->o->op->out != NULL)
+    if (m->reply != NULL && s->o->op->out != NULL && !(s->r->flags & GP_R_OVERHEAR))
         send_error(s->app, m->reply, rc, detail, retry_ms);
 }
 

@@ -6,13 +6,16 @@
  * node sends a heartbeat every interval; each message is lost with
  * probability LOSS and otherwise delayed by a log-normal time whose
  * median and spread come from the node's uplink profile (70% good, 25%
- * slow, 5% bad; heavy tails reorder beats on the bad ones).  The agent's
- * lease renewal follows agent.c: one lease/3 after the send of the last
- * answered one; while it is unanswered, another (a hedge) every lease/6
- * (+-20%), the earlier ones still waiting; the first answer renews the
- * lease from its own send.  The lease ran out when that answer came later
- * than the last renewal's send + lease.  A renewal request that arrives
- * is contact.
+ * slow, 5% bad; heavy tails reorder beats on the bad ones).  The node
+ * runs attempts, so its lease renewal follows agent.c: every heartbeat is
+ * a renewal (the renewal carries the beat); a renewal alone is due
+ * RENEW_GAP after the send of the last answered one (agent.c's
+ * renew_gap_ms: a hedge after the next beat, two hedges before the lease
+ * ends); while one is unanswered, another (a hedge) every lease/12 (+-20%),
+ * the earlier ones still waiting; the first answer renews the lease from
+ * its own send.  The lease ran out when that answer came later than the
+ * last renewal's send + lease.  A renewal alone that arrives is contact;
+ * one with a beat is a beat.
  *
  * Three detectors see the same arrivals: a fixed deadline (no heartbeat
  * for 3 intervals: lost), the adaptive deadline on heartbeats alone, and
@@ -32,6 +35,9 @@
 
 #define INTERVAL_MS 5000u
 #define LEASE_MS    9000u               /* the lease the defaults assume: lost-ms - 1.5 s */
+#define HEDGE_MS    (LEASE_MS / 12)       /* agent.c's renew_hedge_ms */
+#define RENEW_GAP   (LEASE_MS - 2 * HEDGE_MS < INTERVAL_MS + HEDGE_MS ? LEASE_MS - 2 * HEDGE_MS \
+                                                                     : INTERVAL_MS + HEDGE_MS)
 #define LOSS        0.01
 #define DAY_MS      86400000ull
 #define DEATHS      1000
@@ -199,32 +205,32 @@ send_next(node_run *n, uint64_t until)
 
     if (t >= until)
         return 0;
-    /* the renewal round: its first answer ends it, and the hedge due now
-     * is not sent */
-    if (!beat && n->ans_at != 0 && n->ans_at <= t) {
+    /* the renewal round: its first answer ends it, and a hedge due now is
+     * not sent (a beat is, and starts the next round) */
+    if (n->ans_at != 0 && n->ans_at <= t) {
         n->lapses += n->last_ok != 0 && n->ans_at > n->last_ok + LEASE_MS;
         n->last_ok = n->ans_sent;
-        n->next_renew = n->ans_sent + LEASE_MS / 3;
+        n->next_renew = n->ans_sent + RENEW_GAP;
         if (n->next_renew < n->ans_at)
             n->next_renew = n->ans_at;
         n->ans_at = 0;
-        return 1;
+        if (!beat)
+            return 1;
     }
     d = delay(&n->r, n->p);
     if (d >= 0)
         push(&n->h, t + (uint64_t)d, beat);
-    if (beat) {
+    if (beat)
         n->next_beat += INTERVAL_MS;
-        return 1;
-    }
-    /* this request goes out and the next hedge is due */
+    /* this request (a beat or a renewal alone) goes out and the next hedge
+     * is due */
     double back = d >= 0 ? delay(&n->r, n->p) : -1;
     if (d >= 0 && back >= 0 && d + back < LEASE_MS &&
         (n->ans_at == 0 || t + (uint64_t)(d + back) < n->ans_at)) {
         n->ans_at = t + (uint64_t)(d + back) + 1;
         n->ans_sent = t;
     }
-    n->next_renew = t + (uint64_t)(LEASE_MS / 6.0 * (0.8 + 0.4 * unit(&n->r)));
+    n->next_renew = t + (uint64_t)(HEDGE_MS * (0.8 + 0.4 * unit(&n->r)));
     return 1;
 }
 
@@ -250,7 +256,7 @@ node_init(node_run *n, uint64_t id, uint64_t seed)
     n->r.s = (seed + id) * 0x9e3779b97f4a7c15ull | 1;
     n->p = profile_of(id);
     n->next_beat = rnd(&n->r) % INTERVAL_MS;
-    n->next_renew = rnd(&n->r) % (LEASE_MS / 3);
+    n->next_renew = rnd(&n->r) % RENEW_GAP;
 }
 
 static int

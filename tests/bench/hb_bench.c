@@ -221,8 +221,8 @@ redis_reference(const char *host, const char *port, const char *sha, size_t blob
     blob[blob_n] = '\0';
     n = (size_t)snprintf(cmd, cap,
                          "redis-benchmark -h %s -p %s -n 200000 -c 8 -P 16 -q -r 100000 "
-                         "EVALSHA %s 3 gp:{0}:bench:node:__rand_int__ gp:{0}:bench:seen "
-                         "gp:{0}:bench:rtt %s s1 n__rand_int__ 1.0 '5000 11000 30000 4 10500' 0 0 600000 600000 2>&1",
+                         "EVALSHA %s 4 gp:{0}:bench:node:__rand_int__ gp:{0}:bench:seen "
+                         "gp:{0}:bench:rtt gp:{0}:bench:seeded %s s1 n__rand_int__ 1.0 '5000 11000 30000 4 10500' 0 0 600000 600000 2>&1",
                          host, port, sha, blob);
     free(blob);
     if (n >= cap || (f = popen(cmd, "r")) == NULL) {

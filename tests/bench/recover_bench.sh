@@ -17,6 +17,11 @@
 # attempt's started_ms, the agent's clock: one host here).  The reference
 # is the detector alone (detect_bench: last heartbeat -> lost, the same
 # arithmetic).
+#
+# Before the losses, messages per node per heartbeat interval: what the
+# simulator's connection (every node's agent) published over 20 s (its
+# in_msgs in nats-server's /connz), idle (the fleet registered, no job),
+# then with the jobs running (aim 1.0 both: the beat is the lease).
 set -u
 B=$GP_BUILD
 D=$(mktemp -d /tmp/gp-recover.XXXXXX)
@@ -47,11 +52,33 @@ start sched "$B/bin/gridpool-scheduler" --config "$GP_STACK_DIR/gp.env" --http-p
 start recovery "$B/bin/gridpool-recovery" --config "$GP_STACK_DIR/gp.env" --http-port 0 \
     --replace-ms 100 --site-rate 600 --region-rate 6000
 start sim "$B/bin/gridpool-sim" --config "$GP_STACK_DIR/gp.env" --http-port 0 --sites "$SITES" \
-    --seed 11 --spread-ms 10000
+    --seed 11 --spread-ms 10000 --instance benchsim
 for _ in $(seq 1 1200); do grep -q '^sim: registered' "$D/sim.log" && break; sleep 0.1; done
 grep -q '^sim: registered' "$D/sim.log" || fail "the fleet did not register"
 note "$(grep '^sim: registered' "$D/sim.log")"
 for _ in $(seq 1 600); do grep -q feed_ready "$D/sched.log" && break; sleep 0.1; done
+
+# What the simulator's connection published so far (nats-server /connz).
+sim_msgs() {
+    . "$GP_STACK_DIR/ports"
+    $PY -c "
+import json, urllib.request
+d = json.load(urllib.request.urlopen('http://127.0.0.1:$NATS_MON_PORT/connz?limit=4096', timeout=5))
+print(sum(c.get('in_msgs', 0) for c in d.get('connections', []) if c.get('name') == 'benchsim'))"
+}
+# Messages per node per 5 s interval over 20 s: key label
+msg_rate() {
+    local a b n
+    n=$(sql "SELECT count(*) FROM nodes")
+    a=$(sim_msgs)
+    sleep 20
+    b=$(sim_msgs)
+    $PY -c "print('%.3f' % (($b - $a) / ($n * 20 / 5.0)))" >"$D/rate"
+    echo "$1=$(cat "$D/rate")"
+    note "$2: $((b - a)) messages from $n nodes in 20 s: $(cat "$D/rate") a node per 5 s interval"
+}
+sleep 10                                   # the registrations' answers settled
+msg_rate recover_msgs_per_node_interval_idle "idle fleet"
 
 for i in $(seq 1 "$JOBS"); do
     echo "{\"command\": \"sim:run=7200s ckpt=30s\", \"gpus_per_node\": 1, \"interruptible\": true, \"max_attempts\": 20}"
@@ -66,6 +93,8 @@ for _ in $(seq 1 600); do
     sleep 0.5
 done
 note "running: $(sql "SELECT count(*) FROM attempts WHERE state = 'running'")"
+msg_rate recover_msgs_per_node_interval_busy \
+    "$(sql "SELECT count(DISTINCT node) FROM attempts WHERE state = 'running'") nodes running jobs"
 
 : >"$D/lat.txt"
 measured=0

@@ -169,6 +169,8 @@ row "last heartbeat -> lost p99 (ms)" "$(num detect_lost_p99_ms)" "fixed 3 misse
     "$(num detect_lost_fixed_ms)" "-" "(<= 17 s to running)"
 row "heartbeat -> running elsewhere p99" "$(num recover_p99_ms)" "p50 (ms)" \
     "$(num recover_p50_ms)" "-" "<= 17000 ms"
+row "node msgs / interval, busy" "$(num recover_msgs_per_node_interval_busy 3)" "idle fleet" \
+    "$(num recover_msgs_per_node_interval_idle 3)" "-" "1.0 both"
 row "XID 79 -> alert published p99 (ms)" "$(num alert_gpu_p99_ms)" "-> condition known p99" \
     "$(num alert_gpu_detect_p99_ms)" "-" "(measured)"
 row "alerting CPU per heartbeat (us)" "$(num alert_cpu_us_per_beat 1)" "registry CPU per beat (us)" \

@@ -98,6 +98,10 @@ typedef gp_err gp_handler(gp_req *req, const void *in, void *out);
 #define GP_R_QUEUE    0x1u    /* one instance of the service takes each message */
 #define GP_R_BULK     0x4u    /* bulk telemetry: the bus's bulk lane, so a flood of it never
                                * sheds or delays requests (gp/bus.h lanes) */
+#define GP_R_OVERHEAR 0x8u    /* a request another service answers, taken for what it says:
+                               * never replied to, not even with an error (the registry,
+                               * metering and alerting on a lease renewal that carries a
+                               * heartbeat) */
 
 /* A route served from a JetStream durable pull consumer instead of a plain
  * subscription: the message is acked when the handler says OK (or EXISTS:

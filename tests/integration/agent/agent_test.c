@@ -41,6 +41,9 @@ static int               lease_seen_attempts;
 static char              reg_reply[GP_MAX_SUBJECT + 1];   /* reply subject of the last register */
 static gp_err            lease_err, register_err;        /* answer with this error instead */
 static int               nregister_req;
+/* one message per node per interval: renewals with a beat, renewals
+ * alone, beats alone */
+static int               nlease_beat, nlease_alone, nhb_alone;
 
 /* The registry's error reply (ghost nodes: NOTFOUND, DENIED). */
 static void
@@ -116,6 +119,20 @@ on_register(void *arg, const gp_bus_msg *m)
     }
 }
 
+/* A beat, alone or in a renewal: kept in last_hb (a copy of its own). */
+static void
+took_beat(const msg_heartbeat *hb)
+{
+    gp_buf b;
+
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_clear(&msg_heartbeat_desc, &last_hb);
+    if (gp_msg_encode(&msg_heartbeat_desc, hb, &b) == GP_EOK &&
+        gp_msg_decode(&msg_heartbeat_desc, b.p, b.n, &last_hb, NULL, 0) == GP_EOK)
+        hb_at[nhb++ % 256] = tl_now();
+    gp_buf_fini(&b);
+}
+
 static void
 on_lease(void *arg, const gp_bus_msg *m)
 {
@@ -125,6 +142,12 @@ on_lease(void *arg, const gp_bus_msg *m)
     if (gp_msg_decode(&msg_lease_renew_desc, m->data, m->len, &l, NULL, 0) != GP_EOK)
         return;
     lease_seen_attempts = (int)l.attempts.n;
+    if (GP_HAS(&l, MSG_LEASE_RENEW__BEAT)) {
+        nlease_beat++;
+        took_beat(&l.beat);
+    } else {
+        nlease_alone++;
+    }
     if (answering && m->reply != NULL && lease_err != GP_EOK)
         answer_error(m, lease_err, "no such node: register again");
     else if (answering && m->reply != NULL)
@@ -136,9 +159,26 @@ static void
 on_hb(void *arg, const gp_bus_msg *m)
 {
     (void)arg;
+    nhb_alone++;
     gp_msg_clear(&msg_heartbeat_desc, &last_hb);
     if (gp_msg_decode(&msg_heartbeat_desc, m->data, m->len, &last_hb, NULL, 0) == GP_EOK)
         hb_at[nhb++ % 256] = tl_now();
+}
+
+/* What the registry sends for a beat of a node it does not hold. */
+static void
+register_again(const char *site, const char *node)
+{
+    msg_register_again m = {0};
+    char               subj[GP_MAX_SUBJECT + 1];
+    gp_buf             b;
+
+    snprintf(m.reason, sizeof(m.reason), "the test forgot %s", node);
+    snprintf(subj, sizeof(subj), "gp.node.%s.%s.cmd.register", site, node);
+    gp_buf_init(&b, GP_MAX_MSG_BYTES);
+    gp_msg_encode(&msg_register_again_desc, &m, &b);
+    gp_bus_pub(bus, subj, NULL, b.p, b.n);
+    gp_buf_fini(&b);
 }
 
 static void
@@ -297,16 +337,20 @@ test_register_and_heartbeats(void)
 {
     const msg_gpu_telemetry *g;
     double                   span;
-    int                      n0;
+    int                      n0, l0, r0;
 
     T_OKM(tl_run_until(loop, &registered, 10), "agent registers");
     T_OK(strcmp(reg.site, SITE) == 0 && strcmp(reg.node, NODE) == 0 && reg.agent_version[0]);
     T_OK(reg.gpus.n == 2 && strcmp(((msg_gpu *)reg.gpus.v)[0].model, "L40S") == 0);
     T_OK(reg.boot_id[0] != '\0' && reg.cpu_cores > 0 && reg.mem_mb > 0);
+    tl_spin(loop, 0.1);
     n0 = nhb;
+    l0 = nlease_beat + nlease_alone;
     tl_spin(loop, HB_MS * 5.5 / 1000.0);
     T_OKM(nhb - n0 >= 4 && nhb - n0 <= 7, "heartbeats at the granted interval (%d in %.1f s)",
           nhb - n0, HB_MS * 5.5 / 1000.0);
+    T_OKM(nlease_beat + nlease_alone == l0, "an idle node renews no lease: its beat is all it "
+          "sends (%d renewals in %.1f s)", nlease_beat + nlease_alone - l0, HB_MS * 5.5 / 1000.0);
     span = hb_at[(nhb - 1) % 256] - hb_at[(nhb - 4) % 256];
     T_OKM(span > 3 * HB_MS / 1000.0 * 0.7 && span < 3 * HB_MS / 1000.0 * 1.4,
           "3 intervals took %.2f s", span);
@@ -320,6 +364,12 @@ test_register_and_heartbeats(void)
      * identity has no rights elsewhere). */
     T_OKM(strncmp(reg_reply, "gp.node." SITE "." NODE "._reply.", 21) == 0,
           "the register reply comes back in the node's subtree (%s)", reg_reply);
+    /* the registry forgot it: an idle node hears it on cmd.register */
+    r0 = registered;
+    register_again(SITE, NODE);
+    for (double t0 = tl_now(); registered == r0 && tl_now() < t0 + 3;)
+        tl_spin(loop, 0.02);
+    T_OKM(registered > r0, "told to register again (cmd.register), the idle node registers");
 }
 
 /* Ghost nodes: a lease answered NOTFOUND makes the agent register again at
@@ -409,6 +459,16 @@ test_attempt_and_counters(void)
           (unsigned long long)e1, (unsigned long long)(u ? u->energy_mj : 0));
     T_OK(((msg_gpu_telemetry *)last_hb.gpus.v)[0].util_pct > 50);
     T_OKM(lease_seen_attempts == 1, "lease renewals list the attempt");
+    {
+        int b0 = nlease_beat, a0 = nlease_alone, h0 = nhb_alone;
+
+        tl_spin(loop, HB_MS * 5.5 / 1000.0);
+        T_OKM(nlease_beat - b0 >= 4 && nlease_beat - b0 <= 7 && nlease_alone == a0 &&
+                  nhb_alone == h0,
+              "a busy node beats inside its renewals, one message per interval (in %.1f s: %d "
+              "renewals with a beat, %d alone, %d beats alone)", HB_MS * 5.5 / 1000.0,
+              nlease_beat - b0, nlease_alone - a0, nhb_alone - h0);
+    }
     return pid;
 }
 
@@ -613,10 +673,14 @@ static void
 sim_on_hb(void *arg, const gp_bus_msg *m)
 {
     char site[64], node[64];
+    bool victim;
 
     (void)arg;
     subj_node(m->subject, site, node, sizeof(node));
-    sim_victim_hb += sim_victim[0] != '\0' && strcmp(node, sim_victim) == 0;
+    victim = sim_victim[0] != '\0' && strcmp(node, sim_victim) == 0;
+    sim_victim_hb += victim;
+    if (victim && sim_ghost)           /* as the registry does for a forgotten node */
+        register_again(site, node);
 }
 
 /* gridpool-sim with this test as its registry: one node is refused (a
@@ -665,7 +729,8 @@ test_sim_refused(void)
     t0 = tl_now();
     while (sim_denied == 0 && tl_now() < t0 + 5)
         tl_spin(loop, 0.02);
-    T_OKM(sim_denied > 0, "its lease NOTFOUND, its registration DENIED (%.2f s)", tl_now() - t0);
+    T_OKM(sim_denied > 0, "told to register again, its registration DENIED (%.2f s)",
+          tl_now() - t0);
     tl_spin(loop, 0.5);
     hb0 = sim_victim_hb;
     tl_spin(loop, 1.5);

@@ -8,6 +8,7 @@
 #include <dirent.h>
 
 #include "msg_gen.h"
+#include "test_beat.h"
 #include "test_stack.h"
 
 #define SITE     "t1"
@@ -67,6 +68,8 @@ on_register(void *arg, const gp_bus_msg *m)
     gp_msg_clear(&msg_node_register_desc, &r);
 }
 
+static void on_hb(void *arg, const gp_bus_msg *m);
+
 static void
 on_lease(void *arg, const gp_bus_msg *m)
 {
@@ -79,6 +82,7 @@ on_lease(void *arg, const gp_bus_msg *m)
     if (answering)
         answer(m, &l.attempts);
     gp_msg_clear(&msg_lease_renew_desc, &l);
+    tl_lease_beat(m, on_hb, NULL);     /* a busy node's beat rides in its renewal */
 }
 
 static void

@@ -103,6 +103,12 @@ check(all(x.startswith('gp.api.acme.') or x.startswith('$JS.') for x in tpub) an
       'tenant-acme publishes gp.api.acme.* only; subscribes its replies and events: %s' % tsub)
 _, spub, _ = users['service-scheduler']
 check('$JS.API.CONSUMER.DURABLE.CREATE.JOBS.*' in spub, 'the scheduler makes the tenants\' consumers')
+# metering and alerting overhear the lease renewals (x-gp-overhear): they
+# read them, and may not answer an agent
+for svc in ('metering', 'alerting'):
+    _, opub, osub = users['service-' + svc]
+    check('gp.node.*.*.lease' in osub and 'gp.node.*.*._reply.>' not in opub,
+          '%s reads the lease renewals and may not publish to an agent\'s inbox' % svc)
 for b in bad:
     print(b)
 PY

@@ -1338,6 +1338,11 @@ agent_set_connected(agent *a, bool connected)
 
         schedule_req(a, since + 1500 >= a->lease_ms ? 0.0 : 0.5 * gp_rng_unit(&a->rng));
     }
+    /* and the events that waited go now: an idle node (its attempts ended
+     * while it was cut off: lease_expired) renews nothing, so no answer
+     * would pump them */
+    if (connected)
+        ev_pump(a);
 }
 
 void
@@ -1362,6 +1367,7 @@ agent_pause(agent *a, bool paused)
     if (agent_attempts_running(a) > 0)
         ev_timer_start(a->loop, &a->lease_t);
     schedule_req(a, 0);
+    ev_pump(a);                        /* an idle node's events wait for no renewal */
 }
 
 void

@@ -21,8 +21,10 @@ const gp_cfg_opt registry_cfg_opts[] = {
     GP_CFG_UINT("sweep-ms", registry_cfg, sweep_ms, 1000, 50, 60000, "how often stale nodes are looked for"),
     GP_CFG_UINT("history-days", registry_cfg, history_days, 90, 1, 36500, "node state history (node_transitions) kept this many days"),
     GP_CFG_UINT("history-trim-ms", registry_cfg, history_ms, 600000, 100, 86400000, "how often older history is deleted (a batch of 20,000 rows each time)"),
-    GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which heartbeats are shed"),
-    GP_CFG_UINT("hb-max-wait-ms", registry_cfg, hb_max_wait_ms, 1500, 10, 60000, "how long the oldest Redis command in flight may have waited before heartbeats are shed (well under the Redis command timeout)"),
+    GP_CFG_UINT("hb-backlog", registry_cfg, hb_backlog, 20000, 100, 1000000, "Redis commands in flight past which lease renewals' contact is shed"),
+    GP_CFG_UINT("hb-max-wait-ms", registry_cfg, hb_max_wait_ms, 1500, 10, 60000, "how long the oldest Redis command in flight may have waited before lease renewals' contact is shed (well under the Redis command timeout)"),
+    GP_CFG_UINT("hb-window", registry_cfg, hb_window, 1000, 1, 1000000, "heartbeat scripts in flight to Redis at most; beats past it wait, one per node (the newest)"),
+    GP_CFG_UINT("hb-pending-max", registry_cfg, hb_pending_max, 200000, 1, 10000000, "nodes whose beat may wait for the heartbeat window; a beat of one more node is shed"),
     GP_CFG_END
 };
 

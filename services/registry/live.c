@@ -31,16 +31,18 @@
  *   - The hb script refuses a beat of a hash without it: it returns
  *     "ghost" and writes nothing, so a never-registered or deleted node
  *     recreates nothing; the beat is counted
- *     (gp_registry_heartbeats_unknown_node_total) and dropped.
+ *     (gp_registry_heartbeats_unknown_node_total) and dropped, and the
+ *     node is told to register again (gp.node.<s>.<n>.cmd.register: an
+ *     idle node renews no lease, so its beat is where it hears it).
  *   - The scheduler's lease reads the mark; without it the node gets
  *     NOTFOUND ("register again"), and the registration restores it.
  *   - After a Redis flush the marks are gone for everyone: the reseed
  *     (next cron tick, once PostgreSQL answers) restores them for every
  *     inventory node, whatever its state, and is retried until every chunk
- *     of it succeeded (only then is the epoch written).  Beats in between
- *     are dropped (counted), never answered, so no agent reacts to them; a
- *     lease in between is answered NOTFOUND by the scheduler and the agent
- *     registers again, which restores its entry.
+ *     of it succeeded (only then is the epoch written), shard by shard
+ *     with a 'seeded' mark.  Beats in between are "unseeded": dropped
+ *     (counted), never answered, so no agent reacts to them; a lease in
+ *     between is answered "renew again" by the scheduler.
  *   - A node an operator deleted is refused at registration (DENIED) until
  *     gp.admin.node.readmit. */
 #include <hiredis/hiredis.h>
@@ -145,11 +147,14 @@ registry_live_transition(registry *r, const char *site, const char *node, int32_
 
 static void forget_cancel(registry *r, const char *site, const char *node);
 
+static void hbq_pump(registry *r);
+
 typedef struct beat {
     registry                 *r;
     char                      site[GP_MAX_ID + 1];
     char                      node[GP_MAX_ID + 1];
     bool                      registered;
+    bool                      windowed;    /* a heartbeat counted in r->hb_inflight */
     char                      how[48];     /* a registration's reason */
     beat_health               h;
     registry_live_written_cb *done;        /* registration: told how the write went */
@@ -159,9 +164,16 @@ typedef struct beat {
 static void
 beat_free(beat *b, gp_err err)
 {
+    registry *r = b->r;
+    bool      windowed = b->windowed;
+
     if (b->done != NULL)
         b->done(b->done_arg, err);
     free(b);
+    if (windowed) {
+        r->hb_inflight--;
+        hbq_pump(r);                   /* the next waiting beat takes its place */
+    }
 }
 
 /* ---- quarantine ---------------------------------------------------------------------
@@ -319,9 +331,9 @@ beat_done(void *arg, const redisReply *rep, gp_err err)
 /* done (may be NULL) is called exactly once, maybe before this returns.
  * registered: NULL for a heartbeat, a registration's reason otherwise. */
 static void
-live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
-           double rtt_ms, const beat_health *h, const char *registered,
-           registry_live_written_cb *done, void *done_arg)
+live_write_as(registry *r, const char *site, const char *node, const void *raw, size_t len,
+              double rtt_ms, const beat_health *h, const char *registered, bool windowed,
+              registry_live_written_cb *done, void *done_arg)
 {
     char        kn[REGISTRY_KEY_LEN], ks[REGISTRY_KEY_LEN], kr[REGISTRY_KEY_LEN];
     char        kd[REGISTRY_KEY_LEN], rtt[32];
@@ -339,6 +351,9 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
     b->r = r;
     b->registered = registered != NULL;
+    b->windowed = windowed;
+    if (windowed)
+        r->hb_inflight++;
     snprintf(b->how, sizeof(b->how), "%s", registered != NULL ? registered : "");
     if (h != NULL)
         b->h = *h;
@@ -373,6 +388,185 @@ live_write(registry *r, const char *site, const char *node, const void *raw, siz
     }
 }
 
+static void
+live_write(registry *r, const char *site, const char *node, const void *raw, size_t len,
+           double rtt_ms, const beat_health *h, const char *registered,
+           registry_live_written_cb *done, void *done_arg)
+{
+    live_write_as(r, site, node, raw, len, rtt_ms, h, registered, false, done, done_arg);
+}
+
+/* ---- heartbeats: a window to Redis, the rest waiting one per node ----------------
+ *
+ * At most hb-window heartbeat scripts are in flight.  A beat that finds the
+ * window full waits in a queue that holds one beat per node, the newest: a
+ * later beat of the same node replaces the waiting one (its older telemetry
+ * shed, counted) and keeps its place, so the node that has waited longest
+ * goes first.  Redis then works at what it can take behind a short queue of
+ * its own, so no command nears its timeout (the connection is never
+ * dropped, nothing in flight fails: an overload used to turn into a
+ * collapse of timeouts and reconnections), the registry holds at most
+ * hb-pending-max waiting beats (one more node's is shed), and once the load
+ * drops the queue drains at Redis's full speed.  Registrations and lease
+ * renewals never wait here.  While beats wait, the sweep turns nobody lost:
+ * the evidence is in this queue, not yet in Redis. */
+
+typedef struct hbq_item {
+    struct hbq_item *next;             /* FIFO, oldest first */
+    struct hbq_item *hnext;            /* hash chain */
+    char             site[GP_MAX_ID + 1], node[GP_MAX_ID + 1];
+    double           rtt_ms;
+    beat_health      h;
+    size_t           len;
+    char            *raw;
+} hbq_item;
+
+#define HBQ_BUCKETS 65536u             /* a power of two */
+
+typedef struct hbq {
+    hbq_item *bucket[HBQ_BUCKETS];
+    hbq_item *head, *tail;
+    unsigned  n;
+} hbq;
+
+static unsigned
+hbq_hash(const char *site, const char *node)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = site; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ '/') * 16777619u;
+    for (const char *p = node; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h & (HBQ_BUCKETS - 1);
+}
+
+static hbq_item *
+hbq_find(hbq *q, const char *site, const char *node)
+{
+    for (hbq_item *it = q->bucket[hbq_hash(site, node)]; it != NULL; it = it->hnext)
+        if (strcmp(it->node, node) == 0 && strcmp(it->site, site) == 0)
+            return it;
+    return NULL;
+}
+
+/* The beat's copy in the item (the bus's buffer is gone once we return). */
+static bool
+hbq_fill(hbq_item *it, const void *raw, size_t len, double rtt_ms, const beat_health *h)
+{
+    char *copy = malloc(len ? len : 1);
+
+    if (copy == NULL)
+        return false;
+    memcpy(copy, raw, len);
+    free(it->raw);
+    it->raw = copy;
+    it->len = len;
+    it->rtt_ms = rtt_ms;
+    if (h != NULL)
+        it->h = *h;
+    else
+        memset(&it->h, 0, sizeof(it->h));
+    return true;
+}
+
+/* Waits the beat; false when it was shed (the queue is full, or no memory). */
+static bool
+hbq_put(registry *r, const char *site, const char *node, const void *raw, size_t len,
+        double rtt_ms, const beat_health *h)
+{
+    hbq      *q = r->hbq;
+    hbq_item *it = hbq_find(q, site, node);
+    unsigned  k;
+
+    if (it != NULL) {                  /* its older beat is shed, its place kept */
+        (*r->m_hb_shed)++;
+        return hbq_fill(it, raw, len, rtt_ms, h);
+    }
+    if (q->n >= r->cfg->hb_pending_max || (it = calloc(1, sizeof(*it))) == NULL)
+        return false;
+    if (!hbq_fill(it, raw, len, rtt_ms, h)) {
+        free(it);
+        return false;
+    }
+    snprintf(it->site, sizeof(it->site), "%s", site);
+    snprintf(it->node, sizeof(it->node), "%s", node);
+    k = hbq_hash(site, node);
+    it->hnext = q->bucket[k];
+    q->bucket[k] = it;
+    if (q->tail != NULL)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    q->n++;
+    *r->m_hb_waiting = q->n;
+    return true;
+}
+
+static hbq_item *
+hbq_pop(hbq *q)
+{
+    hbq_item  *it = q->head;
+    hbq_item **pp;
+
+    if (it == NULL)
+        return NULL;
+    q->head = it->next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    for (pp = &q->bucket[hbq_hash(it->site, it->node)]; *pp != it; pp = &(*pp)->hnext)
+        ;
+    *pp = it->hnext;
+    q->n--;
+    return it;
+}
+
+/* Fills the window from the queue, oldest first.  Not re-entered: a beat
+ * that fails at once (Redis down) ends inside live_write_as, whose
+ * beat_free would pump again. */
+static void
+hbq_pump(registry *r)
+{
+    hbq_item *it;
+
+    if (r->hb_pumping || r->hbq == NULL)
+        return;
+    r->hb_pumping = true;
+    while (r->hb_inflight < r->cfg->hb_window && (it = hbq_pop(r->hbq)) != NULL) {
+        (*r->m_hb)++;
+        live_write_as(r, it->site, it->node, it->raw, it->len, it->rtt_ms, &it->h, NULL, true,
+                      NULL, NULL);
+        free(it->raw);
+        free(it);
+    }
+    *r->m_hb_waiting = r->hbq->n;
+    r->hb_pumping = false;
+}
+
+void
+registry_live_free_queue(registry *r)
+{
+    hbq_item *it;
+
+    if (r->hbq == NULL)
+        return;
+    while ((it = hbq_pop(r->hbq)) != NULL) {
+        free(it->raw);
+        free(it);
+    }
+    free(r->hbq);
+    r->hbq = NULL;
+}
+
+/* Beats wait for Redis: the sweep turns nobody lost meanwhile. */
+bool
+registry_live_behind(const registry *r)
+{
+    return r->hbq != NULL && r->hbq->n > 0;
+}
+
 /* Redis is behind (hb-backlog commands in flight, or the oldest waiting
  * hb-max-wait-ms): the caller drops its write, counted.  The age matters
  * more than the count: how many commands Redis clears in a second depends
@@ -390,18 +584,19 @@ shed(registry *r)
     return true;
 }
 
-/* When Redis falls behind, a beat is shed rather than queued: the next
- * beat of the same node carries everything this one did, while a queue
- * past the command deadline would make the client drop the connection
- * and lose every beat in flight. */
+/* A beat goes to Redis now if the window has room and no beat waits,
+ * else it waits (one per node, the newest: see hbq above). */
 void
 registry_live_beat(registry *r, const char *site, const char *node, const void *raw, size_t len,
                    double rtt_ms, const beat_health *h)
 {
-    if (shed(r))
+    if (r->hbq == NULL || (r->hb_inflight < r->cfg->hb_window && r->hbq->n == 0)) {
+        (*r->m_hb)++;
+        live_write_as(r, site, node, raw, len, rtt_ms, h, NULL, true, NULL, NULL);
         return;
-    (*r->m_hb)++;
-    live_write(r, site, node, raw, len, rtt_ms, h, NULL, NULL, NULL);
+    }
+    if (!hbq_put(r, site, node, raw, len, rtt_ms, h))
+        (*r->m_hb_shed)++;
 }
 
 /* A lease renewal: contact for the detector.  Not counted as a beat and
@@ -558,7 +753,7 @@ sweep_ids(void *arg, const redisReply *rep, gp_err err)
     r->sweep_budget = (unsigned)n >= r->sweep_budget ? 0 : r->sweep_budget - (unsigned)n;
     registry_seen_key(keybuf[0], c->shard);
     keys[0] = keybuf[0];
-    args[0] = r->frozen ? r->sweep_frozen_args : r->detect_args;
+    args[0] = r->frozen || registry_live_behind(r) ? r->sweep_frozen_args : r->detect_args;
     for (size_t i = 0; i < n; i++) {
         registry_node_key(keybuf[i + 1], c->shard, rep->element[i]->str);
         keys[i + 1] = keybuf[i + 1];
@@ -1008,7 +1203,14 @@ registry_live_start(registry *r)
     r->m_hb_bad = gp_metrics_counter(m, "gp_registry_heartbeat_write_failures_total", NULL,
                                      "Heartbeats not recorded in Redis (Redis down or restarted)");
     r->m_hb_shed = gp_metrics_counter(m, "gp_registry_heartbeats_shed_total", NULL,
-                                      "Heartbeats dropped because Redis was behind (hb-backlog)");
+                                      "Heartbeats not written because Redis was behind: a "
+                                      "waiting one replaced by the node's newer beat, or one "
+                                      "more node past hb-pending-max");
+    r->m_hb_waiting = gp_metrics_gauge(m, "gp_registry_heartbeats_waiting", NULL,
+                                       "Nodes whose beat waits for the heartbeat window "
+                                       "(hb-window scripts in flight)");
+    if ((r->hbq = calloc(1, sizeof(*r->hbq))) == NULL)
+        GP_ERROR("registry_no_memory", "detail=\"the heartbeat queue\"");
     r->m_transitions = gp_metrics_counter(m, "gp_registry_node_transitions_total", NULL,
                                           "Node state changes published");
     r->m_reseeds = gp_metrics_counter(m, "gp_registry_redis_reseeds_total", NULL,

@@ -28,6 +28,7 @@ registry_nodes_free(registry *r)
     free(r->chains);
     free(r->sweep_more);
     free(r->forgets);
+    registry_live_free_queue(r);
     r->forgets = NULL;
     r->changes = r->inflight = NULL;
     r->chains = NULL;

@@ -35,6 +35,8 @@ typedef struct registry_cfg {
     unsigned      history_ms;        /* ... looked for this often */
     unsigned      hb_backlog;        /* Redis commands in flight past which beats are shed */
     unsigned      hb_max_wait_ms;    /* or the age of the oldest one */
+    unsigned      hb_window;         /* heartbeat scripts in flight at most */
+    unsigned      hb_pending_max;    /* nodes whose beat waits for the window, at most */
 } registry_cfg;
 
 /* config.c: the options; prepare: the detector's settings (r->detect and
@@ -107,6 +109,10 @@ typedef struct registry {
     uint64_t           *m_hb, *m_hb_bad, *m_hb_shed, *m_transitions, *m_reseeds;
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown, *m_history_dropped;
     uint64_t           *m_register_again;
+    struct hbq         *hbq;               /* beats waiting for the window (live.c) */
+    unsigned            hb_inflight;       /* heartbeat scripts in flight */
+    bool                hb_pumping;        /* hbq_pump is running: no re-entry */
+    double             *m_hb_waiting;
     uint64_t            last_at_ms;        /* the last transition's time: the next is later */
     uint64_t           *m_reseed_failures, *m_contacts;
     uint64_t           *m_forget_failures, *m_forget_dropped;
@@ -168,6 +174,10 @@ void registry_live_beat(registry *r, const char *site, const char *node, const v
  * Redis has answered once.  The time of state transitions and of a
  * registration's state_since, so every instance stamps them alike. */
 uint64_t registry_now_ms(registry *r);
+/* Heartbeats wait for the window to Redis (live.c): the sweep turns nobody
+ * lost while they do. */
+bool     registry_live_behind(const registry *r);
+void     registry_live_free_queue(registry *r);
 /* Removes a node's keys from a site's shard (hash with its 'reg' mark,
  * index entry, RTT): after a delete, and in the old site after a move.
  * Checked: a failed removal is retried from the cron with backoff until

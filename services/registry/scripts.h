@@ -176,10 +176,14 @@ registry_rtt_key(char *out, const char *site)
  * what the agent runs, a grant the scheduler's fence waits out
  * (services/scheduler/fence.c).  Windows are lists "t:n,t:n" in the hash
  * ('qx' XIDs, 'fl' flaps), trimmed as they are written; ECC counters
- * reset by a reboot count from their new value. */
+ * reset by a reboot count from their new value.  One read of the hash and
+ * one write of what the beat changes (the telemetry and the detector's
+ * fields; liveness and state only when they change, site and the mark at
+ * registration): 5 commands a beat where it took 9. */
 static const char registry_hb_lua[] =
-    "local reg = redis.call('HGET', KEYS[1], 'reg')\n"
-    "if ARGV[1] ~= '' and not reg then\n"
+    "local v = redis.call('HMGET', KEYS[1], 'reg', 'lb', 'lc', 'm8', 'd4', 'n', 'live', 'adm',\n"
+    "                     'state', 'dbe')\n"
+    "if ARGV[1] ~= '' and not v[1] then\n"
     "  if redis.call('EXISTS', KEYS[4]) == 1 then return 'ghost' end\n"
     "  return 'unseeded'\n"
     "end\n"
@@ -199,29 +203,35 @@ static const char registry_hb_lua[] =
     "  return total\n"
     "end\n"
     "local C = dcfg(ARGV[5])\n"
-    "local d = dread(KEYS[1])\n"
+    "local d = {lb = tonumber(v[2] or 0) or 0, lc = tonumber(v[3] or 0) or 0,\n"
+    "           m8 = tonumber(v[4] or 0) or 0, d4 = tonumber(v[5] or 0) or 0,\n"
+    "           n = tonumber(v[6] or 0) or 0, live = v[7], adm = v[8] or '', state = v[9]}\n"
     "local prev = d.state or ''\n"
+    "local f = {}\n"
+    "local function put(k, x) f[#f + 1] = k; f[#f + 1] = x end\n"
     "if ARGV[1] == '' then\n"
     "  d.lb = 0; d.m8 = 0; d.d4 = 0; d.n = 0\n"
-    "  redis.call('HSET', KEYS[1], 'regat', nows)\n"
+    "  put('regat', nows); put('site', ARGV[2]); put('reg', '1')\n"
     "end\n"
     "dbeat(d, C, now)\n"
-    "dwrite(KEYS[1], d)\n"
+    "put('lb', dnum(d.lb)); put('lc', dnum(d.lc)); put('m8', dnum(d.m8)); put('d4', dnum(d.d4))\n"
+    "put('n', dnum(d.n)); put('seen', nows)\n"
     "local state = eff('healthy', d.adm)\n"
-    "redis.call('HSET', KEYS[1], 'seen', nows, 'site', ARGV[2], 'live', 'healthy', 'state', state, 'reg', '1')\n"
+    "if d.live ~= 'healthy' or prev ~= state then put('live', 'healthy'); put('state', state) end\n"
     "local xids, dbe, flaps = 0, 0, 0\n"
     "if ARGV[1] ~= '' then\n"
-    "  redis.call('HSET', KEYS[1], 'hb', ARGV[1], 'rtt', ARGV[4])\n"
+    "  put('hb', ARGV[1]); put('rtt', ARGV[4])\n"
     "  redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])\n"
     "  local xb = tonumber(ARGV[6]) or 0\n"
     "  if xb > 0 then xids = window('qx', xb, tonumber(ARGV[8])) end\n"
-    "  local e, se = tonumber(ARGV[7]) or 0, tonumber(redis.call('HGET', KEYS[1], 'dbe') or '-1')\n"
+    "  local e, se = tonumber(ARGV[7]) or 0, tonumber(v[10] or '-1')\n"
     "  if e ~= se then\n"
     "    if se >= 0 and e > se then dbe = e - se end\n"
-    "    redis.call('HSET', KEYS[1], 'dbe', ARGV[7])\n"
+    "    put('dbe', ARGV[7])\n"
     "  end\n"
     "end\n"
     "if d.live == 'lost' then flaps = window('fl', 1, tonumber(ARGV[9])) end\n"
+    "redis.call('HSET', KEYS[1], unpack(f))\n"
     "redis.call('ZADD', KEYS[2], dnum(suspect_at(d, C)), ARGV[3])\n"
     "return {prev, state, xids, dbe, flaps}\n";
 

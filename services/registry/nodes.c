@@ -29,6 +29,7 @@ registry_nodes_free(registry *r)
     free(r->sweep_more);
     free(r->forgets);
     registry_live_free_queue(r);
+    registry_regbatch_free(r);
     r->forgets = NULL;
     r->changes = r->inflight = NULL;
     r->chains = NULL;
@@ -86,12 +87,7 @@ static const char upsert_node[] =
     " state_since, registered_at) SELECT $1, $2, $3, $4, $5, $6::int, $7::int, 'healthy',"
     " timestamptz 'epoch' + $8::bigint * interval '1 millisecond', now()"
     " WHERE NOT EXISTS (SELECT 1 FROM retired_nodes WHERE id = $1)"
-    " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"
-    " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"
-    " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"
-    " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since"
-    " ELSE EXCLUDED.state_since END,"
-    " registered_at = now()"
+    REGISTRY_NODE_UPSERT_SET
     " RETURNING coalesce((SELECT site FROM old), ''), (SELECT boot_id FROM old), rev,"
     " (SELECT region FROM sites WHERE id = $2)";
 
@@ -197,9 +193,9 @@ live_register(gp_req *req, const char *how)
 }
 
 /* The registration's NodeChange: the node as it registered, with the
- * revision and region of the upsert's row (columns 2 and 3). */
+ * revision and region of the upsert's row (columns 2 and 3 of row i). */
 static void
-node_changed(gp_req *req, const PGresult *res, bool created)
+node_changed(gp_req *req, const PGresult *res, int i, bool created)
 {
     const msg_node_register *q = gp_req_in(req);
     registry                *r = gp_req_state(req);
@@ -207,7 +203,7 @@ node_changed(gp_req *req, const PGresult *res, bool created)
 
     snprintf(n.id, sizeof(n.id), "%s", q->node);
     snprintf(n.site, sizeof(n.site), "%s", q->site);
-    snprintf(n.region, sizeof(n.region), "%s", PQgetvalue(res, 0, 3));
+    snprintf(n.region, sizeof(n.region), "%s", PQgetvalue(res, i, 3));
     snprintf(n.hostname, sizeof(n.hostname), "%s", q->hostname);
     snprintf(n.agent_version, sizeof(n.agent_version), "%s", q->agent_version);
     n.cpu_cores = q->cpu_cores;
@@ -215,10 +211,37 @@ node_changed(gp_req *req, const PGresult *res, bool created)
     n.state = MSG_NODE_STATE_HEALTHY;
     n.registered_ms = registry_now_ms(r);
     n.gpus = q->gpus;                       /* borrowed: only encoded */
-    n.rev = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+    n.rev = strtoull(PQgetvalue(res, i, 2), NULL, 10);
     registry_node_changed(r, created ? MSG_NODE_CHANGE_CHANGE_CREATED
                                      : MSG_NODE_CHANGE_CHANGE_UPDATED,
                           q->site, q->node, n.rev, &n);
+}
+
+/* The inventory took the registration: row i of res is the upsert's
+ * (previous site, previous boot id, revision, region), or -1 for none. */
+static void
+registered_row(gp_req *req, const PGresult *res, int i)
+{
+    const msg_node_register *q = gp_req_in(req);
+    const char              *was = i >= 0 ? PQgetvalue(res, i, 0) : "";
+    const char              *how = "registered";
+
+    /* A node that registers again rebooted when its boot id changed
+     * (the kernel's, /proc/sys/kernel/random/boot_id): what tells a
+     * site's power cut from its uplink cut when it comes back. */
+    if (i >= 0 && !PQgetisnull(res, i, 1) && q->boot_id[0] != '\0')
+        how = strcmp(PQgetvalue(res, i, 1), q->boot_id) != 0
+                  ? "registered: rebooted (new boot id)"
+                  : "registered: same boot (agent restarted)";
+    /* sent before the registration's script, on the same connection
+     * (and, for the same shard, the same slot): in order */
+    if (was[0] != '\0' && strcmp(was, q->site) != 0)
+        registry_live_forget(gp_req_state(req), was, q->node);
+    /* before the registration's NodeState, on the same connection: a
+     * follower knows the node when its state arrives */
+    if (i >= 0)
+        node_changed(req, res, i, was[0] == '\0');
+    live_register(req, how);                  /* live_registered() ends the request */
 }
 
 static void
@@ -227,34 +250,15 @@ registered(void *arg, gp_err err, PGresult *const *res, int nres, const char *de
     gp_req                  *req = arg;
     const msg_node_register *q = gp_req_in(req);
 
-    (void)res;
-    (void)nres;
     if (err == GP_ENOTFOUND) {
         err = gp_req_fail(req, GP_ENOTFOUND, "site '%s' is not registered", q->site);
     } else if (err != GP_EOK) {
         err = gp_req_fail(req, err, "%s", detail);
+    } else if (res == NULL || nres < 1) {
+        err = gp_req_fail(req, GP_EINTERNAL, "the registration's write returned no row");
     } else {
-        bool        row = nres > 0 && PQntuples(res[0]) == 1;
-        const char *was = row ? PQgetvalue(res[0], 0, 0) : "";
-        const char *how = "registered";
-
-        /* A node that registers again rebooted when its boot id changed
-         * (the kernel's, /proc/sys/kernel/random/boot_id): what tells a
-         * site's power cut from its uplink cut when it comes back. */
-        if (row && !PQgetisnull(res[0], 0, 1) && q->boot_id[0] != '\0')
-            how = strcmp(PQgetvalue(res[0], 0, 1), q->boot_id) != 0
-                      ? "registered: rebooted (new boot id)"
-                      : "registered: same boot (agent restarted)";
-        /* sent before the registration's script, on the same connection
-         * (and, for the same shard, the same slot): in order */
-        if (was[0] != '\0' && strcmp(was, q->site) != 0)
-            registry_live_forget(gp_req_state(req), was, q->node);
-        /* before the registration's NodeState, on the same connection: a
-         * follower knows the node when its state arrives */
-        if (row)
-            node_changed(req, res[0], was[0] == '\0');
-        live_register(req, how);
-        return;                                   /* live_registered() ends the request */
+        registered_row(req, res[0], PQntuples(res[0]) == 1 ? 0 : -1);
+        return;
     }
     gp_req_done(req, err);
 }
@@ -311,7 +315,7 @@ register_written(void *arg, gp_err err, PGresult *const *res, int nres, const ch
 /* Writes the inventory unless the node was deleted by an operator: one
  * transaction, serialized with the delete (node_lock). */
 static gp_err
-register_write(gp_req *req)
+register_one(gp_req *req)
 {
     const msg_node_register *q = gp_req_in(req);
     char                     cpu[16], mem[16], now[24];
@@ -349,9 +353,11 @@ register_write(gp_req *req)
     return rc;
 }
 
+static const regbatch_ops reg_ops = {register_one, registered_row};
+
 /* A node an operator deleted stays deleted: its registration is refused
  * (DENIED) until it is re-admitted.  The check and the write are one
- * transaction that the delete serializes with (register_write). */
+ * transaction that the delete serializes with (register_one). */
 static gp_err
 on_register(gp_req *req, const void *in, void *out)
 {
@@ -361,8 +367,8 @@ on_register(gp_req *req, const void *in, void *out)
     (void)out;
     if (rc != GP_EOK)
         return rc;
-    rc = register_write(req);
-    return rc == GP_EOK ? GP_EPENDING : gp_req_fail(req, rc, "inventory database unavailable");
+    registry_regbatch_add(gp_req_state(req), req, &reg_ops);
+    return GP_EPENDING;
 }
 
 /* ---- heartbeat and lease ----------------------------------------------------------- */

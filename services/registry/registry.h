@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <libpq-fe.h>
+
 #include "gp/app.h"
 #include "gp/backoff.h"
 #include "gp/buf.h"
@@ -59,6 +61,16 @@ typedef struct state_change {
                                       takes it only when newer than its state_since */
 } state_change;
 
+/* A registration's update of an existing node (nodes.c one at a time,
+ * regbatch.c many). */
+#define REGISTRY_NODE_UPSERT_SET                                                            \
+    " ON CONFLICT (id) DO UPDATE SET site = EXCLUDED.site, hostname = EXCLUDED.hostname,"   \
+    " agent_version = EXCLUDED.agent_version, boot_id = EXCLUDED.boot_id,"                  \
+    " cpu_cores = EXCLUDED.cpu_cores, mem_mb = EXCLUDED.mem_mb, state = 'healthy',"          \
+    " state_since = CASE WHEN nodes.state = 'healthy' THEN nodes.state_since"               \
+    " ELSE EXCLUDED.state_since END,"                                                       \
+    " registered_at = now()"
+
 /* A node's keys to remove from a shard, kept until Redis confirmed it
  * (live.c: registry_live_forget). */
 typedef struct live_forget {
@@ -110,6 +122,7 @@ typedef struct registry {
     uint64_t           *m_write_retries, *m_changes_dropped, *m_hb_unknown, *m_history_dropped;
     uint64_t           *m_register_again;
     struct hbq         *hbq;               /* beats waiting for the window (live.c) */
+    struct regbatch    *regs;              /* registrations waiting to be written (regbatch.c) */
     unsigned            hb_inflight;       /* heartbeat scripts in flight */
     bool                hb_pumping;        /* hbq_pump is running: no re-entry */
     double             *m_hb_waiting;
@@ -222,6 +235,16 @@ void registry_node_changed(registry *r, int32_t change, const char *site, const 
 
 /* nodes.c */
 void registry_nodes_free(registry *r);
+/* regbatch.c: registrations written to PostgreSQL in batches.  Its
+ * caller (nodes.c) says how to write one registration on its own (the
+ * fallback of a failed batch) and what follows the inventory's write (row
+ * i of res: previous site, previous boot id, revision, region; -1: none). */
+typedef struct regbatch_ops {
+    gp_err (*one)(gp_req *req);
+    void   (*row)(gp_req *req, const PGresult *res, int i);
+} regbatch_ops;
+void   registry_regbatch_add(registry *r, gp_req *req, const regbatch_ops *ops);
+void   registry_regbatch_free(registry *r);
 
 /* start.c: gp_app_main's init and free hooks (state: a registry). */
 gp_err registry_init(gp_app *app, const void *cfg, void *state);

@@ -812,6 +812,8 @@ void *gp_req_out(gp_req *req) { return req->out; }
 const void *gp_req_in(gp_req *req) { return req->in; }
 uint64_t gp_req_deliveries(const gp_req *req) { return req->deliveries; }
 
+bool gp_req_answered(const gp_req *req) { return req->replied; }
+
 const void *
 gp_req_body(const gp_req *req, size_t *len)
 {

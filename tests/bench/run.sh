@@ -21,6 +21,9 @@
 #                                       one and two instances, submit->placed
 #                                       p50/p99 at full and half rate, vs
 #                                       redis-benchmark running the book script
+#   reg      tests/bench/reg_bench.sh   100,000 simulated nodes registering from
+#                                       cold through one gridpool-registry, vs one
+#                                       INSERT of as many rows
 #   recover  tests/bench/recover_bench.sh  last heartbeat -> replacement running
 #                                       over 1,000 node crashes on the 1,000-site
 #                                       fleet (registry, scheduler, recovery, sim)
@@ -118,6 +121,7 @@ export GP_BUILD=$build GP_HARNESS=$harness
 run_bench chassis 120
 run_bench ctr 300
 run_bench hb 220
+run_bench reg 300
 run_bench place 600
 run_bench recover 900
 run_bench alert 600
@@ -169,6 +173,10 @@ row "last heartbeat -> lost p99 (ms)" "$(num detect_lost_p99_ms)" "fixed 3 misse
     "$(num detect_lost_fixed_ms)" "-" "(<= 17 s to running)"
 row "heartbeat -> running elsewhere p99" "$(num recover_p99_ms)" "p50 (ms)" \
     "$(num recover_p50_ms)" "-" "<= 17000 ms"
+row "nodes registered from cold (s)" "$(num reg_seconds 1)" "one INSERT of the rows (s)" \
+    "$(num reg_insert_ref_seconds 2)" "-" "< 60 s, 0 refused"
+row "  of them refused, nodes" "$(num reg_refused)" "transactions" "$(num reg_batches)" "-" \
+    "$(num reg_nodes) nodes"
 row "node msgs / interval, busy" "$(num recover_msgs_per_node_interval_busy 3)" "idle fleet" \
     "$(num recover_msgs_per_node_interval_idle 3)" "-" "1.0 both"
 row "XID 79 -> alert published p99 (ms)" "$(num alert_gpu_p99_ms)" "-> condition known p99" \

@@ -374,6 +374,10 @@ const void *gp_req_body(const gp_req *req, size_t *len);
 const void *gp_req_in(gp_req *req);
 /* Delivery count of a durable route's message (1 = first), else 1. */
 uint64_t    gp_req_deliveries(const gp_req *req);
+/* The caller has its answer already: the route's deadline passed (TIMEOUT
+ * went out) or the handler dropped it.  Work still queued for it is for
+ * nobody (a registration waiting for its batch). */
+bool        gp_req_answered(const gp_req *req);
 /* Sets the human-readable detail of the error reply; returns code, so a
  * handler can `return gp_req_fail(req, GP_EINVAL, "price must be >= 0");` */
 gp_err      gp_req_fail(gp_req *req, gp_err code, const char *fmt, ...)

@@ -120,10 +120,19 @@ ok "la's leaf refuses a client without an identity ($(head -n 1 "$tmp/anon.out")
 $NC "$LA" --user node-lb-lb-n1 --password "$(pw node-lb-lb-n1)" >"$tmp/lb-on-la.out" 2>&1
 st_=$?
 $NC "$LB" --user node-lb-lb-n1 --password "$(pw node-lb-lb-n1)" >"$tmp/lb-on-lb.out" 2>&1
+# the leaf writes its log line after the client heard the refusal: a
+# moment to land (CI once read the log first)
+for _ in $(seq 1 30); do
+    grep -q 'authentication error - User "node-lb-lb-n1"' "$D/leaf-la.log" && break
+    sleep 0.1
+done
 [ $st_ -ne 0 ] && grep -q '^refused Authorization Violation' "$tmp/lb-on-la.out" &&
     grep -q 'authentication error - User "node-lb-lb-n1"' "$D/leaf-la.log" &&
     grep -qx connected "$tmp/lb-on-lb.out"
-ok "la's leaf refuses lb's node (not in its authorization); lb's leaf admits it" $?
+st_=$?
+[ $st_ -eq 0 ] || { echo "# on la: $(head -c 200 "$tmp/lb-on-la.out")"; echo "# on lb: $(head -c 200 "$tmp/lb-on-lb.out")";
+                    echo "# la's log: $(grep -c 'node-lb-lb-n1' "$D/leaf-la.log") line(s) naming it"; }
+ok "la's leaf refuses lb's node (not in its authorization); lb's leaf admits it" $st_
 
 # the control plane's side: a service on the hub subscribed as the registry
 # is (gp.node.*.*.hb, a wildcard), and the spy to everything of the nodes;

@@ -322,13 +322,8 @@ busy(const agent *a)
 static unsigned
 renew_hedge_ms(const agent *a)
 {
-    unsigned t = a->lease_ms / 12, rtt2 = (unsigned)(2 * a->rtt_ms);
+    unsigned t = a->lease_ms / 12;
 
-    /* never faster than twice the last answer's round trip (up to lease/6):
-     * a control plane that answers slowly under load must not get a
-     * renewal more for each beat it is late on */
-    if (rtt2 > t)
-        t = rtt2 < a->lease_ms / 6 ? rtt2 : a->lease_ms / 6;
     return t < 250 ? 250 : t;
 }
 
